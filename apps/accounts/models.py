@@ -1,0 +1,60 @@
+"""People: one login (their e-mail address) across every tenant they belong to."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib.auth.base_user import AbstractBaseUser, BaseUserManager
+from django.contrib.auth.models import PermissionsMixin
+from django.db import models
+from django.utils import timezone
+
+from apps.workspaces.tenancy import new_id
+
+
+def normalize_email(email: str) -> str:
+    """E-mail addresses compare case-insensitively as logins."""
+    return email.strip().lower()
+
+
+class UserManager(BaseUserManager["User"]):
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **extra: Any) -> User:
+        if not email:
+            raise ValueError("email is required")
+        user = self.model(email=normalize_email(email), **extra)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email: str, password: str | None = None, **extra: Any) -> User:
+        extra.setdefault("is_staff", True)
+        extra.setdefault("is_superuser", True)
+        return self.create_user(email, password, **extra)
+
+    def for_email(self, email: str) -> models.QuerySet[User]:
+        """The person with this login, if any."""
+        return self.filter(email=normalize_email(email))
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    email = models.EmailField(unique=True)
+    is_active = models.BooleanField(default=True)
+    is_staff = models.BooleanField(default=False)
+    date_joined = models.DateTimeField(default=timezone.now)
+    email_verified_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[UserManager] = UserManager()  # type: ignore[assignment]
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: ClassVar[list[str]] = []
+
+    def __str__(self) -> str:
+        return self.email
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.email = normalize_email(self.email)
+        super().save(*args, **kwargs)

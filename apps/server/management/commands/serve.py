@@ -1,0 +1,103 @@
+"""`oaken serve`: migrate, then run the web server, a Celery worker and Celery beat until stopped."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from config.env import env_int, env_str
+
+STOP_GRACE_SECONDS = 20
+
+
+@dataclass
+class Child:
+    name: str
+    args: list[str]
+    process: subprocess.Popen[bytes] | None = None
+
+
+class Command(BaseCommand):
+    help = "Serve the whole product: web (gunicorn), Celery worker and Celery beat."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535))
+        parser.add_argument("--bind", default=env_str("OAKEN_BIND", "127.0.0.1"))
+        parser.add_argument("--web-workers", type=int, default=env_int("OAKEN_WEB_WORKERS", 2, minimum=1))
+        parser.add_argument(
+            "--worker-concurrency", type=int, default=env_int("OAKEN_WORKER_CONCURRENCY", 2, minimum=1)
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        host, port = options["bind"], options["port"]
+        python = sys.executable
+        children = [
+            Child("web", [
+                python, "-m", "gunicorn", "config.wsgi:application",
+                "--bind", f"{host}:{port}",
+                "--workers", str(options["web_workers"]),
+                "--worker-class", "gthread", "--threads", "4",
+                "--graceful-timeout", "10",
+                "--access-logfile", "-",
+            ]),
+            Child("worker", [
+                python, "-m", "celery", "-A", "config", "worker",
+                "--loglevel", "INFO", "--concurrency", str(options["worker_concurrency"]),
+                "--hostname", f"worker@oaken-{port}",
+            ]),
+            Child("beat", [
+                python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+                "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
+            ]),
+        ]  # fmt: skip
+        stopping = False
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        for child in children:
+            # Own sessions: a terminal's Ctrl-C reaches only this supervisor, which then stops
+            # the children in order, before the embedded servers they use.
+            child.process = subprocess.Popen(child.args, start_new_session=True)
+        display_host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host  # noqa: S104
+        self.stdout.write(f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n")
+        self.stdout.flush()
+        exit_code = 0
+        while not stopping:
+            for child in children:
+                assert child.process is not None
+                if child.process.poll() is not None:
+                    self.stderr.write(f"{child.name} exited with status {child.process.returncode}; stopping")
+                    exit_code, stopping = 1, True
+            time.sleep(0.2)
+        self._stop(children)
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _stop(self, children: list[Child]) -> None:
+        for child in children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+        self.stdout.write("Oaken stopped.")

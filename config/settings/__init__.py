@@ -1,0 +1,6 @@
+"""Settings, assembled from one module per concern."""
+
+from .base import *  # noqa: F403
+from .database import *  # noqa: F403
+from .queue import *  # noqa: F403
+from .operations import *  # noqa: F403

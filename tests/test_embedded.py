@@ -1,0 +1,79 @@
+"""The embedded PostgreSQL (with pgvector) and Redis start, are shared, and stop with their last holder."""
+
+from __future__ import annotations
+
+import tempfile
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+import redis
+
+from config.embedded import EmbeddedPostgres, EmbeddedRedis
+
+
+def _postmaster_pid(root: Path) -> int | None:
+    pidfile = root / "postmaster.pid"
+    return int(pidfile.read_text().split()[0]) if pidfile.exists() else None
+
+
+@pytest.mark.slow
+def test_postgres_starts_with_pgvector_and_stops_with_its_last_holder(tmp_path: Path) -> None:
+    root = tmp_path / "pg"
+    server = EmbeddedPostgres(root)
+    url = server.start()
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("oaken",)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        distance = conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,5]'::vector").fetchone()
+        assert distance == (2.0,)
+    pid = _postmaster_pid(root)
+    assert pid is not None and psutil.pid_exists(pid)
+
+    # Another process attaching and letting go leaves the server up for us.
+    code = (
+        "import sys; from pathlib import Path; from config.embedded import EmbeddedPostgres;"
+        "s = EmbeddedPostgres(Path(sys.argv[1])); s.start(); s.release()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(root)], check=True, timeout=120)
+    assert psutil.pid_exists(pid)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+    server.release()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=2)
+
+
+@pytest.mark.slow
+def test_redis_starts_is_shared_and_stops_with_its_last_holder(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path / "redis")
+    url = server.start()
+    client = redis.Redis.from_url(url)
+    assert client.ping()
+    client.set("k", "v")
+
+    code = (
+        "import sys; from pathlib import Path; from config.embedded import EmbeddedRedis;"
+        "s = EmbeddedRedis(Path(sys.argv[1])); s.start(); s.release()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "redis")], check=True, timeout=60)
+    assert client.get("k") == b"v"
+
+    pid = int((tmp_path / "redis" / "redis.pid").read_text())
+    server.release()
+    assert not server.socket.exists()
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(url).ping()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_deep_data_folders_get_a_short_socket_path(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6)
+    server = EmbeddedRedis(deep)
+    assert len(str(server.socket)) < 100
+    assert str(server.socket).startswith(tempfile.gettempdir())

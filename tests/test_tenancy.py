@@ -1,0 +1,109 @@
+"""Tenants, memberships, workspaces, `oaken user create`, and the tenant guard on querysets."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import pytest
+from django.core.management import call_command
+
+from apps.accounts.models import User
+from apps.mail.models import MailAccount, Message
+from apps.workspaces.models import Membership, Role, Workspace
+from apps.workspaces.selectors import NotAMemberError, access_membership
+from apps.workspaces.tenancy import UnscopedQueryError, new_id
+from tests.conftest import Person
+
+
+def run_cli(*args: str) -> tuple[int, dict]:
+    out = io.StringIO()
+    try:
+        call_command(*args, stdout=out)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, json.loads(out.getvalue())
+
+
+def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None:
+    code, data = run_cli("user", "create", "--email", "Bob@Example.test", "--password", "a long enough secret 1", "--tenant", "Bob Co")
+    assert code == 0
+    user = User.objects.get(pk=data["user_id"])
+    assert user.email == "bob@example.test"
+    assert user.check_password("a long enough secret 1")
+    assert user.password.startswith("argon2$")
+    membership = Membership.objects.get(user=user)
+    assert str(membership.tenant_id) == data["tenant_id"]
+    assert membership.role == Role.OWNER == data["role"]
+    assert membership.tenant.name == "Bob Co"
+    workspaces = list(Workspace.objects.for_tenant(membership.tenant).values_list("id", "name"))
+    assert workspaces == [(uuid.UUID(data["workspace_id"]), "default")]
+
+
+def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person) -> None:
+    code, data = run_cli("user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2")
+    assert code == 1
+    assert data["error"]["code"] == "CONFLICT"
+    assert data["error"]["field"] == "email"
+    assert User.objects.filter(email="alice@example.test").count() == 1
+
+
+def test_user_create_names_the_bad_field_without_echoing_it(db: None) -> None:
+    code, data = run_cli("user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1")
+    assert code == 1
+    assert data["error"] == {"code": "INVALID_INPUT", "field": "email", "message": data["error"]["message"]}
+    assert "not-an-address-zq" not in json.dumps(data)
+
+    code, data = run_cli("user", "create", "--email", "ok@example.test", "--password", "short")
+    assert code == 1
+    assert data["error"]["field"] == "password"
+    assert "short" not in data["error"]["message"].replace("too short", "")
+    assert not User.objects.filter(email="ok@example.test").exists()
+
+
+def test_tenant_querysets_require_the_tenant(alice: Person, mallory: Person) -> None:
+    for attempt in (
+        lambda: list(Workspace.objects.all()),
+        lambda: Workspace.objects.filter(name="default").count(),
+        lambda: Workspace.objects.get(name="default"),
+        lambda: Message.objects.count(),
+        lambda: MailAccount.objects.exists(),
+    ):
+        with pytest.raises(UnscopedQueryError):
+            attempt()
+
+
+def test_each_tenant_sees_only_its_own_rows(alice: Person, mallory: Person) -> None:
+    extra = Workspace.objects.create(tenant=alice.tenant, name="work")
+    alice_sees = set(Workspace.objects.for_tenant(alice.tenant).values_list("id", flat=True))
+    mallory_sees = set(Workspace.objects.for_tenant(mallory.tenant).values_list("id", flat=True))
+    assert alice_sees == {alice.workspace.id, extra.id}
+    assert mallory_sees == {mallory.workspace.id}
+    # Mallory naming Alice's workspace id finds nothing, exactly like an id that does not exist.
+    assert not Workspace.objects.for_tenant(mallory.tenant).filter(pk=extra.pk).exists()
+    assert not Workspace.objects.for_tenant(mallory.tenant).filter(pk=new_id()).exists()
+
+
+def test_a_person_reaches_only_tenants_they_belong_to(alice: Person, mallory: Person) -> None:
+    assert access_membership(user=alice.user).tenant == alice.tenant
+    assert access_membership(user=alice.user, tenant_id=str(alice.tenant.pk)).role == Role.OWNER
+    for foreign in (str(mallory.tenant.pk), str(new_id()), "not-a-uuid"):
+        with pytest.raises(NotAMemberError):
+            access_membership(user=alice.user, tenant_id=foreign)
+
+
+def test_roles_are_ordered() -> None:
+    assert Role(Role.OWNER).covers(Role.ADMIN)
+    assert Role(Role.ADMIN).covers(Role.ADMIN)
+    assert not Role(Role.MEMBER).covers(Role.ADMIN)
+
+
+def test_new_ids_are_unique_and_time_ordered() -> None:
+    ids = [new_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    assert all(i.version == 7 for i in ids)
+    # the leading 48 bits are milliseconds, so later ids never sort before earlier ones' milliseconds
+    millis = [i.int >> 80 for i in ids]
+    assert millis == sorted(millis)
