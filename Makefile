@@ -16,6 +16,7 @@ serve: $(STAMP)
 	$(BIN)/oaken serve
 
 test: $(STAMP)
+	./bin/system-packages
 	$(BIN)/pytest
 
 lint: $(STAMP)

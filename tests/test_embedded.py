@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import tempfile
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil

@@ -28,7 +28,16 @@ def run_cli(*args: str) -> tuple[int, dict]:
 
 
 def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None:
-    code, data = run_cli("user", "create", "--email", "Bob@Example.test", "--password", "a long enough secret 1", "--tenant", "Bob Co")
+    code, data = run_cli(
+        "user",
+        "create",
+        "--email",
+        "Bob@Example.test",
+        "--password",
+        "a long enough secret 1",
+        "--tenant",
+        "Bob Co",
+    )
     assert code == 0
     user = User.objects.get(pk=data["user_id"])
     assert user.email == "bob@example.test"
@@ -43,7 +52,9 @@ def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None
 
 
 def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person) -> None:
-    code, data = run_cli("user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2")
+    code, data = run_cli(
+        "user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2"
+    )
     assert code == 1
     assert data["error"]["code"] == "CONFLICT"
     assert data["error"]["field"] == "email"
@@ -51,7 +62,9 @@ def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person
 
 
 def test_user_create_names_the_bad_field_without_echoing_it(db: None) -> None:
-    code, data = run_cli("user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1")
+    code, data = run_cli(
+        "user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1"
+    )
     assert code == 1
     assert data["error"] == {"code": "INVALID_INPUT", "field": "email", "message": data["error"]["message"]}
     assert "not-an-address-zq" not in json.dumps(data)
@@ -107,3 +120,19 @@ def test_new_ids_are_unique_and_time_ordered() -> None:
     # the leading 48 bits are milliseconds, so later ids never sort before earlier ones' milliseconds
     millis = [i.int >> 80 for i in ids]
     assert millis == sorted(millis)
+
+
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    import os
+
+    new_id()  # fill the parent's randomness block
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        os.write(write, new_id().bytes)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_id = os.read(read, 16)
+    assert child_id != new_id().bytes
+    os.close(read)
+    os.close(write)

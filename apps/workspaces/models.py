@@ -63,13 +63,18 @@ class Membership(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_once_per_tenant")]
 
+    def __str__(self) -> str:
+        return f"{self.role} of {self.tenant_id}"
+
 
 class Workspace(TenantOwned):
     name = models.CharField(max_length=100)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="workspace_name_unique_in_tenant")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="workspace_name_unique_in_tenant")
+        ]
 
     def __str__(self) -> str:
         return self.name

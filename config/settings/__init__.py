@@ -2,5 +2,5 @@
 
 from .base import *  # noqa: F403
 from .database import *  # noqa: F403
-from .queue import *  # noqa: F403
 from .operations import *  # noqa: F403
+from .queue import *  # noqa: F403

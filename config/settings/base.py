@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
 
 from config.embedded import data_dir
 from config.env import env_bool, env_list, env_str
@@ -18,11 +21,20 @@ DATA_DIR = data_dir()
 def _secret_from_file(name: str, make: Callable[[], str]) -> str:
     """A secret kept in the data folder, made once: for development, where none is configured."""
     path = DATA_DIR / "secrets" / name
-    if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.write_text(make())
-        path.chmod(0o600)
-    return path.read_text().strip()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        # O_EXCL: of several processes starting at once, exactly one writes the secret
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make())
+    for _ in range(100):
+        if value := path.read_text().strip():
+            return value
+        time.sleep(0.05)  # another process created it a moment ago and is still writing
+    raise ImproperlyConfigured(f"{path} is empty")
 
 
 SECRET_KEY = env_str("OAKEN_SECRET_KEY") or _secret_from_file(

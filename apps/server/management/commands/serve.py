@@ -73,7 +73,9 @@ class Command(BaseCommand):
             # the children in order, before the embedded servers they use.
             child.process = subprocess.Popen(child.args, start_new_session=True)
         display_host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host  # noqa: S104
-        self.stdout.write(f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n")
+        self.stdout.write(
+            f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n"
+        )
         self.stdout.flush()
         exit_code = 0
         while not stopping:

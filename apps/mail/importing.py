@@ -1,0 +1,339 @@
+"""Importing mbox files, Maildirs and .eml folders into a local mail account."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from itertools import islice
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.mail.bulk import copy_rows
+from apps.mail.models import (
+    STANDARD_FOLDERS,
+    AccountKind,
+    Attachment,
+    Folder,
+    FolderKind,
+    ImportFailure,
+    ImportRun,
+    ImportState,
+    MailAccount,
+    Message,
+    RawMessage,
+    Thread,
+)
+from apps.mail.parsing import Address, ParsedMessage, normalize_subject, parse_or_reason
+from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
+from apps.mail.threader import Threader, is_reply_subject
+from apps.workspaces.models import Tenant, Workspace
+from apps.workspaces.tenancy import new_id
+
+# Keys of btree and GIN indexes must stay well under PostgreSQL's per-entry limit.
+_ID_MAX = 900
+_REFERENCES_MAX = 100
+_PARSE_BATCH_TIMEOUT = 600
+
+
+class ImportRefusedError(Exception):
+    """The import cannot run; `code` is stable and `field` names the argument at fault."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ImportCounts:
+    run_id: uuid.UUID
+    account_id: uuid.UUID
+    imported: int
+    duplicates: int
+    failed: int
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL text and jsonb cannot hold NUL characters
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _addresses(items: Iterable[Address]) -> list[dict[str, str]]:
+    return [{"name": _clean(a.name), "address": _clean(a.address)} for a in items]
+
+
+def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> MailAccount:
+    """The workspace's local account with this name, created (with its standard folders) if missing."""
+    account = MailAccount.objects.for_tenant(tenant).filter(workspace=workspace, name=name).first()
+    if account is None:
+        with transaction.atomic():
+            account = MailAccount.objects.create(
+                tenant=tenant, workspace=workspace, name=name, kind=AccountKind.LOCAL
+            )
+            Folder.objects.bulk_create(
+                Folder(tenant=tenant, account=account, kind=kind, name=kind.label)
+                for kind in STANDARD_FOLDERS
+            )
+    elif account.kind != AccountKind.LOCAL:
+        raise ImportRefusedError("INVALID_INPUT", "mail can only be imported into a local account", "account")
+    return account
+
+
+def _batches(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
+    while batch := list(islice(items, size)):
+        yield batch
+
+
+@contextmanager
+def _parser(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]]]:
+    """Parsing of batches, started now and collected later, so the next batch parses while one is stored.
+
+    Parsing costs more than storing, so it runs in a pool of processes where it can: not inside a
+    daemonic process (a Celery prefork child), which may not have children; there it runs inline.
+    """
+    parse = partial(parse_or_reason, max_bytes=max_bytes)
+    workers = min(os.cpu_count() or 1, 4)
+    if workers < 2 or multiprocessing.current_process().daemon:
+
+        def start_inline(batch: list[RawItem]) -> Callable[[], list[ParsedMessage | str]]:
+            results = [parse(item.data) for item in batch]
+            return lambda: results
+
+        yield start_inline
+        return
+    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
+
+        def start(batch: list[RawItem]) -> Callable[[], list[ParsedMessage | str]]:
+            pending = pool.map_async(
+                parse, [item.data for item in batch], chunksize=max(1, len(batch) // (4 * workers))
+            )
+            # a batch that takes this long means a stuck worker: fail the import rather than hang
+            return partial(pending.get, timeout=_PARSE_BATCH_TIMEOUT)
+
+        yield start
+
+
+class _Importer:
+    def __init__(self, run: ImportRun, account: MailAccount) -> None:
+        self.run = run
+        self.account = account
+        self.tenant = account.tenant
+        self.inbox = Folder.objects.for_tenant(self.tenant).get(account=account, kind=FolderKind.INBOX)
+        self.bounds = settings.OPERATIONS
+        self.threader = Threader(account, timedelta(days=self.bounds["THREAD_SUBJECT_WINDOW_DAYS"]))
+        self._merged_done: set[uuid.UUID] = set()
+
+    def run_batch(self, items: list[RawItem], outcomes: list[ParsedMessage | str]) -> None:
+        """Store one batch: each item with its parsed message, or the reason it could not be parsed."""
+        parsed: list[tuple[RawItem, ParsedMessage]] = []
+        failures: list[ImportFailure] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, str):
+                failures.append(self._failure(item, outcome))
+            else:
+                parsed.append((item, outcome))
+        with transaction.atomic():
+            # One importer per account at a time: duplicate detection and threading read, then write.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"import:{self.account.pk}"]
+                )
+            fresh, duplicates = self._drop_duplicates(parsed)
+            self._store(fresh)
+            ImportFailure.objects.bulk_create(failures)
+            self.run.imported += len(fresh)
+            self.run.duplicates += duplicates
+            self.run.failed += len(failures)
+            self.run.save(update_fields=["imported", "duplicates", "failed"])
+
+    def _failure(self, item: RawItem, reason: str) -> ImportFailure:
+        return ImportFailure(
+            tenant=self.tenant, run=self.run, position=item.position[:500], reason=reason[:255]
+        )
+
+    def _drop_duplicates(
+        self, parsed: list[tuple[RawItem, ParsedMessage]]
+    ) -> tuple[list[tuple[RawItem, ParsedMessage]], int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT message_id, content_hash FROM mail_message"
+                " WHERE tenant_id = %s AND account_id = %s AND content_hash = ANY(%s)",
+                [self.tenant.pk, self.account.pk, list({p.content_hash for _, p in parsed})],
+            )
+            seen = set(cursor.fetchall())
+        fresh = []
+        for item, p in parsed:
+            key = (_clean(p.message_id)[:_ID_MAX], p.content_hash)
+            if key not in seen:
+                seen.add(key)
+                fresh.append((item, p))
+        return fresh, len(parsed) - len(fresh)
+
+    def _store(self, batch: list[tuple[RawItem, ParsedMessage]]) -> None:
+        if not batch:
+            return
+        now = timezone.now()
+        rows = []
+        for item, p in batch:
+            in_reply_to = _clean(p.in_reply_to)[:_ID_MAX]
+            references = [_clean(r)[:_ID_MAX] for r in p.references[-_REFERENCES_MAX:]]
+            if in_reply_to and in_reply_to not in references:
+                # RFC 5322 §3.6.4: a parent without References is referenced by its In-Reply-To
+                references.append(in_reply_to)
+            ids = (_clean(p.message_id)[:_ID_MAX], in_reply_to, references)
+            rows.append((item, p, _clean(p.subject), *ids, p.date or now))
+        self.threader.prepare(
+            mentions=(m for *_, mid, irt, refs, _ in rows for m in (mid, irt, *refs)),
+            reply_subjects=(
+                normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)
+            ),
+            earliest=min(row[-1] for row in rows),
+        )
+        tenant_id, account_id, folder_id = self.tenant.pk, self.account.pk, self.inbox.pk
+        text_limit = self.bounds["ATTACHMENT_TEXT_MAX_CHARS"]
+        messages: list[list[object]] = []
+        raws: list[tuple[object, ...]] = []
+        attachments: list[tuple[object, ...]] = []
+        threads: list[uuid.UUID] = []
+        for item, p, subject, message_id, in_reply_to, references, date in rows:
+            thread_id = self.threader.assign(
+                message_id=message_id,
+                in_reply_to=in_reply_to,
+                references=references,
+                subject=subject,
+                date=date,
+            )
+            pk = new_id()
+            threads.append(thread_id)
+            messages.append([
+                pk, tenant_id, account_id, folder_id, thread_id, message_id, in_reply_to, references, subject,
+                _clean(p.sender.name) if p.sender else "",
+                _clean(p.sender.address)[:320] if p.sender else "",
+                _addresses(p.to), _addresses(p.cc), _addresses(p.bcc), _addresses(p.reply_to),
+                date, now, _clean(p.text_body), _clean(p.html_body), _clean(p.snippet)[:200], p.size,
+                False, False, any(not a.inline for a in p.attachments), p.content_hash,
+                {k: _clean(v) for k, v in p.headers.items()},
+            ])  # fmt: skip
+            raws.append((new_id(), tenant_id, pk, item.data))
+            attachments.extend(
+                (
+                    new_id(),
+                    tenant_id,
+                    pk,
+                    _clean(a.filename),
+                    a.content_type[:255],
+                    a.size,
+                    a.inline,
+                    a.content,
+                    _clean(a.extracted_text[:text_limit]),
+                )
+                for a in p.attachments
+            )
+        # a later message of the batch may have merged an earlier one's thread away
+        threads = [self.threader.resolve(t) for t in threads]
+        for message, thread_id in zip(messages, threads, strict=True):
+            message[4] = thread_id
+        self._save_new_threads(set(threads))
+        copy_rows(Message, _MESSAGE_COLUMNS, messages)
+        copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws)
+        copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments)
+        self._refresh_thread_stats(self._apply_merges() | set(threads))
+
+    def _save_new_threads(self, live: set[uuid.UUID]) -> None:
+        """Save the threads this batch started (those still in use after merges)."""
+        new = [t for tid, t in self.threader.new_threads.items() if tid in live]
+        Thread.objects.bulk_create(new)
+        self.threader.new_threads.clear()
+
+    def _apply_merges(self) -> set[uuid.UUID]:
+        """Move the messages of merged threads into the thread that absorbed them; returns the absorbers."""
+        stale = [tid for tid in self.threader.merged if tid not in self._merged_done]
+        if not stale:
+            return set()
+        self._merged_done.update(stale)
+        targets = {old: self.threader.resolve(old) for old in stale}
+        with connection.cursor() as cursor:
+            for old, target in targets.items():
+                cursor.execute(
+                    "UPDATE mail_message SET thread_id = %s WHERE tenant_id = %s AND thread_id = %s",
+                    [target, self.tenant.pk, old],
+                )
+        Thread.objects.for_tenant(self.tenant).filter(account=self.account, id__in=stale).delete()
+        return set(targets.values())
+
+    def _refresh_thread_stats(self, thread_ids: set[uuid.UUID]) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE mail_thread AS t
+                   SET message_count = s.n, first_message_at = s.first, last_message_at = s.last
+                  FROM (SELECT thread_id, count(*) AS n, min(date) AS first, max(date) AS last
+                          FROM mail_message WHERE tenant_id = %s AND thread_id = ANY(%s)
+                         GROUP BY thread_id) AS s
+                 WHERE t.id = s.thread_id AND t.tenant_id = %s
+                """,
+                [self.tenant.pk, list(thread_ids), self.tenant.pk],
+            )
+
+
+_MESSAGE_COLUMNS = (
+    "id", "tenant_id", "account_id", "folder_id", "thread_id", "message_id", "in_reply_to", "references",
+    "subject", "sender_name", "sender_address", "to_addresses", "cc_addresses", "bcc_addresses",
+    "reply_to_addresses", "date", "received_at", "text_body", "html_body", "snippet", "size", "read",
+    "pinned", "has_attachments", "content_hash", "headers",
+)  # fmt: skip
+_ATTACHMENT_COLUMNS = (
+    "id", "tenant_id", "message_id", "filename", "content_type", "size",
+    "inline", "content", "extracted_text",
+)  # fmt: skip
+
+
+def import_mail(
+    *, tenant: Tenant, workspace: Workspace, account_name: str, path: Path, batch_size: int | None = None
+) -> ImportCounts:
+    """Import every message at `path` into the named local account; failures are recorded, not fatal."""
+    try:
+        kind = detect_kind(path)
+    except (SourceError, OSError) as exc:
+        raise ImportRefusedError(
+            "INVALID_INPUT", "path is not a readable mbox file, Maildir or .eml folder", "path"
+        ) from exc
+    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
+    run = ImportRun.objects.create(
+        tenant=tenant, account=account, source_name=path.name[:255], source_kind=kind
+    )
+    importer = _Importer(run, account)
+    size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
+    try:
+        with _parser(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
+            previous: tuple[list[RawItem], Callable[[], list[ParsedMessage | str]]] | None = None
+            for batch in _batches(iter_source(path), size):
+                pending = (batch, start_parsing(batch))
+                if previous is not None:
+                    importer.run_batch(previous[0], previous[1]())
+                previous = pending
+            if previous is not None:
+                importer.run_batch(previous[0], previous[1]())
+    except Exception as exc:
+        run.state, run.error, run.finished_at = ImportState.FAILED, type(exc).__name__, timezone.now()
+        run.save(update_fields=["state", "error", "finished_at"])
+        raise
+    run.state, run.finished_at = ImportState.DONE, timezone.now()
+    run.save(update_fields=["state", "finished_at"])
+    return ImportCounts(
+        run_id=run.pk,
+        account_id=account.pk,
+        imported=run.imported,
+        duplicates=run.duplicates,
+        failed=run.failed,
+    )

@@ -1,0 +1,208 @@
+"""The mail store: accounts, folders, threads, messages, labels, attachments, imports."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.mail.credentials import EncryptedJSONField
+from apps.workspaces.tenancy import TenantOwned
+
+
+class AccountKind(models.TextChoices):
+    LOCAL = "local", "Local (imported)"
+    IMAP = "imap", "IMAP/SMTP"
+
+
+class MailAccount(TenantOwned):
+    workspace = models.ForeignKey("workspaces.Workspace", on_delete=models.PROTECT, related_name="accounts")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=AccountKind.choices, default=AccountKind.LOCAL)
+    email_address = models.CharField(max_length=320, blank=True)
+    # Host, user, password and the like: encrypted, and never returned by any operation.
+    credentials = EncryptedJSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="account_name_unique_in_workspace"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FolderKind(models.TextChoices):
+    INBOX = "inbox", "Inbox"
+    ARCHIVE = "archive", "Archive"
+    SPAM = "spam", "Spam"
+    TRASH = "trash", "Trash"
+    SENT = "sent", "Sent"
+    DRAFTS = "drafts", "Drafts"
+    CUSTOM = "custom", "Custom"
+
+
+STANDARD_FOLDERS = [kind for kind in FolderKind if kind != FolderKind.CUSTOM]
+
+
+class Folder(TenantOwned):
+    account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="folders")
+    kind = models.CharField(max_length=10, choices=FolderKind.choices)
+    name = models.CharField(max_length=500)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "name"], name="folder_name_unique_in_account"),
+            models.UniqueConstraint(
+                fields=["account", "kind"],
+                condition=~Q(kind="custom"),
+                name="one_standard_folder_of_each_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Thread(TenantOwned):
+    account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="threads")
+    subject = models.TextField(blank=True)
+    # normalize_subject(subject): the fallback key when References/In-Reply-To find nothing
+    subject_key = models.TextField(blank=True)
+    first_message_at = models.DateTimeField(null=True)
+    last_message_at = models.DateTimeField(null=True)
+    message_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["account", "subject_key"], name="thread_subject_key"),
+            models.Index(fields=["tenant", "account", "-last_message_at"], name="thread_recent"),
+        ]
+
+
+class Label(TenantOwned):
+    account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="labels")
+    name = models.CharField(max_length=200)
+    color = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "name"], name="label_name_unique_in_account")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Message(TenantOwned):
+    # Foreign-key indexes are left to the composite indexes below, which lead with these
+    # columns: every index costs on imports of thousands of messages.
+    tenant = models.ForeignKey(
+        "workspaces.Tenant", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    account = models.ForeignKey(
+        MailAccount, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
+    folder = models.ForeignKey(Folder, on_delete=models.PROTECT, related_name="messages")
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="messages", db_index=False)
+    # Message-ID without angle brackets; '' when the message had none
+    message_id = models.TextField(blank=True)
+    in_reply_to = models.TextField(blank=True)
+    # the References header's ids, ending with In-Reply-To when References lacks it
+    references = ArrayField(models.TextField(), default=list, blank=True)
+    subject = models.TextField(blank=True)
+    sender_name = models.TextField(blank=True)
+    sender_address = models.CharField(max_length=320, blank=True)
+    # lists of {"name": ..., "address": ...}
+    to_addresses = models.JSONField(default=list, blank=True)
+    cc_addresses = models.JSONField(default=list, blank=True)
+    bcc_addresses = models.JSONField(default=list, blank=True)
+    reply_to_addresses = models.JSONField(default=list, blank=True)
+    date = models.DateTimeField(null=True)
+    received_at = models.DateTimeField(default=timezone.now)
+    text_body = models.TextField(blank=True)
+    html_body = models.TextField(blank=True)
+    snippet = models.CharField(max_length=200, blank=True)
+    size = models.PositiveIntegerField(default=0)
+    read = models.BooleanField(default=False)
+    pinned = models.BooleanField(default=False)
+    has_attachments = models.BooleanField(default=False)
+    content_hash = models.CharField(max_length=64)
+    headers = models.JSONField(default=dict, blank=True)
+    labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
+
+    class Meta:
+        constraints = [
+            # A re-import of the same source adds nothing: same Message-ID and same content.
+            # Also the index for finding messages by Message-ID (threading, reconciliation).
+            models.UniqueConstraint(
+                fields=["account", "message_id", "content_hash"], name="message_unique_in_account"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "account", "folder", "-date"], name="message_in_folder"),
+            models.Index(fields=["thread", "date"], name="message_in_thread"),
+            # fastupdate off: threading probes this index right after bulk inserts, and a
+            # pending list would make every probe scan all recent inserts
+            GinIndex(fields=["references"], name="message_references", fastupdate=False),
+        ]
+
+    def __str__(self) -> str:
+        return self.message_id or str(self.pk)
+
+
+class RawMessage(TenantOwned):
+    """The message exactly as received, kept apart so message rows stay small."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="raw")
+    data = models.BinaryField()
+
+
+class MessageLabel(TenantOwned):
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
+    label = models.ForeignKey(Label, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["message", "label"], name="label_once_per_message")]
+
+
+class Attachment(TenantOwned):
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments")
+    filename = models.TextField()
+    content_type = models.CharField(max_length=255)
+    size = models.PositiveIntegerField()
+    inline = models.BooleanField(default=False)
+    content = models.BinaryField()
+    # text for search, where the attachment is text ('' otherwise)
+    extracted_text = models.TextField(blank=True)
+
+
+class ImportState(models.TextChoices):
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class ImportRun(TenantOwned):
+    account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="imports")
+    source_name = models.CharField(max_length=255)
+    source_kind = models.CharField(max_length=20)
+    state = models.CharField(max_length=10, choices=ImportState.choices, default=ImportState.RUNNING)
+    imported = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True)
+
+
+class ImportFailure(TenantOwned):
+    """A message that could not be imported: where it was and why, never its content."""
+
+    run = models.ForeignKey(ImportRun, on_delete=models.CASCADE, related_name="failures")
+    position = models.CharField(max_length=500)
+    reason = models.CharField(max_length=255)
