@@ -62,11 +62,7 @@ def make_message(i: int, rng: random.Random) -> bytes:
         return ("\n".join(head) + "\n\n" + _text(rng, 120)).encode()
     if kind < 9:
         head.append("Content-Type: text/html; charset=utf-8")
-        body = (
-            "<html><body>"
-            + "".join(f"<p>{line}</p>" for line in _text(rng, 150).splitlines())
-            + "</body></html>\n"
-        )
+        body = "<html><body>" + "".join(f"<p>{line}</p>" for line in _text(rng, 150).splitlines()) + "</body></html>\n"
         return ("\n".join(head) + "\n\n" + body).encode()
     head.append('Content-Type: multipart/mixed; boundary="b"')
     parts = [
@@ -126,9 +122,7 @@ def oaken_import(path: Path) -> tuple[dict[str, int], float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -145,9 +145,7 @@ class EmbeddedRedis:
                 ]  # fmt: skip
                 # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
                 # which stops its children before the servers they depend on.
-                subprocess.Popen(
-                    args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
-                )
+                subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
                 deadline = time.monotonic() + 20
                 while not self.is_running():
                     if time.monotonic() > deadline:

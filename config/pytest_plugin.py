@@ -8,15 +8,11 @@ import pytest
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(
-    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
-) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Point the session at its own data folder and start (or attach to) its servers."""
     from config import embedded
 
-    os.environ["OAKEN_DATA_DIR"] = os.environ.get("OAKEN_TEST_DATA_DIR") or str(
-        embedded.BASE_DIR / "var" / "test"
-    )
+    os.environ["OAKEN_DATA_DIR"] = os.environ.get("OAKEN_TEST_DATA_DIR") or str(embedded.BASE_DIR / "var" / "test")
     embedded_database = not os.environ.get("DATABASE_URL")
     embedded.ensure_environment()
     if embedded_database:

@@ -1,9 +1,16 @@
 """URL routes."""
 
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.api.urls import operation_urls
+from apps.api.views import OperationListView
 from config import health
 
 urlpatterns = [
     path("health", health.health, name="health"),
+    path("api/v1/ops", OperationListView.as_view(), name="operations"),
+    *operation_urls(),
+    path("api/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

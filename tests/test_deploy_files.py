@@ -13,10 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _compose() -> list[str]:
-    if (
-        shutil.which("docker")
-        and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
-    ):
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]
     if shutil.which("docker-compose"):
         return ["docker-compose"]

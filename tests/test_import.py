@@ -115,9 +115,7 @@ def test_it_imports_an_mbox_and_reports_counts(alice: Person, mallory: Person, t
     assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
 
 
-def test_it_stores_decoded_headers_bodies_and_attachments(
-    alice: Person, mallory: Person, tmp_path: Path
-) -> None:
+def test_it_stores_decoded_headers_bodies_and_attachments(alice: Person, mallory: Person, tmp_path: Path) -> None:
     import_mail(tenant=alice.tenant, workspace=alice.workspace, account_name="A", path=_tricky_mbox(tmp_path))
     messages = Message.objects.for_tenant(alice.tenant)
 
@@ -169,9 +167,7 @@ def test_reimporting_the_same_source_adds_nothing(alice: Person, mallory: Person
     assert Message.objects.for_tenant(alice.tenant).count() == 4
 
 
-def test_same_message_id_with_other_content_is_not_a_duplicate(
-    alice: Person, mallory: Person, tmp_path: Path
-) -> None:
+def test_same_message_id_with_other_content_is_not_a_duplicate(alice: Person, mallory: Person, tmp_path: Path) -> None:
     first = raw_message(message_id="<same@example.test>", body="one\n")
     second = raw_message(message_id="<same@example.test>", body="two\n")
     counts = import_mail(
@@ -254,9 +250,7 @@ def test_threads_stay_per_tenant(alice: Person, mallory: Person, tmp_path: Path)
     assert Thread.objects.for_tenant(alice.tenant).count() == 1
     assert Thread.objects.for_tenant(mallory.tenant).count() == 1
     alice_thread = Thread.objects.for_tenant(alice.tenant).get()
-    assert set(Message.objects.for_tenant(alice.tenant).values_list("thread_id", flat=True)) == {
-        alice_thread.id
-    }
+    assert set(Message.objects.for_tenant(alice.tenant).values_list("thread_id", flat=True)) == {alice_thread.id}
     assert not Message.objects.for_tenant(mallory.tenant).filter(thread=alice_thread).exists()
 
 

@@ -25,9 +25,7 @@ def parse_fixture(name: str) -> ParsedMessage:
 
 
 def simple_message(headers: str = "", body: str = "Hello.\n") -> bytes:
-    return (
-        "From: Alice <alice@example.com>\nTo: bob@example.com\nSubject: Hi\n" + headers + "\n" + body
-    ).encode()
+    return ("From: Alice <alice@example.com>\nTo: bob@example.com\nSubject: Hi\n" + headers + "\n" + body).encode()
 
 
 # -- headers ---------------------------------------------------------------------------------------------
@@ -74,9 +72,7 @@ def test_it_reads_raw_8bit_utf8_and_latin1_headers() -> None:
 
 
 def test_it_keeps_defective_encoded_words_instead_of_failing() -> None:
-    raw = simple_message().replace(
-        b"Subject: Hi", b"Subject: =?utf-8?Q?unterminated and =?no-such-cs?Q?caf=E9?="
-    )
+    raw = simple_message().replace(b"Subject: Hi", b"Subject: =?utf-8?Q?unterminated and =?no-such-cs?Q?caf=E9?=")
 
     assert parse_message(raw).subject == "=?utf-8?Q?unterminated and café"
 
@@ -171,17 +167,12 @@ def test_it_prefers_the_plain_text_alternative_and_keeps_the_html() -> None:
     message = parse_fixture("alternative.eml")  # CRLF line endings, quoted-printable
 
     assert message.sender == Address(name="Support, Oaken", address="support@oaken.example")
-    assert (
-        message.text_body
-        == "Hi there,\n\nYou have 3 new messages — see https://oaken.example/inbox for details."
-    )
+    assert message.text_body == "Hi there,\n\nYou have 3 new messages — see https://oaken.example/inbox for details."
     assert message.html_body == (
         '<html><body><p>Hi there,</p><p>You have <b>3</b> new messages — <a href="https://oaken.example/inbox">'
         "see them</a>.</p></body></html>"
     )
-    assert (
-        message.snippet == "Hi there, You have 3 new messages — see https://oaken.example/inbox for details."
-    )
+    assert message.snippet == "Hi there, You have 3 new messages — see https://oaken.example/inbox for details."
     assert message.attachments == []
 
 
@@ -283,9 +274,7 @@ def test_it_extracts_attachments_with_text_for_text_like_types() -> None:
     message = parse_fixture("attachments.eml")
 
     assert message.text_body == "Report attached."
-    assert [
-        (a.filename, a.content_type, a.content, a.size, a.extracted_text) for a in message.attachments
-    ] == [
+    assert [(a.filename, a.content_type, a.content, a.size, a.extracted_text) for a in message.attachments] == [
         ("data.bin", "application/octet-stream", bytes(range(16)) + b"\x00\xff", 18, ""),
         ("prices.csv", "text/csv", b"item;price\nK\xe4se;4,50\n", 21, "item;price\nKäse;4,50\n"),
         ("meta.json", "application/json", b'{"ok": true}', 12, '{"ok": true}'),
@@ -406,9 +395,7 @@ def test_a_parser_failure_names_only_the_exception_type(monkeypatch: pytest.Monk
 
 # -- content hash ----------------------------------------------------------------------------------------
 
-HASH_BASE = (
-    b"From: a@example.com\nSubject: Same\nMessage-ID: <same@example.com>\n\nBody line\nStatus: in body\n"
-)
+HASH_BASE = b"From: a@example.com\nSubject: Same\nMessage-ID: <same@example.com>\n\nBody line\nStatus: in body\n"
 
 
 def test_the_content_hash_ignores_status_headers_line_endings_and_trailing_whitespace() -> None:

@@ -90,8 +90,7 @@ def test_it_streams_mbox_messages_without_the_envelope_lines() -> None:
         ),
         RawItem(
             "mbox:#3 (byte 336)",
-            b"From: Carol <carol@example.com>\nSubject: Third\nMessage-ID: <m3@example.com>\n\n"
-            b"Last message.\n",
+            b"From: Carol <carol@example.com>\nSubject: Third\nMessage-ID: <m3@example.com>\n\nLast message.\n",
         ),
     ]
     data = (FIXTURES / "sample.mbox").read_bytes()

@@ -37,9 +37,7 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(OAKEN_DATA_DIR=str(tmp_path / "data"), OAKEN_PORT=str(port), OAKEN_WEB_WORKERS="1")
     oaken = Path(sys.executable).with_name("oaken")
-    proc = subprocess.Popen(
-        [str(oaken), "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen([str(oaken), "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
         status = None

@@ -52,9 +52,7 @@ def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None
 
 
 def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person) -> None:
-    code, data = run_cli(
-        "user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2"
-    )
+    code, data = run_cli("user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2")
     assert code == 1
     assert data["error"]["code"] == "CONFLICT"
     assert data["error"]["field"] == "email"
@@ -62,9 +60,7 @@ def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person
 
 
 def test_user_create_names_the_bad_field_without_echoing_it(db: None) -> None:
-    code, data = run_cli(
-        "user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1"
-    )
+    code, data = run_cli("user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1")
     assert code == 1
     assert data["error"] == {"code": "INVALID_INPUT", "field": "email", "message": data["error"]["message"]}
     assert "not-an-address-zq" not in json.dumps(data)

@@ -32,20 +32,14 @@ def _threads(person: Person) -> dict[str, set[str]]:
     """thread subject -> message ids in it"""
     result: dict[str, set[str]] = {}
     for thread in Thread.objects.for_tenant(person.tenant):
-        ids = set(
-            Message.objects.for_tenant(person.tenant)
-            .filter(thread=thread)
-            .values_list("message_id", flat=True)
-        )
+        ids = set(Message.objects.for_tenant(person.tenant).filter(thread=thread).values_list("message_id", flat=True))
         assert thread.message_count == len(ids)
         result.setdefault(thread.subject, set()).update(ids)
     return result
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 500])
-def test_a_conversation_in_order_is_one_thread(
-    alice: Person, mallory: Person, tmp_path: Path, batch_size: int
-) -> None:
+def test_a_conversation_in_order_is_one_thread(alice: Person, mallory: Person, tmp_path: Path, batch_size: int) -> None:
     _import(alice, tmp_path, conversation(6), batch_size=batch_size)
     threads = Thread.objects.for_tenant(alice.tenant)
     assert threads.count() == 1
@@ -82,40 +76,26 @@ def test_later_imports_join_existing_threads(alice: Person, mallory: Person, tmp
     assert not Thread.objects.for_tenant(mallory.tenant).exists()
 
 
-def test_siblings_sharing_a_missing_parent_are_one_thread(
-    alice: Person, mallory: Person, tmp_path: Path
-) -> None:
-    a = raw_message(
-        message_id="<a@x>", subject="Re: Q", in_reply_to="<missing@x>", references=["<missing@x>"]
-    )
-    b = raw_message(
-        message_id="<b@x>", subject="Re: Q", in_reply_to="<missing@x>", references=["<missing@x>"]
-    )
+def test_siblings_sharing_a_missing_parent_are_one_thread(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    a = raw_message(message_id="<a@x>", subject="Re: Q", in_reply_to="<missing@x>", references=["<missing@x>"])
+    b = raw_message(message_id="<b@x>", subject="Re: Q", in_reply_to="<missing@x>", references=["<missing@x>"])
     _import(alice, tmp_path, [a], name="one")
     _import(alice, tmp_path, [b], name="two")
     assert Thread.objects.for_tenant(alice.tenant).count() == 1
     assert not Thread.objects.for_tenant(mallory.tenant).exists()
 
 
-def test_a_reply_without_references_falls_back_to_the_subject(
-    alice: Person, mallory: Person, tmp_path: Path
-) -> None:
+def test_a_reply_without_references_falls_back_to_the_subject(alice: Person, mallory: Person, tmp_path: Path) -> None:
     original = raw_message(message_id="<o@x>", subject="Lunch on Friday?", date=BASE_DATE)
-    reply = raw_message(
-        message_id="<r@x>", subject="RE:  lunch on friday?", date=BASE_DATE + timedelta(hours=2)
-    )
-    forward = raw_message(
-        message_id="<f@x>", subject="Fwd: Lunch on Friday?", date=BASE_DATE + timedelta(days=1)
-    )
+    reply = raw_message(message_id="<r@x>", subject="RE:  lunch on friday?", date=BASE_DATE + timedelta(hours=2))
+    forward = raw_message(message_id="<f@x>", subject="Fwd: Lunch on Friday?", date=BASE_DATE + timedelta(days=1))
     _import(alice, tmp_path, [original, reply], name="one")
     _import(alice, tmp_path, [forward], name="two")
     assert _threads(alice) == {"Lunch on Friday?": {"o@x", "r@x", "f@x"}}
     assert not Thread.objects.for_tenant(mallory.tenant).exists()
 
 
-def test_same_subject_without_a_reply_prefix_stays_apart(
-    alice: Person, mallory: Person, tmp_path: Path
-) -> None:
+def test_same_subject_without_a_reply_prefix_stays_apart(alice: Person, mallory: Person, tmp_path: Path) -> None:
     _import(
         alice,
         tmp_path,
@@ -128,9 +108,7 @@ def test_same_subject_without_a_reply_prefix_stays_apart(
     assert not Thread.objects.for_tenant(mallory.tenant).exists()
 
 
-def test_the_subject_fallback_has_a_time_window(
-    alice: Person, mallory: Person, tmp_path: Path, settings
-) -> None:
+def test_the_subject_fallback_has_a_time_window(alice: Person, mallory: Person, tmp_path: Path, settings) -> None:
     settings.OPERATIONS = {**settings.OPERATIONS, "THREAD_SUBJECT_WINDOW_DAYS": 30}
     old = raw_message(message_id="<old@x>", subject="Status", date=BASE_DATE)
     late = raw_message(message_id="<late@x>", subject="Re: Status", date=BASE_DATE + timedelta(days=90))

@@ -77,12 +77,9 @@ def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> 
     account = MailAccount.objects.for_tenant(tenant).filter(workspace=workspace, name=name).first()
     if account is None:
         with transaction.atomic():
-            account = MailAccount.objects.create(
-                tenant=tenant, workspace=workspace, name=name, kind=AccountKind.LOCAL
-            )
+            account = MailAccount.objects.create(tenant=tenant, workspace=workspace, name=name, kind=AccountKind.LOCAL)
             Folder.objects.bulk_create(
-                Folder(tenant=tenant, account=account, kind=kind, name=kind.label)
-                for kind in STANDARD_FOLDERS
+                Folder(tenant=tenant, account=account, kind=kind, name=kind.label) for kind in STANDARD_FOLDERS
             )
     elif account.kind != AccountKind.LOCAL:
         raise ImportRefusedError("INVALID_INPUT", "mail can only be imported into a local account", "account")
@@ -145,9 +142,7 @@ class _Importer:
         with transaction.atomic():
             # One importer per account at a time: duplicate detection and threading read, then write.
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"import:{self.account.pk}"]
-                )
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"import:{self.account.pk}"])
             fresh, duplicates = self._drop_duplicates(parsed)
             self._store(fresh)
             ImportFailure.objects.bulk_create(failures)
@@ -157,9 +152,7 @@ class _Importer:
             self.run.save(update_fields=["imported", "duplicates", "failed"])
 
     def _failure(self, item: RawItem, reason: str) -> ImportFailure:
-        return ImportFailure(
-            tenant=self.tenant, run=self.run, position=item.position[:500], reason=reason[:255]
-        )
+        return ImportFailure(tenant=self.tenant, run=self.run, position=item.position[:500], reason=reason[:255])
 
     def _drop_duplicates(
         self, parsed: list[tuple[RawItem, ParsedMessage]]
@@ -194,9 +187,7 @@ class _Importer:
             rows.append((item, p, _clean(p.subject), *ids, p.date or now))
         self.threader.prepare(
             mentions=(m for *_, mid, irt, refs, _ in rows for m in (mid, irt, *refs)),
-            reply_subjects=(
-                normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)
-            ),
+            reply_subjects=(normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)),
             earliest=min(row[-1] for row in rows),
         )
         tenant_id, account_id, folder_id = self.tenant.pk, self.account.pk, self.inbox.pk
@@ -309,9 +300,7 @@ def import_mail(
             "INVALID_INPUT", "path is not a readable mbox file, Maildir or .eml folder", "path"
         ) from exc
     account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
-    run = ImportRun.objects.create(
-        tenant=tenant, account=account, source_name=path.name[:255], source_kind=kind
-    )
+    run = ImportRun.objects.create(tenant=tenant, account=account, source_name=path.name[:255], source_kind=kind)
     importer = _Importer(run, account)
     size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
     try:

@@ -90,9 +90,7 @@ class Label(TenantOwned):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["account", "name"], name="label_name_unique_in_account")
-        ]
+        constraints = [models.UniqueConstraint(fields=["account", "name"], name="label_name_unique_in_account")]
 
     def __str__(self) -> str:
         return self.name
@@ -101,12 +99,8 @@ class Label(TenantOwned):
 class Message(TenantOwned):
     # Foreign-key indexes are left to the composite indexes below, which lead with these
     # columns: every index costs on imports of thousands of messages.
-    tenant = models.ForeignKey(
-        "workspaces.Tenant", on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    account = models.ForeignKey(
-        MailAccount, on_delete=models.CASCADE, related_name="messages", db_index=False
-    )
+    tenant = models.ForeignKey("workspaces.Tenant", on_delete=models.CASCADE, related_name="+", db_index=False)
+    account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="messages", db_index=False)
     folder = models.ForeignKey(Folder, on_delete=models.PROTECT, related_name="messages")
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="messages", db_index=False)
     # Message-ID without angle brackets; '' when the message had none
@@ -131,6 +125,8 @@ class Message(TenantOwned):
     read = models.BooleanField(default=False)
     pinned = models.BooleanField(default=False)
     has_attachments = models.BooleanField(default=False)
+    # where a trashed message came from, so restoring puts it back
+    trashed_from = models.ForeignKey(Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     content_hash = models.CharField(max_length=64)
     headers = models.JSONField(default=dict, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
@@ -139,9 +135,7 @@ class Message(TenantOwned):
         constraints = [
             # A re-import of the same source adds nothing: same Message-ID and same content.
             # Also the index for finding messages by Message-ID (threading, reconciliation).
-            models.UniqueConstraint(
-                fields=["account", "message_id", "content_hash"], name="message_unique_in_account"
-            ),
+            models.UniqueConstraint(fields=["account", "message_id", "content_hash"], name="message_unique_in_account"),
         ]
         indexes = [
             models.Index(fields=["tenant", "account", "folder", "-date"], name="message_in_folder"),

@@ -187,9 +187,7 @@ _MULTIBYTE = frozenset(
     }
 )
 # Text codecs that are transformations, not charsets a mail could be written in.
-_NOT_CHARSETS = frozenset(
-    {"idna", "punycode", "unicode-escape", "raw-unicode-escape", "charmap", "undefined"}
-)
+_NOT_CHARSETS = frozenset({"idna", "punycode", "unicode-escape", "raw-unicode-escape", "charmap", "undefined"})
 # 7-bit or wide encodings: pure-ASCII bytes do not mean ASCII text for these.
 _NOT_ASCII_COMPATIBLE = ("iso2022", "utf_7", "utf_16", "utf_32", "hz")
 _TEXT_LIKE_TYPES = frozenset(
@@ -229,12 +227,7 @@ def content_hash(raw: bytes) -> str:
     end = data.find(b"\n\n")
     head, body = (data, b"") if end == -1 else (data[: end + 1], data[end + 1 :])
     lowered = head.lower()
-    if (
-        b"status" in lowered
-        or b"x-uid" in lowered
-        or b"x-keywords" in lowered
-        or b"content-length" in lowered
-    ):
+    if b"status" in lowered or b"x-uid" in lowered or b"x-keywords" in lowered or b"content-length" in lowered:
         head = _VOLATILE_HEADERS.sub(b"", head)
     return hashlib.sha256((head + body).rstrip()).hexdigest()
 
@@ -440,9 +433,7 @@ def _message_attachment(part: Message, content_type: str, number: int, depth: in
         summary = f"{summary}\n\n{body}" if summary else body
     return ParsedAttachment(
         # A subject is not a path: keep all of it rather than its last "/" component.
-        filename=_safe_filename(
-            _SLASHES.sub("-", f"{subject}.eml") if subject else None, content_type, number
-        ),
+        filename=_safe_filename(_SLASHES.sub("-", f"{subject}.eml") if subject else None, content_type, number),
         content_type=content_type,
         content=content,
         size=len(content),
@@ -814,9 +805,7 @@ def _snippet(text: str) -> str:
 # -- HTML ----------------------------------------------------------------------------------------------
 
 _SKIPPED_TAGS = frozenset({"script", "style", "template"})
-_HEAD_TAGS = frozenset(
-    {"html", "head", "meta", "link", "title", "base", "style", "script", "noscript", "template"}
-)
+_HEAD_TAGS = frozenset({"html", "head", "meta", "link", "title", "base", "style", "script", "noscript", "template"})
 _PARAGRAPH_TAGS = frozenset({"p", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "hr", "pre", "dl"})
 _BLOCK_TAGS = frozenset(
     {

@@ -80,9 +80,7 @@ def iter_source(path: Path) -> Iterator[RawItem]:
         return _iter_maildir(path, path)
     if kind == "eml":
         return _iter_files([path], path.parent, "eml")
-    return _iter_files(
-        sorted(_eml_files(path), key=lambda file: file.relative_to(path).as_posix()), path, "eml"
-    )
+    return _iter_files(sorted(_eml_files(path), key=lambda file: file.relative_to(path).as_posix()), path, "eml")
 
 
 def _iter_mbox(path: Path) -> Iterator[RawItem]:

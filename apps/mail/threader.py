@@ -77,9 +77,7 @@ class Threader:
         if keys:
             threads = (
                 Thread.objects.for_tenant(tenant)
-                .filter(
-                    account=self.account, subject_key__in=keys, last_message_at__gte=earliest - self.window
-                )
+                .filter(account=self.account, subject_key__in=keys, last_message_at__gte=earliest - self.window)
                 .order_by("last_message_at")
                 .values_list("id", "subject_key", "last_message_at")
             )

@@ -72,9 +72,7 @@ class Workspace(TenantOwned):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="workspace_name_unique_in_tenant")
-        ]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="workspace_name_unique_in_tenant")]
 
     def __str__(self) -> str:
         return self.name

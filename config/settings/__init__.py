@@ -1,5 +1,6 @@
 """Settings, assembled from one module per concern."""
 
+from .api import *  # noqa: F403
 from .base import *  # noqa: F403
 from .database import *  # noqa: F403
 from .operations import *  # noqa: F403

@@ -37,9 +37,7 @@ def _secret_from_file(name: str, make: Callable[[], str]) -> str:
     raise ImproperlyConfigured(f"{path} is empty")
 
 
-SECRET_KEY = env_str("OAKEN_SECRET_KEY") or _secret_from_file(
-    "django-secret-key", lambda: secrets.token_urlsafe(50)
-)
+SECRET_KEY = env_str("OAKEN_SECRET_KEY") or _secret_from_file("django-secret-key", lambda: secrets.token_urlsafe(50))
 # Fernet keys for credentials at rest, newest first; older ones still decrypt (key rotation).
 ENCRYPTION_KEYS = env_list("OAKEN_ENCRYPTION_KEYS") or [
     _secret_from_file("encryption-key", lambda: Fernet.generate_key().decode())
@@ -71,7 +69,13 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.workspaces",
     "apps.mail",
+    "apps.audit",
     "apps.server",
+    "apps.operations",
+    "apps.gate",
+    "apps.api",
+    "rest_framework",
+    "drf_spectacular",
 ]
 
 MIDDLEWARE = [

@@ -12,4 +12,23 @@ OPERATIONS = {
     "THREAD_SUBJECT_WINDOW_DAYS": env_int("OAKEN_THREAD_SUBJECT_WINDOW_DAYS", 60, minimum=0),
     # text kept for search from a text attachment
     "ATTACHMENT_TEXT_MAX_CHARS": env_int("OAKEN_ATTACHMENT_TEXT_MAX_CHARS", 200_000, minimum=0),
+    # lists: a page is at most this long; a larger `limit` is refused, never cut
+    "PAGE_SIZE_DEFAULT": env_int("OAKEN_PAGE_SIZE_DEFAULT", 50, minimum=1),
+    "PAGE_SIZE_MAX": env_int("OAKEN_PAGE_SIZE_MAX", 200, minimum=1),
+    # batches: ids per call
+    "BATCH_MAX": env_int("OAKEN_BATCH_MAX", 500, minimum=1),
+    "LABELS_PER_CALL_MAX": env_int("OAKEN_LABELS_PER_CALL_MAX", 20, minimum=1),
+    "SUMMARIZE_MAX": env_int("OAKEN_SUMMARIZE_MAX", 20, minimum=1),
+    "THREAD_MAX_MESSAGES": env_int("OAKEN_THREAD_MAX_MESSAGES", 200, minimum=1),
+    # texts: cut, and the answer says so (truncated + full length)
+    "TEXT_MAX_CHARS": env_int("OAKEN_TEXT_MAX_CHARS", 20_000, minimum=100),
+    "SUMMARY_MAX_CHARS": env_int("OAKEN_SUMMARY_MAX_CHARS", 400, minimum=50),
+    "QUERY_MAX_CHARS": env_int("OAKEN_QUERY_MAX_CHARS", 500, minimum=10),
+    "RAW_MESSAGE_MAX_BYTES": env_int("OAKEN_RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
+    # confirmation: small reversible changes up to this many items pass unconfirmed
+    "CONFIRM_FREE_MAX": env_int("OAKEN_CONFIRM_FREE_MAX", 10, minimum=0),
+    "CONFIRMATION_TTL_SECONDS": env_int("OAKEN_CONFIRMATION_TTL_SECONDS", 120, minimum=10),
+    "CONFIRMATION_TOKENS_PER_CALLER": env_int("OAKEN_CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
+    # idempotency keys are kept at least this long
+    "IDEMPOTENCY_RETENTION_HOURS": env_int("OAKEN_IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
 }

@@ -327,15 +327,11 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "label",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="mail.label"
-                    ),
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="mail.label"),
                 ),
                 (
                     "message",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="mail.message"
-                    ),
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="mail.message"),
                 ),
                 (
                     "tenant",
@@ -348,9 +344,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="message",
             name="labels",
-            field=models.ManyToManyField(
-                related_name="messages", through="mail.MessageLabel", to="mail.label"
-            ),
+            field=models.ManyToManyField(related_name="messages", through="mail.MessageLabel", to="mail.label"),
         ),
         migrations.CreateModel(
             name="RawMessage",
@@ -427,21 +421,15 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="mailaccount",
-            constraint=models.UniqueConstraint(
-                fields=("workspace", "name"), name="account_name_unique_in_workspace"
-            ),
+            constraint=models.UniqueConstraint(fields=("workspace", "name"), name="account_name_unique_in_workspace"),
         ),
         migrations.AddConstraint(
             model_name="label",
-            constraint=models.UniqueConstraint(
-                fields=("account", "name"), name="label_name_unique_in_account"
-            ),
+            constraint=models.UniqueConstraint(fields=("account", "name"), name="label_name_unique_in_account"),
         ),
         migrations.AddConstraint(
             model_name="folder",
-            constraint=models.UniqueConstraint(
-                fields=("account", "name"), name="folder_name_unique_in_account"
-            ),
+            constraint=models.UniqueConstraint(fields=("account", "name"), name="folder_name_unique_in_account"),
         ),
         migrations.AddConstraint(
             model_name="folder",

@@ -71,9 +71,7 @@ class Migration(migrations.Migration):
                 ),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(fields=("tenant", "user"), name="membership_once_per_tenant")
-                ],
+                "constraints": [models.UniqueConstraint(fields=("tenant", "user"), name="membership_once_per_tenant")],
             },
         ),
         migrations.CreateModel(

@@ -33,9 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535))
         parser.add_argument("--bind", default=env_str("OAKEN_BIND", "127.0.0.1"))
         parser.add_argument("--web-workers", type=int, default=env_int("OAKEN_WEB_WORKERS", 2, minimum=1))
-        parser.add_argument(
-            "--worker-concurrency", type=int, default=env_int("OAKEN_WORKER_CONCURRENCY", 2, minimum=1)
-        )
+        parser.add_argument("--worker-concurrency", type=int, default=env_int("OAKEN_WORKER_CONCURRENCY", 2, minimum=1))
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -73,9 +71,7 @@ class Command(BaseCommand):
             # the children in order, before the embedded servers they use.
             child.process = subprocess.Popen(child.args, start_new_session=True)
         display_host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host  # noqa: S104
-        self.stdout.write(
-            f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n"
-        )
+        self.stdout.write(f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n")
         self.stdout.flush()
         exit_code = 0
         while not stopping:

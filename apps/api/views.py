@@ -1,0 +1,141 @@
+"""The REST door for the console: POST /api/v1/ops/<name> per operation, GET /api/v1/ops, OpenAPI 3.1.
+
+A door only translates: it authenticates (session + CSRF), builds the person's Caller,
+hands the JSON body to `dispatch`, and renders the Result or the GateError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from pydantic import BaseModel, ConfigDict
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.gate.callers import Caller, Door
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.gate.exposure import offered_operations
+from apps.operations.registry import Operation
+from apps.workspaces.selectors import NotAMemberError, access_membership
+
+TENANT_HEADER = "Oaken-Tenant"
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: str
+    message: str
+    field: str | None = None
+    missing_scope: str | None = None
+    retry_after: int | None = None
+    proposal: dict[str, Any] | None = None
+
+
+class ErrorOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorBody
+
+
+def error_response(error: GateError) -> Response:
+    response = Response({"error": error.as_dict()}, status=error.http_status)
+    if error.retry_after is not None:
+        response["Retry-After"] = str(error.retry_after)
+    return response
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's own refusals (authentication, CSRF, parsing) in the one error shape."""
+    if isinstance(exc, GateError):
+        return error_response(exc)
+    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        return error_response(GateError("UNAUTHENTICATED", "sign in first"))
+    if isinstance(exc, drf_exceptions.PermissionDenied):
+        return error_response(GateError("FORBIDDEN", "this request was refused (CSRF or permission)"))
+    if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
+        return error_response(GateError.invalid("", "the body must be a JSON object"))
+    if isinstance(exc, drf_exceptions.MethodNotAllowed):
+        return Response({"error": {"code": "INVALID_INPUT", "message": "method not allowed"}}, status=405)
+    return None
+
+
+def person_caller(request: Request) -> Caller:
+    try:
+        membership = access_membership(user=request.user, tenant_id=request.headers.get(TENANT_HEADER))
+    except NotAMemberError:
+        raise GateError.not_found("tenant") from None
+    return Caller.person(membership)
+
+
+_ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 422, 429, 503)}
+_HEADERS = [
+    OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="replays the first response"),
+    OpenApiParameter(TENANT_HEADER, str, OpenApiParameter.HEADER, description="tenant id (default: your first)"),
+    OpenApiParameter("confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change"),
+]
+
+
+def operation_view(op: Operation) -> Any:
+    """A view for one operation, so the OpenAPI document has one path per operation."""
+
+    class OperationView(APIView):
+        @extend_schema(
+            operation_id=op.name,
+            summary=op.summary,
+            description=op.description,
+            request=op.input_model,
+            responses={200: op.output_model, **_ERRORS},
+            parameters=_HEADERS,
+            tags=[op.op_class.value],
+        )
+        def post(self, request: Request) -> Response:
+            if not isinstance(request.data, dict):
+                return error_response(GateError.invalid("", "the body must be a JSON object"))
+            try:
+                result = dispatch(
+                    person_caller(request),
+                    Door.UI,
+                    op.name,
+                    dict(request.data),
+                    confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
+                    idempotency_key=request.headers.get("Idempotency-Key"),
+                )
+            except GateError as error:
+                return error_response(error)
+            response = Response(result.output)
+            if result.replayed:
+                response["Idempotent-Replayed"] = "true"
+            return response
+
+    OperationView.__name__ = OperationView.__qualname__ = f"{op.name.title().replace('_', '')}View"
+    return OperationView.as_view()
+
+
+class OperationRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    summary: str
+    op_class: str
+    needs_role: str
+
+
+class OperationList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    operations: list[OperationRow]
+
+
+class OperationListView(APIView):
+    @extend_schema(operation_id="list_operations", summary="What you may call here.", responses={200: OperationList})
+    def get(self, request: Request) -> Response:
+        try:
+            caller = person_caller(request)
+        except GateError as error:
+            return error_response(error)
+        rows = [
+            {"name": op.name, "summary": op.summary, "op_class": op.op_class.value, "needs_role": op.role}
+            for op in offered_operations(caller)
+        ]
+        return Response({"operations": rows})

@@ -1,0 +1,98 @@
+"""Who is calling, through which door: the gate's view of a principal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from apps.workspaces.models import Role
+
+if TYPE_CHECKING:
+    from apps.accounts.models import User
+    from apps.workspaces.models import Membership, Tenant
+
+
+class Principal(StrEnum):
+    PERSON = "person"
+    AGENT = "agent"
+    INTERNAL = "internal"
+
+
+class Door(StrEnum):
+    UI = "ui"
+    CLI = "cli"
+    MCP = "mcp"
+    INTERNAL = "internal"
+
+
+DOORS_OF = {
+    Principal.PERSON: {Door.UI, Door.CLI},
+    Principal.AGENT: {Door.MCP},
+    Principal.INTERNAL: {Door.INTERNAL},
+}
+
+
+class DoorMismatchError(RuntimeError):
+    """A caller arrived through a door that is not theirs: a programming error, refused outright."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: Principal
+    tenant: Tenant
+    user: User | None = None
+    role: Role | None = None
+    # agents only: granted scopes, workspace names (empty: every workspace), operation allow-list
+    scopes: frozenset[str] = frozenset()
+    workspaces: tuple[str, ...] | None = None
+    allow_list: frozenset[str] | None = None
+    credential_id: str = ""
+    credential_kind: str = ""  # "oauth" | "apikey"
+
+    @classmethod
+    def person(cls, membership: Membership) -> Caller:
+        return cls(Principal.PERSON, membership.tenant, user=membership.user, role=Role(membership.role))
+
+    @classmethod
+    def agent(
+        cls,
+        membership: Membership,
+        *,
+        scopes: set[str] | frozenset[str],
+        workspaces: tuple[str, ...] = ("default",),
+        allow_list: set[str] | frozenset[str] | None = None,
+        credential_id: str,
+        credential_kind: str,
+    ) -> Caller:
+        granted = set(scopes) | {"read"}
+        if "send" in granted:
+            granted.add("write")  # Send implies Organize and draft (SPEC §7)
+        return cls(
+            Principal.AGENT,
+            membership.tenant,
+            user=membership.user,
+            role=Role(membership.role),
+            scopes=frozenset(granted),
+            workspaces=tuple(workspaces),
+            allow_list=frozenset(allow_list) if allow_list is not None else None,
+            credential_id=credential_id,
+            credential_kind=credential_kind,
+        )
+
+    @classmethod
+    def internal(cls, tenant: Tenant) -> Caller:
+        return cls(Principal.INTERNAL, tenant)
+
+    @property
+    def key(self) -> str:
+        """Stable identity for binding tokens and idempotency keys to this caller."""
+        user = self.user.pk if self.user is not None else "-"
+        return f"{self.principal}:{self.tenant.pk}:{user}:{self.credential_id or '-'}"
+
+    @property
+    def workspace_filter(self) -> tuple[str, ...] | None:
+        """Workspace names this caller's mail is limited to; None: every workspace (SPEC §8)."""
+        if self.principal != Principal.AGENT or not self.workspaces:
+            return None
+        return self.workspaces

@@ -1,0 +1,269 @@
+"""The gate: the one way in for every door (SPEC §4).
+
+exposure → authority → input → data scope → class → confirmation → limits →
+run in a transaction, validate the output, audit in that same transaction.
+Every call appends exactly one audit event, refusals included.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from pydantic import BaseModel, ValidationError
+
+from apps.audit.log import Target, append_event, input_digest
+from apps.gate import confirmation
+from apps.gate.callers import DOORS_OF, Caller, Door, DoorMismatchError, Principal
+from apps.gate.errors import GateError
+from apps.gate.exposure import is_offered, is_permitted
+from apps.gate.models import IdempotencyRecord
+from apps.operations.context import Context
+from apps.operations.registry import OpClass, Operation, Preview, registry
+from apps.workspaces.tenancy import new_id
+
+log = logging.getLogger("oaken.gate")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+_SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}
+
+
+@dataclass(frozen=True)
+class Result:
+    operation: str
+    output: dict[str, Any]
+    replayed: bool = False
+
+
+class _Audited(GateError):
+    """A refusal whose audit event was already written with the change it belongs to."""
+
+
+def dispatch(
+    caller: Caller,
+    door: Door | str,
+    name: str,
+    raw_input: Any,
+    *,
+    confirm: bool = False,
+    confirmation_token: str | None = None,
+    idempotency_key: str | None = None,
+) -> Result:
+    """Check, run and audit one call of operation `name`; raises GateError on any refusal."""
+    door = Door(door)
+    if door not in DOORS_OF[caller.principal]:
+        raise DoorMismatchError(f"a {caller.principal} cannot call through the {door} door")
+    digest = ""
+    op_name = name if isinstance(name, str) and _SAFE_NAME.match(name) else "(invalid name)"
+    try:
+        op = _exposure(caller, name)
+        _authority(caller, op)
+        data = _parse(op, raw_input)
+        digest = input_digest(data.model_dump(mode="json"))
+        ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=settings.OPERATIONS)
+        if op.data_scope is not None:
+            op.data_scope(ctx, data)
+        _class(caller, op)
+        if op.op_class == OpClass.MUTATE:
+            _confirmation(ctx, op, data, digest, confirm=confirm, token=confirmation_token)
+        _limits(op, data)
+        return _run(ctx, op, data, digest, idempotency_key)
+    except _Audited:
+        raise
+    except GateError as refusal:
+        _audit_refusal(caller, door, op_name, refusal.code, digest)
+        raise
+
+
+def _exposure(caller: Caller, name: str) -> Operation:
+    op = registry.get(name) if isinstance(name, str) else None
+    if op is None or not is_offered(caller, op):
+        raise GateError.not_available()
+    return op
+
+
+def _authority(caller: Caller, op: Operation) -> None:
+    if is_permitted(caller, op):
+        return
+    if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
+        label = _SCOPE_NAMES[op.scope.value]
+        how = (
+            "an API key cannot be widened: a person creates a new key with it in the console"
+            if caller.credential_kind == "apikey"
+            else "a person reconnects the assistant and ticks it on the consent screen"
+        )
+        raise GateError(
+            "INSUFFICIENT_SCOPE",
+            f"this needs the '{label}' permission ({op.scope.value}), which was not granted; to grant it, {how}",
+            missing_scope=op.scope.value,
+        )
+    raise GateError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
+
+
+def _parse(op: Operation, raw: Any) -> BaseModel:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise GateError.invalid("", "input must be a JSON object")
+    try:
+        return op.input_model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
+        field = ".".join(str(part) for part in first["loc"])
+        kind = first["type"]
+        if kind == "missing":
+            message = "is required"
+        elif kind == "extra_forbidden":
+            message = "is not a field of this operation"
+        else:
+            message = str(first["msg"])
+        raise GateError.invalid(field, message) from None
+
+
+def _class(caller: Caller, op: Operation) -> None:
+    if op.op_class == OpClass.SEND and caller.principal == Principal.AGENT:
+        raise GateError("FORBIDDEN", "agents cannot send; they request outbound mail, which a person approves")
+
+
+def proposal(op: Operation, preview: Preview | None) -> dict[str, Any]:
+    """What a confirmation-required answer carries: ids with before/after values, a count, never mail text."""
+    if preview is None:
+        return {"operation": op.name, "changes": [], "count": None, "summary": op.summary}
+    return {
+        "operation": op.name,
+        "changes": [{"id": c.id, "before": c.before, "after": c.after} for c in preview.changes],
+        "count": preview.count,
+        "summary": preview.summary or op.summary,
+    }
+
+
+def _confirmation(
+    ctx: Context, op: Operation, data: BaseModel, digest: str, *, confirm: bool, token: str | None
+) -> None:
+    caller = ctx.caller
+    if caller.principal == Principal.INTERNAL or not op.confirm.needs_confirmation(data, ctx.bounds):
+        return
+    if caller.principal == Principal.PERSON:
+        if confirm:
+            return
+        preview = op.preview(ctx, data) if op.preview is not None else None
+        raise GateError(
+            "CONFIRMATION_REQUIRED",
+            "confirm this change: repeat the call with confirm set",
+            proposal=proposal(op, preview),
+        )
+    if token:
+        confirmation.redeem(caller=caller, token=token, operation=op.name, digest=digest)
+        return
+    assert op.preview is not None  # the registry guarantees a preview for mutations agents can reach
+    preview = op.preview(ctx, data)
+    with transaction.atomic():
+        issued, ttl = confirmation.issue(
+            caller=caller,
+            operation=op.name,
+            digest=digest,
+            ttl_seconds=ctx.bounds["CONFIRMATION_TTL_SECONDS"],
+            cap=ctx.bounds["CONFIRMATION_TOKENS_PER_CALLER"],
+        )
+        _append(caller, ctx.door, op.name, "CONFIRMATION_REQUIRED", digest)
+    offer = proposal(op, preview) | {"token": issued, "expires_in": ttl}
+    raise _Audited(
+        "CONFIRMATION_REQUIRED",
+        "nothing has changed yet: show this proposal to the user, then repeat the same call with confirmation_token",
+        proposal=offer,
+    )
+
+
+def _limits(op: Operation, data: BaseModel) -> None:
+    for bound in op.bounds:
+        value = getattr(data, bound.field, None)
+        if value is None:
+            continue
+        size = value if isinstance(value, int) else len(value)
+        maximum = settings.OPERATIONS[bound.setting]
+        if size > maximum:
+            raise GateError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
+
+
+def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_key: str | None) -> Result:
+    caller = ctx.caller
+    try:
+        with transaction.atomic():
+            if idempotency_key is not None:
+                stored = _claim_key(caller, op.name, idempotency_key, digest)
+                if stored is not None:
+                    _append(caller, ctx.door, op.name, "REPLAYED", digest)
+                    return Result(op.name, stored, replayed=True)
+            produced = op.handler(ctx, data)
+            output = op.output_model.model_validate(
+                produced.model_dump() if isinstance(produced, BaseModel) else produced
+            ).model_dump(mode="json")
+            if idempotency_key is not None:
+                IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
+                    caller_key=caller.key, operation=op.name, key=idempotency_key
+                ).update(response=output)
+            _append(caller, ctx.door, op.name, "ok", digest, ctx.touched)
+    except GateError:
+        raise
+    except ValidationError:
+        # the handler returned something its output model does not allow: a bug, and nothing commits
+        log.error("operation %s returned an invalid output", op.name)
+        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+    except Exception as exc:
+        log.error("operation %s failed: %s", op.name, type(exc).__name__)
+        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+    return Result(op.name, output)
+
+
+def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
+    """Own the key for this run, or return the first run's response.
+
+    The insert waits while another transaction holds the same key, so a concurrent duplicate
+    either replays the first response or, if the first failed, runs in its place: never both.
+    """
+    if not key or len(key) > 255:
+        raise GateError.invalid("idempotency_key", "must be 1 to 255 characters")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO gate_idempotencyrecord (id, tenant_id, caller_key, operation, key, input_digest,"
+            " response, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'null'::jsonb, now())"
+            " ON CONFLICT (tenant_id, caller_key, operation, key) DO NOTHING RETURNING id",
+            [new_id(), caller.tenant.pk, caller.key, operation, key, digest],
+        )
+        if cursor.fetchone() is not None:
+            return None
+    first = IdempotencyRecord.objects.for_tenant(caller.tenant).get(caller_key=caller.key, operation=operation, key=key)
+    if first.input_digest != digest:
+        raise GateError(
+            "IDEMPOTENCY_MISMATCH",
+            "idempotency_key was already used with a different input",
+            field="idempotency_key",
+        )
+    return dict(first.response)
+
+
+def _append(
+    caller: Caller, door: str, operation: str, outcome: str, digest: str, touched: list[Any] | None = None
+) -> None:
+    append_event(
+        tenant=caller.tenant,
+        principal=caller.principal.value,
+        door=door,
+        operation=operation,
+        outcome=outcome,
+        person_id=caller.user.pk if caller.user is not None else None,
+        credential_id=caller.credential_id,
+        credential_kind=caller.credential_kind,
+        targets=[Target(c.id, c.before, c.after) for c in touched or ()],
+        input_digest=digest,
+    )
+
+
+def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:
+    with transaction.atomic():
+        _append(caller, door.value, operation, code, digest)

@@ -1,0 +1,60 @@
+"""Exposure (SPEC §6): which operations a tenant offers its agents, within ceilings fixed in code."""
+
+from __future__ import annotations
+
+from apps.gate.callers import Caller, Principal
+from apps.gate.models import ExposureSetting
+from apps.operations.registry import Ceiling, Operation, registry
+from apps.workspaces.models import Role, Tenant
+
+
+def tenant_settings(tenant: Tenant) -> dict[str, str]:
+    """target -> level ('on' / 'off') for this tenant."""
+    return dict(ExposureSetting.objects.for_tenant(tenant).values_list("target", "level"))
+
+
+def plugin_target(plugin: str) -> str:
+    return f"plugin:{plugin}"
+
+
+def level_for(op: Operation, settings: dict[str, str]) -> str:
+    """'never', 'off' or 'on': what an agent of this tenant meets for `op`."""
+    if op.ceiling == Ceiling.NEVER:
+        return "never"
+    if op.plugin is not None and settings.get(plugin_target(op.plugin)) == "off":
+        return "off"
+    return settings.get(op.name, op.default_level)
+
+
+def is_offered(caller: Caller, op: Operation, settings: dict[str, str] | None = None) -> bool:
+    """The operation is offered to this agent: exposure, plugin health, allow-list, person-bound rule."""
+    if caller.principal != Principal.AGENT:
+        return True
+    if level_for(op, tenant_settings(caller.tenant) if settings is None else settings) != "on":
+        return False
+    if op.plugin is not None and not _plugin_healthy(op.plugin):
+        return False
+    if caller.allow_list is not None and op.name not in caller.allow_list:
+        return False
+    return not (op.person_bound and caller.credential_kind != "oauth")
+
+
+def is_permitted(caller: Caller, op: Operation) -> bool:
+    """Role and scopes cover the operation (the authority check, SPEC §4.2)."""
+    if caller.principal == Principal.INTERNAL:
+        return True
+    if caller.role is None or not Role(caller.role).covers(Role(op.role)):
+        return False
+    return caller.principal != Principal.AGENT or op.scope.value in caller.scopes
+
+
+def offered_operations(caller: Caller) -> list[Operation]:
+    """Every operation this caller may call, in a stable order (what a tool list or console shows)."""
+    settings = tenant_settings(caller.tenant)
+    return [op for op in registry if is_offered(caller, op, settings) and is_permitted(caller, op)]
+
+
+def _plugin_healthy(plugin: str) -> bool:
+    from apps.operations.plugins import plugin_health
+
+    return plugin_health(plugin)

@@ -1,0 +1,53 @@
+"""`oaken call OP --user EMAIL [--tenant ID] [--input JSON] [--confirm] [--idempotency-key K]`: the cli door."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from apps.accounts.models import User
+from apps.gate.callers import Caller, Door
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.server.cli import JsonCommand
+from apps.workspaces.selectors import NotAMemberError, access_membership
+
+
+class Command(JsonCommand):
+    help = "Call an operation as a person, through the gate."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("operation")
+        parser.add_argument("--user", required=True, help="the person's e-mail address")
+        parser.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
+        parser.add_argument("--input", default="{}", help="the input as a JSON object")
+        parser.add_argument("--confirm", action="store_true", help="I asked for exactly this change")
+        parser.add_argument("--idempotency-key")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = User.objects.for_email(options["user"]).first()
+        if user is None or not user.is_active:
+            self.fail("NOT_FOUND", "no such person", "user")
+        try:
+            membership = access_membership(user=user, tenant_id=options["tenant"])
+        except NotAMemberError:
+            self.fail("NOT_FOUND", "no such tenant for this person", "tenant")
+        try:
+            raw = json.loads(options["input"])
+        except ValueError:
+            self.fail("INVALID_INPUT", "input is not valid JSON", "input")
+        try:
+            result = dispatch(
+                Caller.person(membership),
+                Door.CLI,
+                options["operation"],
+                raw,
+                confirm=options["confirm"],
+                idempotency_key=options["idempotency_key"],
+            )
+        except GateError as error:
+            self.emit({"error": error.as_dict()})
+            raise SystemExit(1) from None
+        self.emit(result.output)

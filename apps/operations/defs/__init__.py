@@ -1,0 +1,21 @@
+"""Operation definitions, one module per domain; importing them registers them."""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = (
+    "apps.operations.defs.mail_read",
+    "apps.operations.defs.mail_organize",
+    "apps.operations.defs.admin",
+    "apps.operations.defs.reference",
+)
+
+
+def load_all() -> None:
+    """Register every built-in operation, then installed plugins' (once per process)."""
+    from apps.operations.plugins import load_plugins
+
+    for module in MODULES:
+        importlib.import_module(module)
+    load_plugins()

@@ -1,0 +1,211 @@
+"""Tenant administration reachable by persons only: exposure settings and the audit log (ceiling never)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from django.db import transaction
+from pydantic import Field
+
+from apps.audit.log import verify_chain
+from apps.audit.models import AuditEvent
+from apps.gate.errors import GateError
+from apps.gate.exposure import level_for, plugin_target, tenant_settings
+from apps.gate.models import ExposureSetting
+from apps.operations.context import Context
+from apps.operations.defs.shapes import Closed, Empty, Page, decode_cursor, encode_cursor
+from apps.operations.registry import ALWAYS, Bound, Ceiling, Change, OpClass, Preview, operation, registry
+
+# ---------------------------------------------------------------- exposure
+
+
+class ExposureIn(Closed):
+    operation: str = Field(
+        min_length=1, max_length=200, description="an operation name, or plugin:<name> for a whole plugin"
+    )
+    level: Literal["on", "off"]
+
+
+class ExposureOut(Closed):
+    target: str
+    level: str
+    previous: str
+
+
+def _exposure_scope(ctx: Context, data: ExposureIn) -> None:
+    if data.operation.startswith("plugin:"):
+        if not any(op.plugin == data.operation.removeprefix("plugin:") for op in registry):
+            raise GateError.not_found("operation")
+        return
+    op = registry.get(data.operation)
+    if op is None:
+        raise GateError.not_found("operation")
+    if op.ceiling == Ceiling.NEVER and data.level == "on":
+        raise GateError.invalid("level", "this operation can never be offered to agents")
+
+
+def _current(ctx: Context, target: str) -> str:
+    settings = tenant_settings(ctx.tenant)
+    op = registry.get(target)
+    return level_for(op, settings) if op is not None else settings.get(target, "on")
+
+
+def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:
+    return Preview((Change(data.operation, {"level": _current(ctx, data.operation)}, {"level": data.level}),))
+
+
+@operation(
+    name="set_operation_exposure",
+    summary="Offer an operation (or a whole plugin) to this tenant's agents, or stop offering it, within its ceiling.",
+    input=ExposureIn,
+    output=ExposureOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_exposure_preview,
+    confirm=ALWAYS,
+    data_scope=_exposure_scope,
+)
+def set_operation_exposure(ctx: Context, data: ExposureIn) -> ExposureOut:
+    previous = _current(ctx, data.operation)
+    ExposureSetting.objects.for_tenant(ctx.tenant).update_or_create(
+        tenant=ctx.tenant, target=data.operation, defaults={"level": data.level, "updated_at": ctx.now}
+    )
+    ctx.touch(data.operation, {"level": previous}, {"level": data.level})
+    return ExposureOut(target=data.operation, level=data.level, previous=previous)
+
+
+class ExposureRow(Closed):
+    name: str
+    op_class: str
+    ceiling: str
+    plugin: str | None
+    setting: str | None
+    offered_to_agents: bool
+
+
+class ExposureListOut(Closed):
+    operations: list[ExposureRow]
+
+
+@operation(
+    name="list_operation_exposure",
+    summary="Every operation with its ceiling, this tenant's setting and whether agents are offered it.",
+    input=Empty,
+    output=ExposureListOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+)
+def list_operation_exposure(ctx: Context, data: Empty) -> ExposureListOut:
+    settings = tenant_settings(ctx.tenant)
+    rows = []
+    for op in registry:
+        rows.append(
+            ExposureRow(
+                name=op.name,
+                op_class=op.op_class.value,
+                ceiling=op.ceiling.value,
+                plugin=op.plugin,
+                setting=settings.get(op.name) or (settings.get(plugin_target(op.plugin)) if op.plugin else None),
+                offered_to_agents=level_for(op, settings) == "on",
+            )
+        )
+    return ExposureListOut(operations=rows)
+
+
+# ---------------------------------------------------------------- audit
+
+
+class AuditListIn(Page):
+    operation: str | None = Field(default=None, max_length=200)
+
+
+class AuditEventOut(Closed):
+    seq: int
+    created_at: datetime
+    principal: str
+    person_id: str | None
+    credential_id: str
+    door: str
+    operation: str
+    outcome: str
+    targets: list[dict[str, object]]
+    input_digest: str
+    hash: str
+
+
+class AuditListOut(Closed):
+    events: list[AuditEventOut]
+    next_cursor: str | None
+
+
+@operation(
+    name="list_audit_events",
+    summary="The tenant's audit log, newest first. Never offered to agents.",
+    input=AuditListIn,
+    output=AuditListOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
+)
+def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
+    size = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    events = AuditEvent.objects.filter(tenant=ctx.tenant)
+    if data.operation:
+        events = events.filter(operation=data.operation)
+    if data.cursor:
+        before = decode_cursor(data.cursor, 1)[0]
+        if not isinstance(before, int):
+            raise GateError.invalid("cursor", "is not a cursor this service gave out")
+        events = events.filter(seq__lt=before)
+    page = list(events.order_by("-seq")[: size + 1])
+    return AuditListOut(
+        events=[
+            AuditEventOut(
+                seq=e.seq,
+                created_at=e.created_at,
+                principal=e.principal,
+                person_id=str(e.person_id) if e.person_id else None,
+                credential_id=e.credential_id,
+                door=e.door,
+                operation=e.operation,
+                outcome=e.outcome,
+                targets=list(e.targets),
+                input_digest=e.input_digest,
+                hash=e.hash,
+            )
+            for e in page[:size]
+        ],
+        next_cursor=encode_cursor([page[size - 1].seq]) if len(page) > size else None,
+    )
+
+
+class VerifyOut(Closed):
+    ok: bool
+    events_checked: int
+    first_broken_seq: int | None
+    reason: str | None
+
+
+@operation(
+    name="verify_audit",
+    summary="Walk the tenant's audit hash chain and report the first broken link, if any.",
+    input=Empty,
+    output=VerifyOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+)
+def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
+    # The chain is read as committed before this call; this call's own event comes after it.
+    with transaction.atomic():
+        checked, broken = verify_chain(ctx.tenant.pk)
+    return VerifyOut(
+        ok=broken is None,
+        events_checked=checked,
+        first_broken_seq=broken.seq if broken else None,
+        reason=broken.reason if broken else None,
+    )

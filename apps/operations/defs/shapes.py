@@ -1,0 +1,99 @@
+"""Input and output shapes shared by operation definitions. Every model forbids unknown fields."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from apps.gate.errors import GateError
+from apps.mail.models import Folder, Message
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class Empty(Closed):
+    pass
+
+
+class Page(Closed):
+    limit: int | None = Field(default=None, ge=1, description="page size (default and maximum are settings)")
+    cursor: str | None = Field(default=None, max_length=500, description="from the previous page's next_cursor")
+
+
+class MessageIds(Closed):
+    message_ids: list[Id] = Field(min_length=1)
+
+
+class AddressOut(Closed):
+    name: str
+    address: str
+
+
+class MessageSummary(Closed):
+    id: str
+    account_id: str
+    thread_id: str
+    folder: str
+    subject: str
+    sender: AddressOut | None
+    date: datetime | None
+    snippet: str
+    read: bool
+    pinned: bool
+    has_attachments: bool
+    label_ids: list[str]
+
+
+def folder_label(folder: Folder) -> str:
+    """How operations name a folder: its kind, or its name for custom folders."""
+    return folder.kind if folder.kind != "custom" else folder.name
+
+
+def folder_name(message: Message) -> str:
+    return folder_label(message.folder)
+
+
+def summarize(message: Message, label_ids: list[str]) -> MessageSummary:
+    return MessageSummary(
+        id=str(message.pk),
+        account_id=str(message.account_id),
+        thread_id=str(message.thread_id),
+        folder=folder_name(message),
+        subject=message.subject,
+        sender=AddressOut(name=message.sender_name, address=message.sender_address) if message.sender_address else None,
+        date=message.date,
+        snippet=message.snippet,
+        read=message.read,
+        pinned=message.pinned,
+        has_attachments=message.has_attachments,
+        label_ids=label_ids,
+    )
+
+
+def encode_cursor(values: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
+
+
+def decode_cursor(cursor: str, size: int) -> list[Any]:
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError):
+        raise GateError.invalid("cursor", "is not a cursor this service gave out") from None
+    if not isinstance(values, list) or len(values) != size:
+        raise GateError.invalid("cursor", "is not a cursor this service gave out")
+    return values
+
+
+def cut(text: str, limit: int) -> tuple[str, bool, int]:
+    """(text cut to limit, whether it was cut, full length)."""
+    return (text[:limit], len(text) > limit, len(text))

@@ -1,0 +1,277 @@
+"""The operation registry: every capability is defined here once, and checked when it is defined.
+
+An operation is data: a frozen `Operation` with typed input and output models, a class, a
+ceiling for agents, the lowest role, a preview and confirmation rule for mutations, and a
+handler. The REST API, the OpenAPI document, the MCP tool list, the CLI and the console are
+all generated from this registry. Definitions that break a rule of SPEC §3 raise at import.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+READ_STATE_SERVICE = "apps.mail.readstate"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")
+
+
+class OpClass(StrEnum):
+    READ = "read"
+    MUTATE = "mutate"
+    SEND = "send"
+
+
+class Ceiling(StrEnum):
+    """How far an operation may ever be offered to agents."""
+
+    NEVER = "never"
+    OFF = "off"
+    ON = "on"
+
+
+class Scope(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    SEND = "send"
+
+
+_SCOPE_OF_CLASS = {OpClass.READ: Scope.READ, OpClass.MUTATE: Scope.WRITE, OpClass.SEND: Scope.SEND}
+
+
+class DefinitionError(Exception):
+    """An operation definition breaks a registry rule (SPEC §3); the process must not start."""
+
+
+In = TypeVar("In", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing a mutation would change: an id with its value before and after (never mail text)."""
+
+    id: str
+    before: Any = None
+    after: Any = None
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a mutation would do, computed without doing it."""
+
+    changes: tuple[Change, ...]
+    summary: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.changes)
+
+
+@dataclass(frozen=True)
+class ConfirmRule(Generic[In]):
+    """When a mutation needs confirmation: always, never, or when its size passes a threshold."""
+
+    kind: str  # "always" | "never" | "above" | "when"
+    threshold_setting: str = ""
+    size: Callable[[Any], int] | None = None
+    predicate: Callable[[Any], bool] | None = None
+
+    def needs_confirmation(self, data: Any, bounds: Mapping[str, Any]) -> bool:
+        if self.kind == "always":
+            return True
+        if self.kind == "never":
+            return False
+        if self.kind == "when":
+            assert self.predicate is not None
+            return self.predicate(data)
+        assert self.size is not None
+        return self.size(data) > bounds[self.threshold_setting]
+
+
+ALWAYS: ConfirmRule[Any] = ConfirmRule("always")
+NEVER: ConfirmRule[Any] = ConfirmRule("never")
+
+
+def above(threshold_setting: str, size: Callable[[Any], int]) -> ConfirmRule[Any]:
+    """Small, reversible changes pass unconfirmed; above the threshold (a setting) they need confirmation."""
+    return ConfirmRule("above", threshold_setting=threshold_setting, size=size)
+
+
+def when(predicate: Callable[[Any], bool]) -> ConfirmRule[Any]:
+    """Confirmation needed when the input asks for something (e.g. summarize with mark_read)."""
+    return ConfirmRule("when", predicate=predicate)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A count limit on one input field, read from settings.OPERATIONS[setting] at call time."""
+
+    field: str
+    setting: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    summary: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    op_class: OpClass
+    ceiling: Ceiling
+    role: str
+    handler: Callable[..., Any]
+    scope: Scope
+    preview: Callable[..., Preview] | None = None
+    confirm: ConfirmRule[Any] = NEVER
+    # checks that every id and account in the input lies in the caller's reach (gate step 4)
+    data_scope: Callable[..., None] | None = None
+    bounds: tuple[Bound, ...] = ()
+    changes_read_state: bool = False
+    # offered to OAuth connections only, never to API keys (a person's own settings)
+    person_bound: bool = False
+    plugin: str | None = None
+    # takes an `idempotency_key` input field (send requests)
+    idempotent_input: bool = False
+    description: str = field(default="", compare=False)
+
+    @property
+    def default_level(self) -> str:
+        """The exposure an agent meets when no tenant setting exists (plugins start off)."""
+        if self.ceiling == Ceiling.NEVER:
+            return "never"
+        return "off" if self.plugin else self.ceiling.value
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._ops: dict[str, Operation] = {}
+
+    def add(self, op: Operation) -> Operation:
+        check_definition(op, existing=self._ops)
+        self._ops[op.name] = op
+        return op
+
+    def get(self, name: str) -> Operation | None:
+        return self._ops.get(name)
+
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(sorted(self._ops.values(), key=lambda op: op.name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def remove(self, name: str) -> None:
+        """Forget an operation (tests that define throwaway operations clean up after themselves)."""
+        self._ops.pop(name, None)
+
+
+registry = Registry()
+
+
+def _module_imports(module_name: str) -> set[str]:
+    module = sys.modules.get(module_name)
+    if module is None:
+        return set()
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _closed(model: type[BaseModel]) -> bool:
+    return model.model_config.get("extra") == "forbid"
+
+
+def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
+    """Raise DefinitionError when `op` breaks a rule of SPEC §3."""
+    if not _NAME.match(op.name):
+        raise DefinitionError(f"{op.name!r}: names are snake_case (plugins: <plugin>.<name>)")
+    if op.name in existing:
+        raise DefinitionError(f"{op.name!r}: an operation with this name is already defined")
+    for model in (op.input_model, op.output_model):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or not _closed(model):
+            raise DefinitionError(f"{op.name!r}: input and output models must forbid extra fields")
+    if op.op_class == OpClass.SEND and op.ceiling != Ceiling.NEVER:
+        raise DefinitionError(f"{op.name!r}: a send operation can never be offered to agents")
+    if op.op_class == OpClass.READ:
+        if op.changes_read_state:
+            raise DefinitionError(f"{op.name!r}: a read operation cannot change read state")
+        if any(
+            i == READ_STATE_SERVICE or i.startswith(READ_STATE_SERVICE + ".")
+            for i in _module_imports(op.handler.__module__)
+        ):
+            raise DefinitionError(f"{op.name!r}: a read operation's module reaches the read-state service")
+    if op.op_class == OpClass.MUTATE and op.ceiling != Ceiling.NEVER and op.preview is None:
+        raise DefinitionError(f"{op.name!r}: a mutation offered to agents needs a preview")
+    if op.plugin is not None:
+        if not op.name.startswith(op.plugin + "."):
+            raise DefinitionError(f"{op.name!r}: plugin operations are named <plugin>.<name>")
+        if op.ceiling == Ceiling.ON:
+            raise DefinitionError(f"{op.name!r}: plugin operations cannot be on by default")
+        if op.changes_read_state:
+            raise DefinitionError(f"{op.name!r}: plugin operations cannot mark mail read")
+    elif "." in op.name:
+        raise DefinitionError(f"{op.name!r}: only plugin operations are namespaced")
+
+
+def operation(
+    *,
+    name: str,
+    summary: str,
+    input: type[BaseModel],
+    output: type[BaseModel],
+    op_class: OpClass,
+    ceiling: Ceiling,
+    role: str = "MEMBER",
+    scope: Scope | None = None,
+    preview: Callable[..., Preview] | None = None,
+    confirm: ConfirmRule[Any] = NEVER,
+    data_scope: Callable[..., None] | None = None,
+    bounds: tuple[Bound, ...] = (),
+    changes_read_state: bool = False,
+    person_bound: bool = False,
+    plugin: str | None = None,
+    idempotent_input: bool = False,
+    target: Registry | None = None,
+) -> Callable[[Callable[..., Any]], Operation]:
+    """Define and register an operation around its handler."""
+
+    def define(handler: Callable[..., Any]) -> Operation:
+        op = Operation(
+            name=name,
+            summary=summary,
+            input_model=input,
+            output_model=output,
+            op_class=op_class,
+            ceiling=ceiling,
+            role=role,
+            handler=handler,
+            scope=scope or _SCOPE_OF_CLASS[op_class],
+            preview=preview,
+            confirm=confirm,
+            data_scope=data_scope,
+            bounds=bounds,
+            changes_read_state=changes_read_state,
+            person_bound=person_bound,
+            plugin=plugin,
+            idempotent_input=idempotent_input,
+            description=inspect.getdoc(handler) or "",
+        )
+        return (target or registry).add(op)
+
+    return define
