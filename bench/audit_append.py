@@ -17,9 +17,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from apps.workspaces.models import Tenant
 
 
 def setup() -> None:
@@ -36,7 +40,7 @@ def setup() -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def run_writers(tenant: object, writers: int, per_writer: int) -> float:
+def run_writers(tenant: Tenant, writers: int, per_writer: int) -> float:
     """Seconds for `writers` threads to append `per_writer` events each, one transaction per event."""
     from django.db import connection, transaction
 

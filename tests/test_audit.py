@@ -124,6 +124,26 @@ def test_appending_outside_a_transaction_is_refused(alice: Person, mallory: Pers
     assert not ChainHead.objects.filter(tenant__in=[alice.tenant, mallory.tenant]).exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_commit_is_made_durable_before_any_other_commit_hook_runs(alice: Person, mallory: Person) -> None:
+    import apps.audit.log
+
+    calls: list[str] = []
+    real = apps.audit.log._make_durable
+
+    def durable() -> None:
+        real()
+        calls.append("durable")
+
+    with mock.patch("apps.audit.log._make_durable", durable), transaction.atomic():
+        transaction.on_commit(lambda: calls.append("enqueued by the handler"))
+        _append(alice.tenant)
+        assert calls == []
+    assert calls == ["durable", "enqueued by the handler"]
+    assert verify_chain(alice.tenant.pk) == (1, None)
+    assert verify_chain(mallory.tenant.pk) == (0, None)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -224,35 +244,44 @@ def test_concurrent_writers_make_one_linear_chain(alice: Person, mallory: Person
 def test_a_stored_event_hashes_as_it_did_when_appended(alice: Person, mallory: Person) -> None:
     when = datetime(2026, 3, 1, 12, 30, 15, 123457, tzinfo=UTC)
     targets = [
-        Target(id="msg-1", before={"labels": ["b", "a"], "read": False}, after={"labels": ["a"], "read": True}),
+        Target(id="msg-1", before={"labels": ["b", "a"], "read": False}, after={"labels": [], "read": True}),
         # numbers jsonb spells its own way, non-ASCII text, and values JSON has no type for
         Target(id="n", before={"big": 1e16, "tiny": 1.5e-7, "third": 0.1 + 0.2, "int": 2**62}, after=1.0),
-        Target(id="Fran\u00e7oise \u2603", before=uuid.UUID(int=7), after=when),
+        Target(id='Fran\u00e7oise \u2603 "q"', before=uuid.UUID(int=7), after=when),
+        Target(id="no floats", before={"z": {"b": None, "a": [1, "\u00e9"]}}, after={1: "int key"}),
     ]
-    with mock.patch("apps.audit.log.timezone.now", return_value=when), transaction.atomic():
-        appended = append_event(
-            tenant=alice.tenant,
-            principal="agent",
-            door="mcp",
-            operation="label_messages",
-            outcome="ok",
-            person_id=alice.user.pk,
-            credential_id="key-1",
-            credential_kind="apikey",
-            targets=targets,
-            input_digest=input_digest({"b": 1, "a": ["\u00e9"]}),
-        )
-    stored = AuditEvent.objects.for_tenant(alice.tenant).get(pk=appended.pk)
-    assert stored.created_at == when == appended.created_at
-    assert stored.created_at.microsecond == 123457
-    assert event_hash(stored) == stored.hash == appended.hash == event_hash(appended)
-    assert stored.targets == appended.targets
-    assert stored.targets[2] == {
-        "id": "Fran\u00e7oise \u2603",
+    appended = []
+    for i in range(3):
+        with transaction.atomic():
+            appended.append(
+                append_event(
+                    tenant=alice.tenant,
+                    principal="agent",
+                    door="mcp",
+                    operation="label_messages",
+                    outcome="ok",
+                    person_id=alice.user.pk if i else None,
+                    credential_id="key-1",
+                    credential_kind="apikey",
+                    targets=targets[i:],
+                    input_digest=input_digest({"b": 1, "a": ["\u00e9"]}),
+                )
+            )
+    for event in appended:
+        stored = AuditEvent.objects.for_tenant(alice.tenant).get(pk=event.pk)
+        assert stored.created_at == event.created_at  # to the microsecond
+        assert event_hash(stored) == stored.hash == event.hash == event_hash(event)
+        assert stored.targets == event.targets
+        assert (stored.seq, stored.prev_hash) == (event.seq, event.prev_hash)
+    assert any(e.created_at.microsecond % 1000 for e in appended)
+    assert appended[0].targets[1]["before"]["big"] == 10**16
+    assert appended[0].targets[2] == {
+        "id": 'Fran\u00e7oise \u2603 "q"',
         "before": str(uuid.UUID(int=7)),
         "after": str(when),
     }
-    assert verify_chain(alice.tenant.pk) == (1, None)
+    assert appended[2].targets[-1]["after"] == {"1": "int key"}
+    assert verify_chain(alice.tenant.pk) == (3, None)
 
 
 def test_input_digest_is_sha256_of_canonical_json(alice: Person, mallory: Person) -> None:

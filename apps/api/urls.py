@@ -2,9 +2,11 @@
 
 from django.urls import URLPattern, path
 
-from apps.api.views import operation_view
+from apps.api.views import UnknownOperationView, operation_view
 from apps.operations.registry import registry
 
 
 def operation_urls() -> list[URLPattern]:
-    return [path(f"api/v1/ops/{op.name}", operation_view(op), name=f"op-{op.name}") for op in registry]
+    routes = [path(f"api/v1/ops/{op.name}", operation_view(op), name=f"op-{op.name}") for op in registry]
+    # after the operations: any other name is answered by the gate, in the one error shape
+    return [*routes, path("api/v1/ops/<str:name>", UnknownOperationView.as_view(), name="op-unknown")]

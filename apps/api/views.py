@@ -92,26 +92,40 @@ def operation_view(op: Operation) -> Any:
             tags=[op.op_class.value],
         )
         def post(self, request: Request) -> Response:
-            if not isinstance(request.data, dict):
-                return error_response(GateError.invalid("", "the body must be a JSON object"))
-            try:
-                result = dispatch(
-                    person_caller(request),
-                    Door.UI,
-                    op.name,
-                    dict(request.data),
-                    confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
-                    idempotency_key=request.headers.get("Idempotency-Key"),
-                )
-            except GateError as error:
-                return error_response(error)
-            response = Response(result.output)
-            if result.replayed:
-                response["Idempotent-Replayed"] = "true"
-            return response
+            return call_operation(request, op.name)
 
     OperationView.__name__ = OperationView.__qualname__ = f"{op.name.title().replace('_', '')}View"
     return OperationView.as_view()
+
+
+def call_operation(request: Request, name: str) -> Response:
+    """Dispatch one call of `name` with the JSON body, and render its output or its GateError."""
+    if not isinstance(request.data, dict):
+        return error_response(GateError.invalid("", "the body must be a JSON object"))
+    try:
+        result = dispatch(
+            person_caller(request),
+            Door.UI,
+            name,
+            dict(request.data),
+            confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+    except GateError as error:
+        return error_response(error)
+    response = Response(result.output)
+    if result.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+class UnknownOperationView(APIView):
+    """Any other name under /api/v1/ops/: the gate answers it (NOT_AVAILABLE, audited) in the one error shape,
+    instead of Django's HTML 404."""
+
+    @extend_schema(exclude=True)
+    def post(self, request: Request, name: str) -> Response:
+        return call_operation(request, name)
 
 
 class OperationRow(BaseModel):

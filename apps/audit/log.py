@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
-from django.utils import timezone
 
 from apps.audit.models import ZERO_HASH, AuditEvent, CredentialKind, Door, Principal
 from apps.workspaces.models import Tenant
@@ -71,11 +70,13 @@ def _timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def _chain_hash(
+# Filled in by the database under the chain head's lock; every other hashed field is known before.
+_FILLED_UNDER_LOCK = ("created_at", "prev_hash", "seq")
+
+
+def _content(
     *,
     tenant_id: uuid.UUID,
-    seq: int,
-    created_at: datetime,
     principal: str,
     person_id: uuid.UUID | None,
     credential_id: str,
@@ -85,12 +86,10 @@ def _chain_hash(
     outcome: str,
     targets: Any,
     input_digest: str,
-    prev_hash: str,
-) -> str:
-    content = {
+) -> dict[str, Any]:
+    """The hashed fields of an event, less those in _FILLED_UNDER_LOCK."""
+    return {
         "tenant_id": str(tenant_id),
-        "seq": seq,
-        "created_at": _timestamp(created_at),
         "principal": principal,
         "person_id": None if person_id is None else str(person_id),
         "credential_id": credential_id,
@@ -100,9 +99,33 @@ def _chain_hash(
         "outcome": outcome,
         "targets": targets,
         "input_digest": input_digest,
-        "prev_hash": prev_hash,
     }
+
+
+def _chain_hash(*, created_at: datetime, prev_hash: str, seq: int, **fields: Any) -> str:
+    content = _content(**fields)
+    content.update(created_at=_timestamp(created_at), prev_hash=prev_hash, seq=seq)
     return _sha256(canonical_json(content))
+
+
+def _hash_frame(content: dict[str, Any]) -> list[str]:
+    """The event's canonical JSON cut where created_at, prev_hash and seq go, in that (sorted) order.
+
+    The append statement joins these four pieces around the values it takes under the lock and
+    hashes the result, so it is the very text _chain_hash() hashes (a test holds them together).
+    """
+    pieces: list[str] = []
+    text = ""
+    for i, key in enumerate(sorted([*content, *_FILLED_UNDER_LOCK])):
+        text += ("{" if i == 0 else ",") + canonical_json(key) + ":"
+        if key in content:
+            text += canonical_json(content[key])
+        else:
+            quote = "" if key == "seq" else '"'
+            pieces.append(text + quote)
+            text = quote
+    pieces.append(text + "}")
+    return pieces
 
 
 def event_hash(event: AuditEvent) -> str:
@@ -124,20 +147,63 @@ def event_hash(event: AuditEvent) -> str:
     )
 
 
-# Locks the head and, in the same round trip, lets PostgreSQL parse the targets: what is hashed
-# is exactly what jsonb will give back (its own number spelling, its key order is sorted away).
-_LOCK_HEAD = "SELECT seq, hash, %s::jsonb FROM audit_chainhead WHERE tenant_id = %s FOR UPDATE"
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
+def _stored_form(targets: Sequence[Target]) -> Any:
+    """The targets exactly as they will read back from the database, which is what gets hashed."""
+    value = json.loads(canonical_json([{"id": str(t.id), "before": t.before, "after": t.after} for t in targets]))
+    if _has_float(value):
+        # jsonb spells some numbers its own way (1e16 comes back as an integer): ask it
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::jsonb", [canonical_json(value)])
+            value = json.loads(cursor.fetchone()[0])
+    return value
+
+
 _CREATE_HEAD = "INSERT INTO audit_chainhead (tenant_id, seq, hash) VALUES (%s, 0, %s) ON CONFLICT DO NOTHING"
+
+# One round trip from taking the head's lock to moving the head: lock, time, link, hash, insert,
+# advance. The hash is sha256 over the frame's pieces joined around created_at, prev_hash and seq.
 _APPEND = """
-WITH event AS (
+WITH locked AS (
+    SELECT seq + 1 AS seq, hash AS prev_hash, clock_timestamp() AS created_at
+    FROM audit_chainhead WHERE tenant_id = %(tenant_id)s FOR UPDATE
+), sealed AS (
+    SELECT seq, prev_hash, created_at, encode(sha256(convert_to(
+               %(frame0)s || to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
+               || %(frame1)s || prev_hash || %(frame2)s || seq || %(frame3)s, 'UTF8')), 'hex') AS hash
+    FROM locked
+), event AS (
     INSERT INTO audit_auditevent (tenant_id, seq, created_at, principal, person_id, credential_id,
                                   credential_kind, door, operation, outcome, targets, input_digest,
                                   prev_hash, hash)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)
-    RETURNING id
+    SELECT %(tenant_id)s, seq, created_at, %(principal)s, %(person_id)s, %(credential_id)s,
+           %(credential_kind)s, %(door)s, %(operation)s, %(outcome)s, %(targets)s::jsonb, %(input_digest)s,
+           prev_hash, hash
+    FROM sealed
+    RETURNING id, seq, created_at, prev_hash, hash
 )
-UPDATE audit_chainhead AS head SET seq = %s, hash = %s FROM event WHERE head.tenant_id = %s RETURNING event.id
+UPDATE audit_chainhead AS head SET seq = event.seq, hash = event.hash
+FROM event WHERE head.tenant_id = %(tenant_id)s
+RETURNING event.id, event.seq, event.created_at, event.prev_hash, event.hash,
+          set_config('synchronous_commit', 'off', true)
 """
+
+
+def _make_durable() -> None:
+    """Wait until the WAL holding the just-committed transaction is flushed (see append_event)."""
+    with connection.cursor() as cursor:
+        # a write of its own, committed at the session's synchronous_commit level: its flush
+        # covers every earlier commit record, ours included
+        cursor.execute("SELECT pg_logical_emit_message(true, 'oaken.audit', '')")
 
 
 def _check_arguments(
@@ -178,6 +244,15 @@ def append_event(
 
     The tenant's chain head stays locked until that transaction ends, so every other append for
     the tenant waits: call this last, just before the transaction commits.
+
+    Durability without holding the lock through the disk flush: a synchronous commit keeps its
+    locks until the WAL is flushed (~1-2 ms on an ordinary disk), which would cap a tenant at a
+    few hundred events/s. So the transaction commits asynchronously (locks go at once; still
+    all-or-nothing), and a commit hook, run before any other, waits for the flush at the
+    session's own synchronous_commit level before the caller's `atomic` block returns;
+    concurrent appenders' waits share fsyncs. A crash can lose a transaction only together with
+    its event, only one not yet answered (unless that wait failed, which is logged), and never a
+    middle link, since WAL replays in order.
     """
     if not connection.in_atomic_block:
         raise TransactionManagementError(
@@ -192,42 +267,39 @@ def append_event(
         raise ValueError("append_event() needs a saved tenant")
     if person_id is not None and not isinstance(person_id, uuid.UUID):
         person_id = uuid.UUID(str(person_id))
-    targets_json = canonical_json([{"id": str(t.id), "before": t.before, "after": t.after} for t in targets])
+    fields = {
+        "principal": principal,
+        "person_id": person_id,
+        "credential_id": credential_id,
+        "credential_kind": credential_kind,
+        "door": door,
+        "operation": operation,
+        "outcome": outcome,
+        "targets": _stored_form(targets),
+        "input_digest": input_digest,
+    }
+    frame = _hash_frame(_content(tenant_id=tenant_id, **fields))
+    params = {
+        **fields,
+        "tenant_id": tenant_id,
+        "targets": canonical_json(fields["targets"]),
+        **{f"frame{i}": piece for i, piece in enumerate(frame)},
+    }
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_HEAD, [targets_json, tenant_id])
+        cursor.execute(_APPEND, params)
         row = cursor.fetchone()
-        if row is None:  # the tenant's first event: make its head, then take the same lock
+        if row is None:  # the tenant's first event: make its head, then append under its lock
             cursor.execute(_CREATE_HEAD, [tenant_id, ZERO_HASH])
-            cursor.execute(_LOCK_HEAD, [targets_json, tenant_id])
+            cursor.execute(_APPEND, params)
             row = cursor.fetchone()
-        head_seq, prev_hash, stored_targets = row
-        seq = head_seq + 1
-        # taken under the lock, so time never runs backwards along a chain
-        created_at = timezone.now()
-        stored = json.loads(stored_targets)
-        fields = {
-            "principal": principal,
-            "person_id": person_id,
-            "credential_id": credential_id,
-            "credential_kind": credential_kind,
-            "door": door,
-            "operation": operation,
-            "outcome": outcome,
-            "input_digest": input_digest,
-            "prev_hash": prev_hash,
-        }
-        digest = _chain_hash(tenant_id=tenant_id, seq=seq, created_at=created_at, targets=stored, **fields)
-        cursor.execute(
-            _APPEND,
-            [
-                tenant_id, seq, created_at, principal, person_id, credential_id, credential_kind, door,
-                operation, outcome, targets_json, input_digest, prev_hash, digest,
-                seq, digest, tenant_id,
-            ],
-        )  # fmt: skip
-        (event_id,) = cursor.fetchone()
+    event_id, seq, created_at, prev_hash, digest, _ = row
+    # robust: the commit has happened, so a failed wait is logged, not raised at the caller (the
+    # WAL writer flushes within a few hundred ms on its own)
+    transaction.on_commit(_make_durable, robust=True)
+    # first of the commit hooks: nothing may act on this transaction's outcome before it is durable
+    connection.run_on_commit.insert(0, connection.run_on_commit.pop())
     event = AuditEvent(
-        id=event_id, tenant=tenant, seq=seq, created_at=created_at, targets=stored, hash=digest, **fields
+        id=event_id, tenant=tenant, seq=seq, created_at=created_at, prev_hash=prev_hash, hash=digest, **fields
     )
     event._state.adding = False
     event._state.db = connection.alias

@@ -65,6 +65,14 @@ def dispatch(
         _authority(caller, op)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
+        if idempotency_key is not None:
+            # A key that already succeeded answers as it did then, whatever has changed since
+            # (the message it deleted is gone, the confirmation it needed was given).
+            stored = _stored_response(caller, op.name, idempotency_key, digest)
+            if stored is not None:
+                with transaction.atomic():
+                    _append(caller, door.value, op.name, "REPLAYED", digest)
+                return Result(op.name, stored, replayed=True)
         ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=settings.OPERATIONS)
         if op.data_scope is not None:
             op.data_scope(ctx, data)
@@ -220,14 +228,35 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
     return Result(op.name, output)
 
 
+def _check_key(key: str) -> None:
+    if not key or len(key) > 255:
+        raise GateError.invalid("idempotency_key", "must be 1 to 255 characters")
+
+
+def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
+    """The first run's response for this key, if it completed; a different input is refused."""
+    _check_key(key)
+    first = (
+        IdempotencyRecord.objects.for_tenant(caller.tenant)
+        .filter(caller_key=caller.key, operation=operation, key=key)
+        .values_list("input_digest", "response")
+        .first()
+    )
+    if first is None:
+        return None
+    if first[0] != digest:
+        raise GateError(
+            "IDEMPOTENCY_MISMATCH", "idempotency_key was already used with a different input", field="idempotency_key"
+        )
+    return dict(first[1])
+
+
 def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
     """Own the key for this run, or return the first run's response.
 
     The insert waits while another transaction holds the same key, so a concurrent duplicate
     either replays the first response or, if the first failed, runs in its place: never both.
     """
-    if not key or len(key) > 255:
-        raise GateError.invalid("idempotency_key", "must be 1 to 255 characters")
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO gate_idempotencyrecord (id, tenant_id, caller_key, operation, key, input_digest,"
@@ -237,14 +266,7 @@ def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[st
         )
         if cursor.fetchone() is not None:
             return None
-    first = IdempotencyRecord.objects.for_tenant(caller.tenant).get(caller_key=caller.key, operation=operation, key=key)
-    if first.input_digest != digest:
-        raise GateError(
-            "IDEMPOTENCY_MISMATCH",
-            "idempotency_key was already used with a different input",
-            field="idempotency_key",
-        )
-    return dict(first.response)
+    return _stored_response(caller, operation, key, digest)
 
 
 def _append(

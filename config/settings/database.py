@@ -29,7 +29,8 @@ def database_from_url(url: str) -> dict[str, object]:
         "CONN_MAX_AGE": env_int("OAKEN_DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         "OPTIONS": query,
-        "TEST": {"NAME": "test_" + name},
+        # OAKEN_TEST_DATABASE lets test sessions share one server without sharing a database
+        "TEST": {"NAME": env_str("OAKEN_TEST_DATABASE") or "test_" + name},
     }
 
 

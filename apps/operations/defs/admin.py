@@ -153,7 +153,7 @@ class AuditListOut(Closed):
 )
 def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
     size = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
-    events = AuditEvent.objects.filter(tenant=ctx.tenant)
+    events = AuditEvent.objects.for_tenant(ctx.tenant)
     if data.operation:
         events = events.filter(operation=data.operation)
     if data.cursor:

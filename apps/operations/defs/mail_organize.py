@@ -10,9 +10,9 @@ from pydantic import Field
 from apps.gate.errors import GateError
 from apps.mail import readstate
 from apps.mail.models import Folder, FolderKind, Label, Message, MessageLabel
-from apps.mail.selectors import access_account, access_folder, access_labels, access_messages
+from apps.mail.selectors import access_account, access_folder, access_labels
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import LabelOut, label_out, reach
+from apps.operations.defs.mail_read import LabelOut, label_out, messages_of, reach
 from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
 from apps.operations.registry import (
     ALWAYS,
@@ -38,7 +38,7 @@ SMALL_CHANGE = above("CONFIRM_FREE_MAX", _small)
 
 
 def _messages_scope(ctx: Context, data: MessageIds) -> None:
-    access_messages(reach(ctx), data.message_ids)
+    messages_of(ctx, data.message_ids)
 
 
 class ChangedOut(Closed):
@@ -51,7 +51,7 @@ class ChangedOut(Closed):
 
 def _read_preview(value: bool):
     def preview(ctx: Context, data: MessageIds) -> Preview:
-        messages = access_messages(reach(ctx), data.message_ids)
+        messages = messages_of(ctx, data.message_ids)
         return Preview(
             tuple(Change(str(m.pk), {"read": m.read}, {"read": value}) for m in messages if m.read != value),
             summary=f"mark {'read' if value else 'unread'}",
@@ -61,7 +61,7 @@ def _read_preview(value: bool):
 
 
 def _set_read(ctx: Context, data: MessageIds, value: bool) -> ChangedOut:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     changed = readstate.set_read(tenant=ctx.tenant, message_ids=[m.pk for m in messages], read=value)
     for pk, before in changed:
         ctx.touch(pk, {"read": before}, {"read": value})
@@ -110,7 +110,7 @@ class PinIn(MessageIds):
 
 
 def _pin_preview(ctx: Context, data: PinIn) -> Preview:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return Preview(
         tuple(
             Change(str(m.pk), {"pinned": m.pinned}, {"pinned": data.pinned})
@@ -149,7 +149,7 @@ class LabelMessagesIn(MessageIds):
 
 
 def _label_scope(ctx: Context, data: LabelMessagesIn) -> None:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     labels = access_labels(reach(ctx), data.label_ids)
     accounts = {m.account_id for m in messages}
     if any(label.account_id not in accounts or len(accounts) > 1 for label in labels):
@@ -158,7 +158,7 @@ def _label_scope(ctx: Context, data: LabelMessagesIn) -> None:
 
 def _labels_preview(add: bool):
     def preview(ctx: Context, data: LabelMessagesIn) -> Preview:
-        messages = access_messages(reach(ctx), data.message_ids)
+        messages = messages_of(ctx, data.message_ids)
         labels = access_labels(reach(ctx), data.label_ids)
         present = set(
             MessageLabel.objects.for_tenant(ctx.tenant)
@@ -381,14 +381,14 @@ def _move_changes(ctx: Context, messages: list[Message], targets: dict[object, F
 
 
 def _move_scope(ctx: Context, data: MoveIn) -> None:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     targets = _targets(ctx, messages, data.folder)
     if any(t.kind == FolderKind.TRASH for t in targets.values()):
         raise GateError.invalid("folder", "use trash_messages to move mail to the trash")
 
 
 def _move_preview(ctx: Context, data: MoveIn) -> Preview:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return Preview(_move_changes(ctx, messages, _targets(ctx, messages, data.folder)), summary=f"move to {data.folder}")
 
 
@@ -423,12 +423,12 @@ def _apply_moves(ctx: Context, messages: list[Message], targets: dict[object, Fo
     bounds=(_BATCH,),
 )
 def move_messages(ctx: Context, data: MoveIn) -> ChangedOut:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return _apply_moves(ctx, messages, _targets(ctx, messages, data.folder), trashing=False)
 
 
 def _trash_preview(ctx: Context, data: MessageIds) -> Preview:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return Preview(
         _move_changes(ctx, messages, _targets(ctx, messages, "trash")), summary="move to trash (recoverable)"
     )
@@ -447,7 +447,7 @@ def _trash_preview(ctx: Context, data: MessageIds) -> Preview:
     bounds=(_BATCH,),
 )
 def trash_messages(ctx: Context, data: MessageIds) -> ChangedOut:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return _apply_moves(ctx, messages, _targets(ctx, messages, "trash"), trashing=True)
 
 
@@ -467,7 +467,7 @@ def _restore_targets(ctx: Context, messages: list[Message]) -> dict[str, Folder]
 
 
 def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     targets = _restore_targets(ctx, messages)
     return Preview(tuple(Change(pk, {"folder": "trash"}, {"folder": folder_label(f)}) for pk, f in targets.items()))
 
@@ -485,7 +485,7 @@ def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
     bounds=(_BATCH,),
 )
 def restore_messages(ctx: Context, data: MessageIds) -> ChangedOut:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     targets = _restore_targets(ctx, messages)
     for pk, folder in targets.items():
         Message.objects.for_tenant(ctx.tenant).filter(pk=pk).update(folder=folder, trashed_from=None)
@@ -530,7 +530,7 @@ def extractive_summary(text: str, limit: int) -> tuple[str, bool]:
 
 
 def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     return Preview(
         tuple(Change(str(m.pk), {"read": m.read}, {"read": True}) for m in messages if data.mark_read and not m.read),
         summary="summarize" + (" and mark read" if data.mark_read else ""),
@@ -551,7 +551,7 @@ def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
     changes_read_state=True,
 )
 def summarize_messages(ctx: Context, data: SummarizeIn) -> SummariesOut:
-    messages = access_messages(reach(ctx), data.message_ids)
+    messages = messages_of(ctx, data.message_ids)
     bodies = dict(
         Message.objects.for_tenant(ctx.tenant).filter(pk__in=[m.pk for m in messages]).values_list("pk", "text_body")
     )

@@ -8,12 +8,20 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from pydantic import Field
 
 from apps.gate.errors import GateError
 from apps.mail.models import Attachment, Folder, Label, Message, MessageLabel, RawMessage
-from apps.mail.selectors import Reach, access_account, access_folder, access_message, access_thread, parse_id
+from apps.mail.selectors import (
+    Reach,
+    access_account,
+    access_folder,
+    access_message,
+    access_messages,
+    access_thread,
+    parse_id,
+)
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -32,6 +40,15 @@ from apps.operations.registry import Bound, Ceiling, OpClass, operation
 
 def reach(ctx: Context) -> Reach:
     return Reach(ctx.tenant, ctx.workspaces)
+
+
+def message_of(ctx: Context, message_id: str) -> Message:
+    """The message, checked once per call (data scope, preview and handler share it)."""
+    return ctx.remember(("message", message_id), lambda: access_message(reach(ctx), message_id))
+
+
+def messages_of(ctx: Context, message_ids: list[str]) -> list[Message]:
+    return ctx.remember(("messages", tuple(message_ids)), lambda: access_messages(reach(ctx), message_ids))
 
 
 def label_ids_of(ctx: Context, messages: list[Message]) -> dict[object, list[str]]:
@@ -269,7 +286,7 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
         messages.filter(_after(data.cursor))
         .select_related("folder")
         .defer("text_body", "html_body", "headers")
-        .order_by("-date", "-id")[: size + 1]
+        .order_by(F("date").desc(nulls_last=True), "-id")[: size + 1]  # undated last, as _after expects
     )
     return MessagesOut(messages=summaries(ctx, page[:size]), next_cursor=_keyset(page, size))
 
@@ -304,7 +321,7 @@ class MessageOut(Closed):
 
 
 def _message_scope(ctx: Context, data: MessageIn) -> None:
-    access_message(reach(ctx), data.message_id)
+    message_of(ctx, data.message_id)
 
 
 def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
@@ -321,7 +338,7 @@ def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
     data_scope=_message_scope,
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
-    message = access_message(reach(ctx), data.message_id)
+    message = message_of(ctx, data.message_id)
     text, truncated, length = cut(message.text_body, ctx.bounds["TEXT_MAX_CHARS"])
     attachments = (
         Attachment.objects.for_tenant(ctx.tenant)
@@ -405,6 +422,15 @@ class SearchIn(Page):
     account_id: Id | None = None
 
 
+def _search_offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    offset = decode_cursor(cursor, 1)[0]
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise GateError.invalid("cursor", "is not a cursor this service gave out")
+    return offset
+
+
 @operation(
     name="search",
     summary="Full-text search over subjects and message text, best matches first.",
@@ -417,7 +443,7 @@ class SearchIn(Page):
 )
 def search(ctx: Context, data: SearchIn) -> MessagesOut:
     size = _page_size(ctx, data.limit)
-    offset = int(decode_cursor(data.cursor, 1)[0]) if data.cursor else 0
+    offset = _search_offset(data.cursor)
     vector = SearchVector("subject", weight="A", config="simple") + SearchVector(
         "text_body", weight="B", config="simple"
     )
@@ -426,8 +452,9 @@ def search(ctx: Context, data: SearchIn) -> MessagesOut:
     if data.account_id is not None:
         messages = messages.filter(account_id=parse_id(data.account_id, "account_id"))
     found: list[Any] = list(
-        messages.annotate(rank=SearchRank(vector, query))
-        .filter(rank__gt=0)
+        # the match itself (@@): ts_rank is not zero for every miss (it is 1e-20 for some AND queries)
+        messages.annotate(document=vector, rank=SearchRank(vector, query))
+        .filter(document=query)
         .select_related("folder")
         .defer("html_body", "headers")
         .order_by("-rank", "-date", "-id")[offset : offset + size + 1]
@@ -505,7 +532,7 @@ class RawOut(Closed):
     data_scope=_message_scope,
 )
 def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
-    message = access_message(reach(ctx), data.message_id)
+    message = message_of(ctx, data.message_id)
     raw = RawMessage.objects.for_tenant(ctx.tenant).filter(message=message).values_list("data", flat=True).first()
     content = bytes(raw or b"")
     if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:

@@ -1,0 +1,106 @@
+"""Gate overhead: get_message and list_messages (50 messages) through dispatch, with audit, against the
+same handler called directly; and gate calls/s (one audit append each) with 8 concurrent writers on one
+tenant. One run, interleaved samples, on the bench's own embedded servers (var/bench).
+Targets (issue 3): the gate adds at most 1.5 ms per call at the median; >= 500 audited calls/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.audit_append import setup  # noqa: E402
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--calls", type=int, default=150, help="calls per writer")
+    args = parser.parse_args()
+    setup()
+
+    from django.conf import settings
+    from django.db import connection
+    from django.utils import timezone
+
+    from apps.gate.callers import Caller, Door
+    from apps.gate.dispatch import dispatch
+    from apps.mail.importing import import_mail
+    from apps.mail.models import Message
+    from apps.operations.context import Context
+    from apps.operations.registry import registry
+    from apps.workspaces.models import Membership
+    from apps.workspaces.services import create_person
+    from tests.mailfactory import conversation, write_mbox
+
+    person = create_person(email=f"gate-{time.time_ns()}@example.test", password=None)
+    with tempfile.TemporaryDirectory() as tmp:
+        import_mail(tenant=person.tenant, workspace=person.workspace, account_name="bench",
+                    path=write_mbox(Path(tmp) / "m.mbox", conversation(60, prefix=f"g{time.time_ns()}")))  # fmt: skip
+    caller = Caller.agent(Membership.objects.for_user(person.user).get(), scopes={"read"},
+                          credential_id="bench", credential_kind="apikey")  # fmt: skip
+    account_id = str(Message.objects.for_tenant(person.tenant).values_list("account_id", flat=True).first())
+    message_id = str(Message.objects.for_tenant(person.tenant).values_list("pk", flat=True).first())
+    cases = {
+        "get_message": {"message_id": message_id},
+        "list_messages(50)": {"account_id": account_id, "limit": 50},
+    }
+    print(
+        f"{'operation':<20} {'direct ms':>10} {'gate ms':>10} {'added ms':>10} {'ratio':>7}   target: added <= 1.5 ms"
+    )
+    for label, data in cases.items():
+        name = label.split("(")[0]
+        op = registry.get(name)
+        assert op is not None
+        direct, gated = [], []
+        for _ in range(args.samples):
+            began = time.perf_counter()
+            ctx = Context(caller=caller, door="mcp", now=timezone.now(), bounds=settings.OPERATIONS)
+            op.output_model.model_validate(op.handler(ctx, op.input_model.model_validate(data))).model_dump(mode="json")
+            direct.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            dispatch(caller, Door.MCP, name, data)
+            gated.append(time.perf_counter() - began)
+        d, g = _median_ms(direct), _median_ms(gated)
+        print(f"{label:<20} {d:>10.3f} {g:>10.3f} {g - d:>10.3f} {g / d:>7.2f}")
+
+    start = threading.Barrier(args.writers)
+    done = []
+
+    def writer() -> None:
+        start.wait()
+        for _ in range(args.calls):
+            dispatch(caller, Door.MCP, "status", {})
+        done.append(1)
+        connection.close()
+
+    threads = [threading.Thread(target=writer) for _ in range(args.writers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    from apps.audit.log import verify_chain
+
+    checked, broken = verify_chain(person.tenant.pk)
+    total = args.writers * args.calls
+    print(f"{args.writers} writers x {args.calls} gate calls on one tenant: {total / elapsed:.0f} audited calls/s"
+          f"  (target >= 500); chain of {checked} events {'intact' if broken is None else 'BROKEN: ' + broken.reason}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

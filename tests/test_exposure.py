@@ -1,0 +1,133 @@
+"""Exposure (SPEC §6, §7): ceilings in code, tenant settings within them, allow-lists, person-bound tools."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from apps.accounts.models import User
+from apps.audit.models import AuditEvent
+from apps.gate.callers import Caller, Door
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.gate.exposure import offered_operations
+from apps.gate.models import ExposureSetting
+from apps.operations import plugins
+from apps.operations.registry import Ceiling, OpClass, operation, registry
+from apps.workspaces.models import Membership
+from tests.callers import as_agent, as_person
+from tests.conftest import Person
+
+
+def _names(caller: Caller) -> set[str]:
+    return {op.name for op in offered_operations(caller)}
+
+
+def _set(p: Person, name: str, level: str) -> dict[str, object]:
+    return dispatch(
+        as_person(p), Door.UI, "set_operation_exposure", {"operation": name, "level": level}, confirm=True
+    ).output
+
+
+class Empty(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@pytest.fixture
+def extra_ops() -> Iterator[None]:
+    """A person-bound operation and a plugin's operation, for the duration of a test."""
+    operation(name="my_notifications", summary="t", input=Empty, output=Empty, op_class=OpClass.READ,
+              ceiling=Ceiling.ON, person_bound=True)(lambda ctx, data: Empty())  # fmt: skip
+    operation(name="acme.lookup", summary="t", input=Empty, output=Empty, op_class=OpClass.READ,
+              ceiling=Ceiling.OFF, plugin="acme")(lambda ctx, data: Empty())  # fmt: skip
+    plugins.set_plugin_health("acme", True)
+    yield
+    registry.remove("my_notifications")
+    registry.remove("acme.lookup")
+    plugins.set_plugin_health("acme", False)
+
+
+def test_an_admin_switches_an_operation_off_and_on_for_agents(alice: Person, mallory: Person) -> None:
+    assert "search" in _names(as_agent(alice))
+    assert _set(alice, "search", "off") == {"target": "search", "level": "off", "previous": "on"}
+    assert "search" not in _names(as_agent(alice))
+    with pytest.raises(GateError) as info:
+        dispatch(as_agent(alice), Door.MCP, "search", {"query": "x"})
+    assert info.value.code == "NOT_AVAILABLE"
+    # persons are not limited by exposure, and mallory's tenant is unaffected
+    assert dispatch(as_person(alice), Door.UI, "search", {"query": "x"}).output["messages"] == []
+    assert "search" in _names(as_agent(mallory))
+    _set(alice, "search", "on")
+    assert "search" in _names(as_agent(alice))
+    event = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="set_operation_exposure", outcome="ok").last()
+    assert event is not None and event.targets == [
+        {"id": "search", "before": {"level": "off"}, "after": {"level": "on"}}
+    ]
+
+
+def test_nothing_raises_an_operation_above_its_ceiling(alice: Person) -> None:
+    with pytest.raises(GateError) as info:
+        _set(alice, "get_raw_message", "on")
+    assert (info.value.code, info.value.field) == ("INVALID_INPUT", "level")
+    with pytest.raises(GateError) as info:
+        _set(alice, "no_such_operation", "on")
+    assert info.value.code == "NOT_FOUND"
+    ExposureSetting.objects.create(tenant=alice.tenant, target="verify_audit", level="on")  # even a forged row
+    assert "verify_audit" not in _names(as_agent(alice))
+
+
+def test_exposure_changes_are_for_admins_and_persons_only(alice: Person) -> None:
+    member = User.objects.create_user(email="member@example.test", password="x")
+    Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
+    with pytest.raises(GateError) as info:
+        dispatch(Caller.person(Membership.objects.get(user=member)), Door.UI, "set_operation_exposure",
+                 {"operation": "search", "level": "off"}, confirm=True)  # fmt: skip
+    assert info.value.code == "FORBIDDEN"
+    with pytest.raises(GateError) as info:
+        dispatch(as_agent(alice), Door.MCP, "set_operation_exposure", {"operation": "search", "level": "off"})
+    assert info.value.code == "NOT_AVAILABLE"
+    assert not ExposureSetting.objects.for_tenant(alice.tenant).exists()
+
+
+def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> None:
+    _set(alice, "search", "off")
+    rows = {
+        r["name"]: r for r in dispatch(as_person(alice), Door.UI, "list_operation_exposure", {}).output["operations"]
+    }
+    assert rows["search"] == {"name": "search", "op_class": "read", "ceiling": "on", "plugin": None, "setting": "off",
+                              "offered_to_agents": False}  # fmt: skip
+    assert rows["get_raw_message"]["ceiling"] == "never" and not rows["get_raw_message"]["offered_to_agents"]
+    assert set(rows) == {op.name for op in registry}
+
+
+def test_an_allow_list_narrows_what_a_credential_is_offered(alice: Person) -> None:
+    narrow = as_agent(alice, allow_list={"list_accounts", "get_message", "get_raw_message"})
+    assert _names(narrow) == {"list_accounts", "get_message"}
+    with pytest.raises(GateError) as info:
+        dispatch(narrow, Door.MCP, "search", {"query": "x"})
+    assert info.value.code == "NOT_AVAILABLE"
+
+
+def test_scopes_decide_which_tools_are_listed(alice: Person) -> None:
+    reader, writer = _names(as_agent(alice, scopes={"read"})), _names(as_agent(alice, scopes={"read", "write"}))
+    assert "get_message" in reader and "mark_read" not in reader
+    assert "mark_read" in writer
+    assert not {op.name for op in registry if op.ceiling == Ceiling.NEVER} & writer
+
+
+def test_person_bound_operations_are_for_oauth_connections_only(alice: Person, extra_ops: None) -> None:
+    assert "my_notifications" in _names(as_agent(alice, kind="oauth"))
+    assert "my_notifications" not in _names(as_agent(alice, kind="apikey"))
+
+
+def test_plugin_operations_start_off_and_follow_the_plugin_switch(alice: Person, extra_ops: None) -> None:
+    assert "acme.lookup" not in _names(as_agent(alice))
+    _set(alice, "acme.lookup", "on")
+    assert "acme.lookup" in _names(as_agent(alice))
+    _set(alice, "plugin:acme", "off")
+    assert "acme.lookup" not in _names(as_agent(alice))
+    _set(alice, "plugin:acme", "on")
+    plugins.set_plugin_health("acme", False)  # an unhealthy plugin offers nothing
+    assert "acme.lookup" not in _names(as_agent(alice))

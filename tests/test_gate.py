@@ -1,0 +1,229 @@
+"""The gate (SPEC §4): the checks in order, one error shape, one audit event per call, nothing half-done."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from apps.accounts.models import User
+from apps.audit.models import AuditEvent
+from apps.gate.callers import Caller, Door, DoorMismatchError
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import NOT_AVAILABLE_MESSAGE, GateError
+from apps.gate.internal import call_internal
+from apps.gate.models import ExposureSetting
+from apps.mail.importing import import_mail
+from apps.mail.models import Message
+from apps.operations.registry import ALWAYS, Ceiling, OpClass, operation, registry
+from apps.workspaces.models import Membership
+from tests.callers import as_agent, as_person
+from tests.conftest import Person
+from tests.mailfactory import conversation, write_mbox
+
+
+def _mail(p: Person, tmp_path: Path, n: int = 3) -> list[str]:
+    import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
+                path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))))  # fmt: skip
+    return [str(pk) for pk in Message.objects.for_tenant(p.tenant).order_by("date").values_list("pk", flat=True)]
+
+
+def _refusal(caller: Caller, name: str, data: object, **kw: object) -> GateError:
+    door = {"person": Door.UI, "agent": Door.MCP, "internal": Door.INTERNAL}[caller.principal]
+    with pytest.raises(GateError) as info:
+        dispatch(caller, door, name, data, **kw)  # type: ignore[arg-type]
+    return info.value
+
+
+def _events(p: Person) -> list[AuditEvent]:
+    return list(AuditEvent.objects.for_tenant(p.tenant).order_by("seq"))
+
+
+class Nothing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message_id: str
+
+
+class Ok(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ok: bool
+
+
+@pytest.fixture
+def broken_ops() -> Iterator[None]:
+    """Operations that change something and then fail, or return what their model forbids."""
+
+    def pin_then_crash(ctx: object, data: Nothing) -> Ok:
+        Message.objects.for_tenant(ctx.tenant).filter(pk=data.message_id).update(pinned=True)  # type: ignore[attr-defined]
+        raise RuntimeError("disk on fire: secret detail")
+
+    def pin_then_lie(ctx: object, data: Nothing) -> dict[str, object]:
+        Message.objects.for_tenant(ctx.tenant).filter(pk=data.message_id).update(pinned=True)  # type: ignore[attr-defined]
+        return {"ok": "certainly", "extra": 1}
+
+    def send_now(ctx: object, data: Nothing) -> Ok:
+        return Ok(ok=True)
+
+    common = {"input": Nothing, "output": Ok, "ceiling": Ceiling.NEVER, "confirm": ALWAYS}
+    operation(name="test_pin_then_crash", summary="t", op_class=OpClass.MUTATE, **common)(pin_then_crash)  # type: ignore[arg-type]
+    operation(name="test_pin_then_lie", summary="t", op_class=OpClass.MUTATE, **common)(pin_then_lie)  # type: ignore[arg-type]
+    operation(name="test_send_now", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
+              ceiling=Ceiling.NEVER)(send_now)  # fmt: skip
+    yield
+    for name in ("test_pin_then_crash", "test_pin_then_lie", "test_send_now"):
+        registry.remove(name)
+
+
+def test_a_caller_at_the_wrong_door_is_a_programming_error(alice: Person) -> None:
+    with pytest.raises(DoorMismatchError):
+        dispatch(as_person(alice), Door.MCP, "status", {})
+    with pytest.raises(DoorMismatchError):
+        dispatch(as_agent(alice), Door.UI, "status", {})
+    with pytest.raises(DoorMismatchError):
+        dispatch(Caller.internal(alice.tenant), Door.CLI, "status", {})
+    assert _events(alice) == []
+
+
+def test_not_available_reads_the_same_for_off_never_and_unknown(alice: Person, mallory: Person) -> None:
+    ExposureSetting.objects.create(tenant=alice.tenant, target="search", level="off")
+    agent = as_agent(alice)
+    answers = [
+        _refusal(agent, "search", {"query": "x"}).as_dict(),  # switched off by the tenant
+        _refusal(agent, "get_raw_message", {"message_id": "x"}).as_dict(),  # ceiling never
+        _refusal(agent, "no_such_operation", {}).as_dict(),  # does not exist
+        _refusal(agent, "set_operation_exposure", {"operation": "search", "level": "on"}).as_dict(),
+    ]
+    assert answers == [{"code": "NOT_AVAILABLE", "message": NOT_AVAILABLE_MESSAGE}] * 4
+    # mallory's tenant never switched search off
+    assert dispatch(as_agent(mallory), Door.MCP, "search", {"query": "x"}).output == {
+        "messages": [],
+        "next_cursor": None,
+    }
+
+
+def test_exposure_is_checked_before_authority_and_authority_before_input(alice: Person) -> None:
+    reader = as_agent(alice, scopes={"read"})
+    assert _refusal(reader, "get_raw_message", {"bogus": 1}).code == "NOT_AVAILABLE"
+    refused = _refusal(reader, "mark_read", {"bogus": 1})
+    assert (refused.code, refused.missing_scope) == ("INSUFFICIENT_SCOPE", "write")
+
+
+def test_insufficient_scope_says_how_a_person_grants_it(alice: Person) -> None:
+    key = _refusal(as_agent(alice, scopes={"read"}, kind="apikey"), "mark_read", {"message_ids": ["x"]})
+    oauth = _refusal(as_agent(alice, scopes={"read"}, kind="oauth"), "mark_read", {"message_ids": ["x"]})
+    assert "Organize and draft" in key.message and "new key" in key.message
+    assert "reconnects" in oauth.message and "ticks" in oauth.message
+    assert key.as_dict()["missing_scope"] == oauth.as_dict()["missing_scope"] == "write"
+
+
+def test_send_scope_implies_write(alice: Person, tmp_path: Path) -> None:
+    ids = _mail(alice, tmp_path)
+    sender = as_agent(alice, scopes={"send"})
+    assert dispatch(sender, Door.MCP, "set_pinned", {"message_ids": ids[:1], "pinned": True}).output["changed"] == 1
+
+
+def test_a_role_below_the_operations_role_is_forbidden(alice: Person) -> None:
+    member = User.objects.create_user(email="member@example.test", password="x")
+    Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
+    caller = Caller.person(Membership.objects.get(user=member))
+    refused = _refusal(caller, "list_audit_events", {})
+    assert (refused.code, refused.http_status) == ("FORBIDDEN", 403)
+    assert dispatch(caller, Door.UI, "status", {}).output["tenant"] == alice.tenant.name
+
+
+def test_input_errors_name_the_field_and_never_echo_the_value(alice: Person) -> None:
+    person = as_person(alice)
+    cases = {
+        "message_id": {"message_id": ["zq-secret-value"]},
+        "extra_zq": {"message_id": "x", "extra_zq": "zq-secret-value"},
+    }
+    for field, data in cases.items():
+        refused = _refusal(person, "get_message", data)
+        assert (refused.code, refused.field, refused.http_status) == ("INVALID_INPUT", field, 400)
+        assert "zq-secret-value" not in json.dumps(refused.as_dict())
+    missing = _refusal(person, "get_message", {})
+    assert (missing.field, missing.message) == ("message_id", "message_id: is required")
+    assert _refusal(person, "get_message", ["not", "an", "object"]).code == "INVALID_INPUT"
+
+
+def test_input_is_checked_before_data_scope(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    theirs = _mail(mallory, tmp_path)
+    assert _refusal(as_person(alice), "get_message", {"message_id": theirs[0], "x": 1}).code == "INVALID_INPUT"
+    assert _refusal(as_person(alice), "get_message", {"message_id": theirs[0]}).code == "NOT_FOUND"
+
+
+def test_data_scope_is_checked_before_confirmation(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    mine, theirs = _mail(alice, tmp_path, 12), _mail(mallory, tmp_path)
+    refused = _refusal(as_agent(alice), "trash_messages", {"message_ids": [*mine[:11], theirs[0]]})
+    assert refused.code == "NOT_FOUND" and refused.proposal is None
+
+
+def test_confirmation_is_checked_before_limits(alice: Person, mallory: Person, tmp_path: Path, settings) -> None:
+    settings.OPERATIONS = {**settings.OPERATIONS, "BATCH_MAX": 11}
+    ids = _mail(alice, tmp_path, 12)
+    assert _refusal(as_person(alice), "trash_messages", {"message_ids": ids}).code == "CONFIRMATION_REQUIRED"
+    over = _refusal(as_person(alice), "trash_messages", {"message_ids": ids}, confirm=True)
+    assert (over.code, over.field, over.http_status) == ("LIMIT_EXCEEDED", "message_ids", 422)
+    assert not Message.objects.for_tenant(alice.tenant).filter(folder__kind="trash").exists()
+    assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_send_runs_only_for_persons_and_the_system(alice: Person, broken_ops: None) -> None:
+    assert dispatch(as_person(alice), Door.CLI, "test_send_now", {"message_id": "x"}).output == {"ok": True}
+    assert call_internal(alice.tenant, "test_send_now", {"message_id": "x"}).output == {"ok": True}
+    assert _refusal(as_agent(alice, scopes={"send"}), "test_send_now", {"message_id": "x"}).code == "NOT_AVAILABLE"
+
+
+def test_every_call_appends_exactly_one_event_refusals_included(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    ids = _mail(alice, tmp_path)
+    before = len(_events(alice))
+    dispatch(as_person(alice), Door.UI, "get_message", {"message_id": ids[0]})
+    _refusal(as_person(alice), "get_message", {"message_id": "nope"})
+    _refusal(as_agent(alice), "no_such_operation", {})
+    dispatch(as_agent(alice), Door.MCP, "set_pinned", {"message_ids": ids[:2], "pinned": True})
+    events = _events(alice)[before:]
+    assert [(e.operation, e.outcome, e.door) for e in events] == [
+        ("get_message", "ok", "ui"),
+        ("get_message", "NOT_FOUND", "ui"),
+        ("no_such_operation", "NOT_AVAILABLE", "mcp"),
+        ("set_pinned", "ok", "mcp"),
+    ]
+    assert sorted(t["id"] for t in events[3].targets) == sorted(ids[:2])
+    assert all(t["before"] == {"pinned": False} and t["after"] == {"pinned": True} for t in events[3].targets)
+    assert events[1].targets == [] and len(events[1].input_digest) == 64
+    assert events[3].credential_id == "key-1" and events[3].principal == "agent"
+    assert [e.seq for e in _events(alice)] == list(range(1, len(_events(alice)) + 1))
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_handler_failure_after_its_change_commits_nothing(alice: Person, tmp_path: Path, broken_ops: None) -> None:
+    ids = _mail(alice, tmp_path)
+    refused = _refusal(as_person(alice), "test_pin_then_crash", {"message_id": ids[0]}, confirm=True)
+    assert (refused.code, refused.http_status) == ("INTERNAL_ERROR", 500)
+    assert "secret detail" not in refused.message
+    assert not Message.objects.for_tenant(alice.tenant).filter(pinned=True).exists()
+    last = _events(alice)[-1]
+    assert (last.operation, last.outcome, last.targets) == ("test_pin_then_crash", "INTERNAL_ERROR", [])
+    assert (
+        not AuditEvent.objects.for_tenant(alice.tenant).filter(operation="test_pin_then_crash", outcome="ok").exists()
+    )
+
+
+def test_an_output_that_fails_validation_commits_nothing(alice: Person, tmp_path: Path, broken_ops: None) -> None:
+    ids = _mail(alice, tmp_path)
+    refused = _refusal(as_person(alice), "test_pin_then_lie", {"message_id": ids[0]}, confirm=True)
+    assert refused.code == "INTERNAL_ERROR"
+    assert not Message.objects.for_tenant(alice.tenant).filter(pinned=True).exists()
+    assert not AuditEvent.objects.for_tenant(alice.tenant).filter(operation="test_pin_then_lie", outcome="ok").exists()
+
+
+def test_the_internal_door_runs_as_the_system_within_one_tenant(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    mine, theirs = _mail(alice, tmp_path), _mail(mallory, tmp_path)
+    assert call_internal(alice.tenant, "get_message", {"message_id": mine[0]}).output["message"]["id"] == mine[0]
+    with pytest.raises(GateError) as info:
+        call_internal(alice.tenant, "get_message", {"message_id": theirs[0]})
+    assert info.value.code == "NOT_FOUND"
+    assert _events(alice)[-1].principal == "internal"

@@ -1,0 +1,210 @@
+"""Idempotency (SPEC §13) through the REST door: an `Idempotency-Key` replays the first response, never runs twice."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from apps.gate.models import IdempotencyRecord
+from apps.mail.models import Label
+from tests.conftest import Person
+from tests.test_rest_door import Mailbox, api_client, error_of, give_mail, member_of, post
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse as Answer
+
+KEY = "create-receipts-1"
+
+
+def _labels(person: Person) -> list[str]:
+    return sorted(Label.objects.for_tenant(person.tenant).values_list("name", flat=True))
+
+
+def _replayed(response: Answer) -> bool:
+    return response.headers.get("Idempotent-Replayed") == "true"
+
+
+@pytest.fixture
+def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
+    return give_mail(alice, tmp_path, "alice", n=1)
+
+
+@pytest.fixture
+def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
+    return give_mail(mallory, tmp_path, "mallory", n=1)
+
+
+def test_a_repeated_call_with_the_same_key_returns_the_first_response(
+    alice: Person, alice_mail: Mailbox, mallory: Person
+) -> None:
+    client = api_client(alice.user)
+    body = {"account_id": alice_mail.account_id, "name": "Receipts", "color": "#00aa00"}
+    first = post(client, "create_label", body, key=KEY)
+    assert first.status_code == 200
+    assert not _replayed(first)
+
+    again = post(client, "create_label", body, key=KEY)
+    assert again.status_code == 200
+    assert _replayed(again)
+    assert again.json() == first.json()
+    assert _labels(alice) == ["Receipts"]
+    assert _labels(mallory) == []
+
+    # without a key the same body runs again (and here meets the existing name)
+    response = post(client, "create_label", body)
+    assert response.status_code == 409
+    assert error_of(response)["code"] == "CONFLICT"
+
+
+def test_the_same_key_with_a_different_input_is_refused(alice: Person, alice_mail: Mailbox, mallory: Person) -> None:
+    client = api_client(alice.user)
+    first = post(client, "create_label", {"account_id": alice_mail.account_id, "name": "Receipts"}, key=KEY)
+    assert first.status_code == 200
+
+    response = post(client, "create_label", {"account_id": alice_mail.account_id, "name": "Invoices"}, key=KEY)
+    assert response.status_code == 422
+    error = error_of(response)
+    assert error["code"] == "IDEMPOTENCY_MISMATCH"
+    assert error["field"] == "idempotency_key"
+    assert not _replayed(response)
+    assert _labels(alice) == ["Receipts"]
+    assert IdempotencyRecord.objects.for_tenant(alice.tenant).count() == 1
+
+
+def test_a_key_belongs_to_one_person_in_one_tenant(
+    alice: Person, alice_mail: Mailbox, mallory: Person, mallory_mail: Mailbox, tmp_path: Path
+) -> None:
+    first = post(api_client(alice.user), "create_label", {"account_id": alice_mail.account_id, "name": "A"}, key=KEY)
+    assert first.status_code == 200
+
+    # mallory reusing alice's key runs her own call: no replay of alice's label, no mismatch
+    theirs = post(
+        api_client(mallory.user), "create_label", {"account_id": mallory_mail.account_id, "name": "M"}, key=KEY
+    )
+    assert theirs.status_code == 200
+    assert not _replayed(theirs)
+    assert theirs.json()["label"]["account_id"] == mallory_mail.account_id
+    assert theirs.json()["label"]["id"] != first.json()["label"]["id"]
+    assert _labels(alice) == ["A"]
+    assert _labels(mallory) == ["M"]
+
+    # another person in alice's own tenant, same key, same body: a call of his own (which meets alice's label)
+    bob = member_of(alice)
+    as_bob = api_client(bob.user)
+    same = post(
+        as_bob, "create_label", {"account_id": alice_mail.account_id, "name": "A"}, key=KEY, tenant=alice.tenant.pk
+    )
+    assert same.status_code == 409
+    assert error_of(same)["code"] == "CONFLICT"
+
+    # one person, the same key in two tenants: two calls
+    in_alices = post(
+        as_bob, "create_label", {"account_id": alice_mail.account_id, "name": "B"}, key="k2", tenant=alice.tenant.pk
+    )
+    bob_mail = give_mail(bob, tmp_path, "bob", n=1)
+    in_his = post(as_bob, "create_label", {"account_id": bob_mail.account_id, "name": "B"}, key="k2")
+    assert in_alices.status_code == in_his.status_code == 200
+    assert not _replayed(in_alices) and not _replayed(in_his)
+    assert in_alices.json()["label"]["id"] != in_his.json()["label"]["id"]
+    assert _labels(alice) == ["A", "B"]
+    assert _labels(mallory) == ["M"]
+
+
+def test_a_failed_first_call_stores_nothing_so_a_corrected_retry_runs(
+    alice: Person, alice_mail: Mailbox, mallory: Person
+) -> None:
+    client = api_client(alice.user)
+    account = alice_mail.account_id
+
+    # refused before it runs (input): nothing is kept under the key
+    refused = post(client, "create_label", {"account_id": account, "name": "Receipts", "color": "green"}, key=KEY)
+    assert refused.status_code == 400
+    assert not IdempotencyRecord.objects.for_tenant(alice.tenant).exists()
+    fixed = post(client, "create_label", {"account_id": account, "name": "Receipts", "color": "#00ff00"}, key=KEY)
+    assert fixed.status_code == 200
+    assert not _replayed(fixed)
+
+    # refused while it runs (the handler's CONFLICT): the claim on the key is rolled back with the rest
+    clash = post(client, "create_label", {"account_id": account, "name": "Receipts"}, key="second")
+    assert clash.status_code == 409
+    assert IdempotencyRecord.objects.for_tenant(alice.tenant).filter(key="second").count() == 0
+    label_id = fixed.json()["label"]["id"]
+    assert post(client, "rename_label", {"label_id": label_id, "name": "Old receipts"}).status_code == 200
+    retry = post(client, "create_label", {"account_id": account, "name": "Receipts"}, key="second")
+    assert retry.status_code == 200
+    assert not _replayed(retry)
+    assert _labels(alice) == ["Old receipts", "Receipts"]
+    assert _labels(mallory) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicates_run_once(alice: Person, alice_mail: Mailbox, mallory: Person) -> None:
+    threads = 8
+    body = {"account_id": alice_mail.account_id, "name": "Receipts"}
+    clients = [api_client(alice.user) for _ in range(threads)]
+    start = threading.Barrier(threads)
+    answers: list[tuple[int, dict[str, Any], bool]] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        try:
+            start.wait(timeout=30)
+            response = post(clients[i], "create_label", body, key=KEY)
+            with lock:
+                answers.append((response.status_code, response.json(), _replayed(response)))
+        except BaseException as exc:  # reported below: a thread's exception would otherwise vanish
+            with lock:
+                failures.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not failures, failures
+    assert len(answers) == threads
+    # the implementation waits for the first call instead of answering CONFLICT: all succeed, one ran
+    assert {status for status, _, _ in answers} == {200}
+    assert len({body["label"]["id"] for _, body, _ in answers}) == 1
+    assert sorted(replayed for _, _, replayed in answers) == [False] + [True] * (threads - 1)
+    assert _labels(alice) == ["Receipts"]
+    assert IdempotencyRecord.objects.for_tenant(alice.tenant).count() == 1
+    assert _labels(mallory) == []
+
+
+def test_keys_are_kept_at_least_a_day(alice: Person, alice_mail: Mailbox, mallory: Person) -> None:
+    assert settings.OPERATIONS["IDEMPOTENCY_RETENTION_HOURS"] >= 24
+    client = api_client(alice.user)
+    body = {"account_id": alice_mail.account_id, "name": "Receipts"}
+    first = post(client, "create_label", body, key=KEY)
+    IdempotencyRecord.objects.for_tenant(alice.tenant).update(
+        created_at=timezone.now() - timedelta(hours=23, minutes=59)
+    )
+
+    again = post(client, "create_label", body, key=KEY)
+    assert again.status_code == 200
+    assert _replayed(again)
+    assert again.json() == first.json()
+    assert _labels(alice) == ["Receipts"]
+
+
+def test_a_retried_deletion_replays_its_first_response(alice: Person, alice_mail: Mailbox, mallory: Person) -> None:
+    client = api_client(alice.user)
+    label_id = post(client, "create_label", {"account_id": alice_mail.account_id, "name": "Old"}).json()["label"]["id"]
+    first = post(client, "delete_label", {"label_id": label_id}, confirm=True, key=KEY)
+    assert first.status_code == 200
+
+    again = post(client, "delete_label", {"label_id": label_id}, confirm=True, key=KEY)
+    assert again.status_code == 200
+    assert _replayed(again)
+    assert again.json() == first.json()
