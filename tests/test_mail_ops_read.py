@@ -209,6 +209,13 @@ def test_its_cursor_walks_every_message_exactly_once_newest_first(world: World) 
     assert set(walk(person(world.mallory.person), "list_messages", {"limit": 2})) == set(
         world.mallory.messages.values()
     )
+    # a cursor at the position of one of mallory's messages is only a position: alice sees her own mail
+    theirs = Message.objects.for_tenant(world.mallory.person.tenant).get(pk=world.mallory.messages["newsletter"])
+    assert theirs.date is not None
+    after = call(
+        me, "list_messages", {"cursor": encode_cursor([theirs.date.isoformat(), str(theirs.pk)]), "limit": 200}
+    )
+    assert set(ids_of(after)) <= set(alice.messages.values()) and len(after["messages"]) > 0
 
 
 def test_its_cursor_walks_messages_without_a_date_too(world: World) -> None:
@@ -248,6 +255,13 @@ def test_it_refuses_a_cursor_it_did_not_give_out(world: World, cursor: str) -> N
     assert cursor not in error.message
     mallory = refusal(person(world.mallory.person), "list_messages", {"cursor": cursor})
     assert mallory.as_dict() == error.as_dict()
+    # her account is looked at before the cursor: it does not exist, whatever the cursor
+    assert_not_found(
+        person(world.alice.person),
+        "list_messages",
+        {"account_id": world.mallory.personal, "cursor": cursor},
+        "account_id",
+    )
 
 
 @pytest.mark.parametrize(
@@ -258,6 +272,12 @@ def test_search_refuses_a_cursor_it_did_not_give_out(world: World, cursor: str) 
     assert (error.code, error.field) == ("INVALID_INPUT", "cursor")
     mallory = refusal(person(world.mallory.person), "search", {"query": "depot", "cursor": cursor})
     assert mallory.as_dict() == error.as_dict()
+    assert_not_found(
+        person(world.alice.person),
+        "search",
+        {"query": "depot", "account_id": world.mallory.personal, "cursor": cursor},
+        "account_id",
+    )
 
 
 def test_it_refuses_a_page_over_the_maximum_instead_of_cutting_it(world: World, settings: Settings) -> None:
@@ -276,6 +296,8 @@ def test_it_refuses_a_page_over_the_maximum_instead_of_cutting_it(world: World, 
     assert len(page["messages"]) == 4 and page["next_cursor"] is not None
     assert walk(me, "list_messages", {"limit": 5}) == newest_first(alice)
     assert refusal(person(world.mallory.person), "list_messages", {"limit": 6}).code == "LIMIT_EXCEEDED"
+    # her account does not exist for alice, before any limit is looked at
+    assert_not_found(me, "list_messages", {"account_id": world.mallory.personal, "limit": 6}, "account_id")
 
 
 # ---------------------------------------------------------------- messages and threads
@@ -409,6 +431,7 @@ def test_get_reference_states_the_safety_rules_and_the_callers_operations(world:
     error = refusal(assistant, "get_reference", {"topic": "secrets"})
     assert (error.code, error.field) == ("INVALID_INPUT", "topic")
     assert call(agent(world.mallory.person), "get_reference", {"topic": "security"}) == security
+    assert_not_found(assistant, "get_message", {"message_id": mallory_message(world)}, "message_id")
 
 
 def test_status_reports_the_tenant_and_the_workspaces_in_reach(world: World) -> None:
@@ -422,6 +445,7 @@ def test_status_reports_the_tenant_and_the_workspaces_in_reach(world: World) -> 
     assert (typo["workspaces"], typo["accounts"]) == (["defualt"], 0)
     theirs = call(person(world.mallory.person), "status")
     assert (theirs["tenant"], theirs["workspaces"], theirs["accounts"]) == ("Mallory's tenant", ["default"], 1)
+    assert_not_found(agent(alice.person), "list_folders", {"account_id": world.mallory.personal}, "account_id")
 
 
 def test_raw_bytes_are_for_persons_only(world: World) -> None:
@@ -506,6 +530,7 @@ def test_a_restricted_agent_lists_only_accounts_in_its_workspaces(world: World) 
     accounts = call(assistant, "list_accounts")["accounts"]
     assert [(a["id"], a["workspace"]) for a in accounts] == [(alice.personal, "default")]
     assert [a["id"] for a in call(agent(world.mallory.person), "list_accounts")["accounts"]] == [world.mallory.personal]
+    assert_not_found(assistant, "list_folders", {"account_id": world.mallory.personal}, "account_id")
 
 
 def test_a_restricted_agent_is_refused_mail_outside_its_workspaces(world: World) -> None:

@@ -207,6 +207,9 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 if stored is not None:
                     _append(caller, ctx.door, op.name, "REPLAYED", digest)
                     return Result(op.name, stored, replayed=True)
+            if op.op_class != OpClass.READ:
+                # a change works from what it reads inside its own transaction, not from the checks' reads
+                ctx.memo.clear()
             produced = op.handler(ctx, data)
             output = op.output_model.model_validate(
                 produced.model_dump() if isinstance(produced, BaseModel) else produced

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from django.db import IntegrityError, transaction
 from pydantic import Field
 
 from apps.gate.errors import GateError
@@ -239,8 +240,6 @@ operation(
 
 # ---------------------------------------------------------------- labels themselves
 
-_COLOR = re.compile(r"^(#[0-9a-fA-F]{6})?$")
-
 
 class CreateLabelIn(Closed):
     account_id: Id
@@ -275,7 +274,11 @@ def create_label(ctx: Context, data: CreateLabelIn) -> LabelResult:
     account = access_account(reach(ctx), data.account_id)
     if Label.objects.for_tenant(ctx.tenant).filter(account=account, name=data.name).exists():
         raise GateError("CONFLICT", "name: this account already has a label with this name", field="name")
-    label = Label.objects.create(tenant=ctx.tenant, account=account, name=data.name, color=data.color)
+    try:
+        with transaction.atomic():
+            label = Label.objects.create(tenant=ctx.tenant, account=account, name=data.name, color=data.color)
+    except IntegrityError:  # a concurrent call took the name between the check and the insert
+        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name") from None
     ctx.touch(label.pk, None, {"name": label.name, "color": label.color})
     return LabelResult(label=label_out(label))
 
@@ -316,7 +319,11 @@ def rename_label(ctx: Context, data: RenameLabelIn) -> LabelResult:
         raise GateError("CONFLICT", "name: this account already has a label with this name", field="name")
     ctx.touch(label.pk, {"name": label.name}, {"name": data.name})
     label.name = data.name
-    label.save(update_fields=["name"])
+    try:
+        with transaction.atomic():
+            label.save(update_fields=["name"])
+    except IntegrityError:
+        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name") from None
     return LabelResult(label=label_out(label))
 
 
