@@ -119,10 +119,13 @@ def main() -> None:
     linear = broken is None and checked == 2 * total and seqs == list(range(1, 2 * total + 1))
 
     one_rate, many_rate = total / one_seconds, total / many_seconds
-    print(f"server: fsync={fsync} synchronous_commit={synchronous_commit}; {total} appends per run, one tenant")
+    print(
+        f"server: fsync={fsync} synchronous_commit={synchronous_commit}, {os.cpu_count()} CPUs; "
+        f"{total} appends per run, one tenant"
+    )
     print(f"1 writer                : {one_rate:9.0f} appends/s  ({one_seconds:.2f} s)")
     print(f"{args.writers} concurrent writers    : {many_rate:9.0f} appends/s  ({many_seconds:.2f} s)   target >= 500")
-    print(f"ratio ({args.writers} writers / 1)    : {many_rate / one_rate:.2f}")
+    print(f"ratio ({args.writers} writers / 1)   : {many_rate / one_rate:.2f}")
     print(f"verify_chain            : {checked / verify_seconds:9.0f} events/s  ({checked} events)")
     print(f"chain linear            : {'yes' if linear else 'NO'}  (break: {broken})")
     if not linear:

@@ -69,6 +69,7 @@ def _cli(*args: str) -> tuple[int, dict]:
     return code, json.loads(out.getvalue())
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_event_commits_with_the_change_it_records(alice: Person, mallory: Person) -> None:
     with transaction.atomic():
         Workspace.objects.for_tenant(alice.tenant).filter(pk=alice.workspace.pk).update(name="renamed")
@@ -92,6 +93,7 @@ def test_an_event_commits_with_the_change_it_records(alice: Person, mallory: Per
     assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_rollback_leaves_neither_the_change_nor_the_event(alice: Person, mallory: Person) -> None:
     class Boom(Exception):
         pass

@@ -24,6 +24,9 @@ from apps.audit.models import ZERO_HASH, AuditEvent, CredentialKind, Door, Princ
 from apps.workspaces.models import Tenant
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_PRINCIPALS = frozenset(Principal.values)
+_DOORS = frozenset(Door.values)
+_CREDENTIAL_KINDS = frozenset(CredentialKind.values)
 _WALK_CHUNK = 2000
 
 
@@ -50,9 +53,12 @@ class UnknownTenantError(LookupError):
     """No tenant has this id."""
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def canonical_json(value: object) -> str:
     """The one JSON spelling of a value: sorted keys, no whitespace, non-JSON types as str()."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def _sha256(text: str) -> str:
@@ -210,12 +216,12 @@ def _check_arguments(
     *, principal: str, door: str, operation: str, outcome: str, credential_id: str, credential_kind: str,
     input_digest: str,
 ) -> None:  # fmt: skip
-    if principal not in Principal.values:
-        raise ValueError(f"principal must be one of {Principal.values}")
-    if door not in Door.values:
-        raise ValueError(f"door must be one of {Door.values}")
-    if credential_kind not in CredentialKind.values:
-        raise ValueError(f"credential_kind must be one of {CredentialKind.values}")
+    if principal not in _PRINCIPALS:
+        raise ValueError(f"principal must be one of {sorted(_PRINCIPALS)}")
+    if door not in _DOORS:
+        raise ValueError(f"door must be one of {sorted(_DOORS)}")
+    if credential_kind not in _CREDENTIAL_KINDS:
+        raise ValueError(f"credential_kind must be one of {sorted(_CREDENTIAL_KINDS)}")
     if not 0 < len(operation) <= 200:
         raise ValueError("operation must be 1 to 200 characters")
     if not 0 < len(outcome) <= 50:
