@@ -8,10 +8,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -238,7 +239,10 @@ class _Importer:
         copy_rows(Message, _MESSAGE_COLUMNS, messages)
         copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws)
         copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments)
-        self._refresh_thread_stats(self._apply_merges() | set(threads))
+        self._count_into_threads(threads, [row[-1] for row in rows])
+        merged_into = self._apply_merges()
+        if merged_into:
+            self._refresh_thread_stats(merged_into)
 
     def _save_new_threads(self, live: set[uuid.UUID]) -> None:
         """Save the threads this batch started (those still in use after merges)."""
@@ -262,7 +266,30 @@ class _Importer:
         Thread.objects.for_tenant(self.tenant).filter(account=self.account, id__in=stale).delete()
         return set(targets.values())
 
+    def _count_into_threads(self, threads: list[uuid.UUID], dates: list[datetime]) -> None:
+        """Add this batch's messages to their threads' counts and date range."""
+        totals: dict[uuid.UUID, list[Any]] = {}
+        for thread_id, date in zip(threads, dates, strict=True):
+            entry = totals.setdefault(thread_id, [0, date, date])
+            entry[0] += 1
+            entry[1], entry[2] = min(entry[1], date), max(entry[2], date)
+        ids = list(totals)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE mail_thread AS t
+                   SET message_count = t.message_count + v.n,
+                       first_message_at = LEAST(t.first_message_at, v.first),
+                       last_message_at = GREATEST(t.last_message_at, v.last)
+                  FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[]) AS v(id, n, first, last)
+                 WHERE t.id = v.id AND t.tenant_id = %s
+                """,
+                [ids, [totals[i][0] for i in ids], [totals[i][1] for i in ids], [totals[i][2] for i in ids],
+                 self.tenant.pk],
+            )  # fmt: skip
+
     def _refresh_thread_stats(self, thread_ids: set[uuid.UUID]) -> None:
+        """Recount threads from their messages (after merges moved messages between threads)."""
         with connection.cursor() as cursor:
             cursor.execute(
                 """
