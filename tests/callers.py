@@ -1,30 +1,56 @@
-"""Callers built from the test fixtures' people, for tests that go through the gate."""
+"""Callers built from the test fixtures' people, and calls through their own doors."""
 
 from __future__ import annotations
 
-from apps.gate.callers import Caller
-from apps.workspaces.models import Membership
+from typing import Any
+
+import pytest
+
+from apps.gate.callers import Caller, Door, Principal
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.workspaces.models import DEFAULT_WORKSPACE, Membership
 from tests.conftest import Person
 
 
+def membership(p: Person) -> Membership:
+    return Membership.objects.for_user(p.user).select_related("tenant", "user").get(tenant=p.tenant)
+
+
 def as_person(p: Person) -> Caller:
-    return Caller.person(Membership.objects.for_user(p.user).get(tenant=p.tenant))
+    return Caller.person(membership(p))
 
 
 def as_agent(
     p: Person,
     *,
-    scopes: set[str] | None = None,
-    workspaces: tuple[str, ...] = ("default",),
+    scopes: set[str] | frozenset[str] = frozenset({"read", "write"}),
+    workspaces: tuple[str, ...] = (DEFAULT_WORKSPACE,),
     allow_list: set[str] | None = None,
-    kind: str = "apikey",
     credential_id: str = "key-1",
+    credential_kind: str = "apikey",
 ) -> Caller:
     return Caller.agent(
-        Membership.objects.for_user(p.user).get(tenant=p.tenant),
-        scopes=scopes if scopes is not None else {"read", "write"},
+        membership(p),
+        scopes=scopes,
         workspaces=workspaces,
         allow_list=allow_list,
         credential_id=credential_id,
-        credential_kind=kind,
+        credential_kind=credential_kind,
     )
+
+
+def door_of(caller: Caller) -> Door:
+    return {Principal.PERSON: Door.UI, Principal.AGENT: Door.MCP, Principal.INTERNAL: Door.INTERNAL}[caller.principal]
+
+
+def call(caller: Caller, name: str, input: Any = None, **kw: Any) -> dict[str, Any]:
+    """Dispatch through the caller's own door; the operation's output."""
+    return dispatch(caller, door_of(caller), name, {} if input is None else input, **kw).output
+
+
+def refusal(caller: Caller, name: str, input: Any = None, **kw: Any) -> GateError:
+    """Dispatch a call that must be refused; the refusal."""
+    with pytest.raises(GateError) as info:
+        call(caller, name, input, **kw)
+    return info.value

@@ -23,16 +23,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.db import transaction
 from pytest_django import DjangoDbBlocker
 
-from apps.gate.callers import Caller, Door, Principal
-from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.mail.importing import import_mail
 from apps.mail.models import Label, MailAccount, Message, MessageLabel
-from apps.workspaces.models import DEFAULT_WORKSPACE, Membership, Workspace
+from apps.workspaces.models import Workspace
+from tests.callers import as_agent, as_person, call, door_of, membership, refusal
 from tests.conftest import Person, make_person
 from tests.mailfactory import BASE_DATE, conversation, raw_message, write_mbox
 
@@ -58,47 +55,9 @@ Content-Type: text/html; charset=utf-8
 # ---------------------------------------------------------------- callers
 
 
-def membership(p: Person) -> Membership:
-    return Membership.objects.for_user(p.user).select_related("tenant", "user").get()
-
-
-def person(p: Person) -> Caller:
-    return Caller.person(membership(p))
-
-
-def agent(
-    p: Person,
-    *,
-    scopes: set[str] | frozenset[str] = frozenset({"write"}),
-    workspaces: tuple[str, ...] = (DEFAULT_WORKSPACE,),
-    allow_list: set[str] | None = None,
-    credential_id: str = "key-1",
-    credential_kind: str = "apikey",
-) -> Caller:
-    return Caller.agent(
-        membership(p),
-        scopes=scopes,
-        workspaces=workspaces,
-        allow_list=allow_list,
-        credential_id=credential_id,
-        credential_kind=credential_kind,
-    )
-
-
-def door_of(caller: Caller) -> Door:
-    return Door.UI if caller.principal == Principal.PERSON else Door.MCP
-
-
-def call(caller: Caller, name: str, input: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    """Dispatch through the caller's own door; the operation's output."""
-    return dispatch(caller, door_of(caller), name, input or {}, **kw).output
-
-
-def refusal(caller: Caller, name: str, input: dict[str, Any] | None = None, **kw: Any) -> GateError:
-    """Dispatch a call that must be refused; the refusal."""
-    with pytest.raises(GateError) as info:
-        call(caller, name, input, **kw)
-    return info.value
+person = as_person
+agent = as_agent
+__all__ = ["agent", "call", "door_of", "membership", "person", "refusal"]
 
 
 # ---------------------------------------------------------------- mailbox

@@ -118,8 +118,8 @@ def test_scopes_decide_which_tools_are_listed(alice: Person) -> None:
 
 
 def test_person_bound_operations_are_for_oauth_connections_only(alice: Person, extra_ops: None) -> None:
-    assert "my_notifications" in _names(as_agent(alice, kind="oauth"))
-    assert "my_notifications" not in _names(as_agent(alice, kind="apikey"))
+    assert "my_notifications" in _names(as_agent(alice, credential_kind="oauth"))
+    assert "my_notifications" not in _names(as_agent(alice, credential_kind="apikey"))
 
 
 def test_plugin_operations_start_off_and_follow_the_plugin_switch(alice: Person, extra_ops: None) -> None:

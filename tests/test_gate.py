@@ -20,7 +20,7 @@ from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.operations.registry import ALWAYS, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
-from tests.callers import as_agent, as_person
+from tests.callers import as_agent, as_person, refusal
 from tests.conftest import Person
 from tests.mailfactory import conversation, write_mbox
 
@@ -29,13 +29,6 @@ def _mail(p: Person, tmp_path: Path, n: int = 3) -> list[str]:
     import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
                 path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))))  # fmt: skip
     return [str(pk) for pk in Message.objects.for_tenant(p.tenant).order_by("date").values_list("pk", flat=True)]
-
-
-def _refusal(caller: Caller, name: str, data: object, **kw: object) -> GateError:
-    door = {"person": Door.UI, "agent": Door.MCP, "internal": Door.INTERNAL}[caller.principal]
-    with pytest.raises(GateError) as info:
-        dispatch(caller, door, name, data, **kw)  # type: ignore[arg-type]
-    return info.value
 
 
 def _events(p: Person) -> list[AuditEvent]:
@@ -91,10 +84,10 @@ def test_not_available_reads_the_same_for_off_never_and_unknown(alice: Person, m
     ExposureSetting.objects.create(tenant=alice.tenant, target="search", level="off")
     agent = as_agent(alice)
     answers = [
-        _refusal(agent, "search", {"query": "x"}).as_dict(),  # switched off by the tenant
-        _refusal(agent, "get_raw_message", {"message_id": "x"}).as_dict(),  # ceiling never
-        _refusal(agent, "no_such_operation", {}).as_dict(),  # does not exist
-        _refusal(agent, "set_operation_exposure", {"operation": "search", "level": "on"}).as_dict(),
+        refusal(agent, "search", {"query": "x"}).as_dict(),  # switched off by the tenant
+        refusal(agent, "get_raw_message", {"message_id": "x"}).as_dict(),  # ceiling never
+        refusal(agent, "no_such_operation", {}).as_dict(),  # does not exist
+        refusal(agent, "set_operation_exposure", {"operation": "search", "level": "on"}).as_dict(),
     ]
     assert answers == [{"code": "NOT_AVAILABLE", "message": NOT_AVAILABLE_MESSAGE}] * 4
     # mallory's tenant never switched search off
@@ -106,14 +99,14 @@ def test_not_available_reads_the_same_for_off_never_and_unknown(alice: Person, m
 
 def test_exposure_is_checked_before_authority_and_authority_before_input(alice: Person) -> None:
     reader = as_agent(alice, scopes={"read"})
-    assert _refusal(reader, "get_raw_message", {"bogus": 1}).code == "NOT_AVAILABLE"
-    refused = _refusal(reader, "mark_read", {"bogus": 1})
+    assert refusal(reader, "get_raw_message", {"bogus": 1}).code == "NOT_AVAILABLE"
+    refused = refusal(reader, "mark_read", {"bogus": 1})
     assert (refused.code, refused.missing_scope) == ("INSUFFICIENT_SCOPE", "write")
 
 
 def test_insufficient_scope_says_how_a_person_grants_it(alice: Person) -> None:
-    key = _refusal(as_agent(alice, scopes={"read"}, kind="apikey"), "mark_read", {"message_ids": ["x"]})
-    oauth = _refusal(as_agent(alice, scopes={"read"}, kind="oauth"), "mark_read", {"message_ids": ["x"]})
+    key = refusal(as_agent(alice, scopes={"read"}, credential_kind="apikey"), "mark_read", {"message_ids": ["x"]})
+    oauth = refusal(as_agent(alice, scopes={"read"}, credential_kind="oauth"), "mark_read", {"message_ids": ["x"]})
     assert "Organize and draft" in key.message and "new key" in key.message
     assert "reconnects" in oauth.message and "ticks" in oauth.message
     assert key.as_dict()["missing_scope"] == oauth.as_dict()["missing_scope"] == "write"
@@ -129,7 +122,7 @@ def test_a_role_below_the_operations_role_is_forbidden(alice: Person) -> None:
     member = User.objects.create_user(email="member@example.test", password="x")
     Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
     caller = Caller.person(Membership.objects.get(user=member))
-    refused = _refusal(caller, "list_audit_events", {})
+    refused = refusal(caller, "list_audit_events", {})
     assert (refused.code, refused.http_status) == ("FORBIDDEN", 403)
     assert dispatch(caller, Door.UI, "status", {}).output["tenant"] == alice.tenant.name
 
@@ -141,31 +134,31 @@ def test_input_errors_name_the_field_and_never_echo_the_value(alice: Person) -> 
         "extra_zq": {"message_id": "x", "extra_zq": "zq-secret-value"},
     }
     for field, data in cases.items():
-        refused = _refusal(person, "get_message", data)
+        refused = refusal(person, "get_message", data)
         assert (refused.code, refused.field, refused.http_status) == ("INVALID_INPUT", field, 400)
         assert "zq-secret-value" not in json.dumps(refused.as_dict())
-    missing = _refusal(person, "get_message", {})
+    missing = refusal(person, "get_message", {})
     assert (missing.field, missing.message) == ("message_id", "message_id: is required")
-    assert _refusal(person, "get_message", ["not", "an", "object"]).code == "INVALID_INPUT"
+    assert refusal(person, "get_message", ["not", "an", "object"]).code == "INVALID_INPUT"
 
 
 def test_input_is_checked_before_data_scope(alice: Person, mallory: Person, tmp_path: Path) -> None:
     theirs = _mail(mallory, tmp_path)
-    assert _refusal(as_person(alice), "get_message", {"message_id": theirs[0], "x": 1}).code == "INVALID_INPUT"
-    assert _refusal(as_person(alice), "get_message", {"message_id": theirs[0]}).code == "NOT_FOUND"
+    assert refusal(as_person(alice), "get_message", {"message_id": theirs[0], "x": 1}).code == "INVALID_INPUT"
+    assert refusal(as_person(alice), "get_message", {"message_id": theirs[0]}).code == "NOT_FOUND"
 
 
 def test_data_scope_is_checked_before_confirmation(alice: Person, mallory: Person, tmp_path: Path) -> None:
     mine, theirs = _mail(alice, tmp_path, 12), _mail(mallory, tmp_path)
-    refused = _refusal(as_agent(alice), "trash_messages", {"message_ids": [*mine[:11], theirs[0]]})
+    refused = refusal(as_agent(alice), "trash_messages", {"message_ids": [*mine[:11], theirs[0]]})
     assert refused.code == "NOT_FOUND" and refused.proposal is None
 
 
 def test_confirmation_is_checked_before_limits(alice: Person, mallory: Person, tmp_path: Path, settings) -> None:
     settings.OPERATIONS = {**settings.OPERATIONS, "BATCH_MAX": 11}
     ids = _mail(alice, tmp_path, 12)
-    assert _refusal(as_person(alice), "trash_messages", {"message_ids": ids}).code == "CONFIRMATION_REQUIRED"
-    over = _refusal(as_person(alice), "trash_messages", {"message_ids": ids}, confirm=True)
+    assert refusal(as_person(alice), "trash_messages", {"message_ids": ids}).code == "CONFIRMATION_REQUIRED"
+    over = refusal(as_person(alice), "trash_messages", {"message_ids": ids}, confirm=True)
     assert (over.code, over.field, over.http_status) == ("LIMIT_EXCEEDED", "message_ids", 422)
     assert not Message.objects.for_tenant(alice.tenant).filter(folder__kind="trash").exists()
     assert not Message.objects.for_tenant(mallory.tenant).exists()
@@ -174,15 +167,15 @@ def test_confirmation_is_checked_before_limits(alice: Person, mallory: Person, t
 def test_send_runs_only_for_persons_and_the_system(alice: Person, broken_ops: None) -> None:
     assert dispatch(as_person(alice), Door.CLI, "test_send_now", {"message_id": "x"}).output == {"ok": True}
     assert call_internal(alice.tenant, "test_send_now", {"message_id": "x"}).output == {"ok": True}
-    assert _refusal(as_agent(alice, scopes={"send"}), "test_send_now", {"message_id": "x"}).code == "NOT_AVAILABLE"
+    assert refusal(as_agent(alice, scopes={"send"}), "test_send_now", {"message_id": "x"}).code == "NOT_AVAILABLE"
 
 
 def test_every_call_appends_exactly_one_event_refusals_included(alice: Person, mallory: Person, tmp_path: Path) -> None:
     ids = _mail(alice, tmp_path)
     before = len(_events(alice))
     dispatch(as_person(alice), Door.UI, "get_message", {"message_id": ids[0]})
-    _refusal(as_person(alice), "get_message", {"message_id": "nope"})
-    _refusal(as_agent(alice), "no_such_operation", {})
+    refusal(as_person(alice), "get_message", {"message_id": "nope"})
+    refusal(as_agent(alice), "no_such_operation", {})
     dispatch(as_agent(alice), Door.MCP, "set_pinned", {"message_ids": ids[:2], "pinned": True})
     events = _events(alice)[before:]
     assert [(e.operation, e.outcome, e.door) for e in events] == [
@@ -201,7 +194,7 @@ def test_every_call_appends_exactly_one_event_refusals_included(alice: Person, m
 
 def test_a_handler_failure_after_its_change_commits_nothing(alice: Person, tmp_path: Path, broken_ops: None) -> None:
     ids = _mail(alice, tmp_path)
-    refused = _refusal(as_person(alice), "test_pin_then_crash", {"message_id": ids[0]}, confirm=True)
+    refused = refusal(as_person(alice), "test_pin_then_crash", {"message_id": ids[0]}, confirm=True)
     assert (refused.code, refused.http_status) == ("INTERNAL_ERROR", 500)
     assert "secret detail" not in refused.message
     assert not Message.objects.for_tenant(alice.tenant).filter(pinned=True).exists()
@@ -214,7 +207,7 @@ def test_a_handler_failure_after_its_change_commits_nothing(alice: Person, tmp_p
 
 def test_an_output_that_fails_validation_commits_nothing(alice: Person, tmp_path: Path, broken_ops: None) -> None:
     ids = _mail(alice, tmp_path)
-    refused = _refusal(as_person(alice), "test_pin_then_lie", {"message_id": ids[0]}, confirm=True)
+    refused = refusal(as_person(alice), "test_pin_then_lie", {"message_id": ids[0]}, confirm=True)
     assert refused.code == "INTERNAL_ERROR"
     assert not Message.objects.for_tenant(alice.tenant).filter(pinned=True).exists()
     assert not AuditEvent.objects.for_tenant(alice.tenant).filter(operation="test_pin_then_lie", outcome="ok").exists()

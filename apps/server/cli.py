@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.core.management.base import BaseCommand
+
+if TYPE_CHECKING:
+    from apps.workspaces.models import Membership
 
 
 class JsonCommand(BaseCommand):
@@ -21,3 +24,16 @@ class JsonCommand(BaseCommand):
             error["field"] = field
         self.stdout.write(json.dumps({"error": error}, sort_keys=True))
         sys.exit(1)
+
+    def membership(self, email: str, tenant_id: str | None) -> Membership:
+        """The named person's membership (in tenant_id, or their first tenant), or a NOT_FOUND exit."""
+        from apps.accounts.models import User
+        from apps.workspaces.selectors import NotAMemberError, access_membership
+
+        user = User.objects.for_email(email).first()
+        if user is None or not user.is_active:
+            self.fail("NOT_FOUND", "no such person", "user")
+        try:
+            return access_membership(user=user, tenant_id=tenant_id)
+        except NotAMemberError:
+            self.fail("NOT_FOUND", "no such tenant for this person", "tenant")

@@ -7,12 +7,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from apps.accounts.models import User
 from apps.gate.callers import Caller, Door
 from apps.gate.dispatch import dispatch
 from apps.gate.errors import GateError
 from apps.server.cli import JsonCommand
-from apps.workspaces.selectors import NotAMemberError, access_membership
 
 
 class Command(JsonCommand):
@@ -27,13 +25,7 @@ class Command(JsonCommand):
         parser.add_argument("--idempotency-key")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = User.objects.for_email(options["user"]).first()
-        if user is None or not user.is_active:
-            self.fail("NOT_FOUND", "no such person", "user")
-        try:
-            membership = access_membership(user=user, tenant_id=options["tenant"])
-        except NotAMemberError:
-            self.fail("NOT_FOUND", "no such tenant for this person", "tenant")
+        membership = self.membership(options["user"], options["tenant"])
         try:
             raw = json.loads(options["input"])
         except ValueError:

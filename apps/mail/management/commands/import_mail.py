@@ -7,11 +7,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from apps.accounts.models import User
 from apps.mail.importing import ImportRefusedError, import_mail
 from apps.server.cli import JsonCommand
 from apps.workspaces.models import DEFAULT_WORKSPACE
-from apps.workspaces.selectors import NotAMemberError, access_membership, access_workspace_by_name
+from apps.workspaces.selectors import access_workspace_by_name
 
 
 class Command(JsonCommand):
@@ -25,13 +24,7 @@ class Command(JsonCommand):
         parser.add_argument("--account", default="Imported", help="local account name (created if missing)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = User.objects.for_email(options["user"]).first()
-        if user is None or not user.is_active:
-            self.fail("NOT_FOUND", "no such person", "user")
-        try:
-            membership = access_membership(user=user, tenant_id=options["tenant"])
-        except NotAMemberError:
-            self.fail("NOT_FOUND", "no such tenant for this person", "tenant")
+        membership = self.membership(options["user"], options["tenant"])
         workspace = access_workspace_by_name(tenant=membership.tenant, name=options["workspace"])
         if workspace is None:
             self.fail("NOT_FOUND", "no such workspace", "workspace")
