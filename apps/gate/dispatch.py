@@ -65,6 +65,9 @@ def dispatch(
         _authority(caller, op)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
+        if idempotency_key is not None and op.returns_secret:
+            # a replay would need the secret stored beside the key
+            raise GateError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
         if idempotency_key is not None:
             # A key that already succeeded answers as it did then, whatever has changed since
             # (the message it deleted is gone, the confirmation it needed was given).

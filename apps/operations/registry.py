@@ -139,6 +139,8 @@ class Operation:
     plugin: str | None = None
     # takes an `idempotency_key` input field (send requests)
     idempotent_input: bool = False
+    # its output holds a secret shown once (a new API key): never stored, so never replayed
+    returns_secret: bool = False
     description: str = field(default="", compare=False)
 
     @property
@@ -247,6 +249,7 @@ def operation(
     person_bound: bool = False,
     plugin: str | None = None,
     idempotent_input: bool = False,
+    returns_secret: bool = False,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -270,6 +273,7 @@ def operation(
             person_bound=person_bound,
             plugin=plugin,
             idempotent_input=idempotent_input,
+            returns_secret=returns_secret,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "apps.server",
     "apps.operations",
     "apps.gate",
+    "apps.agents",
     "apps.api",
     "rest_framework",
     "drf_spectacular",

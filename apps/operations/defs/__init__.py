@@ -9,6 +9,7 @@ MODULES = (
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",
+    "apps.operations.defs.agents",
 )
 
 
