@@ -1,6 +1,6 @@
 """URL routes."""
 
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.api.urls import operation_urls
@@ -13,4 +13,5 @@ urlpatterns = [
     *operation_urls(),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("apps.accounts.urls")),
 ]

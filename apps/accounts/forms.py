@@ -1,0 +1,61 @@
+"""Sign-up and sign-in forms. Errors name the field and never repeat what was typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth import authenticate, password_validation
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
+
+from apps.accounts import signin
+from apps.accounts.models import User, normalize_email
+
+
+class SignUpForm(forms.Form):
+    email = forms.EmailField(max_length=254)
+    password = forms.CharField(widget=forms.PasswordInput, strip=False, max_length=200)
+    tenant = forms.CharField(label="Workspace owner name (your team or your own name)", max_length=200)
+
+    def clean_email(self) -> str:
+        email = normalize_email(self.cleaned_data["email"])
+        if User.objects.for_email(email).exists():
+            # the same answer as a fresh sign-up, so addresses cannot be probed: see the view
+            self.existing = True
+        return email
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "password" in data:
+            try:
+                password_validation.validate_password(data["password"], User(email=data.get("email", "")))
+            except ValidationError as exc:
+                self.add_error("password", exc)
+        return data
+
+
+class SignInForm(AuthenticationForm):
+    """Django's sign-in, refusing locked or unverified addresses and counting failures."""
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "locked": "Too many failed attempts for this address. Wait a few minutes, or reset your password.",
+        "unverified": "Confirm your e-mail address first: follow the link we sent you.",
+    }
+
+    def clean(self) -> dict[str, Any]:
+        email = normalize_email(self.cleaned_data.get("username") or "")
+        password = self.cleaned_data.get("password")
+        if email and password:
+            if signin.locked(email):
+                raise ValidationError(self.error_messages["locked"], code="locked")
+            self.user_cache = authenticate(self.request, username=email, password=password)
+            if self.user_cache is None:
+                signin.record_failure(email)
+                raise self.get_invalid_login_error()
+            self.confirm_login_allowed(self.user_cache)
+            if getattr(self.user_cache, "email_verified_at", None) is None:
+                raise ValidationError(self.error_messages["unverified"], code="unverified")
+            signin.clear(email)
+        return self.cleaned_data

@@ -1,0 +1,47 @@
+"""Routes for people in the browser."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path, reverse_lazy
+
+from apps.accounts import views
+from apps.accounts.forms import SignInForm
+
+urlpatterns = [
+    path("", views.console, name="console"),
+    path("accounts/sign-up", views.sign_up, name="sign-up"),
+    path("accounts/check-mail", views.check_mail, name="check-mail"),
+    path("accounts/verify/<str:token>", views.verify_email, name="verify-email"),
+    path(
+        "accounts/sign-in",
+        auth_views.LoginView.as_view(template_name="accounts/sign_in.html", authentication_form=SignInForm),
+        name="sign-in",
+    ),
+    path("accounts/sign-out", auth_views.LogoutView.as_view(), name="sign-out"),
+    path(
+        "accounts/password-reset",
+        auth_views.PasswordResetView.as_view(
+            template_name="accounts/password_reset.html",
+            email_template_name="accounts/password_reset_email.txt",
+            subject_template_name="accounts/password_reset_subject.txt",
+            success_url=reverse_lazy("password-reset-sent"),
+        ),
+        name="password-reset",
+    ),
+    path(
+        "accounts/password-reset/sent",
+        auth_views.PasswordResetDoneView.as_view(template_name="accounts/password_reset_sent.html"),
+        name="password-reset-sent",
+    ),
+    path(
+        "accounts/password-reset/<uidb64>/<token>",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="accounts/password_reset_confirm.html", success_url=reverse_lazy("password-reset-done")
+        ),
+        name="password-reset-confirm",
+    ),
+    path(
+        "accounts/password-reset/done",
+        auth_views.PasswordResetCompleteView.as_view(template_name="accounts/password_reset_done.html"),
+        name="password-reset-done",
+    ),
+]

@@ -1,0 +1,23 @@
+"""Outgoing mail of the service itself (verification, password reset): a file in development, SMTP by setting."""
+
+from __future__ import annotations
+
+from config.embedded import data_dir
+from config.env import env_bool, env_int, env_str
+
+EMAIL_BACKEND = env_str("OAKEN_EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = str(data_dir() / "outbox")
+EMAIL_HOST = env_str("OAKEN_SMTP_HOST", "localhost")
+EMAIL_PORT = env_int("OAKEN_SMTP_PORT", 587, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("OAKEN_SMTP_USER")
+EMAIL_HOST_PASSWORD = env_str("OAKEN_SMTP_PASSWORD")
+EMAIL_USE_TLS = env_bool("OAKEN_SMTP_STARTTLS", True)
+DEFAULT_FROM_EMAIL = env_str("OAKEN_FROM_EMAIL", "Oaken <no-reply@localhost>")
+
+LOGIN_URL = "/accounts/sign-in"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/sign-in"
+# sign-in: this many failures for one address within the window lock it for the window
+SIGN_IN_MAX_FAILURES = env_int("OAKEN_SIGN_IN_MAX_FAILURES", 5, minimum=1)
+SIGN_IN_WINDOW_SECONDS = env_int("OAKEN_SIGN_IN_WINDOW_SECONDS", 900, minimum=60)
+EMAIL_VERIFICATION_MAX_AGE_SECONDS = env_int("OAKEN_EMAIL_VERIFICATION_MAX_AGE", 3 * 24 * 3600, minimum=600)
