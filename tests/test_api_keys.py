@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from apps.agents.keys import caller_for_key
@@ -19,6 +18,7 @@ from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.gate.models import IdempotencyRecord
 from tests.callers import as_agent, as_person, call, refusal
+from tests.commands import run_json
 from tests.conftest import Person
 
 
@@ -26,14 +26,8 @@ def _create(p: Person, **data: object) -> dict[str, object]:
     return call(as_person(p), "create_api_key", {"scopes": ["read"], **data}, confirm=True)
 
 
-def _cli(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    try:
-        call_command("apikey", *args, stdout=out)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, json.loads(out.getvalue())
+def _cli(*args: str) -> tuple[int, Any]:
+    return run_json("apikey", *args)
 
 
 def test_a_key_is_shown_once_and_stored_only_as_a_hash(alice: Person, mallory: Person) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import itertools
-import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,7 +12,6 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.db.models import ProtectedError
 from django.db.transaction import TransactionManagementError
@@ -22,6 +19,7 @@ from django.db.transaction import TransactionManagementError
 from apps.audit.log import Break, Target, append_event, event_hash, input_digest, verify_all, verify_chain
 from apps.audit.models import ZERO_HASH, AuditEvent, AuditImmutableError, ChainHead
 from apps.workspaces.models import Tenant, Workspace
+from tests.commands import run_json
 from tests.conftest import Person
 
 
@@ -59,14 +57,8 @@ def _triggers_off() -> Iterator[Any]:
         cursor.execute("SET LOCAL session_replication_role = origin")
 
 
-def _cli(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    try:
-        call_command("audit", *args, stdout=out)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, json.loads(out.getvalue())
+def _cli(*args: str) -> tuple[int, Any]:
+    return run_json("audit", *args)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import Label
 from apps.operations import docs
 from apps.operations.registry import registry
+from tests.commands import run
 from tests.conftest import Person
 from tests.test_rest_door import Mailbox, give_mail
-
-
-def run(*args: str) -> tuple[int, str]:
-    """(exit code, stdout) of one `oaken` command."""
-    out = io.StringIO()
-    try:
-        call_command(*args, stdout=out)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, out.getvalue()
 
 
 def oaken_call(op: str, person: Person | str, *options: str, input: Any = None) -> tuple[int, dict[str, Any]]:

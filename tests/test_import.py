@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from apps.mail.importing import import_mail
 from apps.mail.models import (
@@ -21,6 +20,7 @@ from apps.mail.models import (
     Thread,
 )
 from apps.workspaces.models import Workspace
+from tests.commands import run_json
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_eml_folder, write_maildir, write_mbox
 
@@ -84,14 +84,8 @@ NO_MESSAGE_ID = raw_message(subject="No id here", message_id=None, body="Nobody 
 GARBAGE = b"\x00\x01\x02\xff\xfe binary junk without headers \x00\x00"
 
 
-def _cli(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    try:
-        call_command("import_mail", *args, stdout=out)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, json.loads(out.getvalue())
+def _cli(*args: str) -> tuple[int, Any]:
+    return run_json("import_mail", *args)
 
 
 def _tricky_mbox(tmp_path: Path) -> Path:

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 
 import pytest
-from django.core.management import call_command
 
 from apps.accounts.models import User
 from apps.mail.models import MailAccount, Message
 from apps.workspaces.models import Membership, Role, Workspace
 from apps.workspaces.selectors import NotAMemberError, access_membership
 from apps.workspaces.tenancy import UnscopedQueryError, new_id
+from tests.commands import run_json
 from tests.conftest import Person
 
 
-def run_cli(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    try:
-        call_command(*args, stdout=out)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, json.loads(out.getvalue())
-
-
 def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None:
-    code, data = run_cli(
+    code, data = run_json(
         "user",
         "create",
         "--email",
@@ -52,7 +41,7 @@ def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None
 
 
 def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person) -> None:
-    code, data = run_cli("user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2")
+    code, data = run_json("user", "create", "--email", "ALICE@example.test", "--password", "another long secret 2")
     assert code == 1
     assert data["error"]["code"] == "CONFLICT"
     assert data["error"]["field"] == "email"
@@ -60,12 +49,12 @@ def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person
 
 
 def test_user_create_names_the_bad_field_without_echoing_it(db: None) -> None:
-    code, data = run_cli("user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1")
+    code, data = run_json("user", "create", "--email", "not-an-address-zq", "--password", "a long enough secret 1")
     assert code == 1
     assert data["error"] == {"code": "INVALID_INPUT", "field": "email", "message": data["error"]["message"]}
     assert "not-an-address-zq" not in json.dumps(data)
 
-    code, data = run_cli("user", "create", "--email", "ok@example.test", "--password", "short")
+    code, data = run_json("user", "create", "--email", "ok@example.test", "--password", "short")
     assert code == 1
     assert data["error"]["field"] == "password"
     assert "short" not in data["error"]["message"].replace("too short", "")
