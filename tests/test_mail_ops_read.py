@@ -491,6 +491,9 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_audit_events": [{}],
         "verify_audit": [{}],
         "list_api_keys": [{}],
+        "list_connections": [{}],
+        "list_members": [{}],
+        "list_workspaces": [{}],
     }
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from functools import cache
 
 import redis
 from django.conf import settings
 
+from config.redis_client import count_hit, redis_client
 
-@cache
-def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+_client = redis_client
 
 
 def _key(email: str) -> str:
@@ -29,13 +27,8 @@ def locked(email: str) -> bool:
 
 
 def record_failure(email: str) -> None:
-    key = _key(email)
     try:
-        pipe = _client().pipeline()
-        # the window starts at the first failure (SET NX EX), later failures only count
-        pipe.set(key, 0, ex=settings.SIGN_IN_WINDOW_SECONDS, nx=True)
-        pipe.incr(key)
-        pipe.execute()
+        count_hit(_key(email), settings.SIGN_IN_WINDOW_SECONDS)
     except redis.RedisError:
         return  # locked() already refuses while Redis is away
 

@@ -37,3 +37,45 @@ class ApiKey(TenantOwned):
     def is_live(self, now: datetime | None = None) -> bool:
         moment = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > moment)
+
+
+class Connection(TenantOwned):
+    """An OAuth grant (SPEC §7): one person let one client act in one tenant, with these scopes and workspaces,
+    until a deadline fixed at consent (none: until revoked). Every token issued for it hangs off it."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="connections")
+    application = models.ForeignKey(
+        "oauth2_provider.Application", on_delete=models.CASCADE, related_name="oaken_connections"
+    )
+    client_name = models.CharField(max_length=255, blank=True)
+    redirect_uri = models.TextField()
+    scopes = ArrayField(models.CharField(max_length=10))
+    workspaces = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # the deadline; refreshing never moves it
+    # the authorization code that starts it (hash), and when it was redeemed: a second redemption revokes
+    code_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    token_family = models.UUIDField(unique=True, null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=40, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.client_name or self.application_id} for {self.user_id}"
+
+    def is_live(self, now: datetime | None = None) -> bool:
+        moment = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > moment)
+
+
+class ConnectionToken(models.Model):
+    """Which connection an access token was issued for (the toolkit's token table has no room for it)."""
+
+    access_token = models.OneToOneField(
+        "oauth2_provider.AccessToken", on_delete=models.CASCADE, primary_key=True, related_name="oaken_link"
+    )
+    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="token_links")
+
+    def __str__(self) -> str:
+        return str(self.connection_id)

@@ -4,5 +4,6 @@ from .api import *  # noqa: F403
 from .base import *  # noqa: F403
 from .database import *  # noqa: F403
 from .mail import *  # noqa: F403
+from .oauth import *  # noqa: F403
 from .operations import *  # noqa: F403
 from .queue import *  # noqa: F403

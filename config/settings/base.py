@@ -75,12 +75,17 @@ INSTALLED_APPS = [
     "apps.gate",
     "apps.agents",
     "apps.api",
+    "apps.console",
+    "apps.oauth",
+    "oauth2_provider",
+    "corsheaders",
     "rest_framework",
     "drf_spectacular",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

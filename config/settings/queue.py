@@ -24,4 +24,5 @@ CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "gate-purge-expired": {"task": "gate.purge_expired", "schedule": 3600.0},
+    "oauth-forget-unused-clients": {"task": "oauth.forget_unused_clients", "schedule": 3600.0},
 }

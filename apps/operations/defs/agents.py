@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
+from django.conf import settings
+from oauth2_provider.models import Application
 from pydantic import Field
 
+from apps.agents.connections import revoke_connection
 from apps.agents.keys import issue_key
-from apps.agents.models import ApiKey
+from apps.agents.models import ApiKey, Connection
 from apps.gate.errors import GateError
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
@@ -158,3 +162,148 @@ def revoke_api_key(ctx: Context, data: RevokeKeyIn) -> ApiKeyOut:
         row.revoked_at = ctx.now
         row.save(update_fields=["revoked_at"])
     return key_out(row)
+
+
+# --- OAuth connections (SPEC §7) ---------------------------------------------------------------------------
+
+
+class ConnectionOut(Closed):
+    id: str
+    client_name: str
+    redirect_host: str
+    scopes: list[str]
+    workspaces: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked: bool
+
+
+def connection_out(row: Connection) -> ConnectionOut:
+    return ConnectionOut(
+        id=str(row.pk), client_name=row.client_name, redirect_host=urlsplit(row.redirect_uri).netloc,
+        scopes=list(row.scopes), workspaces=list(row.workspaces), created_at=row.created_at,
+        expires_at=row.expires_at, last_used_at=row.last_used_at, revoked=row.revoked_at is not None,
+    )  # fmt: skip
+
+
+class GrantConnectionIn(Closed):
+    client_id: str = Field(min_length=1, max_length=100)
+    redirect_uri: str = Field(min_length=1, max_length=2000)
+    scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
+    workspaces: list[str] = Field(default=[DEFAULT_WORKSPACE], max_length=50, description="empty: every workspace")
+    lifetime: Literal["24h", "until_revoked"] = "24h"
+
+
+def _application(data: GrantConnectionIn) -> Application:
+    app = Application.objects.filter(client_id=data.client_id).first()
+    if app is None or not app.redirect_uri_allowed(data.redirect_uri):
+        raise GateError.not_found("client_id")
+    return app
+
+
+def _grant_scope(ctx: Context, data: GrantConnectionIn) -> None:
+    _application(data)
+    if any(not w or len(w) > 100 for w in data.workspaces):
+        raise GateError.invalid("workspaces", "workspace names are 1 to 100 characters")
+
+
+def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
+    return Preview((Change("new connection", None, {"client": _application(data).name, "lifetime": data.lifetime,
+                                                    "scopes": sorted(set(data.scopes) | {"read"}),
+                                                    "workspaces": data.workspaces}),))  # fmt: skip
+
+
+@operation(
+    name="grant_connection",
+    summary="Let an OAuth client act for you here (the consent page): scopes, workspaces and a lifetime.",
+    input=GrantConnectionIn,
+    output=ConnectionOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_grant_preview,
+    confirm=ALWAYS,
+    data_scope=_grant_scope,
+)
+def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
+    assert ctx.caller.user is not None
+    app = _application(data)
+    hours = settings.OAUTH_CONNECTION_DEFAULT_HOURS
+    row = Connection.objects.create(
+        tenant=ctx.tenant,
+        user=ctx.caller.user,
+        application=app,
+        client_name=app.name[:255],
+        redirect_uri=data.redirect_uri,
+        scopes=sorted(set(data.scopes) | {"read"}),
+        workspaces=list(dict.fromkeys(data.workspaces)),
+        created_at=ctx.now,
+        expires_at=ctx.now + timedelta(hours=hours) if data.lifetime == "24h" else None,
+    )
+    ctx.touch(row.pk, None, {"client_id": app.client_id, "scopes": row.scopes, "workspaces": row.workspaces,
+                             "lifetime": data.lifetime})  # fmt: skip
+    return connection_out(row)
+
+
+class ConnectionsOut(Closed):
+    connections: list[ConnectionOut]
+
+
+def _visible_connections(ctx: Context) -> Any:
+    rows = Connection.objects.for_tenant(ctx.tenant).filter(activated_at__isnull=False)
+    if ctx.caller.role is None or not Role(ctx.caller.role).covers(Role.ADMIN):
+        rows = rows.filter(user=ctx.caller.user)
+    return rows
+
+
+@operation(
+    name="list_connections",
+    summary="Your OAuth connections (an ADMIN sees the tenant's): client, scopes, workspaces, deadline, last use.",
+    input=Empty,
+    output=ConnectionsOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+)
+def list_connections(ctx: Context, data: Empty) -> ConnectionsOut:
+    return ConnectionsOut(connections=[connection_out(r) for r in _visible_connections(ctx).order_by("-created_at")])
+
+
+class RevokeConnectionIn(Closed):
+    connection_id: Id
+
+
+def _connection(ctx: Context, connection_id: str) -> Connection:
+    from apps.mail.selectors import parse_id
+
+    row = _visible_connections(ctx).filter(pk=parse_id(connection_id, "connection_id")).first()
+    if row is None:
+        raise GateError.not_found("connection_id")
+    return row
+
+
+def _revoke_connection_scope(ctx: Context, data: RevokeConnectionIn) -> None:
+    _connection(ctx, data.connection_id)
+
+
+def _revoke_connection_preview(ctx: Context, data: RevokeConnectionIn) -> Preview:
+    row = _connection(ctx, data.connection_id)
+    return Preview((Change(str(row.pk), {"revoked": row.revoked_at is not None}, {"revoked": True}),))
+
+
+@operation(
+    name="revoke_connection",
+    summary="Revoke an OAuth connection and every token it issued, at once.",
+    input=RevokeConnectionIn,
+    output=ConnectionOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_revoke_connection_preview,
+    confirm=ALWAYS,
+    data_scope=_revoke_connection_scope,
+)
+def revoke_connection_op(ctx: Context, data: RevokeConnectionIn) -> ConnectionOut:
+    row = _connection(ctx, data.connection_id)
+    if row.revoked_at is None:
+        ctx.touch(row.pk, {"revoked": False}, {"revoked": True})
+    revoke_connection(row, "revoked_by_person")
+    return connection_out(row)

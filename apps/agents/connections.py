@@ -1,0 +1,74 @@
+"""OAuth connections: resolving an access token to the gate's agent caller, and revoking a connection."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, RefreshToken
+
+from apps.agents.models import Connection, ConnectionToken
+from apps.gate.callers import Caller
+from apps.workspaces.models import Membership
+
+# last-use times are kept to the minute, as for API keys
+_LAST_USED_GRANULARITY = timedelta(minutes=1)
+
+
+def caller_for_token(token: str, resource: str) -> Caller | None:
+    """The agent caller an OAuth access token stands for at `resource` (the canonical /mcp URL), or None:
+    unknown or expired token, a token for another audience or none, a revoked or expired connection, a person
+    who is inactive or no longer a member."""
+    if not token or len(token) > 500:
+        return None
+    checksum = hashlib.sha256(token.encode()).hexdigest()
+    # Authentication itself: the token's hash is what finds the tenant, so this lookup cannot be scoped.
+    link = (
+        ConnectionToken.objects.filter(access_token__token_checksum=checksum)
+        .select_related("access_token", "connection", "connection__tenant", "connection__user")
+        .first()
+    )
+    now = timezone.now()
+    if link is None or link.access_token.expires <= now:
+        return None
+    if list(link.access_token.resource or []) != [resource]:
+        return None
+    connection = link.connection
+    if not connection.is_live(now) or not connection.user.is_active:
+        return None
+    membership = (
+        Membership.objects.for_user(connection.user)
+        .filter(tenant=connection.tenant)
+        .select_related("tenant", "user")
+        .first()
+    )
+    if membership is None:
+        return None
+    if connection.last_used_at is None or now - connection.last_used_at > _LAST_USED_GRANULARITY:
+        Connection.objects.for_tenant(connection.tenant).filter(pk=connection.pk).update(last_used_at=now)
+    granted = set(connection.scopes) & set(link.access_token.scope.split())
+    return Caller.agent(
+        membership,
+        scopes=granted,
+        workspaces=tuple(connection.workspaces),
+        credential_id=str(connection.pk),
+        credential_kind="oauth",
+    )
+
+
+def revoke_connection(connection: Connection, reason: str) -> None:
+    """End a connection and every token it issued, at once."""
+    with transaction.atomic():
+        locked = Connection.objects.for_tenant(connection.tenant).select_for_update().get(pk=connection.pk)
+        if locked.revoked_at is None:
+            locked.revoked_at = timezone.now()
+            locked.revoked_reason = reason
+            locked.save(update_fields=["revoked_at", "revoked_reason"])
+        connection.revoked_at, connection.revoked_reason = locked.revoked_at, locked.revoked_reason
+        if locked.token_family is not None:
+            RefreshToken.objects.filter(token_family=locked.token_family, revoked__isnull=True).update(
+                revoked=timezone.now()
+            )
+        AccessToken.objects.filter(oaken_link__connection=locked).delete()

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OAuthConfig(AppConfig):
+    name = "apps.oauth"
+    label = "oaken_oauth"

@@ -1,0 +1,136 @@
+"""The toolkit's validator, bent to Oaken's connections (SPEC §7).
+
+- Every authorization code comes from the consent page, which first records a connection; the code's hash is
+  kept on it. Redeeming the code activates the connection, links the tokens to it and fixes the token family.
+- A code redeemed twice (even concurrently: the connection row is locked) revokes the connection and every
+  token it issued. A rotated refresh token presented again revokes its family and the connection.
+- An access token never outlives its connection's deadline, and refreshing never moves the deadline.
+- Resource indicators are mapped onto the one resource there is, /mcp; a token is always bound to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, RefreshToken
+from oauth2_provider.oauth2_validators import OAuth2Validator
+from oauthlib.oauth2.rfc6749 import errors
+
+from apps.agents.connections import revoke_connection
+from apps.agents.models import Connection, ConnectionToken
+from apps.oauth.resource import canonical_resources, origin_of
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _connections() -> Any:
+    # Token endpoints authenticate a client, not a tenant: the code or refresh token is what finds the
+    # connection, so these lookups cannot be scoped to a tenant in advance.
+    return Connection.objects.unscoped()
+
+
+class OakenValidator(OAuth2Validator):
+    def save_authorization_code(self, client_id: str, code: dict[str, str], request: Any, *args: Any,
+                                **kwargs: Any) -> None:  # fmt: skip
+        connection_id = getattr(request, "oaken_connection", None)
+        if connection_id is None:  # only the consent page issues codes
+            raise errors.AccessDeniedError(request=request)
+        super().save_authorization_code(client_id, code, request, *args, **kwargs)
+        claimed = (
+            _connections()
+            .filter(pk=connection_id, user=request.user, application=request.client, code_hash__isnull=True)
+            .update(code_hash=_digest(code["code"]))
+        )
+        if claimed != 1:
+            raise errors.AccessDeniedError(request=request)
+
+    def validate_code(self, client_id: str, code: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
+        if super().validate_code(client_id, code, client, request, *args, **kwargs):
+            return True
+        used = _connections().filter(code_hash=_digest(code), activated_at__isnull=False).first()
+        if used is not None:  # a code redeemed before: whoever holds it now, what it issued is void
+            revoke_connection(used, "code_reused")
+        return False
+
+    def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any,
+                               **kwargs: Any) -> bool:  # fmt: skip
+        valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
+        rt = (
+            RefreshToken.objects.filter(token_checksum=_digest(refresh_token))
+            .exclude(token_family__isnull=True)
+            .order_by("-created")
+            .first()
+        )
+        if rt is None:
+            return False
+        connection = _connections().filter(token_family=rt.token_family).first()
+        if connection is None:
+            return False
+        if not valid:
+            if rt.revoked is not None and connection.revoked_at is None:
+                revoke_connection(connection, "refresh_reused")
+            return False
+        return connection.is_live()
+
+    def _check_and_set_request_resource(self, request: Any) -> None:
+        requested = getattr(request, "resource", None)
+        if isinstance(requested, str):
+            requested = [value for key, value in (getattr(request, "decoded_body", None) or []) if key == "resource"]
+        if requested:
+            canonical = canonical_resources(list(requested), origin_of(request.uri))
+            if canonical is None:
+                raise errors.CustomOAuth2Error(
+                    error="invalid_target", description="this server has one resource: its /mcp endpoint",
+                    request=request,
+                )  # fmt: skip
+            request.resource = canonical
+        super()._check_and_set_request_resource(request)
+
+    def save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().save_bearer_token(token, request, *args, **kwargs)
+        except errors.InvalidGrantError:
+            reused = getattr(request, "oaken_reused", None)
+            if reused is not None:  # revoked outside the failed transaction, so it stays revoked
+                revoke_connection(reused, "code_reused")
+            raise
+
+    def _save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> None:
+        now = timezone.now()
+        if request.grant_type == "authorization_code":
+            connection = _connections().select_for_update().filter(code_hash=_digest(request.code)).first()
+            if connection is not None and connection.activated_at is not None:
+                request.oaken_reused = connection
+                raise errors.InvalidGrantError(request=request)
+        elif request.grant_type == "refresh_token":
+            family = request.refresh_token_instance.token_family
+            connection = _connections().select_for_update().filter(token_family=family).first()
+        else:
+            raise errors.UnsupportedGrantTypeError(request=request)
+        if connection is None or not connection.is_live(now):
+            raise errors.InvalidGrantError(request=request)
+        lifetime = settings.OAUTH_ACCESS_TOKEN_SECONDS
+        if connection.expires_at is not None:
+            lifetime = min(lifetime, int((connection.expires_at - now).total_seconds()))
+        token["expires_in"] = lifetime
+        if not set(token["scope"].split()) <= set(connection.scopes):
+            raise errors.InvalidScopeError(request=request)
+        super()._save_bearer_token(token, request, *args, **kwargs)
+        access = AccessToken.objects.get(token_checksum=_digest(token["access_token"]))
+        ConnectionToken.objects.get_or_create(access_token=access, defaults={"connection": connection})
+        fields = ["last_used_at"]
+        connection.last_used_at = now
+        if connection.activated_at is None:
+            connection.activated_at = now
+            fields.append("activated_at")
+        if connection.token_family is None:
+            refresh = RefreshToken.objects.filter(access_token=access).first()
+            if refresh is not None:
+                connection.token_family = refresh.token_family
+                fields.append("token_family")
+        connection.save(update_fields=fields)

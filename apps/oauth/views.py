@@ -1,0 +1,230 @@
+"""The authorization server's pages and documents: consent, discovery metadata, open client registration."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from django import forms
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from oauth2_provider import views as dot
+from oauth2_provider.exceptions import OAuthToolkitError
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import Application
+from oauth2_provider.views.dynamic_client_registration import DynamicClientRegistrationView
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+
+from apps.gate.callers import Caller, Door
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
+from apps.workspaces.models import Membership, Workspace
+from apps.workspaces.selectors import NotAMemberError, access_membership
+from config.redis_client import count_hit
+
+SCOPES = ("read", "write", "send")
+LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
+
+
+def _client_address(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR", ""))
+
+
+class ConsentForm(AllowForm):
+    """The toolkit's hidden fields (what the client asked for) plus what the person ticks here."""
+
+    grant_write = forms.BooleanField(required=False, label="Organize and draft")
+    grant_send = forms.BooleanField(required=False, label="Send")
+    all_workspaces = forms.BooleanField(required=False, label="Every workspace, also ones made later")
+    workspaces = forms.MultipleChoiceField(required=False, choices=(), widget=forms.CheckboxSelectMultiple)
+    lifetime = forms.ChoiceField(choices=LIFETIMES, initial="24h", widget=forms.RadioSelect)
+
+    def __init__(self, *args: Any, workspace_names: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["workspaces"].choices = [(name, name) for name in workspace_names]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("allow") and not data.get("all_workspaces") and not data.get("workspaces"):
+            raise forms.ValidationError("Pick at least one workspace, or every workspace.")
+        return data
+
+
+class ConsentView(dot.AuthorizationView):
+    """The consent screen (SPEC §7). What is granted is decided here, on the server: the scopes the client
+    asked for intersected with what the person ticked (Read always), the workspaces they picked, a lifetime.
+    The grant itself is the `grant_connection` operation, so it passes the gate and is audited."""
+
+    template_name = "oauth/consent.html"
+    form_class = ConsentForm
+
+    def _membership(self) -> Membership:
+        try:
+            return access_membership(user=self.request.user, tenant_id=self.request.session.get("tenant_id"))
+        except NotAMemberError:
+            return access_membership(user=self.request.user)
+
+    def _workspace_names(self) -> list[str]:
+        tenant = self._membership().tenant
+        return list(Workspace.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "workspace_names": self._workspace_names()}
+
+    def get_initial(self) -> dict[str, Any]:
+        names = self._workspace_names()
+        default = ["default"] if "default" in names else names[:1]
+        return {**super().get_initial(), "workspaces": default, "lifetime": "24h"}
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        form = context["form"]
+        requested = set((form["scope"].value() or "").split())
+        context.update(
+            requested_write="write" in requested,
+            requested_send="send" in requested,
+            redirect_host=urlsplit(form["redirect_uri"].value() or "").netloc,
+            tenant=self._membership().tenant,
+        )
+        return context
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            self._membership()
+        except NotAMemberError:
+            refusal = {"error": "no_tenant", "description": "You are not a member of any tenant."}
+            return self.render_to_response({"error": refusal})
+        return super().get(request, *args, **kwargs)
+
+    def form_valid(self, form: ConsentForm) -> HttpResponse:
+        data = form.cleaned_data
+        if not data.get("allow"):
+            return super().form_valid(form)  # the toolkit answers the client with access_denied
+        app = Application.objects.get(client_id=data["client_id"])
+        requested = set(data["scope"].split())
+        ticked = {"read"} | {name for name in ("write", "send") if data.get(f"grant_{name}")}
+        granted = sorted(({"read"} | (requested & ticked)) & set(SCOPES))
+        resources = canonical_resources((data.get("resource") or "").split(), public_origin(self.request))
+        if resources is None:
+            error = CustomOAuth2Error(error="invalid_target", description="this server's one resource is /mcp",
+                                      state=data.get("state"))  # fmt: skip
+            return self.error_response(OAuthToolkitError(error=error, redirect_uri=data["redirect_uri"]), app)
+        try:
+            connection = dispatch(
+                Caller.person(self._membership()),
+                Door.UI,
+                "grant_connection",
+                {
+                    "client_id": data["client_id"],
+                    "redirect_uri": data["redirect_uri"],
+                    "scopes": granted,
+                    "workspaces": [] if data.get("all_workspaces") else list(data.get("workspaces") or []),
+                    "lifetime": data["lifetime"],
+                },
+                confirm=True,
+            ).output
+        except GateError as refusal:
+            form.add_error(None, refusal.message)
+            return self.form_invalid(form)
+        credentials = {
+            "client_id": data["client_id"],
+            "redirect_uri": data["redirect_uri"],
+            "response_type": data.get("response_type"),
+            "state": data.get("state"),
+            "code_challenge": data.get("code_challenge") or None,
+            "code_challenge_method": data.get("code_challenge_method") or None,
+            "resource": resources,
+            "oaken_connection": connection["id"],
+        }
+        try:
+            uri, _headers, _body, _status = self.create_authorization_response(
+                request=self.request, scopes=" ".join(granted), credentials=credentials, allow=True
+            )
+        except OAuthToolkitError as error:
+            return self.error_response(error, app)
+        return self.redirect(uri, app)
+
+
+class ProtectedResourceMetadataView(dot.OAuthProtectedResourceMetadataView):
+    """RFC 9728: both the root and the /mcp-suffixed documents describe the one resource, /mcp."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return mcp_resource(request)
+
+
+class OpenRegistration:
+    """Dynamic client registration is open to MCP clients (they register before anyone signs in), limited per
+    client address and hour; registrations never used are forgotten by `oauth.forget_unused_clients`."""
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        return True
+
+
+_BLOCKED_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
+
+
+def _redirect_uri_problem(uri: str) -> str | None:
+    """Why a redirect URI cannot be registered (https, loopback http, or a native app's own scheme), or None."""
+    parts = urlsplit(uri)
+    if parts.fragment or "#" in uri:
+        return "redirect URIs may not carry a fragment"
+    if parts.scheme == "https" and parts.netloc:
+        return None
+    if parts.scheme == "http":
+        host = (parts.hostname or "").strip("[]")
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        return None if loopback else "http redirect URIs must be loopback (127.0.0.1, [::1] or localhost)"
+    if parts.scheme in settings.OAUTH_NATIVE_REDIRECT_SCHEMES and parts.scheme not in _BLOCKED_SCHEMES:
+        return None
+    return "redirect URIs must be https, loopback http, or a known native-app scheme"
+
+
+class RegistrationView(DynamicClientRegistrationView):
+    """RFC 7591 registration: rate-limited, redirect URIs checked, authorization code only."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            count = count_hit(f"oauth-registrations:{_client_address(request)}", 3600)
+        except redis.RedisError:
+            return _registration_error("temporarily_unavailable", "registration is unavailable, retry later", 503)
+        if count > settings.OAUTH_REGISTRATIONS_PER_HOUR:
+            response = _registration_error("rate_limited", "too many registrations from this address", 429)
+            response["Retry-After"] = "3600"
+            return response
+        try:
+            metadata = json.loads(request.body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            metadata = None
+        if isinstance(metadata, dict):
+            uris = metadata.get("redirect_uris")
+            if isinstance(uris, list):
+                for uri in uris:
+                    problem = _redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
+                    if problem:
+                        return _registration_error("invalid_redirect_uri", problem, 400)
+            grants = metadata.get("grant_types", ["authorization_code"])
+            if isinstance(grants, list) and set(grants) - {"authorization_code", "refresh_token"}:
+                return _registration_error("invalid_client_metadata", "only authorization_code is offered", 400)
+        return super().post(request, *args, **kwargs)
+
+
+def _registration_error(error: str, description: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": error, "error_description": description}, status=status)
+
+
+class TokenView(dot.TokenView):
+    """The toolkit's token endpoint; errors raised while storing tokens (a code redeemed twice at once, another
+    resource) come back without a content type, so every answer is marked JSON and never cached."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = super().post(request, *args, **kwargs)
+        response["Content-Type"] = "application/json"
+        response["Cache-Control"] = "no-store"
+        return response

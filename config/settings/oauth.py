@@ -1,0 +1,86 @@
+"""The OAuth 2.1 authorization server (django-oauth-toolkit) for MCP clients, and CORS for what browsers fetch."""
+
+from __future__ import annotations
+
+from config.env import env_bool, env_int, env_list, env_str
+
+# OAKEN_PUBLIC_URL (settings.PUBLIC_URL, see mail.py), when it is set, names the issuer and the /mcp resource
+# tokens are bound to; when it is not, both are taken from each request's host (development, tests).
+OAUTH_ORIGIN = env_str("OAKEN_PUBLIC_URL").rstrip("/")
+
+# Connections (SPEC §7): an access token lives at most this long; a connection at most its chosen lifetime.
+OAUTH_ACCESS_TOKEN_SECONDS = env_int("OAKEN_OAUTH_ACCESS_TOKEN_SECONDS", 3600, minimum=60, maximum=3600)
+OAUTH_CONNECTION_DEFAULT_HOURS = 24
+# a dynamically registered client that never completed a connection is removed after this long
+OAUTH_UNUSED_CLIENT_HOURS = env_int("OAKEN_OAUTH_UNUSED_CLIENT_HOURS", 24, minimum=1)
+# open registration: at most this many registrations per client address per hour
+OAUTH_REGISTRATIONS_PER_HOUR = env_int("OAKEN_OAUTH_REGISTRATIONS_PER_HOUR", 30, minimum=1)
+# redirect URI schemes native clients use besides https and loopback http (RFC 8252 private-use schemes)
+OAUTH_NATIVE_REDIRECT_SCHEMES = env_list(
+    "OAKEN_OAUTH_NATIVE_REDIRECT_SCHEMES", ["cursor", "vscode", "vscode-insiders", "windsurf", "zed"]
+)
+
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "apps.oauth.validator.OakenValidator",
+    "SCOPES": {
+        "read": "Read your mail",
+        "write": "Organize and draft: read state, labels, moving to spam or trash, drafts",
+        "send": "Send mail on your behalf, within the limits you set",
+    },
+    "DEFAULT_SCOPES": ["read"],
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 120,
+    "ACCESS_TOKEN_EXPIRE_SECONDS": OAUTH_ACCESS_TOKEN_SECONDS,
+    # a refresh token dies 30 days after its access token expired; the connection's deadline comes first
+    "REFRESH_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+    "PKCE_REQUIRED": True,
+    "REQUEST_APPROVAL_PROMPT": "force",
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["https", "http", *OAUTH_NATIVE_REDIRECT_SCHEMES],
+    "ALLOW_LOCALHOST_LOOPBACK": True,  # RFC 8252 §7.3: a native client's loopback port may vary
+    "ALLOW_URI_WILDCARDS": False,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Oaken MCP",
+    "OIDC_ISS_ENDPOINT": OAUTH_ORIGIN,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("apps.oauth.views.OpenRegistration",),
+    "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 90 * 24 * 3600,
+    "CIMD_ENABLED": env_bool("OAKEN_OAUTH_CIMD", False),
+}
+
+# CORS: browser-based MCP clients fetch discovery, register, exchange tokens and call /mcp from their origin.
+# No cookies cross origins (credentials off), so allowing every origin grants nothing a script could not do.
+CORS_URLS_REGEX = r"^/(\.well-known/oauth-[a-z-]+(/.*)?|oauth/(token|register|revoke)/?.*|mcp/?)$"
+CORS_ALLOW_ALL_ORIGINS = True
+CORS_ALLOW_CREDENTIALS = False
+CORS_ALLOW_HEADERS = [
+    "accept",
+    "authorization",
+    "content-type",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "mcp-method",
+    "mcp-name",
+    "last-event-id",
+]
+CORS_EXPOSE_HEADERS = ["WWW-Authenticate", "Mcp-Session-Id", "MCP-Protocol-Version"]
+
+# The toolkit's models, named so migrations that point at them resolve (they are swappable in the toolkit).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"  # noqa: S105
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"  # noqa: S105
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"  # noqa: S105
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
+OAUTH2_PROVIDER_DEVICE_GRANT_MODEL = "oauth2_provider.DeviceGrant"

@@ -1,0 +1,392 @@
+"""The OAuth 2.1 authorization server as MCP clients meet it: discovery, registration, consent, tokens."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection as db_connection
+from django.test import Client
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, Application, RefreshToken
+
+from apps.agents.connections import caller_for_token
+from apps.agents.models import Connection
+from apps.gate.callers import Principal
+from apps.oauth.tasks import forget_unused_clients
+from config.redis_client import redis_client
+from tests.callers import as_person, call, refusal
+from tests.conftest import Person
+from tests.oauthflow import (
+    ORIGIN,
+    REDIRECT,
+    RESOURCE,
+    connect,
+    consent,
+    exchange,
+    redirect_params,
+    refresh,
+    register,
+    start,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registration_counters() -> None:
+    for key in redis_client().scan_iter("oauth-registrations:*"):
+        redis_client().delete(key)
+
+
+@pytest.fixture
+def browser(alice: Person) -> Client:
+    client = Client()
+    client.force_login(alice.user)
+    return client
+
+
+# --- discovery ------------------------------------------------------------------------------------------------
+
+
+def test_authorization_server_metadata_has_what_rfc_8414_and_mcp_clients_require(db: None, client: Client) -> None:
+    response = client.get("/.well-known/oauth-authorization-server", HTTP_ORIGIN="https://app.example")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert response["Access-Control-Allow-Origin"] == "*"
+    doc = response.json()
+    assert doc["issuer"] == ORIGIN
+    assert doc["authorization_endpoint"] == ORIGIN + "/oauth/authorize/"
+    assert doc["token_endpoint"] == ORIGIN + "/oauth/token/"
+    assert doc["registration_endpoint"] == ORIGIN + "/oauth/register/"
+    assert doc["response_types_supported"] == ["code"]
+    assert doc["code_challenge_methods_supported"] == ["S256"]
+    assert set(doc["grant_types_supported"]) == {"authorization_code", "refresh_token"}
+    assert set(doc["scopes_supported"]) == {"read", "write", "send"}
+    assert doc["authorization_response_iss_parameter_supported"] is True
+    assert "none" in doc["token_endpoint_auth_methods_supported"]
+
+
+@pytest.mark.parametrize("path", ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"])
+def test_protected_resource_metadata_names_the_mcp_endpoint(db: None, client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    doc = response.json()
+    assert doc["resource"] == RESOURCE  # RFC 9728 §3: required
+    assert doc["authorization_servers"] == [ORIGIN]
+    assert doc["bearer_methods_supported"] == ["header"]
+    assert set(doc["scopes_supported"]) == {"read", "write", "send"}
+
+
+def test_browser_clients_may_preflight_discovery_registration_and_token(db: None, client: Client) -> None:
+    for path in ("/.well-known/oauth-protected-resource/mcp", "/oauth/register/", "/oauth/token/"):
+        response = client.options(path, HTTP_ORIGIN="https://inspector.example",
+                                  HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST",
+                                  HTTP_ACCESS_CONTROL_REQUEST_HEADERS="content-type, mcp-protocol-version")  # fmt: skip
+        assert response["Access-Control-Allow-Origin"] == "*", path
+        assert "mcp-protocol-version" in response["Access-Control-Allow-Headers"]
+    # the console is not opened to other origins
+    page = client.get("/accounts/sign-in", HTTP_ORIGIN="https://inspector.example")
+    assert "Access-Control-Allow-Origin" not in page
+
+
+# --- registration ---------------------------------------------------------------------------------------------
+
+
+def test_open_registration_makes_a_public_client(db: None, client: Client) -> None:
+    response = register(client, redirect_uris=[REDIRECT, "https://claude.ai/api/mcp/auth_callback", "cursor://cb"])
+    assert response.status_code == 201
+    doc = response.json()
+    assert doc["token_endpoint_auth_method"] == "none" and "client_secret" not in doc
+    app = Application.objects.get(client_id=doc["client_id"])
+    assert app.client_type == "public" and app.name == "Test Assistant" and app.user is None
+
+
+@pytest.mark.parametrize(
+    "uri", ["http://evil.example/cb", "javascript:alert(1)", "https://host/cb#frag", "data:text/html,x", "ftp://x/"]
+)
+def test_registration_refuses_unsafe_redirect_uris(db: None, client: Client, uri: str) -> None:
+    response = register(client, redirect_uris=[REDIRECT, uri])
+    assert response.status_code == 400 and response.json()["error"] == "invalid_redirect_uri"
+    assert uri not in response.content.decode()
+    assert not Application.objects.exists()
+
+
+def test_registration_offers_only_the_authorization_code_grant(db: None, client: Client) -> None:
+    response = register(client, grant_types=["client_credentials"])
+    assert response.status_code == 400 and not Application.objects.exists()
+
+
+def test_registration_is_rate_limited_per_address(db: None, client: Client, settings) -> None:
+    settings.OAUTH_REGISTRATIONS_PER_HOUR = 3
+    assert [register(client).status_code for _ in range(3)] == [201, 201, 201]
+    refused = register(client)
+    assert refused.status_code == 429 and refused["Retry-After"] == "3600"
+    other = Client(REMOTE_ADDR="127.0.0.9")
+    assert register(other).status_code == 201
+
+
+def test_unused_registrations_are_forgotten(db: None, browser: Client, settings) -> None:
+    unused = register(browser).json()["client_id"]
+    auth, _ = connect(browser)
+    pending = start(browser)
+    consent(browser, pending)  # consented, code never redeemed
+    old = timezone.now() - timedelta(hours=settings.OAUTH_UNUSED_CLIENT_HOURS + 1)
+    Application.objects.update(created=old)
+    Connection.objects.unscoped().filter(activated_at__isnull=True).update(created_at=old)
+    from oauth2_provider.models import Grant
+
+    Grant.objects.update(expires=timezone.now() - timedelta(seconds=1))
+    result = forget_unused_clients()
+    assert result == {"pending_connections": 1, "clients": 2}
+    assert set(Application.objects.values_list("client_id", flat=True)) == {auth.client_id}
+    assert unused != auth.client_id
+
+
+# --- consent and tokens ---------------------------------------------------------------------------------------
+
+
+def test_anonymous_people_are_sent_to_sign_in_first(db: None, client: Client) -> None:
+    auth = start(client)
+    response = client.get(auth.url())
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/sign-in?next=")
+
+
+def test_consent_page_shows_the_client_and_where_it_returns(db: None, browser: Client) -> None:
+    auth = start(browser)
+    page = browser.get(auth.url()).content.decode()
+    assert "Test Assistant" in page and "127.0.0.1:33418" in page and "Alice&#x27;s tenant" in page
+
+
+def test_granted_scopes_are_what_was_asked_and_ticked(db: None, browser: Client, alice: Person) -> None:
+    _, tokens = connect(browser)  # asked read write send; only Read ticked
+    assert tokens["scope"] == "read" and tokens["token_type"] == "Bearer"
+    assert 0 < tokens["expires_in"] <= 3600 and tokens["refresh_token"]
+    caller = caller_for_token(tokens["access_token"], RESOURCE)
+    assert caller is not None and caller.principal == Principal.AGENT
+    assert caller.scopes == frozenset({"read"}) and caller.workspaces == ("default",)
+    assert caller.credential_kind == "oauth" and caller.tenant == alice.tenant and caller.user == alice.user
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    assert caller.credential_id == str(connection.pk) and connection.activated_at is not None
+    assert connection.expires_at is not None
+    assert timedelta(hours=23) < connection.expires_at - timezone.now() <= timedelta(hours=24)
+
+
+def test_ticking_what_was_not_requested_grants_nothing_more(db: None, browser: Client) -> None:
+    auth = start(browser, scope="read write")
+    code = redirect_params(consent(browser, auth, write=True, send=True))["code"]
+    assert exchange(browser, auth, code).json()["scope"] == "read write"
+
+
+def test_write_and_send_ticked_until_revoked_every_workspace(db: None, browser: Client, alice: Person) -> None:
+    _, tokens = connect(browser, write=True, send=True, every_workspace=True, lifetime="until_revoked")
+    assert set(tokens["scope"].split()) == {"read", "write", "send"}
+    caller = caller_for_token(tokens["access_token"], RESOURCE)
+    assert caller is not None and caller.workspaces == () and caller.workspace_filter is None
+    assert Connection.objects.for_tenant(alice.tenant).get().expires_at is None
+
+
+def test_authorization_response_carries_state_and_iss(db: None, browser: Client) -> None:
+    auth = start(browser)
+    params = redirect_params(consent(browser, auth))
+    assert params["state"] == auth.state and params["iss"] == ORIGIN and params["code"]
+
+
+def test_denying_tells_the_client_access_denied(db: None, browser: Client, alice: Person) -> None:
+    auth = start(browser)
+    params = redirect_params(consent(browser, auth, allow=False))
+    assert params["error"] == "access_denied" and "code" not in params
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
+
+
+def test_a_workspace_is_required(db: None, browser: Client) -> None:
+    auth = start(browser)
+    response = consent(browser, auth, workspaces=())
+    assert response.status_code == 200 and "Pick at least one workspace" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "redirect_uri",
+    [REDIRECT + "/", REDIRECT.replace("callback", "Callback"), REDIRECT + "?x=1", "http://127.0.0.1:33418/other"],
+)
+def test_redirect_uris_must_match_exactly(db: None, browser: Client, redirect_uri: str) -> None:
+    auth = start(browser)
+    response = browser.get(auth.url(redirect_uri=redirect_uri))
+    assert response.status_code == 400  # shown to the person, never sent to the unregistered address
+    assert "Location" not in response
+
+
+def test_loopback_redirect_may_use_another_port(db: None, browser: Client) -> None:
+    auth = start(browser, redirect_uri="http://127.0.0.1:50123/callback")
+    params = redirect_params(consent(browser, auth))
+    assert exchange(browser, auth, params["code"]).status_code == 200
+
+
+def test_pkce_plain_is_refused(db: None, browser: Client) -> None:
+    auth = start(browser)
+    auth.challenge = auth.verifier
+    response = browser.get(auth.url(code_challenge_method="plain"))
+    params = redirect_params(response) if response.status_code == 302 else {"error": "invalid_request"}
+    assert params["error"] == "invalid_request" and "code" not in params
+
+
+def test_a_request_without_a_challenge_is_refused(db: None, browser: Client) -> None:
+    auth = start(browser)
+    response = browser.get(auth.url(code_challenge=None, code_challenge_method=None))
+    params = redirect_params(response)
+    assert params["error"] == "invalid_request" and "code" not in params
+
+
+def test_a_wrong_verifier_or_none_is_refused(db: None, browser: Client) -> None:
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    assert exchange(browser, auth, code, code_verifier=None).status_code == 400
+    assert exchange(browser, auth, code, code_verifier="x" * 50).status_code == 400
+
+
+def test_a_reused_code_fails_and_revokes_what_it_issued(db: None, browser: Client, alice: Person) -> None:
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    first = exchange(browser, auth, code).json()
+    assert caller_for_token(first["access_token"], RESOURCE) is not None
+    again = exchange(browser, auth, code)
+    assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+    assert caller_for_token(first["access_token"], RESOURCE) is None
+    assert refresh(browser, auth, first["refresh_token"]).status_code == 400
+    assert Connection.objects.for_tenant(alice.tenant).get().revoked_reason == "code_reused"
+
+
+def test_refresh_rotates_and_a_replayed_refresh_token_revokes_the_family(db: None, browser: Client) -> None:
+    auth, first = connect(browser)
+    second = refresh(browser, auth, first["refresh_token"])
+    assert second.status_code == 200
+    second_tokens = second.json()
+    assert second_tokens["refresh_token"] != first["refresh_token"] and second_tokens["scope"] == "read"
+    assert caller_for_token(second_tokens["access_token"], RESOURCE) is not None
+    replay = refresh(browser, auth, first["refresh_token"])
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    assert refresh(browser, auth, second_tokens["refresh_token"]).status_code == 400
+    assert caller_for_token(second_tokens["access_token"], RESOURCE) is None
+
+
+def test_refreshing_never_extends_the_connection_deadline(db: None, browser: Client, alice: Person) -> None:
+    auth, first = connect(browser)
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    deadline = timezone.now() + timedelta(minutes=10)
+    Connection.objects.for_tenant(alice.tenant).update(expires_at=deadline)
+    renewed = refresh(browser, auth, first["refresh_token"]).json()
+    assert renewed["expires_in"] <= 600
+    access = AccessToken.objects.filter(oaken_link__connection=connection).order_by("-created").first()
+    assert access is not None and access.expires <= deadline
+    assert Connection.objects.for_tenant(alice.tenant).get().expires_at == deadline
+
+
+def test_an_expired_connection_cannot_refresh_or_call(db: None, browser: Client, alice: Person) -> None:
+    auth, first = connect(browser)
+    Connection.objects.for_tenant(alice.tenant).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = refresh(browser, auth, first["refresh_token"])
+    assert response.status_code == 400 and response.json()["error"] == "invalid_grant"
+    assert caller_for_token(first["access_token"], RESOURCE) is None
+
+
+def test_tokens_are_bound_to_the_mcp_resource(db: None, browser: Client) -> None:
+    _, tokens = connect(browser)
+    assert caller_for_token(tokens["access_token"], RESOURCE) is not None
+    assert caller_for_token(tokens["access_token"], "https://elsewhere.example/mcp") is None
+    assert AccessToken.objects.get(oaken_link__isnull=False).resource == [RESOURCE]
+
+
+def test_a_token_with_no_or_another_audience_is_refused(db: None, browser: Client) -> None:
+    _, tokens = connect(browser)
+    for audience in ([], ["https://elsewhere.example/mcp"]):
+        AccessToken.objects.filter(oaken_link__isnull=False).update(resource=audience)
+        assert caller_for_token(tokens["access_token"], RESOURCE) is None
+
+
+@pytest.mark.parametrize("resource", [None, ORIGIN, RESOURCE + "/"])
+def test_what_clients_send_as_resource_all_mean_mcp(db: None, browser: Client, resource: str | None) -> None:
+    auth = start(browser, resource=resource)
+    code = redirect_params(consent(browser, auth))["code"]
+    tokens = exchange(browser, auth, code).json()
+    assert caller_for_token(tokens["access_token"], RESOURCE) is not None
+
+
+def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client) -> None:
+    auth = start(browser, resource="https://elsewhere.example/mcp")
+    params = redirect_params(consent(browser, auth))
+    assert params["error"] == "invalid_target" and "code" not in params
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    response = exchange(browser, auth, code, resource="https://elsewhere.example/mcp")
+    assert response.status_code == 400 and response.json()["error"] == "invalid_target"
+
+
+def test_tokens_are_stored_only_as_hashes(db: None, browser: Client) -> None:
+    _, tokens = connect(browser)
+    assert AccessToken.objects.get(oaken_link__isnull=False).token == "" and RefreshToken.objects.get().token == ""
+    dump = json.dumps(list(AccessToken.objects.values()), default=str)
+    assert tokens["access_token"] not in dump
+
+
+# --- connections ----------------------------------------------------------------------------------------------
+
+
+def test_revoking_a_connection_revokes_all_its_tokens(db: None, browser: Client, alice: Person) -> None:
+    auth, first = connect(browser)
+    second = refresh(browser, auth, first["refresh_token"]).json()
+    listed = call(as_person(alice), "list_connections")["connections"]
+    assert [c["client_name"] for c in listed] == ["Test Assistant"] and listed[0]["redirect_host"] == "127.0.0.1:33418"
+    call(as_person(alice), "revoke_connection", {"connection_id": listed[0]["id"]}, confirm=True)
+    assert caller_for_token(second["access_token"], RESOURCE) is None
+    assert refresh(browser, auth, second["refresh_token"]).status_code == 400
+    assert call(as_person(alice), "list_connections")["connections"][0]["revoked"] is True
+
+
+def test_another_tenant_cannot_see_or_revoke_a_connection(db: None, browser: Client, alice: Person,
+                                                           mallory: Person) -> None:  # fmt: skip
+    _, tokens = connect(browser)
+    connection_id = call(as_person(alice), "list_connections")["connections"][0]["id"]
+    assert call(as_person(mallory), "list_connections")["connections"] == []
+    error = refusal(as_person(mallory), "revoke_connection", {"connection_id": connection_id}, confirm=True)
+    assert error.code == "NOT_FOUND"
+    caller = caller_for_token(tokens["access_token"], RESOURCE)
+    assert caller is not None and caller.tenant == alice.tenant
+
+
+def test_a_person_no_longer_a_member_loses_the_connection(db: None, browser: Client, alice: Person) -> None:
+    _, tokens = connect(browser)
+    from apps.workspaces.models import Membership
+
+    Membership.objects.for_user(alice.user).delete()
+    assert caller_for_token(tokens["access_token"], RESOURCE) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_code_redeemed_concurrently_yields_one_token_and_then_revokes(alice: Person, mallory: Person) -> None:
+    browser = Client()
+    browser.force_login(alice.user)
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    racers = 6
+    barrier = threading.Barrier(racers)
+    answers: list[tuple[int, dict[str, str]]] = []
+
+    def redeem() -> None:
+        barrier.wait()
+        try:
+            response = exchange(Client(), auth, code)
+            answers.append((response.status_code, response.json()))
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=redeem) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [body for status, body in answers if status == 200]
+    assert len(answers) == racers and len(winners) <= 1
+    assert all(body["error"] == "invalid_grant" for status, body in answers if status != 200)
+    for body in winners:  # the code was presented again, so what it issued is void too
+        assert caller_for_token(body["access_token"], RESOURCE) is None
+    assert Connection.objects.for_tenant(alice.tenant).get().revoked_at is not None
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
