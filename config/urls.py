@@ -5,10 +5,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.api.urls import operation_urls
 from apps.api.views import OperationListView
+from apps.mcp.views import endpoint as mcp_endpoint
 from config import health
 
 urlpatterns = [
     path("health", health.health, name="health"),
+    # /mcp and /mcp/ are one endpoint: a POST must never be redirected
+    path("mcp", mcp_endpoint, name="mcp"),
+    path("mcp/", mcp_endpoint),
     path("api/v1/ops", OperationListView.as_view(), name="operations"),
     *operation_urls(),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),

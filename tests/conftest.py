@@ -9,6 +9,7 @@ import pytest
 from apps.accounts.models import User
 from apps.workspaces.models import Tenant, Workspace
 from apps.workspaces.services import create_person
+from tests.liveserver import live_url  # noqa: F401 (a fixture for every module)
 
 PASSWORD = "correct horse battery staple"
 

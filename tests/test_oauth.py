@@ -302,11 +302,11 @@ def test_a_token_with_no_or_another_audience_is_refused(db: None, browser: Clien
         assert caller_for_token(tokens["access_token"], RESOURCE) is None
 
 
-@pytest.mark.parametrize("resource", [None, ORIGIN, RESOURCE + "/"])
+@pytest.mark.parametrize("resource", [None, ORIGIN, RESOURCE + "/", RESOURCE])
 def test_what_clients_send_as_resource_all_mean_mcp(db: None, browser: Client, resource: str | None) -> None:
     auth = start(browser, resource=resource)
     code = redirect_params(consent(browser, auth))["code"]
-    tokens = exchange(browser, auth, code).json()
+    tokens = exchange(browser, auth, code, resource=resource).json()
     assert caller_for_token(tokens["access_token"], RESOURCE) is not None
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from collections.abc import Mapping
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -20,10 +21,15 @@ def mcp_resource(request: HttpRequest) -> str:
     return public_origin(request) + MCP_PATH
 
 
-def origin_of(uri: str) -> str:
-    """This service's origin as seen in a request URI (the token endpoint's), or OAKEN_PUBLIC_URL."""
-    parts = urlsplit(uri)
-    return settings.OAUTH_ORIGIN or f"{parts.scheme}://{parts.netloc}"
+def origin_of(headers: Mapping[str, Any]) -> str:
+    """This service's origin from the toolkit's copy of a request's META (the token endpoint's), or
+    OAKEN_PUBLIC_URL. The host already passed Django's ALLOWED_HOSTS check on its way in."""
+    if settings.OAUTH_ORIGIN:
+        return str(settings.OAUTH_ORIGIN)
+    scheme = "https" if headers.get("X_DJANGO_OAUTH_TOOLKIT_SECURE") else "http"
+    forwarded = headers.get("HTTP_X_FORWARDED_HOST") if settings.USE_X_FORWARDED_HOST else None
+    host = (forwarded or headers.get("HTTP_HOST") or headers.get("SERVER_NAME") or "").split(",")[0].strip()
+    return f"{scheme}://{host}"
 
 
 def canonical_resources(values: list[str], origin: str) -> list[str] | None:

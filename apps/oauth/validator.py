@@ -82,7 +82,7 @@ class OakenValidator(OAuth2Validator):
         if isinstance(requested, str):
             requested = [value for key, value in (getattr(request, "decoded_body", None) or []) if key == "resource"]
         if requested:
-            canonical = canonical_resources(list(requested), origin_of(request.uri))
+            canonical = canonical_resources(list(requested), origin_of(request.headers))
             if canonical is None:
                 raise errors.CustomOAuth2Error(
                     error="invalid_target", description="this server has one resource: its /mcp endpoint",

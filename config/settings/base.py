@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "apps.api",
     "apps.console",
     "apps.oauth",
+    "apps.mcp",
     "oauth2_provider",
     "corsheaders",
     "rest_framework",

@@ -60,6 +60,10 @@ OAUTH2_PROVIDER = {
     "CIMD_ENABLED": env_bool("OAKEN_OAUTH_CIMD", False),
 }
 
+# Browser Origins the MCP endpoint answers (DNS-rebinding defence); "*" allows any well-formed origin, which is
+# safe here because every call needs a bearer credential and no cookie is honoured.
+MCP_ALLOWED_ORIGINS = env_list("OAKEN_MCP_ALLOWED_ORIGINS", ["*"])
+
 # CORS: browser-based MCP clients fetch discovery, register, exchange tokens and call /mcp from their origin.
 # No cookies cross origins (credentials off), so allowing every origin grants nothing a script could not do.
 CORS_URLS_REGEX = r"^/(\.well-known/oauth-[a-z-]+(/.*)?|oauth/(token|register|revoke)/?.*|mcp/?)$"

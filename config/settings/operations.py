@@ -29,6 +29,8 @@ OPERATIONS = {
     "CONFIRM_FREE_MAX": env_int("OAKEN_CONFIRM_FREE_MAX", 10, minimum=0),
     "CONFIRMATION_TTL_SECONDS": env_int("OAKEN_CONFIRMATION_TTL_SECONDS", 120, minimum=10),
     "CONFIRMATION_TOKENS_PER_CALLER": env_int("OAKEN_CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
+    # requests one agent credential (API key or connection) may make to /mcp per minute
+    "MCP_REQUESTS_PER_MINUTE": env_int("OAKEN_MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
     # idempotency keys are kept at least this long
     "IDEMPOTENCY_RETENTION_HOURS": env_int("OAKEN_IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
 }

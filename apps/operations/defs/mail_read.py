@@ -28,6 +28,7 @@ from apps.operations.defs.shapes import (
     Closed,
     Empty,
     Id,
+    MailText,
     MessageSummary,
     Page,
     cut,
@@ -304,7 +305,7 @@ class MessageIn(Closed):
 
 class AttachmentOut(Closed):
     id: str
-    filename: str
+    filename: MailText
     content_type: str
     size: int
     inline: bool
@@ -313,8 +314,8 @@ class AttachmentOut(Closed):
 class MessageDetail(MessageSummary):
     to: list[AddressOut]
     cc: list[AddressOut]
-    message_id_header: str
-    text: str
+    message_id_header: MailText
+    text: MailText
     truncated: bool
     text_length: int
     attachments: list[AttachmentOut]
@@ -377,7 +378,7 @@ class ThreadIn(Closed):
 class ThreadOut(Closed):
     id: str
     account_id: str
-    subject: str
+    subject: MailText
     message_count: int
 
 

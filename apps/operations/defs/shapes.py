@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from apps.gate.errors import GateError
 from apps.mail.models import Folder, Message
@@ -18,6 +18,8 @@ class Closed(BaseModel):
 
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+# Text taken from mail (written by strangers): the MCP door fences it as data, never instructions (SPEC §14).
+MailText = Annotated[str, WithJsonSchema({"type": "string", "x-untrusted": True})]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 
@@ -35,8 +37,8 @@ class MessageIds(Closed):
 
 
 class AddressOut(Closed):
-    name: str
-    address: str
+    name: MailText
+    address: MailText
 
 
 class MessageSummary(Closed):
@@ -44,10 +46,10 @@ class MessageSummary(Closed):
     account_id: str
     thread_id: str
     folder: str
-    subject: str
+    subject: MailText
     sender: AddressOut | None
     date: datetime | None
-    snippet: str
+    snippet: MailText
     read: bool
     pinned: bool
     has_attachments: bool

@@ -1,0 +1,210 @@
+"""The MCP door: Streamable HTTP at /mcp, both protocol eras on one endpoint, every tool call through `dispatch`.
+
+Stateless by design (SPEC §19): no session id, nothing kept in the web process between requests; each POST
+carries its bearer credential and, in the 2026 era, its own protocol envelope. Answers are JSON; GET offers
+no stream (405).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from apps.agents.connections import caller_for_token
+from apps.agents.keys import KEY_PREFIX, caller_for_key
+from apps.gate.callers import Caller, Door
+from apps.gate.dispatch import dispatch
+from apps.gate.errors import GateError
+from apps.gate.exposure import offered_operations
+from apps.mcp import protocol as p
+from apps.mcp import tools
+from apps.oauth.resource import mcp_resource, public_origin
+from apps.operations.defs.reference import SECURITY_RULES
+from apps.operations.registry import registry
+from config.redis_client import count_hit
+
+SERVER_INFO = {"name": "oaken", "title": "Oaken mail workspace", "version": "0.1.0"}
+INSTRUCTIONS = (
+    "Oaken gives you tools to work in the user's mail. You can never do more than the user allowed: tools you "
+    "may not use are not listed, changes that need it come back as a proposal with a confirmation token, and "
+    "sending needs a person's approval. Call get_reference with topic 'security' for the full rules.\n\n"
+    + SECURITY_RULES
+)
+CHALLENGE_SCOPE = "read write send"
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+    response = JsonResponse(body, status=status, json_dumps_params={"ensure_ascii": False}, safe=False)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _challenge(request: HttpRequest, *, error: str | None, status: int = 401, scope: str = CHALLENGE_SCOPE,
+               description: str = "") -> HttpResponse:  # fmt: skip
+    metadata = public_origin(request) + "/.well-known/oauth-protected-resource/mcp"
+    parts = [f'resource_metadata="{metadata}"', f'scope="{scope}"']
+    if error:
+        parts.insert(0, f'error="{error}"')
+    if description:
+        parts.append(f'error_description="{description}"')
+    body = {"error": {"code": "UNAUTHENTICATED" if status == 401 else "INSUFFICIENT_SCOPE",
+                      "message": description or "a bearer credential is required"}}  # fmt: skip
+    return _json(body, status, {"WWW-Authenticate": "Bearer " + ", ".join(parts)})
+
+
+def _caller(request: HttpRequest) -> Caller | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, credential = header.partition(" ")
+    if scheme.lower() != "bearer" or not credential.strip():
+        return None
+    credential = credential.strip()
+    if credential.startswith(KEY_PREFIX):
+        return caller_for_key(credential)
+    return caller_for_token(credential, mcp_resource(request))
+
+
+def _origin_refused(request: HttpRequest) -> bool:
+    """A browser's Origin that cannot be right (DNS rebinding defence): malformed, opaque, or not allowed."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return False
+    parts = urlsplit(origin)
+    if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
+        return True
+    allowed = settings.MCP_ALLOWED_ORIGINS
+    return "*" not in allowed and origin.rstrip("/") not in allowed and origin.rstrip("/") != public_origin(request)
+
+
+def _rate_limited(caller: Caller) -> int | None:
+    """Seconds to wait when this credential used up its requests for the minute, else None."""
+    limit = settings.OPERATIONS["MCP_REQUESTS_PER_MINUTE"]
+    try:
+        count = count_hit(f"mcp-requests:{caller.credential_kind}:{caller.credential_id}", 60)
+    except redis.RedisError:
+        return 5  # cannot count: refuse briefly rather than serve unlimited
+    return 60 if count > limit else None
+
+
+@csrf_exempt
+def endpoint(request: HttpRequest) -> HttpResponse:
+    if request.method == "OPTIONS":  # CORS preflight: answered by the CORS middleware
+        return HttpResponse(status=204)
+    if request.method != "POST":
+        return _json({"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST JSON-RPC messages; no stream is"
+                                " offered"}}, 405, {"Allow": "POST"})  # fmt: skip
+    if _origin_refused(request):
+        return _json({"error": {"code": "FORBIDDEN", "message": "this Origin may not call the endpoint"}}, 403)
+    if "token=" in request.META.get("QUERY_STRING", "") or "access_token" in request.GET:
+        return _json({"error": {"code": "INVALID_INPUT", "message": "credentials go in the Authorization header, "
+                                "never in the URL"}}, 400)  # fmt: skip
+    caller = _caller(request)
+    if caller is None:
+        presented = bool(request.headers.get("Authorization"))
+        return _challenge(request, error="invalid_token" if presented else None,
+                          description="the credential is unknown, expired or revoked" if presented else "")  # fmt: skip
+    wait = _rate_limited(caller)
+    if wait is not None:
+        return _json({"error": {"code": "RATE_LIMITED", "message": "too many requests for this credential",
+                                "retry_after": wait}}, 429, {"Retry-After": str(wait)})  # fmt: skip
+    accept = request.headers.get("Accept", "*/*")
+    if not any(kind in accept for kind in ("application/json", "*/*", "application/*")):
+        return _json({"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}},
+                     406)  # fmt: skip
+    try:
+        body = json.loads(request.body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
+        return _rpc_error(body.get("id") if isinstance(body, dict) else None,
+                          p.RpcError(p.INVALID_REQUEST, "send one JSON-RPC 2.0 request or notification"))  # fmt: skip
+    request_id = body.get("id")
+    try:
+        modern = p.is_modern(body)
+        version = p.modern_envelope(body, request.headers) if modern else _handshake_version(request, body)
+        if "id" not in body:  # a notification: accepted, nothing to answer
+            return HttpResponse(status=202)
+        result = _answer(request, caller, body, version, modern)
+    except p.RpcError as error:
+        return _rpc_error(request_id, error)
+    if isinstance(result, HttpResponse):
+        return result
+    if modern:
+        result.setdefault("resultType", "complete")
+    return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def _rpc_error(request_id: Any, error: p.RpcError) -> HttpResponse:
+    return _json(error.body(request_id), p.HTTP_STATUS_OF.get(error.code, 200))
+
+
+def _handshake_version(request: HttpRequest, body: dict[str, Any]) -> str:
+    if body.get("method") == "initialize":
+        return p.LATEST_HANDSHAKE
+    version = request.headers.get(p.VERSION_HEADER) or p.ASSUMED_VERSION
+    if version not in p.HANDSHAKE_VERSIONS:
+        raise p.unsupported(version)
+    return version
+
+
+def _params(body: dict[str, Any]) -> dict[str, Any]:
+    params = body.get("params", {})
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise p.RpcError(p.INVALID_PARAMS, "params must be an object")
+    return params
+
+
+def _answer(request: HttpRequest, caller: Caller, body: dict[str, Any], version: str,
+            modern: bool) -> dict[str, Any] | HttpResponse:  # fmt: skip
+    method, params = body["method"], _params(body)
+    capabilities = {"tools": {"listChanged": False}}
+    if method == "initialize" and not modern:
+        offered = params.get("protocolVersion")
+        chosen = offered if offered in p.HANDSHAKE_VERSIONS else p.LATEST_HANDSHAKE
+        return {"protocolVersion": chosen, "capabilities": capabilities, "serverInfo": SERVER_INFO,
+                "instructions": INSTRUCTIONS}  # fmt: skip
+    if method == "server/discover":
+        return {"supportedVersions": list(p.SUPPORTED_VERSIONS), "capabilities": capabilities,
+                "instructions": INSTRUCTIONS, "cacheScope": "private", "ttlMs": 0,
+                "_meta": {p.SERVER_INFO_META: SERVER_INFO}}  # fmt: skip
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        listed = {"tools": [tools.tool(op) for op in sorted(offered_operations(caller), key=lambda op: op.name)]}
+        # what a credential may use changes with exposure settings and revocation: never reuse a list
+        return {**listed, "cacheScope": "private", "ttlMs": 0} if modern else listed
+    if method == "tools/call":
+        return _call_tool(request, caller, params)
+    raise p.RpcError(p.METHOD_NOT_FOUND, "method not found")
+
+
+def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any]) -> dict[str, Any] | HttpResponse:
+    name, arguments = params.get("name"), params.get("arguments") or {}
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise p.RpcError(p.INVALID_PARAMS, "tools/call needs a tool name and an arguments object")
+    arguments = dict(arguments)
+    token, key = arguments.pop("confirmation_token", None), None
+    op = registry.get(name)
+    if op is not None and not op.idempotent_input:
+        key = arguments.pop("idempotency_key", None)
+    if not all(value is None or isinstance(value, str) for value in (token, key)):
+        return tools.refusal(GateError.invalid("confirmation_token", "must be a string"))
+    try:
+        result = dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key)
+    except GateError as error:
+        if error.code == "INSUFFICIENT_SCOPE" and caller.credential_kind == "oauth" and error.missing_scope:
+            wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
+            return _challenge(request, error="insufficient_scope", status=403, scope=wanted,
+                              description=f"this needs the {error.missing_scope} scope")  # fmt: skip
+        return tools.refusal(error)
+    assert op is not None
+    return tools.success(op, result.output)

@@ -1,0 +1,66 @@
+"""The real web server (gunicorn, several workers) on a loopback port, serving the test session's database."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _database_url() -> str:
+    """DATABASE_URL pointed at the test database pytest-django made."""
+    url = os.environ["DATABASE_URL"]
+    base, _, query = url.partition("?")
+    scheme_host, _, _ = base.rpartition("/")
+    name = settings.DATABASES["default"]["NAME"]
+    return f"{scheme_host}/{name}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture(scope="module")
+def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
+    """http://127.0.0.1:<port> of a gunicorn with two workers: no state may live in one of them."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0"}
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    proc = subprocess.Popen(
+        [str(gunicorn), "config.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "2",
+         "--worker-class", "gthread", "--threads", "4", "--log-level", "warning"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):  # noqa: S310 (loopback)
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers (health may be 503 while a check warms up)
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    output = proc.stdout.read() if proc.stdout else ""
+                    raise RuntimeError(f"gunicorn did not start: {output[-2000:]}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
