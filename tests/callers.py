@@ -54,3 +54,12 @@ def refusal(caller: Caller, name: str, input: Any = None, **kw: Any) -> GateErro
     with pytest.raises(GateError) as info:
         call(caller, name, input, **kw)
     return info.value
+
+
+def joined(p: Person, email: str, role: str = "MEMBER") -> Person:
+    """A new person (owner of a tenant of their own) who is also `role` in p's tenant, seen in p's tenant."""
+    from tests.conftest import make_person
+
+    them = make_person(email, f"{email}'s own tenant")
+    Membership.objects.create(tenant=p.tenant, user=them.user, role=role)
+    return Person(them.user, p.tenant, p.workspace)

@@ -7,7 +7,6 @@ from apps.accounts import views
 from apps.accounts.forms import SignInForm
 
 urlpatterns = [
-    path("", views.console, name="console"),
     path("accounts/sign-up", views.sign_up, name="sign-up"),
     path("accounts/check-mail", views.check_mail, name="check-mail"),
     path("accounts/verify/<str:token>", views.verify_email, name="verify-email"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import login
-from django.contrib.auth.decorators import login_required
 from django.core import signing
 from django.core.mail import send_mail
 from django.http import HttpRequest, HttpResponse
@@ -15,7 +14,6 @@ from django.views.decorators.http import require_http_methods
 
 from apps.accounts.forms import SignUpForm
 from apps.accounts.models import User
-from apps.workspaces.models import Membership
 from apps.workspaces.services import create_person
 
 _VERIFY_SALT = "oaken.accounts.verify-email"
@@ -75,10 +73,3 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
         user.save(update_fields=["email_verified_at"])
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("console")
-
-
-@login_required
-def console(request: HttpRequest) -> HttpResponse:
-    """The console's home: who you are and the tenants you belong to."""
-    memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
-    return render(request, "console/home.html", {"memberships": memberships})

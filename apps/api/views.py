@@ -20,7 +20,7 @@ from apps.gate.dispatch import dispatch
 from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.operations.registry import Operation
-from apps.workspaces.selectors import NotAMemberError, access_membership
+from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = "Oaken-Tenant"
 
@@ -63,8 +63,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 def person_caller(request: Request) -> Caller:
+    """The signed-in person in the tenant the request names, else the one chosen in the console, else their first.
+
+    A tenant they no longer belong to is refused (NOT_FOUND), never swapped for another one
+    behind their back: the console drops a stale choice when it next renders a page.
+    """
+    tenant_id = request.headers.get(TENANT_HEADER)
+    if tenant_id is None:
+        tenant_id = request.session.get(SESSION_TENANT_KEY)
     try:
-        membership = access_membership(user=request.user, tenant_id=request.headers.get(TENANT_HEADER))
+        membership = access_membership(user=request.user, tenant_id=tenant_id)
     except NotAMemberError:
         raise GateError.not_found("tenant") from None
     return Caller.person(membership)
@@ -73,7 +81,12 @@ def person_caller(request: Request) -> Caller:
 _ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 422, 429, 503)}
 _HEADERS = [
     OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="replays the first response"),
-    OpenApiParameter(TENANT_HEADER, str, OpenApiParameter.HEADER, description="tenant id (default: your first)"),
+    OpenApiParameter(
+        TENANT_HEADER,
+        str,
+        OpenApiParameter.HEADER,
+        description="tenant id (default: the one chosen in the console, else your first)",
+    ),
     OpenApiParameter("confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change"),
 ]
 

@@ -28,7 +28,10 @@ def origin_of(headers: Mapping[str, Any]) -> str:
         return str(settings.OAUTH_ORIGIN)
     scheme = "https" if headers.get("X_DJANGO_OAUTH_TOOLKIT_SECURE") else "http"
     forwarded = headers.get("HTTP_X_FORWARDED_HOST") if settings.USE_X_FORWARDED_HOST else None
-    host = (forwarded or headers.get("HTTP_HOST") or headers.get("SERVER_NAME") or "").split(",")[0].strip()
+    host = (forwarded or headers.get("HTTP_HOST") or "").split(",")[0].strip()
+    if not host:  # as Django's get_host(): the server's name, and its port unless it is the scheme's own
+        port = str(headers.get("SERVER_PORT", ""))
+        host = str(headers.get("SERVER_NAME", "")) + (f":{port}" if port not in {"", "80", "443"} else "")
     return f"{scheme}://{host}"
 
 

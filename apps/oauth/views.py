@@ -23,7 +23,7 @@ from apps.gate.dispatch import dispatch
 from apps.gate.errors import GateError
 from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
 from apps.workspaces.models import Membership, Workspace
-from apps.workspaces.selectors import NotAMemberError, access_membership
+from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 from config.redis_client import count_hit
 
 SCOPES = ("read", "write", "send")
@@ -64,7 +64,7 @@ class ConsentView(dot.AuthorizationView):
 
     def _membership(self) -> Membership:
         try:
-            return access_membership(user=self.request.user, tenant_id=self.request.session.get("tenant_id"))
+            return access_membership(user=self.request.user, tenant_id=self.request.session.get(SESSION_TENANT_KEY))
         except NotAMemberError:
             return access_membership(user=self.request.user)
 

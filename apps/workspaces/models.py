@@ -76,3 +76,37 @@ class Workspace(TenantOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Invitation(TenantOwned):
+    """An invitation to join a tenant, sent by e-mail: its link's token is stored only as a hash and works once."""
+
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # inviting an address again replaces its open invitation (see services.issue_invitation)
+            models.UniqueConstraint(
+                fields=["tenant", "email"],
+                condition=models.Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="invitation_open_once_per_address",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation {self.pk}"
+
+    @property
+    def is_open(self) -> bool:
+        """Neither accepted nor cancelled (it may still have expired)."""
+        return self.accepted_at is None and self.revoked_at is None

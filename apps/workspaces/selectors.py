@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from datetime import datetime
 
-from apps.accounts.models import User
-from apps.workspaces.models import Membership, Tenant, Workspace
+from apps.accounts.models import User, normalize_email
+from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
+
+# The tenant a person chose in the console's switcher, kept in their session; the REST door
+# acts in it when a request names no tenant (it is checked against the memberships each time).
+SESSION_TENANT_KEY = "tenant_id"
 
 
 class NotAMemberError(Exception):
@@ -29,3 +35,41 @@ def access_membership(*, user: User, tenant_id: str | None = None) -> Membership
 def access_workspace_by_name(*, tenant: Tenant, name: str) -> Workspace | None:
     """The tenant's workspace with this name, or None."""
     return Workspace.objects.for_tenant(tenant).filter(name=name).first()
+
+
+class InvitationRefusedError(Exception):
+    """An invitation link this person cannot use now; `reason` says why in one word."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # unknown | wrong_person | unverified | cancelled | used | expired
+
+
+def invitation_token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: bool = False) -> Invitation:
+    """The invitation behind a link, if `user` may accept it now; else InvitationRefusedError.
+
+    The token's hash is what finds the tenant, so this lookup cannot be scoped to one. The
+    address is checked before anything else, so a person it was not sent to learns nothing
+    about it (not even whether it was used or has expired).
+    """
+    row = None
+    if 0 < len(token) <= 200:
+        rows = Invitation.objects.unscoped().filter(token_hash=invitation_token_hash(token)).select_related("tenant")
+        row = (rows.select_for_update(of=("self",)) if lock else rows).first()
+    if row is None:
+        raise InvitationRefusedError("unknown")
+    if normalize_email(user.email) != row.email:
+        raise InvitationRefusedError("wrong_person")
+    if user.email_verified_at is None:
+        raise InvitationRefusedError("unverified")
+    if row.revoked_at is not None:
+        raise InvitationRefusedError("cancelled")
+    if row.accepted_at is not None:
+        raise InvitationRefusedError("used")
+    if row.expires_at <= now:
+        raise InvitationRefusedError("expired")
+    return row

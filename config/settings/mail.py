@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 from config.embedded import data_dir
 from config.env import env_bool, env_int, env_str
 
@@ -13,6 +15,10 @@ EMAIL_HOST_USER = env_str("OAKEN_SMTP_USER")
 EMAIL_HOST_PASSWORD = env_str("OAKEN_SMTP_PASSWORD")
 EMAIL_USE_TLS = env_bool("OAKEN_SMTP_STARTTLS", True)
 DEFAULT_FROM_EMAIL = env_str("OAKEN_FROM_EMAIL", "Oaken <no-reply@localhost>")
+# where people reach this service: links in mail sent outside a request (invitations) start with it
+PUBLIC_URL = env_str("OAKEN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+if not PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
 
 LOGIN_URL = "/accounts/sign-in"
 LOGIN_REDIRECT_URL = "/"

@@ -29,6 +29,10 @@ OPERATIONS = {
     "CONFIRM_FREE_MAX": env_int("OAKEN_CONFIRM_FREE_MAX", 10, minimum=0),
     "CONFIRMATION_TTL_SECONDS": env_int("OAKEN_CONFIRMATION_TTL_SECONDS", 120, minimum=10),
     "CONFIRMATION_TOKENS_PER_CALLER": env_int("OAKEN_CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
+    # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works
+    "WORKSPACES_MAX": env_int("OAKEN_WORKSPACES_MAX", 100, minimum=1),
+    "INVITATIONS_OPEN_MAX": env_int("OAKEN_INVITATIONS_OPEN_MAX", 100, minimum=1),
+    "INVITATION_TTL_DAYS": env_int("OAKEN_INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
     # requests one agent credential (API key or connection) may make to /mcp per minute
     "MCP_REQUESTS_PER_MINUTE": env_int("OAKEN_MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
     # idempotency keys are kept at least this long

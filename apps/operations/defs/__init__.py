@@ -10,6 +10,7 @@ MODULES = (
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
+    "apps.operations.defs.tenancy",
 )
 
 

@@ -1,0 +1,19 @@
+"""The console's navigation and tenant switcher, on every page of a signed-in person."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from apps.console.views import current_membership
+from apps.workspaces.models import Membership
+
+register = template.Library()
+
+
+@register.inclusion_tag("console/_nav.html", takes_context=True)
+def console_nav(context: template.Context) -> dict[str, Any]:
+    request = context["request"]
+    memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")
+    return {"request": request, "current": current_membership(request), "memberships": list(memberships)}

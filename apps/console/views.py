@@ -1,0 +1,144 @@
+"""Console pages: server-rendered shells whose actions call the operations over the REST door (console.js).
+
+The views here only choose the tenant, render pages and serve the console's two static files;
+what a page shows and changes comes from the operations, the same ones the API documents.
+The one exception is accepting an invitation: its person is not yet a member of the tenant,
+so no operation can be called for them there (see workspaces.services.accept_invitation).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.staticfiles import finders
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from apps.workspaces.models import Membership
+from apps.workspaces.selectors import (
+    SESSION_TENANT_KEY,
+    InvitationRefusedError,
+    NotAMemberError,
+    access_invitation_by_token,
+    access_membership,
+)
+from apps.workspaces.services import accept_invitation
+
+if TYPE_CHECKING:
+    from apps.accounts.models import User
+
+
+def current_membership(request: HttpRequest) -> Membership | None:
+    """The membership the console acts in: the tenant chosen in this session while it is still theirs, else the first.
+
+    A choice that no longer holds (the person was removed) is dropped here, so the page and the
+    API calls it makes agree on the tenant.
+    """
+    user: User = request.user  # type: ignore[assignment]
+    chosen = request.session.get(SESSION_TENANT_KEY)
+    if chosen is not None:
+        try:
+            return access_membership(user=user, tenant_id=chosen)
+        except NotAMemberError:
+            del request.session[SESSION_TENANT_KEY]
+    try:
+        return access_membership(user=user)
+    except NotAMemberError:
+        return None
+
+
+def _page(request: HttpRequest, template: str) -> HttpResponse:
+    return render(request, f"console/{template}.html", {"membership": current_membership(request)})
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """The console's home: who you are and the tenants you belong to."""
+    memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
+    return render(request, "console/home.html", {"memberships": memberships, "membership": current_membership(request)})
+
+
+@login_required
+def keys(request: HttpRequest) -> HttpResponse:
+    return _page(request, "keys")
+
+
+@login_required
+def connections(request: HttpRequest) -> HttpResponse:
+    return _page(request, "connections")
+
+
+@login_required
+def workspaces(request: HttpRequest) -> HttpResponse:
+    return _page(request, "workspaces")
+
+
+@login_required
+def members(request: HttpRequest) -> HttpResponse:
+    return _page(request, "members")
+
+
+@login_required
+def exposure(request: HttpRequest) -> HttpResponse:
+    return _page(request, "exposure")
+
+
+@login_required
+@require_POST
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    """Act in another of the person's tenants from now on (this session only)."""
+    try:
+        membership = access_membership(user=request.user, tenant_id=request.POST.get("tenant_id", ""))  # type: ignore[arg-type]
+    except NotAMemberError:
+        return render(request, "console/no_such_tenant.html", status=404)
+    request.session[SESSION_TENANT_KEY] = str(membership.tenant_id)
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("console")
+    return redirect(target)
+
+
+_REFUSED_STATUS = {"unknown": 404, "wrong_person": 403, "unverified": 403}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def invitation(request: HttpRequest, token: str) -> HttpResponse:
+    """An invitation link: GET shows it to the person it was sent to, POST accepts it (once)."""
+    user: User = request.user  # type: ignore[assignment]
+    try:
+        if request.method == "POST":
+            accepted = accept_invitation(user=user, token=token, now=timezone.now())
+            request.session[SESSION_TENANT_KEY] = str(accepted.membership.tenant_id)
+            return render(
+                request,
+                "console/invitation_accepted.html",
+                {"tenant": accepted.membership.tenant, "role": accepted.membership.get_role_display(),
+                 "already_member": accepted.already_member},
+            )  # fmt: skip
+        row = access_invitation_by_token(user=user, token=token, now=timezone.now())
+    except InvitationRefusedError as refused:
+        status = _REFUSED_STATUS.get(refused.reason, 410)
+        return render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status)
+    return render(request, "console/invitation.html", {"invitation": row, "role": row.get_role_display()})
+
+
+_ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+
+
+def asset(request: HttpRequest, name: str) -> HttpResponse:
+    """The console's script and style sheet, for servers that do not serve /static/ themselves (gunicorn)."""
+    found = finders.find(f"console/{name}") if name in _ASSETS else None
+    if not found or isinstance(found, list):
+        raise Http404
+    with open(found, "rb") as file:
+        response = HttpResponse(file.read(), content_type=_ASSETS[name])
+    response["Cache-Control"] = "no-cache"
+    return response

@@ -1,0 +1,124 @@
+"""Console pages (SPEC §18): shells for signed-in people, the tenant switcher, and the tenant the REST door acts in."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.workspaces.models import Membership
+from apps.workspaces.selectors import SESSION_TENANT_KEY
+from tests.callers import joined
+from tests.conftest import Person
+from tests.test_rest_door import api_client, error_of, post
+
+PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure"]
+
+
+def _signed_in(p: Person) -> Client:
+    client = Client()
+    client.force_login(p.user)
+    return client
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_a_page_renders_for_a_signed_in_person(path: str, alice: Person, mallory: Person) -> None:
+    response = _signed_in(alice).get(path)
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Alice&#x27;s tenant" in page and "Mallory" not in page
+    assert '<script src="/static/console/console.js" defer></script>' in page
+    assert '<meta name="csrf-token"' in page and 'href="/exposure"' in page
+    assert "<script>" not in page and " onclick=" not in page  # no inline scripts: a strict CSP can come
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/invitations/some-token"])
+def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
+    response = Client().get(path)
+    assert response.status_code == 302
+    assert response["Location"] == f"/accounts/sign-in?next={path}"
+
+
+def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
+    client = _signed_in(alice)
+    for path, page in (("/keys", "keys"), ("/members", "members"), ("/exposure", "exposure")):
+        html = client.get(path).content.decode()
+        assert f'data-page="{page}" data-role="OWNER"' in html
+    script = client.get("/static/console/console.js").content.decode()
+    for op in ("create_api_key", "list_api_keys", "revoke_api_key", "list_connections", "revoke_connection",
+               "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
+               "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
+               "set_operation_exposure"):  # fmt: skip
+        assert f'"{op}"' in script, op
+
+
+def test_the_console_files_are_served_without_a_static_server(db: None) -> None:
+    script = Client().get("/static/console/console.js")
+    assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
+    assert b"CONFIRMATION_REQUIRED" in script.content
+    style = Client().get("/static/console/console.css")
+    assert style.status_code == 200 and style["Content-Type"].startswith("text/css")
+    assert Client().get("/static/console/other.js").status_code == 404
+
+
+def test_a_member_sees_no_admin_forms(alice: Person) -> None:
+    bob = joined(alice, "bob@example.test")
+    client = _signed_in(bob)
+    client.post("/tenant", {"tenant_id": str(alice.tenant.pk)})
+    html = client.get("/members").content.decode()
+    assert 'data-role="MEMBER"' in html and 'id="invite-member"' not in html
+    assert 'id="create-workspace"' not in client.get("/workspaces").content.decode()
+    owner_page = _signed_in(alice).get("/members").content.decode()
+    assert 'id="invite-member"' in owner_page and '<option value="OWNER">' in owner_page
+    admin = joined(alice, "ada@example.test", "ADMIN")
+    admin_client = _signed_in(admin)
+    admin_client.post("/tenant", {"tenant_id": str(alice.tenant.pk)})
+    admin_page = admin_client.get("/members").content.decode()
+    assert 'id="invite-member"' in admin_page and '<option value="OWNER">' not in admin_page
+
+
+# ---------------------------------------------------------------- the tenant switcher
+
+
+def test_the_switcher_changes_the_tenant_the_api_acts_in(alice: Person, mallory: Person) -> None:
+    bob = joined(alice, "bob@example.test")  # bob's first tenant is his own
+    client = api_client(bob.user)
+    assert post(client, "status").json()["tenant"] == "bob@example.test's own tenant"
+    home = client.get("/").content.decode()
+    assert 'id="tenant-switch"' in home and "Alice&#x27;s tenant (Member)" in home
+
+    switched = client.post("/tenant", {"tenant_id": str(alice.tenant.pk), "next": "/members"})
+    assert switched.status_code == 302 and switched["Location"] == "/members"
+    assert client.session[SESSION_TENANT_KEY] == str(alice.tenant.pk)
+    assert post(client, "status").json()["tenant"] == "Alice's tenant"
+    emails = [m["email"] for m in post(client, "list_members").json()["members"]]
+    assert emails == ["alice@example.test", "bob@example.test"]
+    # a header still names the tenant explicitly
+    assert post(client, "status", tenant=bob.user.memberships.order_by("created_at")[0].tenant_id).json()["tenant"] == (
+        "bob@example.test's own tenant"
+    )
+
+
+def test_the_switcher_only_switches_to_the_persons_tenants(alice: Person, mallory: Person) -> None:
+    client = api_client(alice.user)
+    for tenant_id in (str(mallory.tenant.pk), "not-a-tenant", ""):
+        refused = client.post("/tenant", {"tenant_id": tenant_id})
+        assert refused.status_code == 404 and "Mallory" not in refused.content.decode()
+    assert SESSION_TENANT_KEY not in client.session
+    assert post(client, "status").json()["tenant"] == "Alice's tenant"
+    elsewhere = client.post("/tenant", {"tenant_id": str(alice.tenant.pk), "next": "https://evil.example/"})
+    assert elsewhere["Location"] == "/"
+    forged = api_client(alice.user, csrf=False).post("/tenant", {"tenant_id": str(alice.tenant.pk)})
+    assert forged.status_code == 403  # a form on another site cannot switch it
+
+
+def test_a_tenant_the_person_left_is_refused_until_a_page_drops_it(alice: Person, mallory: Person) -> None:
+    bob = joined(alice, "bob@example.test")
+    client = api_client(bob.user)
+    client.post("/tenant", {"tenant_id": str(alice.tenant.pk)})
+    Membership.objects.for_tenant(alice.tenant).filter(user=bob.user).delete()
+    # never silently swapped for another tenant: the console's next call is refused
+    response = post(client, "list_members")
+    assert response.status_code == 404 and error_of(response)["code"] == "NOT_FOUND"
+    page = client.get("/members").content.decode()
+    assert "Alice" not in page and SESSION_TENANT_KEY not in client.session
+    assert post(client, "status").json()["tenant"] == "bob@example.test's own tenant"

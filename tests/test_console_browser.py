@@ -1,0 +1,183 @@
+"""The console in a real browser: the API key flow from sign-up to revocation, and the admin pages."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from apps.accounts import signin
+from apps.agents.keys import caller_for_key
+from apps.agents.models import ApiKey
+from apps.gate.exposure import tenant_settings
+from apps.workspaces.models import Membership, Workspace
+from tests.callers import joined
+from tests.conftest import PASSWORD, Person
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+EMAIL = "carol@example.test"
+
+
+@pytest.fixture(autouse=True)
+def _no_lockouts() -> None:
+    signin.clear(EMAIL)
+
+
+def _link(body: str) -> str:
+    found = re.search(r"https?://\S+", body)
+    assert found is not None
+    return urlsplit(found.group(0)).path
+
+
+@pytest.mark.slow
+def test_a_person_creates_a_read_only_key_sees_it_once_and_revokes_it(
+    browser_page: Page, mailoutbox: list[Any], mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    page = browser_page
+    page.goto("/accounts/sign-up")
+    page.fill("#id_email", EMAIL)
+    page.fill("#id_password", PASSWORD)
+    page.fill("#id_tenant", "Carol's team")
+    page.click("main button[type=submit]")
+    page.wait_for_url("**/accounts/check-mail")
+    assert [m.to for m in mailoutbox] == [[EMAIL]]
+
+    # the link confirms the address (and signs in); sign out and in again through the form
+    page.goto(_link(mailoutbox[0].body))
+    expect(page.locator("main")).to_contain_text("Carol's team")
+    page.click("header button[type=submit]")
+    page.wait_for_url("**/accounts/sign-in")
+    page.fill("#id_username", EMAIL)
+    page.fill("#id_password", PASSWORD)
+    page.click("main button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Your tenants")
+
+    page.click("nav >> text=API keys")
+    page.wait_for_url("**/keys")
+    expect(page.locator("#keys-list")).to_contain_text("No keys yet.")
+    page.fill("#key-name", "browser test")
+    expect(page.locator('input[name="scopes"][value="write"]')).not_to_be_checked()
+    page.click("#create-key button[type=submit]")
+    # nothing is created before the person confirms what the proposal says
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("new api key")
+    assert not ApiKey.objects.unscoped().exists()
+    page.click("#confirm-yes")
+
+    expect(page.locator("#new-key")).to_be_visible()
+    key = page.locator("#new-key-value").inner_text().strip()
+    row = page.locator("#keys-list tr[data-prefix]")
+    expect(row).to_have_count(1)
+    prefix = row.get_attribute("data-prefix")
+    assert prefix is not None and key.startswith(f"{prefix}_")
+    expect(row).to_contain_text("active")
+
+    # shown once: after a reload only the prefix is left
+    page.reload()
+    expect(page.locator("#keys-list tr[data-prefix]")).to_have_count(1)
+    expect(page.locator("#new-key")).to_be_hidden()
+    assert key not in page.content()
+
+    caller = caller_for_key(key)
+    assert caller is not None and caller.scopes == {"read"} and caller.tenant.name == "Carol's team"
+    assert caller.workspaces == ("default",) and caller.user is not None and caller.user.email == EMAIL
+
+    # revoking asks first, too
+    page.click("#keys-list button[data-action=revoke]")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("revoked")
+    page.click("#confirm-yes")
+    expect(page.locator("#keys-list tr[data-prefix] .status-revoked")).to_have_text("revoked")
+    expect(page.locator("#notice")).to_contain_text(f"Key {prefix} is revoked.")
+    assert caller_for_key(key) is None
+    assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
+
+
+def _sign_in(page: Page, p: Person, url: str) -> None:
+    """Give the browser a session for `p` (the sign-in form itself is exercised above)."""
+    client = Client()
+    client.force_login(p.user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": url}])
+
+
+@pytest.mark.slow
+def test_the_admin_pages_work_in_a_browser(
+    browser_page: Page, live_server: Any, mailoutbox: list[Any], alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    page = browser_page
+    bob = joined(alice, "bob@example.test")
+    _sign_in(page, alice, live_server.url)
+
+    # workspaces: create one, rename it (each confirmed)
+    page.goto("/workspaces")
+    expect(page.locator("#workspaces-list tr[data-workspace-id]")).to_have_count(1)
+    page.fill("#workspace-name", "work")
+    page.click("#create-workspace button[type=submit]")
+    page.click("#confirm-yes")
+    expect(page.locator("#workspaces-list tr[data-workspace-id]")).to_have_count(2)
+    row = page.locator("#workspaces-list tr", has_text="work")
+    row.locator("input").fill("job")
+    row.locator("button").click()
+    page.click("#confirm-yes")
+    expect(page.locator("#workspaces-list")).to_contain_text("job")
+    assert sorted(Workspace.objects.for_tenant(alice.tenant).values_list("name", flat=True)) == ["default", "job"]
+
+    # members: invite, promote, remove; a cancelled confirmation changes nothing
+    page.goto("/members")
+    expect(page.locator("#members-list tr[data-membership-id]")).to_have_count(2)
+    page.fill("#invite-email", "carol@example.test")
+    page.select_option("#invite-role", "ADMIN")
+    page.click("#invite-member button[type=submit]")
+    page.click("#confirm-yes")
+    expect(page.locator("#invitations-list tr[data-invitation-id]")).to_contain_text("carol@example.test")
+    assert [m.to for m in mailoutbox] == [["carol@example.test"]]
+    bobs = page.locator("#members-list tr", has_text="bob@example.test")
+    bobs.locator("select").select_option("ADMIN")
+    bobs.get_by_role("button", name="Change").click()
+    page.click("#confirm-dialog button[value=cancel]")
+    expect(page.locator("#notice")).to_have_text("Nothing was changed.")
+    assert Membership.objects.for_tenant(alice.tenant).get(user=bob.user).role == "MEMBER"
+    expect(bobs.locator("select")).to_have_value("MEMBER")  # the page shows what is, not what was asked
+    bobs.locator("select").select_option("ADMIN")
+    bobs.get_by_role("button", name="Change").click()
+    page.click("#confirm-yes")
+    expect(page.locator("#notice")).to_contain_text("bob@example.test is now ADMIN.")
+    assert Membership.objects.for_tenant(alice.tenant).get(user=bob.user).role == "ADMIN"
+    bobs.locator("button[data-action=remove]").click()
+    page.click("#confirm-yes")
+    expect(page.locator("#members-list tr[data-membership-id]")).to_have_count(1)
+    # the last OWNER cannot leave: refused before anything is proposed, and the page says why
+    page.click("#members-list button[data-action=remove]")
+    expect(page.locator("#notice")).to_contain_text("last OWNER")
+    expect(page.locator("#confirm-dialog")).to_be_hidden()
+    assert Membership.objects.for_tenant(alice.tenant).get().role == "OWNER"
+
+    # exposure: withdraw an operation from agents, then offer it again
+    page.goto("/exposure")
+    search = page.locator('#exposure-list tr[data-operation="search"]')
+    expect(search).to_contain_text("yes")
+    search.locator("button[data-action=off]").click()
+    page.click("#confirm-yes")
+    expect(search).to_contain_text("no")
+    assert tenant_settings(alice.tenant) == {"search": "off"} and tenant_settings(mallory.tenant) == {}
+    search.locator("button[data-action=on]").click()
+    page.click("#confirm-yes")
+    expect(search.locator("button[data-action=off]")).to_be_visible()
+    expect(page.locator('#exposure-list tr[data-operation="create_api_key"]')).to_contain_text("never offered")
+
+    # connections: the page lists them (none yet)
+    page.goto("/connections")
+    expect(page.locator("#connections-list")).to_contain_text("No assistant is connected.")
+    assert not Workspace.objects.for_tenant(mallory.tenant).exclude(name="default").exists()
