@@ -13,6 +13,7 @@ from apps.accounts.models import User
 from apps.workspaces.models import Tenant, Workspace
 from apps.workspaces.services import create_person
 from tests.liveserver import live_url  # noqa: F401 (a fixture for every module)
+from tests.mailservers import imap_server, smtp_server  # noqa: F401 (fixtures)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

@@ -1,0 +1,273 @@
+"""Real mail servers on loopback for the tests: Dovecot (IMAP, Debian's dovecot-imapd) and an SMTP server
+(aiosmtpd) that can deliver into the Dovecot mailboxes and can misbehave on purpose.
+
+Dovecot runs from a configuration written into a temporary folder: plaintext auth on 127.0.0.1 only, a
+passwd-file of users, Maildir homes, special-use Sent/Drafts/Trash/Junk folders. As root it runs its mail
+processes as the `dovecot` user (it refuses uid 0); as anyone else, as that user.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from pathlib import Path
+from typing import Any
+
+import pytest
+from imapclient import IMAPClient
+
+DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
+PASSWORD = "imap-secret-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[Any], what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    detail = log.read_text()[-2000:] if log is not None and log.exists() else ""
+    raise RuntimeError(f"{what} did not start: {detail}")
+
+
+_CONFIG = """\
+base_dir = {root}/run
+state_dir = {root}/state
+log_path = {root}/dovecot.log
+info_log_path = {root}/dovecot.log
+protocols = imap
+listen = 127.0.0.1
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+default_login_user = {login_user}
+default_internal_user = {internal_user}
+first_valid_uid = 1
+mail_location = maildir:~/Maildir
+mail_max_userip_connections = 200
+imap_capability = +CONDSTORE
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {root}/users
+}}
+userdb {{
+  driver = static
+  args = uid={uid} gid={gid} home={root}/home/%u
+}}
+service imap-login {{
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {port}
+  }}
+  inet_listener imaps {{
+    port = 0
+  }}
+}}
+service anvil {{
+  chroot =
+}}
+service imap-login {{
+  chroot =
+}}
+namespace inbox {{
+  inbox = yes
+  separator = /
+  mailbox Sent {{
+    special_use = \\Sent
+    auto = subscribe
+  }}
+  mailbox Drafts {{
+    special_use = \\Drafts
+    auto = subscribe
+  }}
+  mailbox Trash {{
+    special_use = \\Trash
+    auto = subscribe
+  }}
+  mailbox Junk {{
+    special_use = \\Junk
+    auto = subscribe
+  }}
+}}
+"""
+
+
+@dataclass
+class ImapServer:
+    """A running Dovecot: its port, and ways to make users and put mail in their folders."""
+
+    root: Path
+    port: int
+    host: str = "127.0.0.1"
+    users: list[str] = field(default_factory=list)
+
+    def add_user(self, name: str, password: str = PASSWORD) -> str:
+        with (self.root / "users").open("a") as fh:
+            fh.write(f"{name}:{{PLAIN}}{password}::::::\n")
+        self.users.append(name)
+        return name
+
+    def client(self, user: str, password: str = PASSWORD) -> IMAPClient:
+        client = IMAPClient(self.host, port=self.port, ssl=False, timeout=30)
+        client.login(user, password)
+        return client
+
+    def append(self, user: str, folder: str, raw: bytes, flags: tuple[bytes, ...] = ()) -> None:
+        with self.client(user) as c:
+            c.append(folder, raw, flags=flags)
+
+    def folder_messages(self, user: str, folder: str) -> list[tuple[int, bytes, tuple[bytes, ...]]]:
+        """(uid, raw bytes, flags) of every message in the folder."""
+        with self.client(user) as c:
+            c.select_folder(folder, readonly=True)
+            uids = c.search("ALL")
+            data = c.fetch(uids, ["BODY.PEEK[]", "FLAGS"]) if uids else {}
+            return [(uid, data[uid][b"BODY[]"], tuple(data[uid][b"FLAGS"])) for uid in sorted(data)]
+
+
+def _run_as() -> tuple[str, int, int]:
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam("dovecot")
+        return entry.pw_name, entry.pw_uid, entry.pw_gid
+    entry = pwd.getpwuid(os.geteuid())
+    return entry.pw_name, entry.pw_uid, entry.pw_gid
+
+
+def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
+    if not Path(DOVECOT).exists():
+        pytest.skip("dovecot is missing: install Debian's dovecot-imapd (bin/system-packages does, as root)")
+    user, uid, gid = _run_as()
+    login_user = "dovenull" if os.geteuid() == 0 else user
+    for sub in ("run", "state", "home"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "users").touch()
+    if os.geteuid() == 0:
+        for path in (root / "home", root / "state"):
+            os.chown(path, uid, gid)
+    port = free_port()
+    config = root / "dovecot.conf"
+    config.write_text(_CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid,
+                                     gid=gid))  # fmt: skip
+    proc = subprocess.Popen([DOVECOT, "-F", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _wait_for_port(port, proc, "dovecot", root / "dovecot.log")
+    return ImapServer(root=root, port=port), proc
+
+
+@contextmanager
+def dovecot() -> Iterator[ImapServer]:
+    """A Dovecot in its own folder under /tmp (pytest's are private to root; Dovecot's processes run as
+    another user and must read their configuration and homes), removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="oaken-dovecot-"))
+    os.chmod(root, 0o755)  # noqa: S103 (test servers running as another user must read it)
+    try:
+        server, proc = start_dovecot(root)
+        try:
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def imap_server() -> Iterator[ImapServer]:
+    """One Dovecot for a test module; each test makes its own users (so tests never share mail)."""
+    with dovecot() as server:
+        yield server
+
+
+# --- SMTP ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    mail_from: str
+    recipients: list[str]
+    data: bytes
+
+    @property
+    def message_id(self) -> str:
+        return str(message_from_bytes(self.data).get("Message-ID", "")).strip()
+
+
+class SmtpServer:
+    """aiosmtpd on loopback. Every accepted message is kept in `received`; `data_commands` counts DATA
+    transactions seen; with `drop_after_data` the server takes the message and closes the connection
+    without answering (the client cannot know whether it was sent); with `deliver_to` set to an
+    ImapServer, each message is appended to every local recipient's INBOX there."""
+
+    def __init__(self, deliver_to: ImapServer | None = None) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.received: list[Received] = []
+        self.data_commands = 0
+        self.connections = 0
+        self.drop_after_data = False
+        self.deliver_to = deliver_to
+        self._lock = threading.Lock()
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.controller = Controller(self, hostname=self.host, port=self.port)
+
+    async def handle_EHLO(self, server: Any, session: Any, envelope: Any, hostname: str,
+                          responses: list[str]) -> list[str]:  # fmt: skip
+        with self._lock:
+            self.connections += 1
+        session.host_name = hostname
+        return responses
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = Received(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content))
+        with self._lock:
+            self.data_commands += 1
+            self.received.append(message)
+        if self.deliver_to is not None:
+            for rcpt in message.recipients:
+                if rcpt in self.deliver_to.users:
+                    self.deliver_to.append(rcpt, "INBOX", message.data)
+        if self.drop_after_data:
+            server.transport.close()
+            return "421 connection dropped"  # never reaches the client: the transport is closed
+        return "250 OK"
+
+    def start(self) -> SmtpServer:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+@pytest.fixture
+def smtp_server(imap_server: ImapServer) -> Iterator[SmtpServer]:
+    """An SMTP server on loopback delivering into the module's Dovecot."""
+    server = SmtpServer(deliver_to=imap_server).start()
+    try:
+        yield server
+    finally:
+        server.stop()
