@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 
 .PHONY: serve test lint bench clean
 
@@ -15,7 +16,18 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/oaken serve
 
-test: $(STAMP)
+# The Node programs the tests drive as real clients (package.json: the MCP Inspector CLI), from the
+# committed package-lock.json. Without npm, nothing is installed and the tests that need them skip.
+# (The Inspector declares node >= 22 but its CLI works on node 20: the engine warnings are silenced.)
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --loglevel=error && touch $@ \
+			|| echo "npm ci failed: the MCP Inspector CLI is not installed; tests/test_mcp_inspector.py will skip"; \
+	else \
+		echo "npm not found: the MCP Inspector CLI is not installed; tests/test_mcp_inspector.py will skip"; \
+	fi
+
+test: $(STAMP) $(NODE_STAMP)
 	./bin/system-packages
 	$(BIN)/pytest
 
@@ -28,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/import_mail.py
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var node_modules

@@ -1,0 +1,400 @@
+"""MCP latency: `tools/call get_message` through Oaken's /mcp, against the SDK's own server and the REST door.
+
+One run, three servers on loopback, the bench's own embedded servers (var/bench):
+  * Oaken MCP  : gunicorn as `oaken serve` runs it, POST /mcp with a read-only API key (the gate: key lookup,
+                 rate counter, exposure, scope, data scope, one audit event per call, fenced output);
+  * Oaken REST : the same gunicorn, POST /api/v1/ops/get_message signed in over HTTP (session + CSRF);
+  * SDK server : a minimal MCPServer ("FastMCP") of the official SDK, stateless with JSON answers, on uvicorn,
+                 whose one tool reads the same rows with psycopg (message + folder, labels, attachments) and
+                 returns the same fields, with no authentication, no gate and no audit.
+All three are driven by the same raw JSON-RPC / JSON POSTs over one persistent HTTP client each, in
+interleaved rounds (the order turns every round) so machine noise spreads over all of them.
+Prints median and p95 per door, the ratios Oaken MCP / SDK server and Oaken MCP / REST, and how much the
+per-round ratio moved (the machine's noise). `--profile N` also profiles N in-process MCP requests.
+Target (issue: MCP door): Oaken MCP median within 1.2x of the SDK server, gate and audit included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import itertools
+import logging
+import os
+import pstats
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.audit_append import setup  # noqa: E402
+
+PROTOCOL_VERSION = "2025-11-25"
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL_VERSION}
+TEXT_MAX_CHARS = 20_000  # the default text bound get_message cuts at
+
+# What get_message reads, as plain SQL for the SDK server (the tables are checked against the models).
+MESSAGE_SQL = """
+SELECT m.id, m.account_id, m.thread_id, f.kind, f.name, m.subject, m.sender_name, m.sender_address, m.date,
+       m.snippet, m.read, m.pinned, m.has_attachments, m.to_addresses, m.cc_addresses, m.message_id, m.text_body
+  FROM mail_message m JOIN mail_folder f ON f.id = m.folder_id WHERE m.id = %s
+"""
+LABELS_SQL = """
+SELECT ml.label_id FROM mail_messagelabel ml JOIN mail_label l ON l.id = ml.label_id
+ WHERE ml.message_id = %s ORDER BY l.name
+"""
+ATTACHMENTS_SQL = """
+SELECT id, filename, content_type, size, inline FROM mail_attachment WHERE message_id = %s ORDER BY filename
+"""
+TABLES = {"Message": "mail_message", "Folder": "mail_folder", "MessageLabel": "mail_messagelabel",
+          "Label": "mail_label", "Attachment": "mail_attachment"}  # fmt: skip
+
+
+# ---------------------------------------------------------------- the SDK server (runs in its own process)
+
+
+def serve_sdk(port: int) -> None:
+    """The reference: a minimal MCPServer with one tool doing get_message's reads, on uvicorn."""
+    import psycopg
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    local = threading.local()  # sync tools run in worker threads: a persistent connection per thread
+
+    def cursor() -> psycopg.Cursor[Any]:
+        if getattr(local, "conn", None) is None:
+            local.conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+        conn: psycopg.Connection[Any] = local.conn
+        return conn.cursor()
+
+    server = MCPServer("baseline")
+
+    @server.tool()
+    def get_message(message_id: str) -> dict[str, Any]:
+        """Get one message: headers, text and attachment list."""
+        with cursor() as cur:
+            row = cur.execute(MESSAGE_SQL, (message_id,)).fetchone()
+            if row is None:
+                raise ValueError("message not found")
+            labels = [str(r[0]) for r in cur.execute(LABELS_SQL, (message_id,))]
+            attachments = [
+                {"id": str(i), "filename": f, "content_type": t, "size": s, "inline": n}
+                for i, f, t, s, n in cur.execute(ATTACHMENTS_SQL, (message_id,))
+            ]
+        (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
+         has_attachments, to, cc, header_id, text) = row  # fmt: skip
+        return {
+            "message": {
+                "id": str(pk), "account_id": str(account), "thread_id": str(thread),
+                "folder": kind if kind != "custom" else folder, "subject": subject,
+                "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
+                "date": date.isoformat() if date else None, "snippet": snippet, "read": read, "pinned": pinned,
+                "has_attachments": has_attachments, "label_ids": labels,
+                "to": [{"name": a.get("name", ""), "address": a.get("address", "")} for a in to],
+                "cc": [{"name": a.get("name", ""), "address": a.get("address", "")} for a in cc],
+                "message_id_header": header_id, "text": text[:TEXT_MAX_CHARS],
+                "truncated": len(text) > TEXT_MAX_CHARS, "text_length": len(text), "attachments": attachments,
+            }
+        }  # fmt: skip
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# ---------------------------------------------------------------- servers and clients
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(name: str, args: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A server in a child process, once its port accepts connections (its output goes to a file, never a pipe
+    that could fill up and stall it)."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return proc
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    log.seek(0)
+                    output = log.read().decode(errors="replace")[-2000:]
+                    raise RuntimeError(f"{name} did not start: {output}") from None
+                time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _signed_in(http: Any, base: str, email: str, password: str) -> str:
+    """Sign in through the form, as a browser does; returns the CSRF token for API calls."""
+    page = http.get(base + "/accounts/sign-in")
+    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert page.status_code == 200 and match, "no sign-in form"
+    answer = http.post(base + "/accounts/sign-in", data={"username": email, "password": password,
+                       "csrfmiddlewaretoken": match.group(1), "next": "/"})  # fmt: skip
+    assert answer.status_code == 302 and "sessionid" in http.cookies, f"sign-in failed ({answer.status_code})"
+    return str(http.cookies["csrftoken"])
+
+
+def _rpc(n: int, message_id: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": "get_message", "arguments": {"message_id": message_id}}}  # fmt: skip
+
+
+def _message_of(answer: Any, door: str) -> dict[str, Any]:
+    """The message in an answer, after checking it is a success."""
+    assert answer.status_code == 200, f"{door}: HTTP {answer.status_code} {answer.text[:300]}"
+    body = answer.json()
+    if door == "rest":
+        return dict(body["message"])
+    assert "result" in body and not body["result"].get("isError"), f"{door}: {answer.text[:300]}"
+    return dict(body["result"]["structuredContent"]["message"])
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+# ---------------------------------------------------------------- data
+
+
+def _make_data(workdir: Path) -> tuple[str, str, str, str, str]:
+    """A person (verified, with a password) whose mailbox holds realistic mail, a read-only key, and a second
+    tenant's message. Returns (email, password, key, message id, the other tenant's message id)."""
+    from django.utils import timezone
+
+    from apps.agents.keys import issue_key
+    from apps.mail.importing import import_mail
+    from apps.mail.models import Attachment, Message
+    from apps.workspaces.models import Membership
+    from apps.workspaces.services import create_person
+    from bench.import_mail import write_mbox
+
+    stamp = time.time_ns()
+    password = f"bench-{stamp}-password"
+    ids: list[str] = []
+    people = []
+    for who in ("alice", "mallory"):
+        person = create_person(email=f"mcp-{who}-{stamp}@example.test", password=password)
+        person.user.email_verified_at = timezone.now()
+        person.user.save(update_fields=["email_verified_at"])
+        mbox = workdir / f"{who}.mbox"
+        write_mbox(mbox, 40)
+        import_mail(tenant=person.tenant, workspace=person.workspace, account_name="bench", path=mbox)
+        # a multipart message with attachments, so every read get_message makes returns rows
+        with_files = Attachment.objects.for_tenant(person.tenant).values_list("message_id", flat=True).first()
+        assert with_files is not None
+        ids.append(str(with_files))
+        people.append(person)
+    alice = people[0]
+    membership = Membership.objects.for_user(alice.user).get(tenant=alice.tenant)
+    _, key = issue_key(membership=membership, scopes=["read"], workspaces=["default"], allow_list=None,
+                       expires_at=None, name="bench", created_via="cli")  # fmt: skip
+    assert Message.objects.for_tenant(alice.tenant).filter(pk=ids[0]).exists()
+    return alice.user.email, password, key, ids[0], ids[1]
+
+
+# ---------------------------------------------------------------- profile
+
+
+def profile(key: str, message_id: str, calls: int) -> None:
+    """Where an MCP call's time goes, in this process (Django's handler, no HTTP server): medians of the request,
+    of its parts called alone, the SQL statements it makes, and a cProfile of `calls` requests."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.agents.keys import caller_for_key
+    from apps.gate.callers import Door
+    from apps.gate.dispatch import dispatch
+    from apps.mcp import tools
+    from apps.operations.registry import registry
+
+    client = Client(SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_ACCEPT=MCP_HEADERS["Accept"],
+                    HTTP_MCP_PROTOCOL_VERSION=PROTOCOL_VERSION)  # fmt: skip
+
+    def request() -> None:
+        answer = client.post("/mcp", _rpc(1, message_id), content_type="application/json")
+        assert answer.status_code == 200 and b'"isError": false' in answer.content, answer.content[:300]
+
+    caller = caller_for_key(key)
+    assert caller is not None
+    op = registry.get("get_message")
+    assert op is not None
+    output = dispatch(caller, Door.MCP, "get_message", {"message_id": message_id}).output
+    parts: dict[str, Callable[[], object]] = {
+        "whole MCP request": request,
+        "caller_for_key": lambda: caller_for_key(key),
+        "dispatch (gate+audit)": lambda: dispatch(caller, Door.MCP, "get_message", {"message_id": message_id}),
+        "tools.success (fence)": lambda: tools.success(op, output),
+    }
+    times: dict[str, list[float]] = {name: [] for name in parts}
+    for _ in range(max(calls, 50)):
+        for name, part in parts.items():
+            began = time.perf_counter()
+            part()
+            times[name].append(time.perf_counter() - began)
+    print("\nin-process, no HTTP server (medians):")
+    for name, samples in times.items():
+        print(f"  {name:<24} {statistics.median(samples) * 1000:8.3f} ms")
+    with CaptureQueriesContext(connection) as queries:
+        request()
+    print(f"  SQL statements per MCP request: {len(queries.captured_queries)}")
+    for query in queries.captured_queries:
+        print(f"    {query['time']:>6} s  {query['sql'][:110]}")
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        request()
+    profiler.disable()
+    for order in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(25)
+        print(f"--- cProfile of {calls} MCP requests, top by {order}\n" + out.getvalue().split("\n\n", 2)[-1].rstrip())
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=300, help="timed calls per door")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed calls per door first")
+    parser.add_argument("--round", type=int, default=10, help="calls per door per round")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N in-process calls")
+    parser.add_argument("--serve-sdk", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_sdk:
+        serve_sdk(args.serve_sdk)
+        return
+    # the per-key request limit is lifted so that many calls can be made in a minute (each call is still
+    # counted, in Redis); set before Django starts, so it holds here (--profile) and in the servers started
+    os.environ["OAKEN_MCP_REQUESTS_PER_MINUTE"] = "1000000000"
+    setup()
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # no line per request
+
+    import httpx2
+    from django.apps import apps as django_apps
+
+    for model, table in TABLES.items():
+        actual = django_apps.get_model("mail", model)._meta.db_table
+        assert actual == table, f"the SDK server's SQL names {table}, the model uses {actual}"
+    with tempfile.TemporaryDirectory() as tmp:
+        email, password, key, message_id, foreign_id = _make_data(Path(tmp))
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # with the embedded servers' URLs
+    oaken_port, sdk_port = _free_port(), _free_port()
+    # gunicorn as `oaken serve` runs it (two gthread workers, four threads each), without the access log
+    web = ["config.wsgi:application", "--bind", f"127.0.0.1:{oaken_port}", "--workers", "2",
+           "--worker-class", "gthread", "--threads", "4", "--log-level", "warning"]  # fmt: skip
+    oaken = _start("gunicorn", [sys.executable, "-m", "gunicorn", *web], oaken_port, env)
+    sdk: subprocess.Popen[bytes] | None = None
+    clients: list[Any] = []
+    try:
+        here = str(Path(__file__).resolve())
+        sdk = _start("the SDK server", [sys.executable, here, "--serve-sdk", str(sdk_port)], sdk_port, env)
+        oaken_url, sdk_url = f"http://127.0.0.1:{oaken_port}", f"http://127.0.0.1:{sdk_port}"
+        mcp = httpx2.Client(headers={**MCP_HEADERS, "Authorization": f"Bearer {key}"}, timeout=30)
+        ref = httpx2.Client(headers=MCP_HEADERS, timeout=30)
+        rest = httpx2.Client(timeout=30)
+        clients += [mcp, ref, rest]
+        csrf = _signed_in(rest, oaken_url, email, password)
+        rest.headers.update({"X-CSRFToken": csrf, "Accept": "application/json"})
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+                           "clientInfo": {"name": "bench", "version": "1"}}}  # fmt: skip
+        for client, url in ((mcp, oaken_url), (ref, sdk_url)):
+            assert client.post(url + "/mcp", json=init).status_code == 200
+
+        counter = itertools.count(1)
+        doors: dict[str, Callable[[], Any]] = {
+            "Oaken MCP": lambda: mcp.post(oaken_url + "/mcp", json=_rpc(next(counter), message_id)),
+            "SDK server": lambda: ref.post(sdk_url + "/mcp", json=_rpc(next(counter), message_id)),
+            "Oaken REST": lambda: rest.post(oaken_url + "/api/v1/ops/get_message", json={"message_id": message_id}),
+        }
+        # the same message through all three, and the other tenant's message refused by Oaken's doors
+        seen = {name: _message_of(call(), "rest" if name == "Oaken REST" else name) for name, call in doors.items()}
+        fields = ("id", "account_id", "thread_id", "folder", "label_ids", "text_length", "truncated", "read")
+        for name, message in seen.items():
+            assert {f: message[f] for f in fields} == {f: seen["SDK server"][f] for f in fields}, name
+            assert len(message["attachments"]) == len(seen["SDK server"]["attachments"]) > 0, name
+        refused = mcp.post(oaken_url + "/mcp", json=_rpc(0, foreign_id)).json()["result"]
+        assert refused["isError"] and "NOT_FOUND" in refused["content"][0]["text"], refused
+        assert rest.post(oaken_url + "/api/v1/ops/get_message", json={"message_id": foreign_id}).status_code == 404
+
+        for call in doors.values():
+            for _ in range(args.warmup):
+                assert call().status_code == 200
+        samples: dict[str, list[float]] = {name: [] for name in doors}
+        rounds: list[dict[str, float]] = []
+        names = list(doors)
+        for r in range(max(1, args.calls // args.round)):
+            order = names[r % len(names):] + names[:r % len(names)]  # fmt: skip
+            this_round: dict[str, list[float]] = {}
+            for name in order:
+                call, times = doors[name], this_round.setdefault(name, [])
+                for _ in range(args.round):
+                    began = time.perf_counter()
+                    answer = call()
+                    times.append(time.perf_counter() - began)
+                    if answer.status_code != 200:
+                        raise RuntimeError(f"{name}: HTTP {answer.status_code} {answer.text[:300]}")
+                samples[name] += times
+            rounds.append({name: statistics.median(times) for name, times in this_round.items()})
+    finally:
+        for client in clients:
+            client.close()
+        for proc in (sdk, oaken):
+            if proc is not None:
+                _stop(proc)
+
+    med = {name: statistics.median(s) * 1000 for name, s in samples.items()}
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"get_message over HTTP on loopback: {len(samples['Oaken MCP'])} timed calls per door "
+          f"({args.warmup} warm-up), rounds of {args.round}; {os.cpu_count()} CPUs, load {load}")  # fmt: skip
+    print(f"{'door':<12} {'median ms':>10} {'p95 ms':>10} {'min ms':>10}")
+    for name, s in samples.items():
+        print(f"{name:<12} {med[name]:>10.3f} {_pct(s, 0.95):>10.3f} {min(s) * 1000:>10.3f}")
+    for other in ("SDK server", "Oaken REST"):
+        per_round = sorted(r["Oaken MCP"] / r[other] for r in rounds)
+        q = statistics.quantiles(per_round, n=10) if len(per_round) >= 2 else per_round * 9
+        target = "   target <= 1.2" if other == "SDK server" else ""
+        print(f"Oaken MCP / {other:<10}: median {med['Oaken MCP'] / med[other]:.2f}, "
+              f"p95 {_pct(samples['Oaken MCP'], 0.95) / _pct(samples[other], 0.95):.2f}  "
+              f"(per-round ratio p10-p90 {q[0]:.2f}-{q[-1]:.2f}){target}")  # fmt: skip
+    base = [r["SDK server"] * 1000 for r in rounds]
+    print(f"noise: SDK server per-round median ranged {min(base):.3f}-{max(base):.3f} ms "
+          f"(stdev {statistics.pstdev(base):.3f} ms over {len(rounds)} rounds)")  # fmt: skip
+    if args.profile:
+        profile(key, message_id, args.profile)
+
+
+if __name__ == "__main__":
+    main()
