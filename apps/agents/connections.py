@@ -11,7 +11,7 @@ from oauth2_provider.models import AccessToken, RefreshToken
 
 from apps.agents.models import Connection, ConnectionToken
 from apps.gate.callers import Caller
-from apps.workspaces.models import Membership
+from apps.workspaces.models import Membership, current_role
 
 # last-use times are kept to the minute, as for API keys
 _LAST_USED_GRANULARITY = timedelta(minutes=1)
@@ -25,27 +25,22 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
         return None
     checksum = hashlib.sha256(token.encode()).hexdigest()
     # Authentication itself: the token's hash is what finds the tenant, so this lookup cannot be scoped.
+    # One statement: the token, its connection, tenant and person, and the person's role there now.
     link = (
         ConnectionToken.objects.filter(access_token__token_checksum=checksum)
         .select_related("access_token", "connection", "connection__tenant", "connection__user")
+        .annotate(role=current_role(via="connection__"))
         .first()
     )
     now = timezone.now()
-    if link is None or link.access_token.expires <= now:
+    if link is None or link.access_token.expires <= now or link.role is None:
         return None
     if list(link.access_token.resource or []) != [resource]:
         return None
     connection = link.connection
     if not connection.is_live(now) or not connection.user.is_active:
         return None
-    membership = (
-        Membership.objects.for_user(connection.user)
-        .filter(tenant=connection.tenant)
-        .select_related("tenant", "user")
-        .first()
-    )
-    if membership is None:
-        return None
+    membership = Membership(tenant=connection.tenant, user=connection.user, role=link.role)
     if connection.last_used_at is None or now - connection.last_used_at > _LAST_USED_GRANULARITY:
         Connection.objects.for_tenant(connection.tenant).filter(pk=connection.pk).update(last_used_at=now)
     granted = set(connection.scopes) & set(link.access_token.scope.split())

@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import cast
 
 from django.utils import timezone
 
 from apps.agents.models import ApiKey
 from apps.gate.callers import Caller
-from apps.workspaces.models import Membership
+from apps.workspaces.models import Membership, current_role
 
 KEY_PREFIX = "oak_"
 # last-use times are kept to the minute: a write per call would cost every agent call a row lock
@@ -55,15 +56,20 @@ def caller_for_key(key: str) -> Caller | None:
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     # Authentication itself: the secret's hash is what finds the tenant, so this lookup cannot be scoped.
-    row = ApiKey.objects.unscoped().filter(key_hash=_hash(key)).select_related("tenant", "user").first()
-    now = timezone.now()
-    if row is None or not row.is_live(now) or not row.user.is_active:
-        return None
-    membership = (
-        Membership.objects.for_user(row.user).filter(tenant=row.tenant).select_related("tenant", "user").first()
+    # One statement: the key, its tenant and person, and the person's role there now.
+    row = cast(
+        "ApiKey | None",
+        ApiKey.objects.unscoped()
+        .filter(key_hash=_hash(key))
+        .select_related("tenant", "user")
+        .annotate(role=current_role())
+        .first(),
     )
-    if membership is None:
+    now = timezone.now()
+    role = getattr(row, "role", None)
+    if row is None or not row.is_live(now) or not row.user.is_active or role is None:
         return None
+    membership = Membership(tenant=row.tenant, user=row.user, role=role)
     if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
         ApiKey.objects.for_tenant(row.tenant).filter(pk=row.pk).update(last_used_at=now)
     return Caller.agent(

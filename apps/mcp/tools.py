@@ -93,9 +93,14 @@ def _unique(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+@cache
+def _output_schema(op: Operation) -> dict[str, Any]:
+    return op.output_model.model_json_schema()
+
+
 def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     """A tools/call result: the output as structured content and as JSON text, mail text fenced."""
-    schema = op.output_model.model_json_schema()
+    schema = _output_schema(op)
     marker = secrets.token_hex(12)
     fields: list[str] = []
     content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)

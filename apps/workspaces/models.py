@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from apps.workspaces.tenancy import TenantOwned, new_id
@@ -110,3 +111,10 @@ class Invitation(TenantOwned):
     def is_open(self) -> bool:
         """Neither accepted nor cancelled (it may still have expired)."""
         return self.accepted_at is None and self.revoked_at is None
+
+
+def current_role(via: str = "") -> Subquery:
+    """For a row with `tenant` and `user` (a credential; `via` "connection__" reaches them through a relation):
+    the person's role in that tenant now, or NULL when they are no longer a member."""
+    members = Membership.objects.filter(tenant=OuterRef(f"{via}tenant"), user=OuterRef(f"{via}user"))
+    return Subquery(members.values("role")[:1])
