@@ -341,6 +341,20 @@ def test_revoking_a_connection_revokes_all_its_tokens(db: None, browser: Client,
     assert call(as_person(alice), "list_connections")["connections"][0]["revoked"] is True
 
 
+@pytest.mark.parametrize("which", ["refresh_token", "access_token"])
+def test_a_client_revoking_its_token_ends_the_connection(db: None, browser: Client, alice: Person, which: str) -> None:
+    auth, tokens = connect(browser)
+    stranger = start(browser)  # another client cannot revoke this one's tokens
+    assert Client().post("/oauth/revoke/", {"token": tokens[which], "client_id": stranger.client_id}).status_code == 200
+    assert caller_for_token(tokens["access_token"], RESOURCE) is not None
+    response = Client().post("/oauth/revoke/", {"token": tokens[which], "client_id": auth.client_id})
+    assert response.status_code == 200
+    assert caller_for_token(tokens["access_token"], RESOURCE) is None
+    assert refresh(browser, auth, tokens["refresh_token"]).status_code == 400
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    assert connection.revoked_at is not None and connection.revoked_reason == "revoked_by_client"
+
+
 def test_another_tenant_cannot_see_or_revoke_a_connection(db: None, browser: Client, alice: Person,
                                                            mallory: Person) -> None:  # fmt: skip
     _, tokens = connect(browser)

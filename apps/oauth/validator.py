@@ -91,6 +91,28 @@ class OakenValidator(OAuth2Validator):
             request.resource = canonical
         super()._check_and_set_request_resource(request)
 
+    def revoke_token(self, token: str, token_type_hint: str | None, request: Any, *args: Any, **kwargs: Any) -> None:
+        """RFC 7009: a client giving up a token gives up its connection (the console then shows it revoked)."""
+        application = getattr(request.client, "pk", None)
+        checksum = _digest(token)
+        family = (
+            RefreshToken.objects.filter(token_checksum=checksum, application_id=application)
+            .exclude(token_family__isnull=True)
+            .values_list("token_family", flat=True)
+            .first()
+        )
+        connection = None
+        if application is not None and family is not None:
+            connection = _connections().filter(token_family=family, application_id=application).first()
+        elif application is not None:
+            link = ConnectionToken.objects.filter(
+                access_token__token_checksum=checksum, access_token__application_id=application
+            ).first()
+            connection = link.connection if link is not None else None
+        super().revoke_token(token, token_type_hint, request, *args, **kwargs)
+        if connection is not None:
+            revoke_connection(connection, "revoked_by_client")
+
     def save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().save_bearer_token(token, request, *args, **kwargs)
