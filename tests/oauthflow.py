@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,10 @@ def consent(client: Client, auth: Authorization, *, write: bool = False, send: b
     """GET the consent page (it must render), then POST the person's choice; the redirect response."""
     page = client.get(auth.url())
     assert page.status_code == 200, page.content[:500]
-    form: dict[str, Any] = {**auth.params(), "lifetime": lifetime, "workspaces": list(workspaces)}
+    tenant = re.search(r'name="tenant" value="([^"]+)"', page.content.decode())
+    assert tenant is not None, "the consent page names the tenant it grants in"
+    form: dict[str, Any] = {**auth.params(), "lifetime": lifetime, "workspaces": list(workspaces),
+                            "tenant": tenant.group(1)}  # fmt: skip
     form.pop("resource", None)
     if auth.resource is not None:
         form["resource"] = auth.resource

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.db import connection as db_connection
@@ -23,6 +26,7 @@ from tests.oauthflow import (
     ORIGIN,
     REDIRECT,
     RESOURCE,
+    Authorization,
     connect,
     consent,
     exchange,
@@ -102,13 +106,40 @@ def test_open_registration_makes_a_public_client(db: None, client: Client) -> No
 
 
 @pytest.mark.parametrize(
-    "uri", ["http://evil.example/cb", "javascript:alert(1)", "https://host/cb#frag", "data:text/html,x", "ftp://x/"]
+    "uri",
+    [
+        "http://evil.example/cb",
+        "javascript:alert(1)",
+        "https://host/cb#frag",
+        "data:text/html,x",
+        "ftp://x/",
+        "https://good.example/cb http://evil.example/cb",
+        "https://good.example/cb\nhttp://evil.example/cb",
+        "https://good.example/" + "x" * 2000,
+    ],
 )
 def test_registration_refuses_unsafe_redirect_uris(db: None, client: Client, uri: str) -> None:
     response = register(client, redirect_uris=[REDIRECT, uri])
     assert response.status_code == 400 and response.json()["error"] == "invalid_redirect_uri"
     assert uri not in response.content.decode()
     assert not Application.objects.exists()
+
+
+def test_registration_sizes_are_bounded(db: None, client: Client) -> None:
+    assert register(client, redirect_uris=[f"https://a.example/{i}" for i in range(11)]).status_code == 400
+    assert register(client, name="n" * 201).status_code == 400
+    assert not Application.objects.exists()
+
+
+def test_a_registration_cannot_be_changed_or_deleted(db: None, client: Client) -> None:
+    doc = register(client).json()
+    path = urlsplit(doc["registration_client_uri"]).path
+    auth: dict[str, Any] = {"HTTP_AUTHORIZATION": f"Bearer {doc['registration_access_token']}"}
+    body = json.dumps({"redirect_uris": ["http://evil.example/cb"], "client_name": "x"})
+    assert client.put(path, body, content_type="application/json", **auth).status_code == 405
+    assert client.delete(path, **auth).status_code == 405
+    app = Application.objects.get(client_id=doc["client_id"])
+    assert app.redirect_uris == REDIRECT
 
 
 def test_registration_offers_only_the_authorization_code_grant(db: None, client: Client) -> None:
@@ -140,6 +171,25 @@ def test_unused_registrations_are_forgotten(db: None, browser: Client, settings)
     assert result == {"pending_connections": 1, "clients": 2}
     assert set(Application.objects.values_list("client_id", flat=True)) == {auth.client_id}
     assert unused != auth.client_id
+
+
+def create_tenant_for(person: Person) -> Any:
+    """A second tenant the person belongs to (as OWNER)."""
+    from apps.workspaces.models import Membership, Role, Tenant, Workspace
+
+    tenant = Tenant.objects.create(name="Team B")
+    Workspace.objects.create(tenant=tenant, name="default")
+    Membership.objects.create(tenant=tenant, user=person.user, role=Role.OWNER)
+    return tenant
+
+
+def consent_posting(browser: Client, auth: Authorization, page: str) -> Any:
+    """POST the consent form as the page rendered it (hidden fields included), Read only."""
+    hidden = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page))
+    hidden.pop("csrfmiddlewaretoken", None)
+    form = {**hidden, **auth.params(), "allow": "on", "workspaces": ["default"], "lifetime": "24h"}
+    form["tenant"] = hidden["tenant"]
+    return browser.post(auth.url(), form)
 
 
 # --- consent and tokens ---------------------------------------------------------------------------------------
@@ -196,6 +246,38 @@ def test_denying_tells_the_client_access_denied(db: None, browser: Client, alice
     params = redirect_params(consent(browser, auth, allow=False))
     assert params["error"] == "access_denied" and "code" not in params
     assert not Connection.objects.for_tenant(alice.tenant).exists()
+
+
+def test_the_grant_goes_to_the_tenant_the_page_showed(db: None, browser: Client, alice: Person) -> None:
+    from apps.workspaces.selectors import SESSION_TENANT_KEY
+
+    other = create_tenant_for(alice)
+    auth = start(browser)
+    page = browser.get(auth.url()).content.decode()
+    assert "Alice&#x27;s tenant" in page
+    session = browser.session
+    session[SESSION_TENANT_KEY] = str(other.pk)  # switched in another tab before the person clicked Allow
+    session.save()
+    params = redirect_params(consent_posting(browser, auth, page))
+    assert params["code"]
+    assert Connection.objects.for_tenant(alice.tenant).count() == 1
+    assert not Connection.objects.for_tenant(other).exists()
+
+
+def test_a_forged_client_or_redirect_in_the_form_is_refused(db: None, browser: Client) -> None:
+    auth = start(browser)
+    overrides: list[dict[str, Any]] = [{"client_id": "nope"}, {"redirect_uri": "https://attacker.example/x"}]
+    for override in overrides:
+        for allow in (True, False):
+            response = consent(browser, auth, allow=allow, **override)
+            assert response.status_code == 400 and "Location" not in response
+
+
+def test_approval_prompt_auto_cannot_skip_consent(db: None, browser: Client) -> None:
+    _, _ = connect(browser)
+    auth = start(browser)
+    page = browser.get(auth.url(approval_prompt="auto"))
+    assert page.status_code == 200 and "Allow" in page.content.decode()
 
 
 def test_a_workspace_is_required(db: None, browser: Client) -> None:
@@ -403,4 +485,33 @@ def test_a_code_redeemed_concurrently_yields_one_token_and_then_revokes(alice: P
     for body in winners:  # the code was presented again, so what it issued is void too
         assert caller_for_token(body["access_token"], RESOURCE) is None
     assert Connection.objects.for_tenant(alice.tenant).get().revoked_at is not None
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refresh_token_presented_concurrently_rotates_once_and_revokes(alice: Person, mallory: Person) -> None:
+    browser = Client()
+    browser.force_login(alice.user)
+    auth, tokens = connect(browser)
+    racers = 4
+    barrier = threading.Barrier(racers)
+    answers: list[tuple[int, dict[str, Any]]] = []
+
+    def use() -> None:
+        barrier.wait()
+        try:
+            response = refresh(Client(), auth, tokens["refresh_token"])
+            answers.append((response.status_code, response.json()))
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=use) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(status for status, _ in answers) in ([200] + [400] * (racers - 1), [400] * racers)
+    assert all(body["error"] == "invalid_grant" for status, body in answers if status != 200)
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    assert connection.revoked_at is not None and connection.revoked_reason == "refresh_reused"
     assert not Connection.objects.for_tenant(mallory.tenant).exists()

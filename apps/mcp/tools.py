@@ -110,7 +110,32 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
             "structuredContent": content, "isError": False}  # fmt: skip
 
 
-def refusal(error: GateError) -> dict[str, Any]:
-    """A gate refusal as a tool result the model can read and act on."""
-    body = {"error": error.as_dict()}
+def _fence_strings(value: Any, marker: str, path: str, fields: list[str]) -> Any:
+    """Every string inside `value` fenced: for proposal values, whose shape no schema describes."""
+    if isinstance(value, str):
+        return _fence(value, {UNTRUSTED_KEY: True}, {}, marker, path, fields)
+    if isinstance(value, dict):
+        return {k: _fence_strings(v, marker, f"{path}.{k}", fields) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fence_strings(v, marker, f"{path}[]", fields) for v in value]
+    return value
+
+
+def refusal(error: GateError, op: Operation | None = None) -> dict[str, Any]:
+    """A gate refusal as a tool result the model can read and act on. A proposal's before/after values (and a
+    summary of its own) may quote a mailbox (folder and label names, recipients, subjects): they are fenced."""
+    body: dict[str, Any] = {"error": error.as_dict()}
+    proposal = body["error"].get("proposal")
+    if proposal:
+        marker, fields = secrets.token_hex(12), list[str]()
+        proposal["changes"] = [
+            {**change, **{side: _fence_strings(change.get(side), marker, f"error.proposal.changes[].{side}", fields)
+                          for side in ("before", "after")}}
+            for change in proposal.get("changes") or []
+        ]  # fmt: skip
+        if op is not None and isinstance(proposal.get("summary"), str) and proposal["summary"] != op.summary:
+            proposal["summary"] = _fence(proposal["summary"], {UNTRUSTED_KEY: True}, {}, marker,
+                                         "error.proposal.summary", fields)  # fmt: skip
+        if fields:
+            body[FLAG] = {"marker": marker, "fields": _unique(fields)}
     return {"content": [{"type": "text", "text": json.dumps(body, ensure_ascii=False)}], "isError": True}

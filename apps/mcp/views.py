@@ -119,13 +119,15 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return _json({"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}},
                      406)  # fmt: skip
     try:
-        body = json.loads(request.body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = json.loads(request.body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
-    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
-        return _rpc_error(body.get("id") if isinstance(body, dict) else None,
-                          p.RpcError(p.INVALID_REQUEST, "send one JSON-RPC 2.0 request or notification"))  # fmt: skip
-    request_id = body.get("id")
+    request_id = body.get("id") if isinstance(body, dict) else None
+    if not _valid_id(request_id):
+        request_id = None
+    if (not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str)
+            or not _valid_id(body.get("id"))):  # fmt: skip
+        return _rpc_error(request_id, p.RpcError(p.INVALID_REQUEST, "send one JSON-RPC 2.0 request or notification"))
     try:
         modern = p.is_modern(body)
         version = p.modern_envelope(body, request.headers) if modern else _handshake_version(request, body)
@@ -139,6 +141,15 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if modern:
         result.setdefault("resultType", "complete")
     return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings, integers or null (a float's equality is unreliable; objects are no ids)."""
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _rpc_error(request_id: Any, error: p.RpcError) -> HttpResponse:
@@ -188,7 +199,9 @@ def _answer(request: HttpRequest, caller: Caller, body: dict[str, Any], version:
 
 
 def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any]) -> dict[str, Any] | HttpResponse:
-    name, arguments = params.get("name"), params.get("arguments") or {}
+    name, arguments = params.get("name"), params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise p.RpcError(p.INVALID_PARAMS, "tools/call needs a tool name and an arguments object")
     arguments = dict(arguments)
@@ -205,6 +218,6 @@ def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any]) -> 
             wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
             return _challenge(request, error="insufficient_scope", status=403, scope=wanted,
                               description=f"this needs the {error.missing_scope} scope")  # fmt: skip
-        return tools.refusal(error)
+        return tools.refusal(error, op)
     assert op is not None
     return tools.success(op, result.output)

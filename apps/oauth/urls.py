@@ -21,6 +21,6 @@ urlpatterns = [
     path("oauth/token/", views.TokenView.as_view(), name="token"),
     path("oauth/revoke/", dot.RevokeTokenView.as_view(), name="revoke-token"),
     path("oauth/register/", views.RegistrationView.as_view(), name="dcr-register"),
-    path("oauth/register/<str:client_id>/", dot.DynamicClientRegistrationManagementView.as_view(),
+    path("oauth/register/<str:client_id>/", views.RegistrationManagementView.as_view(),
          name="dcr-register-management"),
 ]  # fmt: skip

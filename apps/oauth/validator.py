@@ -119,7 +119,7 @@ class OakenValidator(OAuth2Validator):
         except errors.InvalidGrantError:
             reused = getattr(request, "oaken_reused", None)
             if reused is not None:  # revoked outside the failed transaction, so it stays revoked
-                revoke_connection(reused, "code_reused")
+                revoke_connection(*reused)
             raise
 
     def _save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> None:
@@ -127,11 +127,15 @@ class OakenValidator(OAuth2Validator):
         if request.grant_type == "authorization_code":
             connection = _connections().select_for_update().filter(code_hash=_digest(request.code)).first()
             if connection is not None and connection.activated_at is not None:
-                request.oaken_reused = connection
+                request.oaken_reused = (connection, "code_reused")
                 raise errors.InvalidGrantError(request=request)
         elif request.grant_type == "refresh_token":
-            family = request.refresh_token_instance.token_family
-            connection = _connections().select_for_update().filter(token_family=family).first()
+            presented = request.refresh_token_instance
+            connection = _connections().select_for_update().filter(token_family=presented.token_family).first()
+            # under the connection's lock: a concurrent refresh with the same token may have rotated it already
+            if connection is not None and RefreshToken.objects.filter(pk=presented.pk, revoked__isnull=False).exists():
+                request.oaken_reused = (connection, "refresh_reused")
+                raise errors.InvalidGrantError(request=request)
         else:
             raise errors.UnsupportedGrantTypeError(request=request)
         if connection is None or not connection.is_live(now):

@@ -15,7 +15,10 @@ from oauth2_provider import views as dot
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
-from oauth2_provider.views.dynamic_client_registration import DynamicClientRegistrationView
+from oauth2_provider.views.dynamic_client_registration import (
+    DynamicClientRegistrationManagementView,
+    DynamicClientRegistrationView,
+)
 from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
 
 from apps.gate.callers import Caller, Door
@@ -31,7 +34,15 @@ LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
 
 
 def _client_address(request: HttpRequest) -> str:
-    return str(request.META.get("REMOTE_ADDR", ""))
+    """The address registrations are counted by: IPv6 by its /64 (one host usually holds a whole /64)."""
+    address = str(request.META.get("REMOTE_ADDR", ""))
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if parsed.version == 6:
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return address
 
 
 class ConsentForm(AllowForm):
@@ -42,6 +53,8 @@ class ConsentForm(AllowForm):
     all_workspaces = forms.BooleanField(required=False, label="Every workspace, also ones made later")
     workspaces = forms.MultipleChoiceField(required=False, choices=(), widget=forms.CheckboxSelectMultiple)
     lifetime = forms.ChoiceField(choices=LIFETIMES, initial="24h", widget=forms.RadioSelect)
+    # the tenant the page showed: the grant goes there or nowhere, whatever the session says by the time of POST
+    tenant = forms.UUIDField(widget=forms.HiddenInput())
 
     def __init__(self, *args: Any, workspace_names: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,6 +76,10 @@ class ConsentView(dot.AuthorizationView):
     form_class = ConsentForm
 
     def _membership(self) -> Membership:
+        """GET: the tenant chosen in the console (else the first). POST: the tenant the page showed, which the
+        person must still belong to (NotAMemberError otherwise)."""
+        if self.request.method == "POST":
+            return access_membership(user=self.request.user, tenant_id=self.request.POST.get("tenant") or "-")
         try:
             return access_membership(user=self.request.user, tenant_id=self.request.session.get(SESSION_TENANT_KEY))
         except NotAMemberError:
@@ -78,7 +95,8 @@ class ConsentView(dot.AuthorizationView):
     def get_initial(self) -> dict[str, Any]:
         names = self._workspace_names()
         default = ["default"] if "default" in names else names[:1]
-        return {**super().get_initial(), "workspaces": default, "lifetime": "24h"}
+        tenant = self._membership().tenant.pk
+        return {**super().get_initial(), "workspaces": default, "lifetime": "24h", "tenant": tenant}
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -92,19 +110,36 @@ class ConsentView(dot.AuthorizationView):
         )
         return context
 
+    def _refuse(self, error: str, description: str, status: int = 400) -> HttpResponse:
+        return self.render_to_response({"error": {"error": error, "description": description}}, status=status)
+
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # a client may not skip the consent screen (approval_prompt=auto would reuse an earlier grant)
+        if "approval_prompt" in request.GET:
+            query = request.GET.copy()
+            query.pop("approval_prompt")
+            request.GET = query  # type: ignore[assignment]
         try:
             self._membership()
         except NotAMemberError:
-            refusal = {"error": "no_tenant", "description": "You are not a member of any tenant."}
-            return self.render_to_response({"error": refusal})
+            return self._refuse("no_tenant", "You are not a member of any tenant.", 200)
         return super().get(request, *args, **kwargs)
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            self._membership()
+        except NotAMemberError:
+            return self._refuse("no_tenant", "You are no longer a member of the tenant this page showed.")
+        return super().post(request, *args, **kwargs)
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
         data = form.cleaned_data
+        # the hidden fields came back from the browser: nothing is redirected anywhere not registered
+        app = Application.objects.filter(client_id=data["client_id"]).first()
+        if app is None or not app.redirect_uri_allowed(data["redirect_uri"]):
+            return self._refuse("invalid_request", "This authorization request is not valid; start again.")
         if not data.get("allow"):
             return super().form_valid(form)  # the toolkit answers the client with access_denied
-        app = Application.objects.get(client_id=data["client_id"])
         requested = set(data["scope"].split())
         ticked = {"read"} | {name for name in ("write", "send") if data.get(f"grant_{name}")}
         granted = sorted(({"read"} | (requested & ticked)) & set(SCOPES))
@@ -164,11 +199,16 @@ class OpenRegistration:
         return True
 
 
+MAX_REDIRECT_URIS = 10
+MAX_REDIRECT_URI_LENGTH = 2000
+MAX_CLIENT_NAME_LENGTH = 200
 _BLOCKED_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
 
 
 def _redirect_uri_problem(uri: str) -> str | None:
     """Why a redirect URI cannot be registered (https, loopback http, or a native app's own scheme), or None."""
+    if len(uri) > MAX_REDIRECT_URI_LENGTH or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in uri):
+        return "redirect URIs are at most 2000 characters, without spaces or control characters"
     parts = urlsplit(uri)
     if parts.fragment or "#" in uri:
         return "redirect URIs may not carry a fragment"
@@ -190,12 +230,15 @@ class RegistrationView(DynamicClientRegistrationView):
     """RFC 7591 registration: rate-limited, redirect URIs checked, authorization code only."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if len(request.body) > 20_000:
+            return _registration_error("invalid_client_metadata", "the registration is too large", 400)
         try:
             count = count_hit(f"oauth-registrations:{_client_address(request)}", 3600)
+            everyone = count_hit("oauth-registrations-all", 3600)
         except redis.RedisError:
             return _registration_error("temporarily_unavailable", "registration is unavailable, retry later", 503)
-        if count > settings.OAUTH_REGISTRATIONS_PER_HOUR:
-            response = _registration_error("rate_limited", "too many registrations from this address", 429)
+        if count > settings.OAUTH_REGISTRATIONS_PER_HOUR or everyone > settings.OAUTH_REGISTRATIONS_ALL_PER_HOUR:
+            response = _registration_error("rate_limited", "too many registrations, retry later", 429)
             response["Retry-After"] = "3600"
             return response
         try:
@@ -204,6 +247,11 @@ class RegistrationView(DynamicClientRegistrationView):
             metadata = None
         if isinstance(metadata, dict):
             uris = metadata.get("redirect_uris")
+            name = metadata.get("client_name", "")
+            if not isinstance(name, str) or len(name) > MAX_CLIENT_NAME_LENGTH:
+                return _registration_error("invalid_client_metadata", "client_name is at most 200 characters", 400)
+            if isinstance(uris, list) and len(uris) > MAX_REDIRECT_URIS:
+                return _registration_error("invalid_redirect_uri", "at most 10 redirect URIs", 400)
             if isinstance(uris, list):
                 for uri in uris:
                     problem = _redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
@@ -228,3 +276,14 @@ class TokenView(dot.TokenView):
         response["Content-Type"] = "application/json"
         response["Cache-Control"] = "no-store"
         return response
+
+
+class RegistrationManagementView(DynamicClientRegistrationManagementView):
+    """RFC 7592: a client may read its registration, never change or delete it (a change would skip the
+    redirect-URI policy above; a deletion would erase the connections people see in the console)."""
+
+    def put(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _registration_error("invalid_request", "registrations cannot be changed; register anew", 405)
+
+    def delete(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return _registration_error("invalid_request", "registrations cannot be deleted here", 405)
