@@ -15,6 +15,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     os.environ["OAKEN_DATA_DIR"] = os.environ.get("OAKEN_TEST_DATA_DIR") or str(embedded.BASE_DIR / "var" / "test")
     # one server per session; a database per session, so sessions running side by side never collide
     os.environ.setdefault("OAKEN_TEST_DATABASE", f"test_oaken_{os.getpid()}")
+    # the tests' IMAP and SMTP servers listen on loopback (tests of the refusal switch it off)
+    os.environ.setdefault("OAKEN_MAIL_ALLOW_PRIVATE_HOSTS", "true")
     embedded_database = not os.environ.get("DATABASE_URL")
     embedded.ensure_environment()
     if embedded_database:

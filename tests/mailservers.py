@@ -120,10 +120,20 @@ class ImapServer:
     port: int
     host: str = "127.0.0.1"
     users: list[str] = field(default_factory=list)
+    _users_stamp: int = 0
 
     def add_user(self, name: str, password: str = PASSWORD) -> str:
-        with (self.root / "users").open("a") as fh:
+        users = self.root / "users"
+        with users.open("a") as fh:
             fh.write(f"{name}:{{PLAIN}}{password}::::::\n")
+        # Dovecot looks at the passwd-file at most once a second, and re-reads it only when its mtime
+        # (whole seconds) changed: step the mtime past the last one and let the second end, or a user
+        # added within the second of the last look cannot log in yet
+        written = time.time()
+        stamp = max(int(written), self._users_stamp + 1)
+        os.utime(users, (stamp, stamp))
+        self._users_stamp = stamp
+        time.sleep(max(0.0, int(written) + 1 - time.time()))
         self.users.append(name)
         return name
 

@@ -494,7 +494,25 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_connections": [{}],
         "list_members": [{}],
         "list_workspaces": [{}],
+        "list_drafts": [{"account_id": box.personal}],
+        "get_outbound_request": [{"request_id": _agent_request(box)}],
+        "list_outbound": [{}, {"state": "awaiting_approval"}],
+        "list_send_policies": [{}],
     }
+
+
+def _agent_request(box: Mailbox) -> str:
+    """An outbound request made through agent(p)'s credential, as a row (reading it sends nothing)."""
+    from apps.outbound.models import OutboundRequest
+
+    p = box.person
+    row = OutboundRequest.objects.create(
+        tenant=p.tenant, account_id=box.personal, state="awaiting_approval", sender="alice@example.test",
+        to=["bob@example.test"], message_id="r@example.test", content_hash="0" * 64, recipient_count=1,
+        requested_by=p.user, principal="agent", door="mcp", credential_id="key-1", credential_kind="apikey",
+        caller_key="-", idempotency_key="read-test",
+    )  # fmt: skip
+    return str(row.pk)
 
 
 def test_reading_never_marks_anything_read(world: World) -> None:

@@ -89,6 +89,12 @@ def exposure(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def outbound(request: HttpRequest) -> HttpResponse:
+    """Outbound requests waiting for this person's approval (approve / reject call the operations)."""
+    return _page(request, "outbound")
+
+
+@login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     """Act in another of the person's tenants from now on (this session only)."""

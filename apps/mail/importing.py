@@ -93,7 +93,7 @@ def _batches(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
 
 
 @contextmanager
-def _parser(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]]]:
+def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]]]:
     """Parsing of batches, started now and collected later, so the next batch parses while one is stored.
 
     Parsing costs more than storing, so it runs in a pool of processes where it can: not inside a
@@ -121,12 +121,14 @@ def _parser(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], l
         yield start
 
 
-class _Importer:
-    def __init__(self, run: ImportRun, account: MailAccount) -> None:
-        self.run = run
+class MessageStore:
+    """Stores parsed messages into one account, a batch per transaction: duplicates (same Message-ID and
+    content) are dropped, threads assigned, rows written by COPY. Imports and IMAP sync both store
+    through it; `_placement` and `_after_batch` are where they differ."""
+
+    def __init__(self, account: MailAccount) -> None:
         self.account = account
         self.tenant = account.tenant
-        self.inbox = Folder.objects.for_tenant(self.tenant).get(account=account, kind=FolderKind.INBOX)
         self.bounds = settings.OPERATIONS
         self.threader = Threader(account, timedelta(days=self.bounds["THREAD_SUBJECT_WINDOW_DAYS"]))
         self._merged_done: set[uuid.UUID] = set()
@@ -134,30 +136,36 @@ class _Importer:
     def run_batch(self, items: list[RawItem], outcomes: list[ParsedMessage | str]) -> None:
         """Store one batch: each item with its parsed message, or the reason it could not be parsed."""
         parsed: list[tuple[RawItem, ParsedMessage]] = []
-        failures: list[ImportFailure] = []
+        failures: list[tuple[RawItem, str]] = []
         for item, outcome in zip(items, outcomes, strict=True):
             if isinstance(outcome, str):
-                failures.append(self._failure(item, outcome))
+                failures.append((item, outcome))
             else:
                 parsed.append((item, outcome))
         with transaction.atomic():
-            # One importer per account at a time: duplicate detection and threading read, then write.
+            # One writer per account at a time: duplicate detection and threading read, then write.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"import:{self.account.pk}"])
             fresh, duplicates = self._drop_duplicates(parsed)
             self._store(fresh)
-            ImportFailure.objects.bulk_create(failures)
-            self.run.imported += len(fresh)
-            self.run.duplicates += duplicates
-            self.run.failed += len(failures)
-            self.run.save(update_fields=["imported", "duplicates", "failed"])
+            self._after_batch(items, fresh, duplicates, failures)
 
-    def _failure(self, item: RawItem, reason: str) -> ImportFailure:
-        return ImportFailure(tenant=self.tenant, run=self.run, position=item.position[:500], reason=reason[:255])
+    def _placement(self, item: RawItem) -> tuple[uuid.UUID, bool, uuid.UUID | None, int | None]:
+        """Where a new message goes: its folder id, its read flag, and its IMAP folder id and UID (if any)."""
+        raise NotImplementedError
+
+    def _after_batch(
+        self,
+        items: list[RawItem],
+        fresh: list[tuple[RawItem, ParsedMessage]],
+        duplicates: list[tuple[RawItem, ParsedMessage]],
+        failures: list[tuple[RawItem, str]],
+    ) -> None:
+        """Bookkeeping in the batch's own transaction (counts, failures, sync state)."""
 
     def _drop_duplicates(
         self, parsed: list[tuple[RawItem, ParsedMessage]]
-    ) -> tuple[list[tuple[RawItem, ParsedMessage]], int]:
+    ) -> tuple[list[tuple[RawItem, ParsedMessage]], list[tuple[RawItem, ParsedMessage]]]:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT message_id, content_hash FROM mail_message"
@@ -165,13 +173,15 @@ class _Importer:
                 [self.tenant.pk, self.account.pk, list({p.content_hash for _, p in parsed})],
             )
             seen = set(cursor.fetchall())
-        fresh = []
+        fresh, duplicates = [], []
         for item, p in parsed:
             key = (_clean(p.message_id)[:_ID_MAX], p.content_hash)
             if key not in seen:
                 seen.add(key)
                 fresh.append((item, p))
-        return fresh, len(parsed) - len(fresh)
+            else:
+                duplicates.append((item, p))
+        return fresh, duplicates
 
     def _store(self, batch: list[tuple[RawItem, ParsedMessage]]) -> None:
         if not batch:
@@ -191,7 +201,7 @@ class _Importer:
             reply_subjects=(normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)),
             earliest=min(row[-1] for row in rows),
         )
-        tenant_id, account_id, folder_id = self.tenant.pk, self.account.pk, self.inbox.pk
+        tenant_id, account_id = self.tenant.pk, self.account.pk
         text_limit = self.bounds["ATTACHMENT_TEXT_MAX_CHARS"]
         messages: list[list[object]] = []
         raws: list[tuple[object, ...]] = []
@@ -207,14 +217,15 @@ class _Importer:
             )
             pk = new_id()
             threads.append(thread_id)
+            folder_id, read, imap_folder_id, imap_uid = self._placement(item)
             messages.append([
                 pk, tenant_id, account_id, folder_id, thread_id, message_id, in_reply_to, references, subject,
                 _clean(p.sender.name) if p.sender else "",
                 _clean(p.sender.address)[:320] if p.sender else "",
                 _addresses(p.to), _addresses(p.cc), _addresses(p.bcc), _addresses(p.reply_to),
                 date, now, _clean(p.text_body), _clean(p.html_body), _clean(p.snippet)[:200], p.size,
-                False, False, any(not a.inline for a in p.attachments), p.content_hash,
-                {k: _clean(v) for k, v in p.headers.items()},
+                read, False, any(not a.inline for a in p.attachments), p.content_hash,
+                {k: _clean(v) for k, v in p.headers.items()}, imap_folder_id, imap_uid,
             ])  # fmt: skip
             raws.append((new_id(), tenant_id, pk, item.data))
             attachments.extend(
@@ -304,11 +315,37 @@ class _Importer:
             )
 
 
+class _Importer(MessageStore):
+    def __init__(self, run: ImportRun, account: MailAccount) -> None:
+        super().__init__(account)
+        self.run = run
+        self.inbox = Folder.objects.for_tenant(self.tenant).get(account=account, kind=FolderKind.INBOX)
+
+    def _placement(self, item: RawItem) -> tuple[uuid.UUID, bool, uuid.UUID | None, int | None]:
+        return self.inbox.pk, False, None, None
+
+    def _after_batch(
+        self,
+        items: list[RawItem],
+        fresh: list[tuple[RawItem, ParsedMessage]],
+        duplicates: list[tuple[RawItem, ParsedMessage]],
+        failures: list[tuple[RawItem, str]],
+    ) -> None:
+        ImportFailure.objects.bulk_create(
+            ImportFailure(tenant=self.tenant, run=self.run, position=item.position[:500], reason=reason[:255])
+            for item, reason in failures
+        )
+        self.run.imported += len(fresh)
+        self.run.duplicates += len(duplicates)
+        self.run.failed += len(failures)
+        self.run.save(update_fields=["imported", "duplicates", "failed"])
+
+
 _MESSAGE_COLUMNS = (
     "id", "tenant_id", "account_id", "folder_id", "thread_id", "message_id", "in_reply_to", "references",
     "subject", "sender_name", "sender_address", "to_addresses", "cc_addresses", "bcc_addresses",
     "reply_to_addresses", "date", "received_at", "text_body", "html_body", "snippet", "size", "read",
-    "pinned", "has_attachments", "content_hash", "headers",
+    "pinned", "has_attachments", "content_hash", "headers", "imap_folder_id", "imap_uid",
 )  # fmt: skip
 _ATTACHMENT_COLUMNS = (
     "id", "tenant_id", "message_id", "filename", "content_type", "size",
@@ -331,7 +368,7 @@ def import_mail(
     importer = _Importer(run, account)
     size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
     try:
-        with _parser(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
+        with parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
             previous: tuple[list[RawItem], Callable[[], list[ParsedMessage | str]]] | None = None
             for batch in _batches(iter_source(path), size):
                 pending = (batch, start_parsing(batch))

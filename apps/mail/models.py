@@ -25,6 +25,12 @@ class MailAccount(TenantOwned):
     # Host, user, password and the like: encrypted, and never returned by any operation.
     credentials = EncryptedJSONField()
     created_at = models.DateTimeField(default=timezone.now)
+    # IMAP sync (apps/mail/sync.py): when it last succeeded, and after failures, a fixed reason
+    # (never the server's text) and when the next attempt is due (exponential backoff)
+    synced_at = models.DateTimeField(null=True, blank=True)
+    sync_failures = models.PositiveIntegerField(default=0)
+    sync_error = models.CharField(max_length=40, blank=True)
+    sync_next_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -51,7 +57,12 @@ STANDARD_FOLDERS = [kind for kind in FolderKind if kind != FolderKind.CUSTOM]
 class Folder(TenantOwned):
     account = models.ForeignKey(MailAccount, on_delete=models.CASCADE, related_name="folders")
     kind = models.CharField(max_length=10, choices=FolderKind.choices)
+    # for IMAP accounts, the folder's name on the server
     name = models.CharField(max_length=500)
+    # IMAP sync state: what was stored under which UIDVALIDITY, up to which UID and MODSEQ
+    imap_uidvalidity = models.BigIntegerField(null=True, blank=True)
+    imap_last_uid = models.BigIntegerField(default=0)
+    imap_highestmodseq = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -129,6 +140,13 @@ class Message(TenantOwned):
     trashed_from = models.ForeignKey(Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     content_hash = models.CharField(max_length=64)
     headers = models.JSONField(default=dict, blank=True)
+    # Where the message lives on the IMAP server (its folder there and its UID under that folder's
+    # UIDVALIDITY), so flags and moves can go back. It differs from `folder` while a move made in
+    # Oaken waits to be mirrored; the UID is null until the server's UID is known.
+    imap_folder = models.ForeignKey(
+        Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    imap_uid = models.BigIntegerField(null=True, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
 
     class Meta:
@@ -143,6 +161,9 @@ class Message(TenantOwned):
             # fastupdate off: threading probes this index right after bulk inserts, and a
             # pending list would make every probe scan all recent inserts
             GinIndex(fields=["references"], name="message_references", fastupdate=False),
+            models.Index(
+                fields=["imap_folder", "imap_uid"], name="message_imap_location", condition=Q(imap_folder__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from celery import shared_task
+from imapclient.exceptions import IMAPClientError
 
+from apps.mail.imap import MailServerError
 from apps.mail.importing import import_mail
+from apps.mail.mirror import push_moves, push_read_state
+from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant, Workspace
 
 
@@ -23,3 +27,37 @@ def import_mail_task(*, tenant_id: str, workspace_id: str, account_name: str, pa
         "account_id": str(counts.account_id),
         "import_id": str(counts.run_id),
     }
+
+
+@shared_task(name="mail.sync_account")
+def sync_account_task(*, account_id: str, force: bool = False) -> dict[str, object]:
+    """Sync one IMAP account (skipped while another worker syncs it, or while it backs off unless forced)."""
+    outcome = run_sync(account_id, force=force)
+    return {"state": outcome.state, "stored": outcome.counts.stored, "reason": outcome.reason}
+
+
+@shared_task(name="mail.sync_due_accounts")
+def sync_due_accounts_task() -> int:
+    """The beat's minute: a sync task for every IMAP account that is not backing off."""
+    due = due_accounts()
+    for account_id in due:
+        sync_account_task.delay(account_id=str(account_id))
+    return len(due)
+
+
+# A server that is down now may answer in a minute; the state pushed is read when the task runs.
+_RETRY_ON = (MailServerError, IMAPClientError, OSError)
+
+
+@shared_task(
+    name="mail.push_read_state", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8
+)
+def push_read_state_task(*, tenant_id: str, message_ids: list[str]) -> int:
+    """Set \\Seen on the server to match Oaken's read state for these messages."""
+    return push_read_state(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
+
+
+@shared_task(name="mail.push_moves", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
+def push_moves_task(*, tenant_id: str, message_ids: list[str]) -> int:
+    """Move these messages on the server to the folders they are in within Oaken."""
+    return push_moves(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)

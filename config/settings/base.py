@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.workspaces",
     "apps.mail",
+    "apps.outbound",
     "apps.audit",
     "apps.server",
     "apps.operations",

@@ -20,6 +20,10 @@ PUBLIC_URL = env_str("OAKEN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 if not PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
 
+# connected mailboxes may use servers on loopback or private networks (tests; self-hosting beside the mail
+# server). Off for a hosted service: a mailbox must not reach into Oaken's own network.
+MAIL_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_MAIL_ALLOW_PRIVATE_HOSTS", False)
+
 LOGIN_URL = "/accounts/sign-in"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/sign-in"

@@ -35,6 +35,22 @@ OPERATIONS = {
     "INVITATION_TTL_DAYS": env_int("OAKEN_INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
     # requests one agent credential (API key or connection) may make to /mcp per minute
     "MCP_REQUESTS_PER_MINUTE": env_int("OAKEN_MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
+    # IMAP sync: messages fetched and stored per batch (one transaction each), seconds a mail server may
+    # take to answer, and the backoff of a failing account (doubling from the base, capped)
+    "SYNC_BATCH_SIZE": env_int("OAKEN_SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
+    "MAIL_SERVER_TIMEOUT_SECONDS": env_int("OAKEN_MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
+    "SYNC_BACKOFF_BASE_SECONDS": env_int("OAKEN_SYNC_BACKOFF_BASE_SECONDS", 60, minimum=1),
+    "SYNC_BACKOFF_MAX_SECONDS": env_int("OAKEN_SYNC_BACKOFF_MAX_SECONDS", 3600, minimum=1),
     # idempotency keys are kept at least this long
     "IDEMPOTENCY_RETENTION_HOURS": env_int("OAKEN_IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
+    # outbound mail (SPEC §10): recipients per e-mail (to + cc + bcc, de-duplicated), recipients an hour per
+    # connection or API key (a person's own sends count per person), SMTP timeout, and when the outbox
+    # sweeper hands a queued request to a worker again or gives up waiting on a claimed one
+    "SEND_RECIPIENTS_MAX": env_int("OAKEN_SEND_RECIPIENTS_MAX", 50, minimum=1),
+    "SEND_RECIPIENTS_PER_HOUR": env_int("OAKEN_SEND_RECIPIENTS_PER_HOUR", 200, minimum=1),
+    "SEND_BODY_MAX_CHARS": env_int("OAKEN_SEND_BODY_MAX_CHARS", 500_000, minimum=1000),
+    "SMTP_TIMEOUT_SECONDS": env_int("OAKEN_SMTP_TIMEOUT_SECONDS", 30, minimum=1),
+    "OUTBOX_REQUEUE_SECONDS": env_int("OAKEN_OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
+    "SENDING_STALE_SECONDS": env_int("OAKEN_SENDING_STALE_SECONDS", 900, minimum=60),
+    "FORWARD_ATTACHMENTS_MAX_BYTES": env_int("OAKEN_FORWARD_ATTACHMENTS_MAX_BYTES", 20 * 1024 * 1024, minimum=0),
 }

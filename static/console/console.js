@@ -175,6 +175,40 @@
 
   const pages = {};
 
+  pages.outbound = () => {
+    const refresh = async () => {
+      const target = document.getElementById("outbound-list");
+      try {
+        const out = await call("list_outbound", { state: "awaiting_approval" });
+        target.replaceChildren(
+          out.requests.length
+            ? el("div", {}, out.requests.map((r) =>
+                el("article", { class: "outbound", "data-request-id": r.request.request_id },
+                  el("h2", {}, r.subject || "(no subject)"),
+                  el("p", {}, `From ${r.request.sender} to ${list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)])}`),
+                  el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
+                    (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "") +
+                    (r.attachments.length ? `; attachments: ${list(r.attachments)}` : "")),
+                  el("pre", {}, r.body + (r.body_truncated ? "\n…" : "")),
+                  button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" }),
+                  " ",
+                  button("Reject", () => decide("reject_outbound", r, "Rejected: it will not be sent."), { "data-action": "reject" }),
+                ),
+              ))
+            : el("p", { class: "hint" }, "Nothing is waiting for your approval."),
+        );
+      } catch (err) {
+        target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+      }
+    };
+    const decide = async (op, r, done) => {
+      const body = { request_id: r.request.request_id };
+      if (op === "approve_outbound") body.content_hash = r.request.content_hash; // approve exactly what is shown
+      if (await perform(op, body, done)) refresh();
+    };
+    refresh();
+  };
+
   pages.keys = () => {
     const status = (k) => {
       if (k.revoked) return el("span", { class: "status-revoked" }, "revoked");

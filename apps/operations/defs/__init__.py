@@ -7,6 +7,9 @@ import importlib
 MODULES = (
     "apps.operations.defs.mail_read",
     "apps.operations.defs.mail_organize",
+    "apps.operations.defs.drafts",
+    "apps.operations.defs.outbound",
+    "apps.operations.defs.mailboxes",
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",

@@ -10,11 +10,12 @@ from pydantic import Field
 
 from apps.gate.errors import GateError
 from apps.mail import readstate
+from apps.mail.mirror import mirror_moves
 from apps.mail.models import Folder, FolderKind, Label, Message, MessageLabel
 from apps.mail.selectors import access_account, access_folder, access_labels
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out, messages_of, reach
-from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
+from apps.operations.defs.shapes import Closed, Id, MailText, MessageIds, Name, folder_label
 from apps.operations.registry import (
     ALWAYS,
     NEVER,
@@ -414,6 +415,7 @@ def _apply_moves(ctx: Context, messages: list[Message], targets: dict[object, Fo
         Message.objects.for_tenant(ctx.tenant).filter(pk=m.pk).update(**update)
     for c in changes:
         ctx.touch(c.id, c.before, c.after)
+    mirror_moves(tenant=ctx.tenant, message_ids=[c.id for c in changes])
     return ChangedOut(changed=len(changes), message_ids=[c.id for c in changes])
 
 
@@ -497,6 +499,7 @@ def restore_messages(ctx: Context, data: MessageIds) -> ChangedOut:
     for pk, folder in targets.items():
         Message.objects.for_tenant(ctx.tenant).filter(pk=pk).update(folder=folder, trashed_from=None)
         ctx.touch(pk, {"folder": "trash"}, {"folder": folder_label(folder)})
+    mirror_moves(tenant=ctx.tenant, message_ids=list(targets))
     return ChangedOut(changed=len(targets), message_ids=list(targets))
 
 
@@ -509,7 +512,7 @@ class SummarizeIn(MessageIds):
 
 class SummaryOut(Closed):
     message_id: str
-    summary: str
+    summary: MailText
     truncated: bool
 
 

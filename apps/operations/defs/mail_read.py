@@ -84,6 +84,8 @@ class AccountOut(Closed):
     kind: str
     email_address: str
     workspace: str
+    last_synced_at: datetime | None = Field(description="connected mailboxes: when the last sync succeeded")
+    sync_error: str = Field(description="connected mailboxes: why syncing fails ('' when it does not)")
 
 
 class AccountsOut(Closed):
@@ -108,6 +110,8 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                 kind=a.kind,
                 email_address=a.email_address,
                 workspace=a.workspace.name,
+                last_synced_at=a.synced_at,
+                sync_error=a.sync_error,
             )
             for a in accounts
         ]
@@ -124,7 +128,7 @@ class AccountIn(Closed):
 class FolderOut(Closed):
     id: str
     kind: str
-    name: str
+    name: MailText  # an IMAP server's folder names are the mailbox's, not the person's
     total: int
     unread: int
 
@@ -178,7 +182,7 @@ class OptionalAccountIn(Closed):
 class LabelOut(Closed):
     id: str
     account_id: str
-    name: str
+    name: MailText
     color: str
 
 

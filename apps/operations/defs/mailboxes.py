@@ -1,0 +1,325 @@
+"""Connected mailboxes (IMAP + SMTP): connecting, new credentials, removal, and sync on demand (SPEC §2, §6, §16).
+
+Connecting and credentials are for an ADMIN at a person door only (ceiling never). The server settings
+are tried before anything is saved: an IMAP login, and SMTP EHLO (+ STARTTLS) + AUTH. A failure names
+the setting at fault with a fixed wording, never the server's answer or the password. Credentials are
+stored encrypted and never returned: outputs show host, port, security and username only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, cast
+
+from django.db import transaction
+from pydantic import Field, SecretStr, StringConstraints
+
+from apps.gate.errors import GateError
+from apps.mail.imap import MailServerError, check_imap, check_smtp
+from apps.mail.models import (
+    AccountKind,
+    Attachment,
+    Folder,
+    Label,
+    MailAccount,
+    Message,
+    MessageLabel,
+    RawMessage,
+    Thread,
+)
+from apps.mail.selectors import access_account
+from apps.operations.context import Context
+from apps.operations.defs.mail_read import reach
+from apps.operations.defs.shapes import Closed, Id, Name
+from apps.operations.registry import ALWAYS, NEVER, Ceiling, Change, OpClass, Preview, operation
+from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
+
+Host = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$")]
+Security = Literal["ssl", "starttls", "none"]
+Username = Annotated[str, StringConstraints(min_length=1, max_length=320)]
+Password = Annotated[SecretStr, Field(min_length=1, max_length=1000, description="password or app password")]
+
+
+class ImapIn(Closed):
+    host: Host
+    port: int = Field(default=993, ge=1, le=65535)
+    security: Security = "ssl"
+    username: Username
+    password: Password
+
+
+class SmtpIn(Closed):
+    host: Host
+    port: int = Field(default=587, ge=1, le=65535)
+    security: Security = "starttls"
+    username: Username | None = Field(default=None, description="default: the IMAP username")
+    password: Password | None = Field(default=None, description="default: the IMAP password")
+
+
+class ServerOut(Closed):
+    host: str
+    port: int
+    security: str
+    username: str
+
+
+class MailboxOut(Closed):
+    id: str
+    name: str
+    workspace: str
+    email_address: str
+    imap: ServerOut
+    smtp: ServerOut
+    last_synced_at: datetime | None
+    sync_error: str = Field(description="why the last sync failed ('' when it did not); retried with backoff")
+    next_sync_at: datetime | None
+
+
+def _server_out(part: dict[str, Any]) -> ServerOut:
+    return ServerOut(host=part["host"], port=part["port"], security=part["security"], username=part["username"])
+
+
+def _stored(account: MailAccount) -> dict[str, Any]:
+    return cast(dict[str, Any], account.credentials)
+
+
+def mailbox_out(account: MailAccount) -> MailboxOut:
+    credentials = _stored(account)
+    return MailboxOut(
+        id=str(account.pk), name=account.name, workspace=account.workspace.name, email_address=account.email_address,
+        imap=_server_out(credentials["imap"]), smtp=_server_out(credentials["smtp"]),
+        last_synced_at=account.synced_at, sync_error=account.sync_error, next_sync_at=account.sync_next_at,
+    )  # fmt: skip
+
+
+def _credentials(imap: ImapIn, smtp: SmtpIn) -> dict[str, dict[str, Any]]:
+    """The stored shape: {"imap": {host, port, security, username, password}, "smtp": {the same}}."""
+    password = imap.password.get_secret_value()
+    return {
+        "imap": {"host": imap.host, "port": imap.port, "security": imap.security, "username": imap.username,
+                 "password": password},
+        "smtp": {"host": smtp.host, "port": smtp.port, "security": smtp.security,
+                 "username": smtp.username or imap.username,
+                 "password": smtp.password.get_secret_value() if smtp.password is not None else password},
+    }  # fmt: skip
+
+
+def _try_servers(credentials: dict[str, dict[str, Any]]) -> None:
+    """Log in to both servers, or refuse naming the setting at fault (nothing is saved)."""
+    try:
+        check_imap(credentials["imap"])
+        check_smtp(credentials["smtp"])
+    except MailServerError as exc:
+        raise GateError("INVALID_INPUT", exc.message, field=exc.field) from None
+
+
+def _settings_change(credentials: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the audit log and proposals show of new settings: never the passwords."""
+    return {part: _server_out(credentials[part]).model_dump() for part in ("imap", "smtp")}
+
+
+def _sync_after_commit(account: MailAccount, *, force: bool) -> None:
+    from apps.mail.tasks import sync_account_task
+
+    account_id = str(account.pk)
+    transaction.on_commit(lambda: sync_account_task.delay(account_id=account_id, force=force))
+
+
+def _imap_account(ctx: Context, account_id: str) -> MailAccount:
+    account = ctx.remember(("account", account_id), lambda: access_account(reach(ctx), account_id))
+    if account.kind != AccountKind.IMAP:
+        raise GateError.invalid("account_id", "this is a local (imported) account, not a connected mailbox")
+    return account
+
+
+# ---------------------------------------------------------------- connect_mailbox
+
+
+class ConnectIn(Closed):
+    account_name: Name
+    workspace: str = Field(default=DEFAULT_WORKSPACE, min_length=1, max_length=100)
+    email_address: str = Field(default="", max_length=320, description="default: the IMAP username if an address")
+    imap: ImapIn
+    smtp: SmtpIn
+
+
+def _workspace(ctx: Context, name: str) -> Workspace:
+    workspace = Workspace.objects.for_tenant(ctx.tenant).filter(name=name).first()
+    if workspace is None:
+        raise GateError.not_found("workspace")
+    return workspace
+
+
+def _connect_scope(ctx: Context, data: ConnectIn) -> None:
+    workspace = _workspace(ctx, data.workspace)
+    if MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name).exists():
+        raise GateError("CONFLICT", "account_name: this workspace already has an account with this name",
+                        field="account_name")  # fmt: skip
+
+
+def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
+    settings = _settings_change(_credentials(data.imap, data.smtp))
+    return Preview((Change("new mailbox", None, {"name": data.account_name, "workspace": data.workspace} | settings),))
+
+
+@operation(
+    name="connect_mailbox",
+    summary="Connect an IMAP/SMTP mailbox: both logins are tried first, then it is saved and synced.",
+    input=ConnectIn,
+    output=MailboxOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_connect_preview,
+    confirm=NEVER,
+    data_scope=_connect_scope,
+)
+def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
+    """The person filling the form confirms by submitting it: the logins are tried before anything is saved."""
+    credentials = _credentials(data.imap, data.smtp)
+    _try_servers(credentials)
+    workspace = _workspace(ctx, data.workspace)
+    address = data.email_address or (data.imap.username if "@" in data.imap.username else "")
+    account = MailAccount.objects.create(
+        tenant=ctx.tenant, workspace=workspace, name=data.account_name, kind=AccountKind.IMAP,
+        email_address=address, credentials=credentials, created_at=ctx.now,
+    )  # fmt: skip
+    ctx.touch(account.pk, None, {"name": account.name, "workspace": workspace.name, "kind": "imap"}
+              | _settings_change(credentials))  # fmt: skip
+    _sync_after_commit(account, force=True)
+    return mailbox_out(account)
+
+
+# ---------------------------------------------------------------- update_mailbox_credentials
+
+
+class UpdateCredentialsIn(Closed):
+    account_id: Id
+    imap: ImapIn
+    smtp: SmtpIn
+
+
+def _update_scope(ctx: Context, data: UpdateCredentialsIn | AccountIn) -> None:
+    _imap_account(ctx, data.account_id)
+
+
+def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
+    account = _imap_account(ctx, data.account_id)
+    before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
+    return Preview((Change(str(account.pk), before, _settings_change(_credentials(data.imap, data.smtp))),))
+
+
+@operation(
+    name="update_mailbox_credentials",
+    summary="Replace a connected mailbox's server settings and passwords (tried before they are saved).",
+    input=UpdateCredentialsIn,
+    output=MailboxOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_update_preview,
+    confirm=NEVER,
+    data_scope=_update_scope,
+)
+def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
+    account = _imap_account(ctx, data.account_id)
+    credentials = _credentials(data.imap, data.smtp)
+    _try_servers(credentials)
+    before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
+    account.credentials = credentials
+    # new credentials end the backoff: the next sync runs at once
+    account.sync_failures, account.sync_error, account.sync_next_at = 0, "", None
+    account.save(update_fields=["credentials", "sync_failures", "sync_error", "sync_next_at"])
+    ctx.touch(account.pk, before, _settings_change(credentials))
+    _sync_after_commit(account, force=True)
+    return mailbox_out(account)
+
+
+# ---------------------------------------------------------------- remove_mailbox
+
+
+class AccountIn(Closed):
+    account_id: Id
+
+
+class RemovedOut(Closed):
+    removed: str
+    messages_removed: int
+
+
+def _remove_scope(ctx: Context, data: AccountIn) -> None:
+    access_account(reach(ctx), data.account_id)
+
+
+def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
+    account = access_account(reach(ctx), data.account_id)
+    count = Message.objects.for_tenant(ctx.tenant).filter(account=account).count()
+    return Preview(
+        (Change(str(account.pk), {"name": account.name, "kind": account.kind, "messages": count}, None),),
+        summary=f"remove the account and the {count} messages Oaken holds for it (a server keeps its own copy)",
+    )
+
+
+@operation(
+    name="remove_mailbox",
+    summary="Remove a mail account and everything Oaken holds for it; a connected server keeps its mail.",
+    input=AccountIn,
+    output=RemovedOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_remove_preview,
+    confirm=ALWAYS,
+    data_scope=_remove_scope,
+)
+def remove_mailbox(ctx: Context, data: AccountIn) -> RemovedOut:
+    account = access_account(reach(ctx), data.account_id)
+    tenant = ctx.tenant
+    messages = Message.objects.for_tenant(tenant).filter(account=account)
+    count = messages.count()
+    # children first: messages protect their folders and threads
+    MessageLabel.objects.for_tenant(tenant).filter(message__account=account).delete()
+    Attachment.objects.for_tenant(tenant).filter(message__account=account).delete()
+    RawMessage.objects.for_tenant(tenant).filter(message__account=account).delete()
+    messages.delete()
+    Thread.objects.for_tenant(tenant).filter(account=account).delete()
+    Label.objects.for_tenant(tenant).filter(account=account).delete()
+    Folder.objects.for_tenant(tenant).filter(account=account).delete()
+    ctx.touch(account.pk, {"name": account.name, "kind": account.kind, "messages": count}, None)
+    MailAccount.objects.for_tenant(tenant).filter(pk=account.pk).delete()
+    return RemovedOut(removed=str(account.pk), messages_removed=count)
+
+
+# ---------------------------------------------------------------- sync_mailbox
+
+
+class SyncOut(Closed):
+    account_id: str
+    queued: bool
+    last_synced_at: datetime | None
+    sync_error: str
+
+
+def _sync_preview(ctx: Context, data: AccountIn) -> Preview:
+    account = _imap_account(ctx, data.account_id)
+    return Preview((Change(str(account.pk), None, {"sync": "queued"}),), summary="fetch new mail and flags now")
+
+
+@operation(
+    name="sync_mailbox",
+    summary="Fetch a connected mailbox's new mail and flag changes now (it also syncs every minute).",
+    input=AccountIn,
+    output=SyncOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.OFF,
+    preview=_sync_preview,
+    confirm=NEVER,
+    data_scope=_update_scope,
+)
+def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
+    account = _imap_account(ctx, data.account_id)
+    _sync_after_commit(account, force=True)
+    ctx.touch(account.pk, None, {"sync": "queued"})
+    return SyncOut(
+        account_id=str(account.pk), queued=True, last_synced_at=account.synced_at, sync_error=account.sync_error
+    )

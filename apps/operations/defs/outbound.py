@@ -1,0 +1,586 @@
+"""Outbound mail (SPEC §10): agents and people *request* sending; a person (in the console) or a send policy a
+person made earlier gives the authority; a worker delivers exactly what was approved.
+
+- send_email / send_draft / schedule_draft / cancel_scheduled_send are `mutate` operations of the `send`
+  scope (ceiling on): they create or cancel an outbound request, never send anything themselves, so agents
+  can reach them (the gate refuses the `send` class to agents). Each takes an `idempotency_key`: a retry
+  with the same key and content returns the first request; other content under the key is refused.
+- A person's own request (ui or cli door, confirmed with confirm: true) is approved by that person as it is
+  made: it goes straight to the outbox, with the same limits, idempotency, states and audit.
+- approve_outbound is the `send` class (persons only, ceiling never); reject_outbound, list_outbound and the
+  send policies are persons-only too.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from django.db.models import QuerySet
+from pydantic import Field, StringConstraints
+
+from apps.gate.callers import Principal
+from apps.gate.errors import GateError
+from apps.mail.models import AccountKind, MailAccount, Message
+from apps.mail.selectors import parse_id
+from apps.operations.context import Context
+from apps.operations.defs.drafts import ADDRESSES_MAX, Address, Subject, draft_of
+from apps.operations.defs.mail_read import account_of, reach
+from apps.operations.defs.shapes import Closed, Empty, Id, MailText, cut
+from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, Scope, operation
+from apps.outbound import requests
+from apps.outbound.compose import check_recipient_limit, normalize_address, recipients
+from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
+from apps.workspaces.models import Role
+
+IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+_KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
+
+
+class RequestOut(Closed):
+    request_id: str
+    state: str
+    account_id: str
+    sender: str
+    recipients: int
+    message_id: str
+    content_hash: str
+    send_at: datetime | None
+    created_at: datetime
+    next: str = Field(description="what happens next, in words")
+    approval_url: str | None = Field(description="where a person approves or rejects it, while it waits")
+
+
+_NEXT = {
+    State.REQUESTED: "The request is being recorded.",
+    State.AWAITING_APPROVAL: "Nothing has been sent. A person must approve this request in the console at "
+    "approval_url; until then it waits. Tell the user; check its state with get_outbound_request.",
+    State.APPROVED: "Approved; it will be sent at send_at unless cancelled with cancel_scheduled_send.",
+    State.QUEUED: "Approved and queued: a worker will deliver it shortly.",
+    State.SENDING: "Being delivered now.",
+    State.SENT: "Sent: the mail server accepted it.",
+    State.FAILED: "Not sent: delivery failed. Nothing will be retried; make a new request to try again.",
+    State.UNKNOWN: "The connection was lost while the server took the message; it is not resent. Oaken looks "
+    "for it in the Sent folder to settle whether it went out.",
+    State.CANCELLED: "Cancelled: it will not be sent.",
+    State.REJECTED: "A person rejected it: it will not be sent.",
+}
+
+
+def request_out(request: OutboundRequest) -> RequestOut:
+    state = State(request.state)
+    return RequestOut(
+        request_id=str(request.pk), state=state.value, account_id=str(request.account_id), sender=request.sender,
+        recipients=request.recipient_count, message_id=request.message_id, content_hash=request.content_hash,
+        send_at=request.send_at, created_at=request.created_at, next=_NEXT[state],
+        approval_url=requests.approval_url(request.pk) if state == State.AWAITING_APPROVAL else None,
+    )  # fmt: skip
+
+
+def _sending_account(ctx: Context, account_id: str) -> MailAccount:
+    account = account_of(ctx, account_id)
+    if account.kind != AccountKind.IMAP or not account.email_address:
+        raise GateError.invalid("account_id", "this account cannot send mail (it is not connected over IMAP/SMTP)")
+    return account
+
+
+def _checked(ctx: Context, content: requests.Content) -> requests.Content:
+    check_recipient_limit(content.found, ctx.bounds["SEND_RECIPIENTS_MAX"])
+    if len(content.body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
+        raise GateError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
+                        field="body")  # fmt: skip
+    return content
+
+
+def _request_preview(content: requests.Content, what: str) -> Preview:
+    return Preview(
+        (
+            Change(
+                "new outbound request",
+                None,
+                {
+                    "sender": content.sender,
+                    "to": content.found.to,
+                    "cc": content.found.cc,
+                    "bcc": content.found.bcc,
+                    "subject": content.subject,
+                    "attachments": len(content.attachments),
+                    "send_at": content.send_at.isoformat() if content.send_at else None,
+                },
+            ),
+        ),
+        summary=what,
+    )
+
+
+# ---------------------------------------------------------------- send_email
+
+
+class SendEmailIn(Closed):
+    account_id: Id
+    to: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
+    cc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
+    bcc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
+    subject: Subject = ""
+    body: str = ""
+    in_reply_to: str | None = Field(default=None, max_length=998, description="Message-ID this replies to")
+    idempotency_key: IdempotencyKey = Field(description=_KEY_HELP)
+
+
+def _thread_of(account: MailAccount, in_reply_to: str | None) -> tuple[str, tuple[str, ...]]:
+    """In-Reply-To and References for a reply to a Message-ID (its known references when the account has it)."""
+    if not in_reply_to:
+        return "", ()
+    mid = in_reply_to.strip().strip("<>").strip()
+    if not mid or any(c in mid for c in " <>\r\n"):
+        raise GateError.invalid("in_reply_to", "is not a Message-ID")
+    parent = Message.objects.for_tenant(account.tenant).filter(account=account, message_id=mid).first()
+    references = [r for r in (parent.references if parent else []) if r]
+    if not references or references[-1] != mid:
+        references.append(mid)
+    return mid, tuple(references)
+
+
+def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
+    account = _sending_account(ctx, data.account_id)
+    in_reply_to, references = _thread_of(account, data.in_reply_to)
+    content = requests.Content(account=account, found=recipients(data.to, data.cc, data.bcc), subject=data.subject,
+                               body=data.body, in_reply_to=in_reply_to, references=references)  # fmt: skip
+    return _checked(ctx, content)
+
+
+def _email_scope(ctx: Context, data: SendEmailIn) -> None:
+    requests.check_key(ctx, _email_content(ctx, data), operation="send_email", idempotency_key=data.idempotency_key)
+
+
+@operation(
+    name="send_email",
+    summary="Request sending an e-mail (no attachments): a person approves it in the console, or a send policy "
+    "they made does; a person's own request is approved as they make it.",
+    input=SendEmailIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    scope=Scope.SEND,
+    ceiling=Ceiling.ON,
+    preview=lambda ctx, data: _request_preview(_email_content(ctx, data), "request sending an e-mail"),
+    confirm=ALWAYS,
+    data_scope=_email_scope,
+    idempotent_input=True,
+)
+def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
+    request, _ = requests.create_request(ctx, _email_content(ctx, data), operation="send_email",
+                                         idempotency_key=data.idempotency_key)  # fmt: skip
+    return request_out(request)
+
+
+# ---------------------------------------------------------------- send_draft / schedule_draft
+
+
+class SendDraftIn(Closed):
+    draft_id: Id
+    idempotency_key: IdempotencyKey = Field(description=_KEY_HELP)
+
+
+class ScheduleDraftIn(SendDraftIn):
+    send_at: datetime = Field(description="when to send (ISO 8601 with a time zone), in the future")
+
+
+def _draft_content(ctx: Context, draft: Draft, send_at: datetime | None = None) -> requests.Content:
+    account = _sending_account(ctx, str(draft.account_id))
+    files = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
+    content = requests.Content(
+        account=account, found=recipients(draft.to, draft.cc, draft.bcc), subject=draft.subject, body=draft.body,
+        in_reply_to=draft.in_reply_to, references=tuple(draft.references), send_at=send_at,
+        attachments=tuple((f.filename, f.content_type, bytes(f.content)) for f in files),
+    )  # fmt: skip
+    return _checked(ctx, content)
+
+
+def _send_draft_content(ctx: Context, data: SendDraftIn) -> requests.Content:
+    send_at = getattr(data, "send_at", None)
+    if send_at is not None:
+        if send_at.tzinfo is None:
+            raise GateError.invalid("send_at", "needs a time zone")
+        if send_at <= ctx.now:
+            raise GateError.invalid("send_at", "must be in the future")
+        if send_at > ctx.now + timedelta(days=366):
+            raise GateError.invalid("send_at", "must be within a year")
+    try:
+        return _draft_content(ctx, draft_of(ctx, data.draft_id), send_at)
+    except GateError as error:
+        if error.field == "account_id":  # the draft's own account: name the field the caller gave
+            raise GateError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
+        raise
+
+
+def _send_draft_scope(ctx: Context, data: SendDraftIn) -> None:
+    operation = "schedule_draft" if isinstance(data, ScheduleDraftIn) else "send_draft"
+    requests.check_key(ctx, _send_draft_content(ctx, data), operation=operation, idempotency_key=data.idempotency_key)
+
+
+def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
+    content = _send_draft_content(ctx, data)
+    request, _ = requests.create_request(ctx, content, operation=operation, idempotency_key=data.idempotency_key,
+                                         draft_id=draft_of(ctx, data.draft_id).pk)  # fmt: skip
+    return request_out(request)
+
+
+@operation(
+    name="send_draft",
+    summary="Request sending a draft as it is now (later edits of the draft need a new request).",
+    input=SendDraftIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    scope=Scope.SEND,
+    ceiling=Ceiling.ON,
+    preview=lambda ctx, data: _request_preview(_send_draft_content(ctx, data), "request sending a draft"),
+    confirm=ALWAYS,
+    data_scope=_send_draft_scope,
+    idempotent_input=True,
+)
+def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
+    return _send_draft(ctx, data, "send_draft")
+
+
+@operation(
+    name="schedule_draft",
+    summary="Request sending a draft at a later time; once approved it waits until then (cancel with "
+    "cancel_scheduled_send: a scheduled send is never edited).",
+    input=ScheduleDraftIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    scope=Scope.SEND,
+    ceiling=Ceiling.ON,
+    preview=lambda ctx, data: _request_preview(_send_draft_content(ctx, data), "request a scheduled send"),
+    confirm=ALWAYS,
+    data_scope=_send_draft_scope,
+    idempotent_input=True,
+)
+def schedule_draft(ctx: Context, data: ScheduleDraftIn) -> RequestOut:
+    return _send_draft(ctx, data, "schedule_draft")
+
+
+# ---------------------------------------------------------------- reaching requests
+
+
+def visible_requests(ctx: Context) -> QuerySet[OutboundRequest]:
+    """Persons: requests made for them (an ADMIN: the tenant's). Agents: those made through their own
+    credential, in accounts they reach. Another tenant's request is simply not there."""
+    rows = OutboundRequest.objects.for_tenant(ctx.tenant)
+    caller = ctx.caller
+    if caller.principal == Principal.AGENT:
+        return rows.filter(requested_by=caller.user, credential_id=caller.credential_id,
+                           credential_kind=caller.credential_kind, account__in=reach(ctx).accounts())  # fmt: skip
+    if caller.principal == Principal.PERSON and not (caller.role and Role(caller.role).covers(Role.ADMIN)):
+        rows = rows.filter(requested_by=caller.user)
+    return rows
+
+
+def request_of(ctx: Context, request_id: str, *, lock: bool = False) -> OutboundRequest:
+    rows = visible_requests(ctx).filter(pk=parse_id(request_id, "request_id"))
+    found = (rows.select_for_update() if lock else rows).first()
+    if found is None:
+        raise GateError.not_found("request_id")
+    return found
+
+
+class RequestIn(Closed):
+    request_id: Id
+
+
+def _request_scope(ctx: Context, data: RequestIn) -> None:
+    request_of(ctx, data.request_id)
+
+
+@operation(
+    name="get_outbound_request",
+    summary="The state of an outbound request this caller made (agents: through this connection or key).",
+    input=RequestIn,
+    output=RequestOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.ON,
+    data_scope=_request_scope,
+)
+def get_outbound_request(ctx: Context, data: RequestIn) -> RequestOut:
+    return request_out(request_of(ctx, data.request_id))
+
+
+# ---------------------------------------------------------------- cancel_scheduled_send
+
+
+class CancelIn(RequestIn):
+    idempotency_key: IdempotencyKey = Field(description="cancelling twice is harmless; the key is recorded")
+
+
+def _cancel_preview(ctx: Context, data: CancelIn) -> Preview:
+    request = request_of(ctx, data.request_id)
+    return Preview((Change(str(request.pk), {"state": request.state}, {"state": State.CANCELLED}),))
+
+
+@operation(
+    name="cancel_scheduled_send",
+    summary="Cancel an outbound request that has not begun sending (scheduled or waiting); it is never sent.",
+    input=CancelIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    scope=Scope.SEND,
+    ceiling=Ceiling.ON,
+    preview=_cancel_preview,
+    confirm=NEVER,
+    data_scope=_request_scope,
+    idempotent_input=True,
+)
+def cancel_scheduled_send(ctx: Context, data: CancelIn) -> RequestOut:
+    request = request_of(ctx, data.request_id, lock=True)
+    requests.cancel(ctx, request)
+    request.refresh_from_db()
+    return request_out(request)
+
+
+# ---------------------------------------------------------------- approve / reject / list (persons)
+
+
+class ApproveIn(RequestIn):
+    content_hash: str | None = Field(
+        default=None, max_length=64, description="the content_hash shown to the person; refused if it differs"
+    )
+
+
+def _approve_scope(ctx: Context, data: ApproveIn) -> None:
+    request = request_of(ctx, data.request_id)
+    if data.content_hash is not None and data.content_hash != request.content_hash:
+        raise GateError("CONFLICT", "this request's content is not what was shown: reload it", field="content_hash")
+
+
+@operation(
+    name="approve_outbound",
+    summary="Approve an outbound request waiting for you: exactly its content is queued for delivery.",
+    input=ApproveIn,
+    output=RequestOut,
+    op_class=OpClass.SEND,
+    ceiling=Ceiling.NEVER,
+    data_scope=_approve_scope,
+)
+def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
+    request = request_of(ctx, data.request_id, lock=True)
+    requests.approve(ctx, request, via="person", expected=State.AWAITING_APPROVAL)
+    request.refresh_from_db()
+    return request_out(request)
+
+
+@operation(
+    name="reject_outbound",
+    summary="Reject an outbound request waiting for you: it is never sent.",
+    input=RequestIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    data_scope=_request_scope,
+)
+def reject_outbound(ctx: Context, data: RequestIn) -> RequestOut:
+    request = request_of(ctx, data.request_id, lock=True)
+    requests.reject(ctx, request)
+    request.refresh_from_db()
+    return request_out(request)
+
+
+class ListOutboundIn(Closed):
+    state: Literal[tuple(State.values)] | None = Field(default=None, description="only requests in this state")  # type: ignore[valid-type]
+    limit: int | None = Field(default=None, ge=1)
+
+
+class OutboundDetail(Closed):
+    request: RequestOut
+    to: list[MailText]
+    cc: list[MailText]
+    bcc: list[MailText]
+    subject: MailText
+    body: MailText
+    body_truncated: bool
+    attachments: list[MailText]
+    in_reply_to: MailText
+    requested_by: str
+    principal: str
+    door: str
+    credential_kind: str
+    approved_via: str
+    error: str
+
+
+class OutboundListOut(Closed):
+    requests: list[OutboundDetail]
+
+
+def outbound_detail(ctx: Context, request: OutboundRequest) -> OutboundDetail:
+    body, truncated, _ = cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
+    names = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(request=request).order_by("position")
+    return OutboundDetail(
+        request=request_out(request), to=list(request.to), cc=list(request.cc), bcc=list(request.bcc),
+        subject=request.subject, body=body, body_truncated=truncated,
+        attachments=list(names.values_list("filename", flat=True)), in_reply_to=request.in_reply_to,
+        requested_by=request.requested_by.email if request.requested_by else "", principal=request.principal,
+        door=request.door, credential_kind=request.credential_kind, approved_via=request.approved_via,
+        error=request.error,
+    )  # fmt: skip
+
+
+@operation(
+    name="list_outbound",
+    summary="Outbound requests (yours; an ADMIN sees the tenant's), newest first, with their full content.",
+    input=ListOutboundIn,
+    output=OutboundListOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
+)
+def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
+    rows = visible_requests(ctx).select_related("requested_by")
+    if data.state is not None:
+        rows = rows.filter(state=data.state)
+    limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    return OutboundListOut(requests=[outbound_detail(ctx, r) for r in rows.order_by("-created_at")[:limit]])
+
+
+# ---------------------------------------------------------------- send policies (persons)
+
+
+Domain = Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, min_length=1, max_length=255,
+                                          pattern=r"^@?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")]  # fmt: skip
+
+
+class CreatePolicyIn(Closed):
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+    account_id: Id | None = Field(default=None, description="null: any account")
+    allowed_addresses: list[Address] = Field(default=[], max_length=500)
+    allowed_domains: list[Domain] = Field(default=[], max_length=100)
+    recipients_per_hour: int = Field(ge=1, le=10_000)
+
+
+class PolicyOut(Closed):
+    id: str
+    name: str
+    account_id: str | None
+    allowed_addresses: list[str]
+    allowed_domains: list[str]
+    recipients_per_hour: int
+    created_by: str
+    created_at: datetime
+
+
+def policy_out(policy: SendPolicy) -> PolicyOut:
+    return PolicyOut(
+        id=str(policy.pk), name=policy.name, account_id=str(policy.account_id) if policy.account_id else None,
+        allowed_addresses=list(policy.allowed_addresses), allowed_domains=list(policy.allowed_domains),
+        recipients_per_hour=policy.recipients_per_hour, created_by=policy.created_by.email,
+        created_at=policy.created_at,
+    )  # fmt: skip
+
+
+def _policy_fields(ctx: Context, data: CreatePolicyIn) -> dict[str, Any]:
+    if data.account_id is not None:
+        account_of(ctx, data.account_id)
+    if not data.allowed_addresses and not data.allowed_domains:
+        raise GateError.invalid("allowed_addresses", "name allowed addresses or domains")
+    addresses = list(dict.fromkeys(normalize_address(a, "allowed_addresses") for a in data.allowed_addresses))
+    return {"allowed_addresses": addresses,
+            "allowed_domains": list(dict.fromkeys(d.lstrip("@") for d in data.allowed_domains))}  # fmt: skip
+
+
+def _create_policy_scope(ctx: Context, data: CreatePolicyIn) -> None:
+    _policy_fields(ctx, data)
+
+
+def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
+    return Preview((Change("new send policy", None, {**_policy_fields(ctx, data), "account_id": data.account_id,
+                                                     "recipients_per_hour": data.recipients_per_hour}),))  # fmt: skip
+
+
+@operation(
+    name="create_send_policy",
+    summary="Let requests made for you be approved without asking when every recipient is an allowed "
+    "address or domain, up to a number of recipients an hour.",
+    input=CreatePolicyIn,
+    output=PolicyOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_policy_preview,
+    confirm=ALWAYS,
+    data_scope=_create_policy_scope,
+)
+def create_send_policy(ctx: Context, data: CreatePolicyIn) -> PolicyOut:
+    assert ctx.caller.user is not None
+    policy = SendPolicy.objects.create(
+        tenant=ctx.tenant, created_by=ctx.caller.user, name=data.name,
+        account_id=account_of(ctx, data.account_id).pk if data.account_id else None,
+        recipients_per_hour=data.recipients_per_hour, created_at=ctx.now, **_policy_fields(ctx, data),
+    )  # fmt: skip
+    after = {"policy": "created", "recipients_per_hour": policy.recipients_per_hour,
+             "addresses": len(policy.allowed_addresses), "domains": policy.allowed_domains}  # fmt: skip
+    ctx.touch(policy.pk, None, after)
+    return policy_out(policy)
+
+
+class PoliciesOut(Closed):
+    policies: list[PolicyOut]
+
+
+def _policies(ctx: Context) -> QuerySet[SendPolicy]:
+    rows = SendPolicy.objects.for_tenant(ctx.tenant).select_related("created_by")
+    if not (ctx.caller.role and Role(ctx.caller.role).covers(Role.ADMIN)):
+        rows = rows.filter(created_by=ctx.caller.user)
+    return rows
+
+
+@operation(
+    name="list_send_policies",
+    summary="Your send policies (an ADMIN sees the tenant's).",
+    input=Empty,
+    output=PoliciesOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+)
+def list_send_policies(ctx: Context, data: Empty) -> PoliciesOut:
+    return PoliciesOut(policies=[policy_out(p) for p in _policies(ctx).order_by("created_at")])
+
+
+class PolicyIn(Closed):
+    policy_id: Id
+
+
+def _policy_of(ctx: Context, policy_id: str) -> SendPolicy:
+    found = _policies(ctx).filter(pk=parse_id(policy_id, "policy_id")).first()
+    if found is None:
+        raise GateError.not_found("policy_id")
+    return found
+
+
+def _delete_policy_scope(ctx: Context, data: PolicyIn) -> None:
+    _policy_of(ctx, data.policy_id)
+
+
+def _delete_policy_preview(ctx: Context, data: PolicyIn) -> Preview:
+    policy = _policy_of(ctx, data.policy_id)
+    return Preview((Change(str(policy.pk), {"policy": "exists"}, {"policy": "deleted"}),))
+
+
+class PolicyDeletedOut(Closed):
+    policy_id: str
+    deleted: bool
+
+
+@operation(
+    name="delete_send_policy",
+    summary="Delete a send policy: from now on requests it would have approved wait for a person.",
+    input=PolicyIn,
+    output=PolicyDeletedOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_delete_policy_preview,
+    confirm=ALWAYS,
+    data_scope=_delete_policy_scope,
+)
+def delete_send_policy(ctx: Context, data: PolicyIn) -> PolicyDeletedOut:
+    policy = _policy_of(ctx, data.policy_id)
+    SendPolicy.objects.for_tenant(ctx.tenant).filter(pk=policy.pk).delete()
+    ctx.touch(policy.pk, {"policy": "exists"}, {"policy": "deleted"})
+    return PolicyDeletedOut(policy_id=str(policy.pk), deleted=True)

@@ -1,0 +1,169 @@
+"""Outgoing message content: recipients normalised and counted, the content hash, reply and forward
+texts, and the MIME bytes built from a request (the same bytes for SMTP and for the Sent copy)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.policy import SMTP
+from email.utils import format_datetime, getaddresses
+
+from apps.audit.log import canonical_json
+from apps.gate.errors import GateError
+from apps.mail.parsing import normalize_subject
+
+_ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$")
+
+
+def normalize_address(value: str, field: str) -> str:
+    """A bare address with its domain lower-cased; refused (naming the field, never the value) when it is not one."""
+    pairs = getaddresses([value])
+    if len(pairs) != 1 or not pairs[0][1]:
+        raise GateError.invalid(field, "holds something that is not an e-mail address")
+    local, _, domain = pairs[0][1].strip().rpartition("@")
+    address = f"{local}@{domain.lower()}"
+    if not _ADDRESS.match(address) or len(address) > 320:
+        raise GateError.invalid(field, "holds something that is not an e-mail address")
+    return address
+
+
+@dataclass(frozen=True)
+class Recipients:
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+
+    @property
+    def everyone(self) -> list[str]:
+        return [*self.to, *self.cc, *self.bcc]
+
+    @property
+    def count(self) -> int:
+        return len(self.everyone)
+
+
+def recipients(to: Iterable[str], cc: Iterable[str], bcc: Iterable[str]) -> Recipients:
+    """Normalised and de-duplicated across to, cc and bcc (an address keeps its first, most visible place)."""
+    seen: set[str] = set()
+    lists: list[list[str]] = []
+    for field, values in (("to", to), ("cc", cc), ("bcc", bcc)):
+        kept = []
+        for value in values:
+            address = normalize_address(value, field)
+            if address.casefold() not in seen:
+                seen.add(address.casefold())
+                kept.append(address)
+        lists.append(kept)
+    return Recipients(*lists)
+
+
+def check_recipient_limit(found: Recipients, maximum: int) -> None:
+    if found.count == 0:
+        raise GateError.invalid("to", "name at least one recipient")
+    if found.count > maximum:
+        raise GateError("LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)",
+                        field="to")  # fmt: skip
+
+
+def new_message_id(sender: str) -> str:
+    """A Message-ID (without angle brackets) on the sender's domain, fixed when the request is made."""
+    domain = sender.rpartition("@")[2] or "oaken.invalid"
+    return f"oaken.{uuid.uuid4().hex}@{domain}"
+
+
+def content_hash(
+    *,
+    account_id: str,
+    sender: str,
+    found: Recipients,
+    subject: str,
+    body: str,
+    in_reply_to: str,
+    references: Sequence[str],
+    send_at: datetime | None,
+    attachments: Sequence[tuple[str, str, str]],
+) -> str:
+    """sha256 over exactly what would be sent: what a person approves is bound to this."""
+    return hashlib.sha256(
+        canonical_json(
+            {
+                "account": account_id,
+                "sender": sender,
+                "to": found.to,
+                "cc": found.cc,
+                "bcc": found.bcc,
+                "subject": subject,
+                "body": body,
+                "in_reply_to": in_reply_to,
+                "references": list(references),
+                "send_at": send_at.isoformat(timespec="microseconds") if send_at else None,
+                "attachments": [list(a) for a in attachments],
+            }
+        ).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+
+
+def reply_subject(subject: str) -> str:
+    """'Re: ' once: an existing reply prefix is kept as it is, never stacked."""
+    text = " ".join(subject.split())
+    return text if re.match(r"(?i)^re\s*:", text) else f"Re: {text}" if text else "Re:"
+
+
+def forward_subject(subject: str) -> str:
+    text = " ".join(subject.split())
+    return text if re.match(r"(?i)^(fwd?|fw)\s*:", text) else f"Fwd: {text}"
+
+
+def same_subject(a: str, b: str) -> bool:
+    return normalize_subject(a) == normalize_subject(b)
+
+
+def quoted(text: str, *, date: datetime | None, sender: str) -> str:
+    """The original's text below an attribution line, each line prefixed with '> '."""
+    who = sender or "the sender"
+    when = f"On {format_datetime(date)}, " if date else ""
+    lines = text.rstrip("\n").split("\n") if text else []
+    return f"{when}{who} wrote:\n" + "\n".join(f"> {line}" if line else ">" for line in lines) + "\n"
+
+
+def build_mime(
+    *,
+    sender: str,
+    sender_name: str,
+    to: Sequence[str],
+    cc: Sequence[str],
+    subject: str,
+    body: str,
+    message_id: str,
+    in_reply_to: str,
+    references: Sequence[str],
+    date: datetime,
+    attachments: Sequence[tuple[str, str, bytes]] = (),
+) -> bytes:
+    """The message as it is sent (Bcc recipients are in the envelope only, never in a header)."""
+    msg = EmailMessage(policy=SMTP)
+    msg["From"] = Address(display_name=sender_name, addr_spec=sender) if sender_name else sender
+    if to:
+        msg["To"] = ", ".join(to)
+    if cc:
+        msg["Cc"] = ", ".join(cc)
+    msg["Subject"] = subject
+    msg["Date"] = format_datetime(date)
+    msg["Message-ID"] = f"<{message_id}>"
+    if in_reply_to:
+        msg["In-Reply-To"] = f"<{in_reply_to}>"
+    if references:
+        msg["References"] = " ".join(f"<{r}>" for r in references)
+    msg.set_content(body or "\n", subtype="plain", charset="utf-8")
+    for filename, content_type, content in attachments:
+        maintype, _, subtype = content_type.partition("/")
+        if not subtype:
+            maintype, subtype = "application", "octet-stream"
+        msg.add_attachment(content, maintype=maintype, subtype=subtype, filename=filename)
+    return msg.as_bytes()

@@ -1,0 +1,149 @@
+"""Drafts, outbound requests with their outbox, and send policies (SPEC §10).
+
+A request is immutable content (recipients, subject, body, threading headers, attachments, send
+time) bound to `content_hash`; only its state moves, always by a guarded UPDATE … WHERE state = expected
+(apps.outbound.requests.transition), and each move is audited.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.workspaces.tenancy import TenantOwned
+
+
+class Draft(TenantOwned):
+    account = models.ForeignKey("mail.MailAccount", on_delete=models.CASCADE, related_name="+")
+    to = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    cc = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    bcc = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    subject = models.TextField(blank=True)
+    body = models.TextField(blank=True)
+    # Message-IDs without angle brackets
+    in_reply_to = models.TextField(blank=True)
+    references = ArrayField(models.TextField(), default=list, blank=True)
+    # the message this draft replies to or forwards, when there is one
+    source_message = models.ForeignKey("mail.Message", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+")  # fmt: skip
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "account", "-updated_at"], name="draft_recent")]
+
+
+class State(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    APPROVED = "approved", "Approved"
+    QUEUED = "queued", "Queued"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+    UNKNOWN = "unknown", "Outcome unknown"
+    CANCELLED = "cancelled", "Cancelled"
+    REJECTED = "rejected", "Rejected"
+
+
+# States from which a request can still be stopped (nothing has reached a server yet).
+CANCELLABLE = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED)
+
+
+class OutboundRequest(TenantOwned):
+    account = models.ForeignKey("mail.MailAccount", on_delete=models.PROTECT, related_name="+")
+    draft = models.ForeignKey(Draft, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.REQUESTED)
+    # the content, fixed at creation
+    sender = models.CharField(max_length=320)
+    to = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    cc = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    bcc = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    subject = models.TextField(blank=True)
+    body = models.TextField(blank=True)
+    in_reply_to = models.TextField(blank=True)
+    references = ArrayField(models.TextField(), default=list, blank=True)
+    send_at = models.DateTimeField(null=True, blank=True)
+    # without angle brackets; fixed here so a retry or a reconciliation can always recognise the message
+    message_id = models.CharField(max_length=255)
+    content_hash = models.CharField(max_length=64)
+    recipient_count = models.PositiveIntegerField()
+    # who asked, and through which door (never a secret)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    principal = models.CharField(max_length=10)
+    door = models.CharField(max_length=10)
+    credential_id = models.CharField(max_length=100, blank=True)
+    credential_kind = models.CharField(max_length=10, blank=True)
+    # idempotency: "<operation>:<key>" per caller
+    caller_key = models.CharField(max_length=300)
+    idempotency_key = models.CharField(max_length=300)
+    # authority
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")  # fmt: skip
+    approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy"
+    policy = models.ForeignKey("SendPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    # execution
+    smtp_started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # a fixed reason code, never a server's text (it could quote the message)
+    error = models.CharField(max_length=100, blank=True)
+    refused_recipients = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    copied_to_sent = models.BooleanField(default=False)
+    reconcile_attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "caller_key", "idempotency_key"], name="outbound_key_once"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "state", "-created_at"], name="outbound_by_state"),
+            models.Index(fields=["state", "send_at"], name="outbound_due",
+                         condition=Q(state__in=["approved", "queued", "sending", "unknown"])),
+        ]  # fmt: skip
+
+
+class OutboundAttachment(TenantOwned):
+    """A file of a draft or of a request (a request's files are its own copies, part of its content hash)."""
+
+    draft = models.ForeignKey(Draft, null=True, blank=True, on_delete=models.CASCADE, related_name="attachments")
+    request = models.ForeignKey(OutboundRequest, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="attachments")  # fmt: skip
+    filename = models.TextField()
+    content_type = models.CharField(max_length=255)
+    content = models.BinaryField()
+    sha256 = models.CharField(max_length=64)
+    position = models.PositiveIntegerField(default=0)
+
+
+class OutboxEntry(TenantOwned):
+    """Written in the same transaction as the approval: the promise that a worker will deliver the request.
+
+    `enqueued_at` is when a task was last handed to the broker; the sweeper hands it again when a queued
+    request waits too long (the task was lost). The task claims the request itself, so extra tasks are harmless.
+    """
+
+    request = models.OneToOneField(OutboundRequest, on_delete=models.CASCADE, related_name="outbox")
+    available_at = models.DateTimeField()
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    enqueue_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+
+class SendPolicy(TenantOwned):
+    """Authority a person gave in advance: requests made for them whose every recipient is allowed, up to
+    a number of recipients an hour, are approved without asking."""
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=200)
+    # None: any account the request's caller may reach
+    account = models.ForeignKey("mail.MailAccount", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    allowed_addresses = ArrayField(models.CharField(max_length=320), default=list, blank=True)
+    allowed_domains = ArrayField(models.CharField(max_length=255), default=list, blank=True)
+    recipients_per_hour = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)

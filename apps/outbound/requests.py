@@ -1,0 +1,270 @@
+"""Outbound requests: made bound to their content, approved by a person or a send policy, queued through the
+outbox, cancelled or rejected. Every state change is a guarded UPDATE … WHERE state IN (expected), so two
+actors can never both move the same request, and every change is audited (by the calling operation through
+ctx.touch, or here with append_event when a task makes it)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.audit.log import Target, append_event
+from apps.gate.callers import Principal
+from apps.gate.errors import GateError
+from apps.mail.models import MailAccount
+from apps.operations.context import Context
+from apps.outbound import budget
+from apps.outbound.compose import Recipients, content_hash, new_message_id
+from apps.outbound.models import (
+    CANCELLABLE,
+    OutboundAttachment,
+    OutboundRequest,
+    OutboxEntry,
+    SendPolicy,
+    State,
+)
+from apps.workspaces.models import Tenant
+
+log = logging.getLogger("oaken.outbound")
+
+
+@dataclass(frozen=True)
+class Content:
+    """Everything a request sends; its hash is what approval binds to."""
+
+    account: MailAccount
+    found: Recipients
+    subject: str
+    body: str
+    in_reply_to: str = ""
+    references: tuple[str, ...] = ()
+    send_at: datetime | None = None
+    # (filename, content type, bytes)
+    attachments: tuple[tuple[str, str, bytes], ...] = ()
+
+    @property
+    def sender(self) -> str:
+        return self.account.email_address
+
+    def digest(self) -> str:
+        return content_hash(
+            account_id=str(self.account.pk), sender=self.sender, found=self.found, subject=self.subject,
+            body=self.body, in_reply_to=self.in_reply_to, references=self.references, send_at=self.send_at,
+            attachments=[(n, t, hashlib.sha256(c).hexdigest()) for n, t, c in self.attachments],
+        )  # fmt: skip
+
+
+def stored_digest(request: OutboundRequest) -> str:
+    """The content hash recomputed from what is stored now (delivery refuses a request whose content moved)."""
+    return content_hash(
+        account_id=str(request.account_id), sender=request.sender,
+        found=Recipients(list(request.to), list(request.cc), list(request.bcc)), subject=request.subject,
+        body=request.body, in_reply_to=request.in_reply_to, references=list(request.references),
+        send_at=request.send_at,
+        attachments=[(a.filename, a.content_type, a.sha256) for a in request.attachments.order_by("position")],
+    )  # fmt: skip
+
+
+def transition(
+    tenant: Tenant, request_id: Any, expected: State | Sequence[State], new: State, **fields: Any
+) -> State | None:
+    """Move the request to `new` if it is in one of the expected states; the state it left, or None."""
+    states = [expected] if isinstance(expected, State) else list(expected)
+    rows = OutboundRequest.objects.for_tenant(tenant).filter(pk=request_id)
+    for state in states:
+        if rows.filter(state=state).update(state=new, updated_at=timezone.now(), **fields) == 1:
+            return state
+    return None
+
+
+def audit_task_transition(
+    tenant: Tenant, operation: str, request_id: Any, before: str, after: str, **extra: Any
+) -> None:
+    """Audit a change a task made (inside the transaction that made it): ids and states, never mail text."""
+    append_event(
+        tenant=tenant, principal="internal", door="internal", operation=operation, outcome="ok",
+        targets=[Target(str(request_id), {"state": before}, {"state": after, **extra})],
+    )  # fmt: skip
+
+
+def approval_url(request_id: Any) -> str:
+    return f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+
+
+def budget_name(ctx: Context) -> str:
+    """Whose hourly budget a request spends: the agent's credential, or the person."""
+    caller = ctx.caller
+    if caller.principal == Principal.AGENT:
+        return f"{ctx.tenant.pk}:{caller.credential_kind}:{caller.credential_id}"
+    return f"{ctx.tenant.pk}:person:{caller.user.pk if caller.user else '-'}"
+
+
+def _existing(ctx: Context, key: str, digest: str) -> OutboundRequest | None:
+    found = OutboundRequest.objects.for_tenant(ctx.tenant).filter(caller_key=ctx.caller.key, idempotency_key=key)
+    first = found.first()
+    if first is not None and first.content_hash != digest:
+        raise GateError("IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content",
+                        field="idempotency_key")  # fmt: skip
+    return first
+
+
+def check_key(ctx: Context, content: Content, *, operation: str, idempotency_key: str) -> None:
+    """Refuse at once (before any proposal) a key already used by this caller for other content."""
+    _existing(ctx, f"{operation}:{idempotency_key}", content.digest())
+
+
+def create_request(
+    ctx: Context, content: Content, *, operation: str, idempotency_key: str, draft_id: Any = None
+) -> tuple[OutboundRequest, bool]:
+    """The request for this content (a retry with the same key gets the first one back: (request, False)).
+
+    A person's own request is approved by them as they make it (they confirmed exactly this content); an
+    agent's is approved by a matching send policy of the person it acts for, or waits for a person.
+    """
+    key = f"{operation}:{idempotency_key}"
+    digest = content.digest()
+    first = _existing(ctx, key, digest)
+    if first is not None:
+        return first, False
+    caller = ctx.caller
+    try:
+        with transaction.atomic():
+            request = OutboundRequest.objects.create(
+                tenant=ctx.tenant, account=content.account, draft_id=draft_id, state=State.REQUESTED,
+                sender=content.sender, to=content.found.to, cc=content.found.cc, bcc=content.found.bcc,
+                subject=content.subject, body=content.body, in_reply_to=content.in_reply_to,
+                references=list(content.references), send_at=content.send_at,
+                message_id=new_message_id(content.sender), content_hash=digest,
+                recipient_count=content.found.count, requested_by=caller.user, principal=caller.principal.value,
+                door=ctx.door, credential_id=caller.credential_id, credential_kind=caller.credential_kind,
+                caller_key=caller.key, idempotency_key=key, created_at=ctx.now, updated_at=ctx.now,
+            )  # fmt: skip
+    except IntegrityError:
+        # the same key committed meanwhile by a concurrent call: that one is the request
+        first = _existing(ctx, key, digest)
+        assert first is not None
+        return first, False
+    OutboundAttachment.objects.bulk_create(
+        OutboundAttachment(tenant=ctx.tenant, request=request, filename=name, content_type=ctype, content=data,
+                           sha256=hashlib.sha256(data).hexdigest(), position=i)
+        for i, (name, ctype, data) in enumerate(content.attachments)
+    )  # fmt: skip
+    ctx.touch(request.pk, None, {"state": State.REQUESTED, "recipients": request.recipient_count,
+                                 "account_id": str(content.account.pk)})  # fmt: skip
+    _spend(ctx, request.recipient_count)
+    if caller.principal == Principal.PERSON:
+        approve(ctx, request, via="person", expected=State.REQUESTED)
+    elif (policy := _matching_policy(ctx, request)) is not None:
+        approve(ctx, request, via="policy", policy=policy, expected=State.REQUESTED)
+    else:
+        transition(ctx.tenant, request.pk, State.REQUESTED, State.AWAITING_APPROVAL)
+        ctx.touch(request.pk, {"state": State.REQUESTED}, {"state": State.AWAITING_APPROVAL})
+    request.refresh_from_db()
+    return request, True
+
+
+def _spend(ctx: Context, amount: int) -> None:
+    limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
+    now = time.time()
+    if budget.take(budget_name(ctx), amount, limit, now) is None:
+        raise GateError("RATE_LIMITED", f"at most {limit} recipients an hour for this connection or key",
+                        retry_after=budget.seconds_left(now))  # fmt: skip
+
+
+def _allowed(policy: SendPolicy, addresses: Iterable[str]) -> bool:
+    exact = {a.casefold() for a in policy.allowed_addresses}
+    domains = {d.casefold().lstrip("@") for d in policy.allowed_domains}
+    return all(a.casefold() in exact or a.rpartition("@")[2].casefold() in domains for a in addresses)
+
+
+def _matching_policy(ctx: Context, request: OutboundRequest) -> SendPolicy | None:
+    """A policy of the person this agent acts for that allows every recipient and still has hourly room."""
+    if ctx.caller.user is None:
+        return None
+    policies = (
+        SendPolicy.objects.for_tenant(ctx.tenant)
+        .filter(created_by=ctx.caller.user)
+        .filter(Q(account__isnull=True) | Q(account=request.account_id))
+        .order_by("created_at")
+    )
+    everyone = [*request.to, *request.cc, *request.bcc]
+    for policy in policies:
+        if (
+            _allowed(policy, everyone)
+            and budget.take(
+                f"{ctx.tenant.pk}:policy:{policy.pk}", request.recipient_count, policy.recipients_per_hour, time.time()
+            )
+            is not None
+        ):
+            return policy
+    return None
+
+
+def approve(
+    ctx: Context,
+    request: OutboundRequest,
+    *,
+    via: str,
+    policy: SendPolicy | None = None,
+    expected: State | Sequence[State] = (State.REQUESTED, State.AWAITING_APPROVAL),
+) -> None:
+    """Approve and write the outbox row in this same transaction; queue it now unless it is scheduled later."""
+    before = transition(
+        ctx.tenant, request.pk, expected, State.APPROVED, decided_by=ctx.caller.user if via == "person" else None,
+        decided_at=ctx.now, approved_via=via, policy=policy,
+    )  # fmt: skip
+    if before is None:
+        raise GateError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
+    ctx.touch(request.pk, {"state": before}, {"state": State.APPROVED, "via": via,
+                                              "policy_id": str(policy.pk) if policy else None})  # fmt: skip
+    due = request.send_at is None or request.send_at <= ctx.now
+    OutboxEntry.objects.create(
+        tenant=ctx.tenant, request=request, available_at=request.send_at or ctx.now,
+        enqueued_at=ctx.now if due else None, enqueue_count=1 if due else 0, created_at=ctx.now,
+    )  # fmt: skip
+    if due:
+        transition(ctx.tenant, request.pk, State.APPROVED, State.QUEUED)
+        ctx.touch(request.pk, {"state": State.APPROVED}, {"state": State.QUEUED})
+        enqueue_on_commit(request.pk)
+
+
+def reject(ctx: Context, request: OutboundRequest) -> None:
+    before = transition(ctx.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=ctx.caller.user,
+                        decided_at=ctx.now)  # fmt: skip
+    if before is None:
+        raise GateError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
+    ctx.touch(request.pk, {"state": before}, {"state": State.REJECTED})
+
+
+def cancel(ctx: Context, request: OutboundRequest) -> None:
+    if request.state == State.CANCELLED:
+        return
+    before = transition(ctx.tenant, request.pk, CANCELLABLE, State.CANCELLED, finished_at=ctx.now)
+    if before is None:
+        raise GateError("CONFLICT", "this request can no longer be cancelled: sending has begun or ended",
+                        field="request_id")  # fmt: skip
+    ctx.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
+
+
+def enqueue_on_commit(request_id: Any) -> None:
+    """Hand the request to a worker once the approval has committed (the sweeper covers a lost hand-off)."""
+    transaction.on_commit(lambda: enqueue(request_id))
+
+
+def enqueue(request_id: Any) -> None:
+    from apps.outbound.tasks import deliver_task
+
+    try:
+        deliver_task.apply_async(args=(str(request_id),), retry=False)
+    except Exception as exc:  # the broker is away: the outbox sweeper hands it over later
+        log.warning("could not hand outbound request %s to a worker: %s", request_id, type(exc).__name__)

@@ -1,0 +1,122 @@
+"""Drafts, replies and forwards: written in Oaken, never sent by themselves; another tenant sees none of them."""
+
+from __future__ import annotations
+
+from email import message_from_bytes
+from typing import Any
+
+import pytest
+
+from apps.mail.models import Attachment, Folder, MailAccount, Message, Thread
+from apps.outbound import delivery
+from apps.outbound.models import Draft, OutboundRequest
+from tests.callers import as_agent, as_person, call, refusal
+from tests.conftest import Person
+from tests.mailservers import ImapServer, SmtpServer
+from tests.outbound_accounts import imap_account, mail_user, request
+
+
+def stored_message(
+    p: Person, account: MailAccount, *, sender: str, subject: str, message_id: str, references: list[str] | None = None,
+    text: str = "Hello.\n", to: list[str] | None = None, cc: list[str] | None = None,
+    reply_to: list[str] | None = None,
+) -> Message:  # fmt: skip
+    """A message in the account's inbox, as sync would store it."""
+    inbox = Folder.objects.for_tenant(p.tenant).get(account=account, kind="inbox")
+    thread = Thread.objects.create(tenant=p.tenant, account=account, subject=subject)
+    return Message.objects.create(
+        tenant=p.tenant, account=account, folder=inbox, thread=thread, message_id=message_id,
+        references=references or [], subject=subject, sender_name="Bob", sender_address=sender,
+        to_addresses=[{"name": "", "address": a} for a in (to or [account.email_address])],
+        cc_addresses=[{"name": "", "address": a} for a in (cc or [])],
+        reply_to_addresses=[{"name": "", "address": a} for a in (reply_to or [])],
+        text_body=text, content_hash=message_id,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def box(alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer) -> dict[str, Any]:
+    me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
+    account = imap_account(alice, imap_server, smtp_server, me)
+    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
+    return {"me": me, "bob": bob, "account": account, "theirs": theirs}
+
+
+def test_drafts_are_written_changed_and_deleted(alice: Person, mallory: Person, box: dict[str, Any]) -> None:
+    agent = as_agent(alice)
+    draft = call(agent, "create_draft", {"account_id": str(box["account"].pk), "to": ["Bob <BOB@Example.TEST>"],
+                                         "cc": ["bob@example.test"], "subject": "Hi", "body": "Draft one"})  # fmt: skip
+    assert (draft["to"], draft["cc"], draft["subject"]) == (["BOB@example.test"], [], "Hi")
+    changed = call(agent, "update_draft", {"draft_id": draft["id"], "body": "Draft two"})
+    assert (changed["body"], changed["to"], changed["subject"]) == ("Draft two", ["BOB@example.test"], "Hi")
+    assert [d["id"] for d in call(agent, "list_drafts", {"account_id": str(box["account"].pk)})["drafts"]] == [
+        draft["id"]
+    ]
+    bad = refusal(agent, "update_draft", {"draft_id": draft["id"], "to": ["not an address"]})
+    assert (bad.code, bad.field) == ("INVALID_INPUT", "to") and "not an address" not in bad.message
+
+    # another tenant: the draft and the account do not exist for mallory
+    theirs = as_person(mallory)
+    assert refusal(theirs, "update_draft", {"draft_id": draft["id"], "body": "x"}).code == "NOT_FOUND"
+    assert refusal(theirs, "delete_draft", {"draft_id": draft["id"]}, confirm=True).code == "NOT_FOUND"
+    assert refusal(theirs, "create_draft", {"account_id": str(box["account"].pk)}).code == "NOT_FOUND"
+    assert call(theirs, "list_drafts", {})["drafts"] == []
+    outside = as_agent(alice, workspaces=("elsewhere",))
+    assert refusal(outside, "update_draft", {"draft_id": draft["id"], "body": "x"}).code == "OUT_OF_SCOPE"
+
+    # deleting needs confirmation: a proposal and a token first
+    asked = refusal(agent, "delete_draft", {"draft_id": draft["id"]})
+    assert asked.code == "CONFIRMATION_REQUIRED" and Draft.objects.for_tenant(alice.tenant).exists()
+    assert request(agent, "delete_draft", {"draft_id": draft["id"]})["deleted"] is True
+    assert not Draft.objects.for_tenant(alice.tenant).exists()
+
+
+def test_a_reply_gets_threading_headers_one_re_and_the_quoted_text(alice: Person, box: dict[str, Any]) -> None:
+    account = box["account"]
+    plain = stored_message(alice, account, sender=box["bob"], subject="Plans", message_id="p1@example.test",
+                           text="Line one\n\nLine two\n", cc=["carol@example.test"])  # fmt: skip
+    again = stored_message(alice, account, sender=box["bob"], subject="RE: Plans", message_id="p2@example.test",
+                           references=["p0@example.test", "p1@example.test"],
+                           reply_to=["list@example.test"])  # fmt: skip
+    agent = as_agent(alice)
+    first = call(agent, "reply_to_message", {"message_id": str(plain.pk), "body": "Yes."})
+    assert (first["subject"], first["to"], first["cc"]) == ("Re: Plans", [box["bob"]], [])
+    assert (first["in_reply_to"], first["references"]) == ("p1@example.test", ["p1@example.test"])
+    assert first["body"].startswith("Yes.\n\n") and "Bob <" in first["body"]
+    assert "> Line one\n>\n> Line two" in first["body"]
+    everyone = call(agent, "reply_to_message", {"message_id": str(plain.pk), "reply_all": True, "quote": False})
+    assert everyone["cc"] == ["carol@example.test"] and box["me"] not in everyone["cc"] and everyone["body"] == ""
+    second = call(agent, "reply_to_message", {"message_id": str(again.pk), "body": "Sure."})
+    assert (second["subject"], second["to"]) == ("RE: Plans", ["list@example.test"])
+    assert second["references"] == ["p0@example.test", "p1@example.test", "p2@example.test"]
+
+
+def test_a_forward_carries_the_attachments(
+    alice: Person, mallory: Person, box: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    original = stored_message(alice, box["account"], sender=box["bob"], subject="Invoice", message_id="i1@example.test",
+                              text="See the invoice.\n")  # fmt: skip
+    Attachment.objects.create(tenant=alice.tenant, message=original, filename="invoice.pdf",
+                              content_type="application/pdf", size=9, content=b"%PDF-1.4\n")  # fmt: skip
+    me = as_person(alice)
+    draft = call(me, "forward_message", {"message_id": str(original.pk), "to": [box["bob"]], "body": "FYI"})
+    assert draft["subject"] == "Fwd: Invoice" and draft["attachments"][0]["filename"] == "invoice.pdf"
+    assert draft["body"].startswith("FYI\n\n---------- Forwarded message") and "See the invoice." in draft["body"]
+    assert refusal(as_person(mallory), "forward_message", {"message_id": str(original.pk), "to": ["x@example.test"]}
+                   ).code == "NOT_FOUND"  # fmt: skip
+
+    made = request(me, "send_draft", {"draft_id": draft["id"], "idempotency_key": "fwd"})
+    assert delivery.deliver(made["request_id"]) == "sent"
+    [(_, raw, _)] = imap_server.folder_messages(box["bob"], "INBOX")
+    parts = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
+    assert [(p.get_filename(), p.get_payload(decode=True)) for p in parts] == [("invoice.pdf", b"%PDF-1.4\n")]
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_local_account_cannot_send(alice: Person, box: dict[str, Any]) -> None:
+    from apps.mail.importing import ensure_local_account
+
+    local = ensure_local_account(tenant=alice.tenant, workspace=alice.workspace, name="Archive")
+    refused = refusal(as_person(alice), "send_email", {"account_id": str(local.pk), "to": ["a@example.test"],
+                                                       "idempotency_key": "x"}, confirm=True)  # fmt: skip
+    assert (refused.code, refused.field) == ("INVALID_INPUT", "account_id")

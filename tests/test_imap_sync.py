@@ -1,0 +1,364 @@
+"""IMAP sync against a real Dovecot (SPEC §16): initial and incremental, flags both ways, moves mirrored,
+UIDVALIDITY changes, interrupted syncs resumed, backoff, one worker per account.
+
+Mallory, in another tenant, has her own connected mailbox on the same server: nothing alice's syncs or
+changes do reaches it, and none of alice's mail is ever visible to her.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+from pytest_django import Settings
+
+from apps.mail import sync as sync_module
+from apps.mail.models import FolderKind, MailAccount, Message
+from apps.mail.sync import account_lock, due_accounts, run_sync
+from apps.mail.tasks import sync_account_task, sync_due_accounts_task
+from tests.callers import as_agent, as_person, call
+from tests.conftest import Person
+from tests.imapbox import by_message_id, connect, eager, folder, mail, sync  # noqa: F401 (eager: a fixture)
+from tests.mailfactory import raw_message
+from tests.mailservers import ImapServer, SmtpServer
+
+SEEN = b"\\Seen"
+
+
+def server_flags(server: ImapServer, user: str, name: str) -> list[tuple[bytes, ...]]:
+    """Each message's flags on the server, oldest first (\\Recent aside: it says who looked first)."""
+    return [tuple(f for f in flags if f != b"\\Recent") for _, _, flags in server.folder_messages(user, name)]
+
+
+@pytest.fixture
+def boxes(alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer) -> dict[str, Any]:
+    """Alice's and mallory's connected mailboxes, each with mail of its own, synced once."""
+    alice_id, alice_user = connect(alice, imap_server, smtp_server)
+    mallory_id, mallory_user = connect(mallory, imap_server, smtp_server)
+    for raw in mail(2, "mallory"):
+        imap_server.append(mallory_user, "INBOX", raw)
+    sync(mallory_id)
+    return {"alice": alice_id, "alice_user": alice_user, "mallory": mallory_id, "mallory_user": mallory_user}
+
+
+def mallory_unchanged(mallory: Person, boxes: dict[str, Any], imap_server: ImapServer) -> None:
+    held = by_message_id(mallory, boxes["mallory"])
+    assert sorted(held) == ["mallory-0@example.test", "mallory-1@example.test"]
+    assert all(not m.read and m.folder.kind == FolderKind.INBOX for m in held.values())
+    assert server_flags(imap_server, boxes["mallory_user"], "INBOX") == [(), ()]
+    assert not Message.objects.for_tenant(mallory.tenant).exclude(account_id=boxes["mallory"]).exists()
+
+
+def test_it_syncs_every_folder_then_only_what_is_new(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+    imap_server.append(user, "INBOX", mail(1, "in")[0], flags=(SEEN,))
+    imap_server.append(user, "INBOX", mail(2, "in")[1])
+    imap_server.append(user, "Sent", mail(1, "sent")[0], flags=(SEEN,))
+    imap_server.append(user, "Projects", mail(1, "project")[0])
+
+    outcome = sync(boxes["alice"])
+    assert (outcome.counts.stored, outcome.counts.failed) == (4, 0)
+    held = by_message_id(alice, boxes["alice"])
+    assert {k: (m.folder.kind, m.folder.name, m.read) for k, m in held.items()} == {
+        "in-0@example.test": ("inbox", "INBOX", True),
+        "in-1@example.test": ("inbox", "INBOX", False),
+        "sent-0@example.test": ("sent", "Sent", True),
+        "project-0@example.test": ("custom", "Projects", False),
+    }
+    assert all(m.imap_folder == m.folder and m.imap_uid for m in held.values())
+    kinds = {f.name: f.kind for f in folder(alice, boxes["alice"], "INBOX").account.folders.all()}
+    assert kinds == {"INBOX": "inbox", "Sent": "sent", "Drafts": "drafts", "Trash": "trash", "Junk": "spam",
+                     "Projects": "custom"}  # fmt: skip
+    inbox = folder(alice, boxes["alice"], "INBOX")
+    assert inbox.imap_uidvalidity and inbox.imap_last_uid == 2 and inbox.imap_highestmodseq > 0  # CONDSTORE
+
+    imap_server.append(user, "INBOX", raw_message(subject="Later", message_id="<later@example.test>"))
+    assert sync(boxes["alice"]).counts.stored == 1
+    assert sync(boxes["alice"]).counts.stored == 0
+    assert len(by_message_id(alice, boxes["alice"])) == 5
+    listed = call(as_person(alice), "list_accounts")["accounts"]
+    assert [(a["kind"], a["sync_error"]) for a in listed] == [("imap", "")] and listed[0]["last_synced_at"]
+    assert [a["id"] for a in call(as_person(mallory), "list_accounts")["accounts"]] == [boxes["mallory"]]
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_flag_changed_on_the_server_reaches_oaken(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    user = boxes["alice_user"]
+    for raw in mail(3):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.add_flags([1, 3], [SEEN])
+    assert sync(boxes["alice"]).counts.flags_changed == 2
+    assert {k: m.read for k, m in by_message_id(alice, boxes["alice"]).items()} == {
+        "m-0@example.test": True, "m-1@example.test": False, "m-2@example.test": True,
+    }  # fmt: skip
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.remove_flags([1], [SEEN])
+    assert sync(boxes["alice"]).counts.flags_changed == 1
+    assert not by_message_id(alice, boxes["alice"])["m-0@example.test"].read
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+@pytest.mark.usefixtures("eager")
+def test_marking_read_through_the_gate_sets_seen_on_the_server(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    for raw in mail(3):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    held = by_message_id(alice, boxes["alice"])
+    ids = [str(held["m-0@example.test"].pk), str(held["m-2@example.test"].pk)]
+    assistant = as_agent(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert call(assistant, "mark_read", {"message_ids": ids})["changed"] == 2
+    assert server_flags(imap_server, user, "INBOX") == [(SEEN,), (), (SEEN,)]
+    with django_capture_on_commit_callbacks(execute=True):
+        call(assistant, "mark_unread", {"message_ids": ids[:1]})
+    assert server_flags(imap_server, user, "INBOX") == [(), (), (SEEN,)]
+    # the next sync agrees with what Oaken holds: nothing flips back
+    assert sync(boxes["alice"]).counts.flags_changed == 0
+    assert [m.read for m in by_message_id(alice, boxes["alice"]).values()] == [False, False, True]
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+@pytest.mark.usefixtures("eager")
+def test_moves_trash_and_restore_are_mirrored_with_imap_move(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+    for raw in mail(3):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    held = by_message_id(alice, boxes["alice"])
+    first, second = str(held["m-0@example.test"].pk), str(held["m-1@example.test"].pk)
+    me = as_person(alice)
+
+    def server() -> dict[str, list[bytes]]:
+        return {
+            name: sorted(raw.split(b"Message-ID: ")[1].split(b"\r\n")[0] for _, raw, _ in
+                         imap_server.folder_messages(user, name))
+            for name in ("INBOX", "Projects", "Trash")
+        }  # fmt: skip
+
+    with django_capture_on_commit_callbacks(execute=True):
+        call(me, "move_messages", {"message_ids": [first], "folder": "Projects"})
+        call(me, "trash_messages", {"message_ids": [second]})
+    assert server() == {"INBOX": [b"<m-2@example.test>"], "Projects": [b"<m-0@example.test>"],
+                        "Trash": [b"<m-1@example.test>"]}  # fmt: skip
+    moved = by_message_id(alice, boxes["alice"])
+    # the server said where they went (COPYUID): the next sync fetches nothing again
+    target = moved["m-0@example.test"].imap_folder
+    assert target is not None and target.name == "Projects" and moved["m-0@example.test"].imap_uid
+    assert sync(boxes["alice"]).counts == sync_module.SyncCounts(folders=6)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        call(me, "restore_messages", {"message_ids": [second]})
+    assert server()["INBOX"] == [b"<m-1@example.test>", b"<m-2@example.test>"] and server()["Trash"] == []
+    sync(boxes["alice"])
+    after = by_message_id(alice, boxes["alice"])
+    assert {k: m.folder.name for k, m in after.items()} == {
+        "m-0@example.test": "Projects", "m-1@example.test": "INBOX", "m-2@example.test": "INBOX",
+    }  # fmt: skip
+    assert all(m.imap_folder == m.folder for m in after.values())
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_move_made_on_the_server_by_another_client_moves_the_message_without_a_copy(
+    alice: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    user = boxes["alice_user"]
+    for raw in mail(2):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.move([2], "Junk")
+    sync(boxes["alice"])
+    held = by_message_id(alice, boxes["alice"])
+    assert {k: m.folder.kind for k, m in held.items()} == {"m-0@example.test": "inbox", "m-1@example.test": "spam"}
+
+
+def test_a_new_uidvalidity_lists_the_folder_again_without_duplicates_or_loss(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+    for raw in mail(3, "p"):
+        imap_server.append(user, "Projects", raw, flags=(SEEN,))
+    sync(boxes["alice"])
+    before = folder(alice, boxes["alice"], "Projects").imap_uidvalidity
+
+    # the folder is recreated on the server: new UIDVALIDITY, two of the old messages and a new one
+    with imap_server.client(user) as c:
+        c.delete_folder("Projects")
+        c.create_folder("Projects")
+    for raw in [*mail(3, "p")[1:], raw_message(subject="New", message_id="<p-new@example.test>")]:
+        imap_server.append(user, "Projects", raw)
+    outcome = sync(boxes["alice"])
+    projects = folder(alice, boxes["alice"], "Projects")
+    assert projects.imap_uidvalidity != before
+    assert (outcome.counts.stored, outcome.counts.relocated) == (1, 2)
+    held = by_message_id(alice, boxes["alice"])
+    assert sorted(held) == ["p-0@example.test", "p-1@example.test", "p-2@example.test", "p-new@example.test"]
+    server_uids = {uid for uid, _, _ in imap_server.folder_messages(user, "Projects")}
+    assert {held[k].imap_uid for k in ("p-1@example.test", "p-2@example.test", "p-new@example.test")} == server_uids
+    # gone from the server, kept in Oaken (never lost), with no UID of the new generation
+    assert held["p-0@example.test"].imap_uid is None
+    # the server's flags hold for the messages listed again
+    assert [held[k].read for k in ("p-1@example.test", "p-2@example.test")] == [False, False]
+    assert sync(boxes["alice"]).counts.stored == 0
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_an_interrupted_sync_resumes_without_loss_or_duplicates(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.OPERATIONS = {**settings.OPERATIONS, "SYNC_BATCH_SIZE": 2}
+    user = boxes["alice_user"]
+    for raw in mail(7):
+        imap_server.append(user, "INBOX", raw)
+    original = sync_module._FolderStore._after_batch
+    batches = []
+
+    def crash_in_the_second_batch(self: Any, *args: Any) -> None:
+        batches.append(1)
+        if len(batches) == 2:
+            # the batch's messages are written by now; the crash must take them back with it
+            assert Message.objects.for_tenant(alice.tenant).filter(account_id=boxes["alice"]).count() == 4
+            raise RuntimeError("worker lost")
+        original(self, *args)
+
+    monkeypatch.setattr(sync_module._FolderStore, "_after_batch", crash_in_the_second_batch)
+    with pytest.raises(RuntimeError):
+        run_sync(boxes["alice"], force=True)
+    assert sorted(by_message_id(alice, boxes["alice"])) == ["m-0@example.test", "m-1@example.test"]
+    assert folder(alice, boxes["alice"], "INBOX").imap_last_uid == 2
+    account = MailAccount.objects.for_tenant(alice.tenant).get(pk=boxes["alice"])
+    assert (account.sync_error, account.sync_failures) == ("sync_failed", 1)
+
+    monkeypatch.setattr(sync_module._FolderStore, "_after_batch", original)
+    with imap_server.client(user) as c:  # meanwhile a stored message was read elsewhere
+        c.select_folder("INBOX")
+        c.add_flags([1], [SEEN])
+    outcome = sync(boxes["alice"])
+    assert outcome.counts.stored == 5
+    held = by_message_id(alice, boxes["alice"])
+    assert sorted(held) == [f"m-{i}@example.test" for i in range(7)]
+    assert sorted(m.imap_uid or 0 for m in held.values()) == list(range(1, 8))
+    assert held["m-0@example.test"].read
+    account.refresh_from_db()
+    assert (account.sync_error, account.sync_failures) == ("", 0)
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_failing_account_backs_off_and_shows_a_fixed_reason(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    account = MailAccount.objects.for_tenant(alice.tenant).get(pk=boxes["alice"])
+    credentials = account.credentials
+    account.credentials = credentials | {"imap": credentials["imap"] | {"password": "changed-on-the-server"}}
+    account.save(update_fields=["credentials"])
+
+    started = timezone.now()
+    assert run_sync(account.pk).reason == "login_failed"
+    account.refresh_from_db()
+    assert account.sync_failures == 1 and account.sync_error == "login_failed"
+    # Dovecot answers a failed login after a pause of its own
+    assert timedelta(seconds=59) < account.sync_next_at - started <= timedelta(seconds=70)
+    assert run_sync(account.pk).state == "waiting"  # backing off: the beat's task does nothing
+    assert account.pk not in due_accounts() and boxes["mallory"] in {str(a) for a in due_accounts()}
+    run_sync(account.pk, force=True)
+    account.refresh_from_db()
+    assert account.sync_failures == 2 and account.sync_next_at - timezone.now() > timedelta(seconds=110)
+    account.sync_failures = 30
+    account.save(update_fields=["sync_failures"])
+    run_sync(account.pk, force=True)
+    account.refresh_from_db()
+    assert account.sync_next_at - timezone.now() <= timedelta(seconds=3600)  # capped
+
+    listed = call(as_person(alice), "list_accounts")["accounts"]
+    assert listed[0]["sync_error"] == "login_failed"
+    assert "changed-on-the-server" not in str(listed)
+    # mallory's account is not held back by alice's
+    assert run_sync(boxes["mallory"]).state == "synced"
+    mallory_unchanged(mallory, boxes, imap_server)
+
+    account.credentials = credentials
+    account.save(update_fields=["credentials"])
+    sync(str(account.pk))
+    account.refresh_from_db()
+    assert (account.sync_failures, account.sync_error, account.sync_next_at) == (0, "", None)
+
+
+def test_an_unreachable_server_is_a_connection_failure(alice: Person, boxes: dict[str, Any]) -> None:
+    account = MailAccount.objects.for_tenant(alice.tenant).get(pk=boxes["alice"])
+    account.credentials = account.credentials | {"imap": account.credentials["imap"] | {"port": 1}}
+    account.save(update_fields=["credentials"])
+    assert run_sync(account.pk).reason == "connection_failed"
+
+
+def test_two_workers_never_sync_one_account_at_once(alice: Person, boxes: dict[str, Any]) -> None:
+    taken, release = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        try:
+            with account_lock(boxes["alice"]) as held:
+                assert held
+                taken.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert taken.wait(30)
+        assert run_sync(boxes["alice"], force=True).state == "busy"
+    finally:
+        release.set()
+        thread.join()
+    assert run_sync(boxes["alice"], force=True).state == "synced"
+
+
+def test_the_beat_queues_a_sync_for_each_due_account(
+    alice: Person, boxes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queued: list[dict[str, Any]] = []
+    monkeypatch.setattr(sync_account_task, "delay", lambda **kw: queued.append(kw))
+    MailAccount.objects.for_tenant(alice.tenant).filter(pk=boxes["alice"]).update(
+        sync_next_at=timezone.now() + timedelta(minutes=5)
+    )
+    assert sync_due_accounts_task() == len(queued)
+    assert {"account_id": boxes["mallory"]} in queued
+    assert {"account_id": boxes["alice"]} not in queued

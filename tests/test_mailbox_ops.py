@@ -1,0 +1,246 @@
+"""Connecting, updating, removing and syncing mailboxes through the gate (SPEC §2, §6, §15, §16).
+
+The logins are tried before anything is saved; a failure names the setting at fault and never echoes
+the password; credentials are stored encrypted in one shape and never returned; only a person with
+ADMIN manages mailboxes. Mallory, in another tenant, sees none of it and cannot reach any of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+from django.db import connection
+
+from apps.audit.models import AuditEvent
+from apps.mail.models import MailAccount, Message
+from apps.operations.registry import registry
+from tests.callers import as_agent, as_person, call, joined, refusal
+from tests.conftest import Person
+from tests.imapbox import (  # noqa: F401 (eager: a fixture)
+    by_message_id,
+    connect,
+    eager,
+    mail,
+    new_user,
+    server_settings,
+    sync,
+)
+from tests.mailservers import PASSWORD, ImapServer, SmtpServer, free_port
+
+WRONG = "wrong-password-42"
+
+
+class _AuthHandler:
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_with_auth() -> Iterator[tuple[str, int]]:
+    """An SMTP server that offers AUTH and accepts only PASSWORD."""
+
+    def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+        ok = isinstance(data, LoginPassword) and data.password == PASSWORD.encode()
+        return AuthResult(success=ok, handled=False)
+
+    port = free_port()
+    controller = Controller(_AuthHandler(), hostname="127.0.0.1", port=port, authenticator=authenticate,
+                            auth_require_tls=False)  # fmt: skip
+    controller.start()
+    try:
+        yield "127.0.0.1", port
+    finally:
+        controller.stop()
+
+
+def _connect_input(server: ImapServer, smtp: SmtpServer, user: str, **imap: Any) -> dict[str, Any]:
+    settings = server_settings(server, smtp, user)
+    settings["imap"] |= imap
+    return {"account_name": "Work mail", **settings}
+
+
+def _nothing_saved(p: Person) -> None:
+    assert not MailAccount.objects.for_tenant(p.tenant).exists()
+
+
+def test_it_connects_a_mailbox_after_trying_both_logins_and_never_returns_the_password(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    user = new_user(imap_server)
+    out = call(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user))
+    assert out["imap"] == {"host": "127.0.0.1", "port": imap_server.port, "security": "none", "username": user}
+    assert out["smtp"] == {"host": "127.0.0.1", "port": smtp_server.port, "security": "none", "username": user}
+    assert (out["name"], out["workspace"], out["email_address"]) == ("Work mail", "default", user)
+    assert PASSWORD not in json.dumps(out)
+    assert smtp_server.connections == 1  # EHLO was tried before saving
+
+    account = MailAccount.objects.for_tenant(alice.tenant).get(pk=out["id"])
+    assert account.kind == "imap"
+    assert account.credentials == {
+        "imap": {"host": "127.0.0.1", "port": imap_server.port, "security": "none", "username": user,
+                 "password": PASSWORD},
+        "smtp": {"host": "127.0.0.1", "port": smtp_server.port, "security": "none", "username": user,
+                 "password": PASSWORD},
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT credentials FROM mail_mailaccount WHERE id = %s", [account.pk])
+        assert PASSWORD.encode() not in bytes(cursor.fetchone()[0])  # encrypted at rest
+    event = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="connect_mailbox").get()
+    assert PASSWORD not in json.dumps(event.targets, default=str)
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
+    assert call(as_person(mallory), "list_accounts") == {"accounts": []}
+    assert refusal(as_person(mallory), "sync_mailbox", {"account_id": out["id"]}).code == "NOT_FOUND"
+
+
+def test_a_refused_imap_login_names_the_field_echoes_nothing_and_saves_nothing(
+    alice: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    user = new_user(imap_server)
+    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
+                                                                         password=WRONG))  # fmt: skip
+    assert (error.code, error.field) == ("INVALID_INPUT", "imap.password")
+    assert WRONG not in json.dumps(error.as_dict()) and user not in error.message
+    _nothing_saved(alice)
+    assert AuditEvent.objects.for_tenant(alice.tenant).get(operation="connect_mailbox").outcome == "INVALID_INPUT"
+
+    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
+                                                                         port=free_port()))  # fmt: skip
+    assert (error.code, error.field) == ("INVALID_INPUT", "imap.host")
+    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
+                                                                         security="starttls"))  # fmt: skip
+    assert (error.code, error.field) == ("INVALID_INPUT", "imap.security")
+    _nothing_saved(alice)
+
+
+def test_a_refused_smtp_login_names_the_field_and_saves_nothing(
+    alice: Person, imap_server: ImapServer, smtp_server: SmtpServer, smtp_with_auth: tuple[str, int]
+) -> None:
+    user = new_user(imap_server)
+    data = _connect_input(imap_server, smtp_server, user)
+    data["smtp"] = {"host": smtp_with_auth[0], "port": smtp_with_auth[1], "security": "none", "password": WRONG}
+    error = refusal(as_person(alice), "connect_mailbox", data)
+    assert (error.code, error.field) == ("INVALID_INPUT", "smtp.password")
+    assert WRONG not in json.dumps(error.as_dict())
+    _nothing_saved(alice)
+    data["smtp"] |= {"password": PASSWORD}
+    out = call(as_person(alice), "connect_mailbox", data)
+    assert out["smtp"]["port"] == smtp_with_auth[1]
+
+
+def test_only_a_person_with_admin_manages_mailboxes(
+    alice: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    account_id, _ = connect(alice, imap_server, smtp_server)
+    data = _connect_input(imap_server, smtp_server, new_user(imap_server))
+    for name in ("connect_mailbox", "update_mailbox_credentials", "remove_mailbox"):
+        assert registry.get(name).ceiling == "never"  # type: ignore[union-attr]
+        assert refusal(as_agent(alice, scopes={"read", "write", "send"}), name, {}).code == "NOT_AVAILABLE"
+    member = as_person(joined(alice, "bob@example.test", "MEMBER"))
+    assert refusal(member, "connect_mailbox", data).code == "FORBIDDEN"
+    assert refusal(member, "remove_mailbox", {"account_id": account_id}).code == "FORBIDDEN"
+    admin = as_person(joined(alice, "carol@example.test", "ADMIN"))
+    assert call(admin, "connect_mailbox", data | {"account_name": "Second"})["name"] == "Second"
+    # a MEMBER may ask for a sync; agents only where a person switched it on (ceiling off)
+    assert call(member, "sync_mailbox", {"account_id": account_id})["queued"] is True
+    assert refusal(as_agent(alice), "sync_mailbox", {"account_id": account_id}).code == "NOT_AVAILABLE"
+
+
+def test_new_credentials_are_tried_before_they_replace_the_old_ones(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    account_id, user = connect(alice, imap_server, smtp_server)
+    MailAccount.objects.for_tenant(alice.tenant).filter(pk=account_id).update(
+        sync_failures=3, sync_error="login_failed"
+    )
+    settings = server_settings(imap_server, smtp_server, user)
+    bad = {"account_id": account_id, **settings, "imap": settings["imap"] | {"password": WRONG}}
+    assert refusal(as_person(alice), "update_mailbox_credentials", bad).field == "imap.password"
+    account = MailAccount.objects.for_tenant(alice.tenant).get(pk=account_id)
+    assert account.credentials["imap"]["password"] == PASSWORD
+    out = call(as_person(alice), "update_mailbox_credentials", {"account_id": account_id, **settings})
+    assert out["sync_error"] == "" and PASSWORD not in json.dumps(out)
+    account.refresh_from_db()
+    assert (account.sync_failures, account.sync_error) == (0, "")
+    assert refusal(as_person(mallory), "update_mailbox_credentials",
+                   {"account_id": account_id, **settings}).code == "NOT_FOUND"  # fmt: skip
+
+
+def test_removing_a_mailbox_is_confirmed_and_takes_everything_oaken_held_for_it(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    account_id, user = connect(alice, imap_server, smtp_server)
+    mallory_id, mallory_user = connect(mallory, imap_server, smtp_server)
+    for raw in mail(3):
+        imap_server.append(user, "INBOX", raw)
+        imap_server.append(mallory_user, "INBOX", raw)
+    sync(account_id)
+    sync(mallory_id)
+    me = as_person(alice)
+    error = refusal(me, "remove_mailbox", {"account_id": account_id})
+    assert error.code == "CONFIRMATION_REQUIRED" and error.proposal is not None
+    assert error.proposal["changes"][0]["before"]["messages"] == 3
+    assert refusal(as_person(mallory), "remove_mailbox", {"account_id": account_id}, confirm=True).code == "NOT_FOUND"
+    assert call(me, "remove_mailbox", {"account_id": account_id}, confirm=True)["messages_removed"] == 3
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    assert not Message.objects.for_tenant(alice.tenant).exists()
+    assert len(imap_server.folder_messages(user, "INBOX")) == 3  # the server keeps its mail
+    assert len(by_message_id(mallory, mallory_id)) == 3
+
+
+@pytest.mark.usefixtures("eager")
+def test_sync_on_demand_fetches_new_mail(
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+    tmp_path: Any,
+) -> None:
+    account_id, user = connect(alice, imap_server, smtp_server)
+    for raw in mail(2):
+        imap_server.append(user, "INBOX", raw)
+    with django_capture_on_commit_callbacks(execute=True):
+        out = call(as_person(alice), "sync_mailbox", {"account_id": account_id})
+    assert out["queued"] is True
+    assert sorted(by_message_id(alice, account_id)) == ["m-0@example.test", "m-1@example.test"]
+    assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+    from apps.mail.importing import import_mail
+    from tests.mailfactory import write_mbox
+
+    local = import_mail(tenant=alice.tenant, workspace=alice.workspace, account_name="Old",
+                        path=write_mbox(tmp_path / "old", mail(1, "old")))  # fmt: skip
+    error = refusal(as_person(alice), "sync_mailbox", {"account_id": str(local.account_id)})
+    assert (error.code, error.field) == ("INVALID_INPUT", "account_id")
+
+
+@pytest.mark.usefixtures("eager")
+def test_connecting_right_away_starts_a_sync(
+    alice: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = new_user(imap_server)
+    for raw in mail(2):
+        imap_server.append(user, "INBOX", raw)
+    with django_capture_on_commit_callbacks(execute=True):
+        out = call(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user))
+    assert len(by_message_id(alice, out["id"])) == 2
+    assert MailAccount.objects.for_tenant(alice.tenant).get(pk=out["id"]).synced_at is not None
+
+
+def test_a_mailbox_on_a_private_network_is_refused_by_default(settings, alice: Person, mallory: Person) -> None:
+    from apps.mail.imap import MailServerError, require_public_host
+
+    settings.MAIL_ALLOW_PRIVATE_HOSTS = False
+    for host in ("127.0.0.1", "10.1.2.3", "192.168.0.9", "169.254.169.254", "::1", "localhost"):
+        with pytest.raises(MailServerError) as refused:
+            require_public_host(host, 993, "imap.host")
+        assert refused.value.reason == "private_host" and host not in refused.value.message
+    require_public_host("8.8.8.8", 993, "imap.host")  # a global address: resolved locally, nothing is sent
