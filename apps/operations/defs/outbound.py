@@ -24,7 +24,7 @@ from apps.gate.errors import GateError
 from apps.mail.models import AccountKind, MailAccount, Message
 from apps.mail.selectors import parse_id
 from apps.operations.context import Context
-from apps.operations.defs.drafts import ADDRESSES_MAX, Address, Subject, draft_of
+from apps.operations.defs.drafts import Address, CreateDraftIn, draft_of
 from apps.operations.defs.mail_read import account_of, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, Scope, operation
@@ -116,13 +116,9 @@ def _request_preview(content: requests.Content, what: str) -> Preview:
 # ---------------------------------------------------------------- send_email
 
 
-class SendEmailIn(Closed):
-    account_id: Id
-    to: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
-    cc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
-    bcc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
-    subject: Subject = ""
-    body: str = ""
+class SendEmailIn(CreateDraftIn):
+    """What a draft holds, sent at once."""
+
     in_reply_to: str | None = Field(default=None, max_length=998, description="Message-ID this replies to")
     idempotency_key: IdempotencyKey = Field(description=_KEY_HELP)
 
