@@ -11,7 +11,7 @@ from tests.callers import joined
 from tests.conftest import Person
 from tests.test_rest_door import api_client, error_of, post
 
-PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure"]
+PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/mailboxes"]
 
 
 def _signed_in(p: Person) -> Client:
@@ -40,14 +40,16 @@ def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
 
 def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
     client = _signed_in(alice)
-    for path, page in (("/keys", "keys"), ("/members", "members"), ("/exposure", "exposure")):
+    for page in ("keys", "members", "exposure", "mailboxes"):
+        path = f"/{page}"
         html = client.get(path).content.decode()
         assert f'data-page="{page}" data-role="OWNER"' in html
     script = client.get("/static/console/console.js").content.decode()
     for op in ("create_api_key", "list_api_keys", "revoke_api_key", "list_connections", "revoke_connection",
                "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
                "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
-               "set_operation_exposure"):  # fmt: skip
+               "set_operation_exposure", "list_accounts", "connect_mailbox", "sync_mailbox",
+               "remove_mailbox"):  # fmt: skip
         assert f'"{op}"' in script, op
 
 
@@ -67,8 +69,10 @@ def test_a_member_sees_no_admin_forms(alice: Person) -> None:
     html = client.get("/members").content.decode()
     assert 'data-role="MEMBER"' in html and 'id="invite-member"' not in html
     assert 'id="create-workspace"' not in client.get("/workspaces").content.decode()
+    assert 'id="connect-mailbox"' not in client.get("/mailboxes").content.decode()
     owner_page = _signed_in(alice).get("/members").content.decode()
     assert 'id="invite-member"' in owner_page and '<option value="OWNER">' in owner_page
+    assert 'id="connect-mailbox"' in _signed_in(alice).get("/mailboxes").content.decode()
     admin = joined(alice, "ada@example.test", "ADMIN")
     admin_client = _signed_in(admin)
     admin_client.post("/tenant", {"tenant_id": str(alice.tenant.pk)})

@@ -14,9 +14,14 @@ from apps.accounts import signin
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
 from apps.gate.exposure import tenant_settings
+from apps.mail.models import MailAccount, Message
 from apps.workspaces.models import Membership, Workspace
 from tests.callers import joined
 from tests.conftest import PASSWORD, Person
+from tests.imapbox import eager  # noqa: F401 (a fixture)
+from tests.mailfactory import raw_message
+from tests.mailservers import PASSWORD as MAIL_PASSWORD
+from tests.mailservers import ImapServer, SmtpServer
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -181,3 +186,69 @@ def test_the_admin_pages_work_in_a_browser(
     page.goto("/connections")
     expect(page.locator("#connections-list")).to_contain_text("No assistant is connected.")
     assert not Workspace.objects.for_tenant(mallory.tenant).exclude(name="default").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("eager")
+def test_a_person_connects_a_mailbox_in_a_browser(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,
+    smtp_server: SmtpServer,
+) -> None:  # fmt: skip
+    from playwright.sync_api import expect
+
+    page = browser_page
+    user = imap_server.add_user("someone@example.test")
+    imap_server.append(user, "INBOX", raw_message(subject="Welcome", message_id="<welcome@example.test>"))
+    _sign_in(page, alice, live_server.url)
+
+    page.goto("/")
+    page.click("nav >> text=Mailboxes")
+    page.wait_for_url("**/mailboxes")
+    expect(page.locator("#accounts-list")).to_contain_text("No mail accounts yet.")
+    expect(page.locator("#mailbox-workspace option")).to_have_text(["default"])
+    page.fill("#mailbox-name", "Someone")
+    page.fill("#imap-host", imap_server.host)
+    page.fill("#imap-port", str(imap_server.port))
+    page.select_option("#imap-security", "none")
+    page.fill("#imap-username", user)
+    page.fill("#smtp-host", smtp_server.host)
+    page.fill("#smtp-port", str(smtp_server.port))
+    page.select_option("#smtp-security", "none")
+
+    # a wrong password: the refusal shows at the password field, nothing is saved, nothing is kept
+    page.fill("#imap-password", "wrong-password-42")
+    page.click("#connect-mailbox button[type=submit]")
+    expect(page.locator('[data-error-for="imap.password"]')).to_be_visible()
+    expect(page.locator('[data-error-for="imap.password"]')).to_contain_text("imap.password")
+    expect(page.locator('[data-error-for="imap.host"]')).to_be_hidden()
+    expect(page.locator("#imap-password")).to_have_value("")
+    assert not MailAccount.objects.unscoped().exists()
+    assert "wrong-password-42" not in page.content()
+
+    # the right one: connected, listed, and its mail synced
+    page.fill("#imap-password", MAIL_PASSWORD)
+    page.click("#connect-mailbox button[type=submit]")
+    expect(page.locator("#notice")).to_contain_text("Someone is connected")
+    expect(page.locator('[data-error-for="imap.password"]')).to_be_hidden()
+    expect(page.locator("#imap-password")).to_have_value("")
+    expect(page.locator("#mailbox-name")).to_have_value("")
+    row = page.locator("#accounts-list tr[data-account-id]")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(user)
+    expect(row).to_contain_text("default")
+    assert MAIL_PASSWORD not in page.content()
+    account = MailAccount.objects.for_tenant(alice.tenant).select_related("workspace").get()
+    assert row.get_attribute("data-account-id") == str(account.pk)
+    assert Message.objects.for_tenant(alice.tenant).filter(account=account, message_id="welcome@example.test").exists()
+
+    # sync on demand, then removal (confirmed)
+    row.locator("button[data-action=sync]").click()
+    expect(page.locator("#notice")).to_contain_text("a sync is on its way")
+    assert account.synced_at is not None
+    row.locator("button[data-action=remove]").click()
+    expect(page.locator("#confirm-dialog")).to_contain_text("1 messages")
+    page.click("#confirm-yes")
+    expect(page.locator("#accounts-list")).to_contain_text("No mail accounts yet.")
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
+    assert not Message.objects.for_tenant(mallory.tenant).exists()

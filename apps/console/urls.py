@@ -12,6 +12,7 @@ urlpatterns = [
     path("members", views.members, name="console-members"),
     path("exposure", views.exposure, name="console-exposure"),
     path("outbound", views.outbound, name="console-outbound"),
+    path("mailboxes", views.mailboxes, name="console-mailboxes"),
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route

@@ -95,6 +95,12 @@ def outbound(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def mailboxes(request: HttpRequest) -> HttpResponse:
+    """The tenant's mail accounts (sync, remove) and the form that connects an IMAP/SMTP mailbox."""
+    return _page(request, "mailboxes")
+
+
+@login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     """Act in another of the person's tenants from now on (this session only)."""
