@@ -60,6 +60,7 @@ listen = 127.0.0.1
 ssl = no
 disable_plaintext_auth = no
 auth_mechanisms = plain login
+auth_failure_delay = 0
 default_login_user = {login_user}
 default_internal_user = {internal_user}
 first_valid_uid = 1

@@ -228,7 +228,8 @@ def test_a_person_connects_a_mailbox_in_a_browser(
     # the right one: connected, listed, and its mail synced
     page.fill("#imap-password", MAIL_PASSWORD)
     page.click("#connect-mailbox button[type=submit]")
-    expect(page.locator("#notice")).to_contain_text("Someone is connected")
+    # connecting logs in to both servers and runs the first sync before it answers
+    expect(page.locator("#notice")).to_contain_text("Someone is connected", timeout=30_000)
     expect(page.locator('[data-error-for="imap.password"]')).to_be_hidden()
     expect(page.locator("#imap-password")).to_have_value("")
     expect(page.locator("#mailbox-name")).to_have_value("")
