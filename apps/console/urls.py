@@ -6,13 +6,13 @@ from apps.console import views
 
 urlpatterns = [
     path("", views.home, name="console"),
-    path("keys", views.keys, name="console-keys"),
-    path("connections", views.connections, name="console-connections"),
-    path("workspaces", views.workspaces, name="console-workspaces"),
-    path("members", views.members, name="console-members"),
-    path("exposure", views.exposure, name="console-exposure"),
-    path("outbound", views.outbound, name="console-outbound"),
-    path("mailboxes", views.mailboxes, name="console-mailboxes"),
+    path("keys", views.page, {"name": "keys"}, name="console-keys"),
+    path("connections", views.page, {"name": "connections"}, name="console-connections"),
+    path("workspaces", views.page, {"name": "workspaces"}, name="console-workspaces"),
+    path("members", views.page, {"name": "members"}, name="console-members"),
+    path("exposure", views.page, {"name": "exposure"}, name="console-exposure"),
+    path("outbound", views.page, {"name": "outbound"}, name="console-outbound"),
+    path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route

@@ -52,8 +52,10 @@ def current_membership(request: HttpRequest) -> Membership | None:
         return None
 
 
-def _page(request: HttpRequest, template: str) -> HttpResponse:
-    return render(request, f"console/{template}.html", {"membership": current_membership(request)})
+@login_required
+def page(request: HttpRequest, name: str) -> HttpResponse:
+    """A console page: a shell whose script lists and changes things through the operations (console.js)."""
+    return render(request, f"console/{name}.html", {"membership": current_membership(request)})
 
 
 @login_required
@@ -61,43 +63,6 @@ def home(request: HttpRequest) -> HttpResponse:
     """The console's home: who you are and the tenants you belong to."""
     memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
     return render(request, "console/home.html", {"memberships": memberships, "membership": current_membership(request)})
-
-
-@login_required
-def keys(request: HttpRequest) -> HttpResponse:
-    return _page(request, "keys")
-
-
-@login_required
-def connections(request: HttpRequest) -> HttpResponse:
-    return _page(request, "connections")
-
-
-@login_required
-def workspaces(request: HttpRequest) -> HttpResponse:
-    return _page(request, "workspaces")
-
-
-@login_required
-def members(request: HttpRequest) -> HttpResponse:
-    return _page(request, "members")
-
-
-@login_required
-def exposure(request: HttpRequest) -> HttpResponse:
-    return _page(request, "exposure")
-
-
-@login_required
-def outbound(request: HttpRequest) -> HttpResponse:
-    """Outbound requests waiting for this person's approval (approve / reject call the operations)."""
-    return _page(request, "outbound")
-
-
-@login_required
-def mailboxes(request: HttpRequest) -> HttpResponse:
-    """The tenant's mail accounts (sync, remove) and the form that connects an IMAP/SMTP mailbox."""
-    return _page(request, "mailboxes")
 
 
 @login_required
