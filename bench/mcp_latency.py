@@ -24,7 +24,6 @@ import logging
 import os
 import pstats
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.audit_append import setup  # noqa: E402
+from tests.loopback import free_port, stop, wait_for_port  # noqa: E402
 
 PROTOCOL_VERSION = "2025-11-25"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL_VERSION}
@@ -115,39 +115,22 @@ def serve_sdk(port: int) -> None:
 # ---------------------------------------------------------------- servers and clients
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(name: str, args: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A server in a child process, once its port accepts connections (its output goes to a file, never a pipe
     that could fill up and stall it)."""
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return proc
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    log.seek(0)
-                    output = log.read().decode(errors="replace")[-2000:]
-                    raise RuntimeError(f"{name} did not start: {output}") from None
-                time.sleep(0.1)
 
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        try:
+            wait_for_port(port, proc, name, output, timeout=60)
+        except RuntimeError:
+            stop(proc)
+            raise
+        return proc
 
 
 def _signed_in(http: Any, base: str, email: str, password: str) -> str:
@@ -310,7 +293,7 @@ def main() -> None:
         email, password, key, message_id, foreign_id = _make_data(Path(tmp))
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # with the embedded servers' URLs
-    oaken_port, sdk_port = _free_port(), _free_port()
+    oaken_port, sdk_port = free_port(), free_port()
     # gunicorn as `oaken serve` runs it (two gthread workers, four threads each), without the access log
     web = ["config.wsgi:application", "--bind", f"127.0.0.1:{oaken_port}", "--workers", "2",
            "--worker-class", "gthread", "--threads", "4", "--log-level", "warning"]  # fmt: skip
@@ -373,7 +356,7 @@ def main() -> None:
             client.close()
         for proc in (sdk, oaken):
             if proc is not None:
-                _stop(proc)
+                stop(proc)
 
     med = {name: statistics.median(s) * 1000 for name, s in samples.items()}
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,11 +14,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.loopback import free_port, stop
 
 
 def _database_url() -> str:
@@ -58,9 +53,4 @@ def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
                 time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

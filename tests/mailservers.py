@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -26,28 +25,10 @@ from typing import Any
 import pytest
 from imapclient import IMAPClient
 
+from tests.loopback import free_port, stop, wait_for_port
+
 DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
 PASSWORD = "imap-secret-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[Any], what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    detail = log.read_text()[-2000:] if log is not None and log.exists() else ""
-    raise RuntimeError(f"{what} did not start: {detail}")
 
 
 _CONFIG = """\
@@ -180,7 +161,8 @@ def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
     config.write_text(_CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid,
                                      gid=gid))  # fmt: skip
     proc = subprocess.Popen([DOVECOT, "-F", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    _wait_for_port(port, proc, "dovecot", root / "dovecot.log")
+    log = root / "dovecot.log"
+    wait_for_port(port, proc, "dovecot", lambda: log.read_text() if log.exists() else "")
     return ImapServer(root=root, port=port), proc
 
 
@@ -195,12 +177,7 @@ def dovecot() -> Iterator[ImapServer]:
         try:
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, timeout=15)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

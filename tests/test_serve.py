@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,11 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.loopback import free_port
 
 
 def _get(url: str) -> tuple[int, dict]:
@@ -33,7 +28,7 @@ def _get(url: str) -> tuple[int, dict]:
 
 @pytest.mark.slow
 def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(OAKEN_DATA_DIR=str(tmp_path / "data"), OAKEN_PORT=str(port), OAKEN_WEB_WORKERS="1")
     oaken = Path(sys.executable).with_name("oaken")
