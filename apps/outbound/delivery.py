@@ -27,7 +27,7 @@ from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
-from apps.mail.imap import MailServerError, require_public_host
+from apps.mail.imap import MailServerError, open_imap, require_public_host
 from apps.outbound.compose import build_mime
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
 from apps.outbound.requests import audit_task_transition, enqueue_on_commit, stored_digest, transition
@@ -199,17 +199,6 @@ def deliver(request_id: Any) -> str:
 # ---------------------------------------------------------------- IMAP: the Sent folder
 
 
-def _imap(credentials: dict[str, Any]) -> IMAPClient:
-    security = credentials.get("security", "ssl")
-    timeout = settings.OPERATIONS["SMTP_TIMEOUT_SECONDS"]
-    client = IMAPClient(credentials["host"], port=int(credentials["port"]), ssl=security == "ssl",
-                        ssl_context=ssl.create_default_context(), timeout=timeout)  # fmt: skip
-    if security == "starttls":
-        client.starttls(ssl.create_default_context())
-    client.login(credentials["username"], credentials.get("password", ""))
-    return client
-
-
 def _sent_folder(client: IMAPClient) -> str | None:
     found = client.find_special_folder(SENT)
     if found:
@@ -229,7 +218,7 @@ def copy_to_sent(request: OutboundRequest, raw: bytes) -> bool:
     if not credentials:
         return False
     try:
-        with _imap(credentials) as client:
+        with open_imap(credentials) as client:
             folder = _sent_folder(client)
             if folder is None:
                 return False
@@ -252,7 +241,7 @@ def reconcile(request_id: Any) -> str:
     found = False
     if credentials:
         try:
-            with _imap(credentials) as client:
+            with open_imap(credentials) as client:
                 folder = _sent_folder(client)
                 found = folder is not None and _in_sent(client, folder, request.message_id)
         except Exception as exc:
