@@ -58,6 +58,7 @@ def bare_fetch(server: ImapServer, batch: int) -> tuple[int, float]:
 def oaken_sync(server: ImapServer) -> tuple[dict[str, int], float]:
     os.environ.setdefault("OAKEN_DATA_DIR", str(ROOT / "var" / "bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ["OAKEN_MAIL_ALLOW_PRIVATE_HOSTS"] = "true"  # the bench's Dovecot is on loopback
     from config import embedded
 
     embedded.ensure_environment()
@@ -81,6 +82,8 @@ def oaken_sync(server: ImapServer) -> tuple[dict[str, int], float]:
     start = time.perf_counter()
     outcome = run_sync(account.pk, force=True)
     elapsed = time.perf_counter() - start
+    if outcome.state != "synced":
+        raise SystemExit(f"the sync did not run: {outcome.state} {outcome.reason}")
     counts = outcome.counts
     return {"stored": counts.stored, "failed": counts.failed, "folders": counts.folders}, elapsed
 
