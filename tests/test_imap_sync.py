@@ -1,5 +1,6 @@
-"""IMAP sync against a real Dovecot (SPEC §16): initial and incremental, flags both ways, moves mirrored,
-UIDVALIDITY changes, interrupted syncs resumed, backoff, one worker per account.
+"""IMAP sync against a real Dovecot (SPEC §16): initial and incremental, flags both ways (\\Seen is read,
+\\Flagged is pinned), moves mirrored, deletions on the server mirrored after a grace period, UIDVALIDITY
+changes, interrupted syncs resumed, backoff, one worker per account.
 
 Mallory, in another tenant, has her own connected mailbox on the same server: nothing alice's syncs or
 changes do reaches it, and none of alice's mail is ever visible to her.
@@ -17,11 +18,13 @@ from django.db import connections
 from django.utils import timezone
 from pytest_django import Settings
 
+from apps.audit.models import AuditEvent
 from apps.mail import sync as sync_module
-from apps.mail.models import FolderKind, MailAccount, Message
+from apps.mail.mirror import push_flags
+from apps.mail.models import FolderKind, MailAccount, Message, Thread
 from apps.mail.sync import account_lock, due_accounts, run_sync
-from apps.mail.tasks import sync_account_task, sync_due_accounts_task
-from tests.callers import as_agent, as_person, call
+from apps.mail.tasks import push_flags_task, sync_account_task, sync_due_accounts_task
+from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.imapbox import by_message_id, connect, eager, folder, mail, sync  # noqa: F401 (eager: a fixture)
 from tests.mailfactory import raw_message
@@ -362,3 +365,176 @@ def test_the_beat_queues_a_sync_for_each_due_account(
     assert sync_due_accounts_task() == len(queued)
     assert {"account_id": boxes["mallory"]} in queued
     assert {"account_id": boxes["alice"]} not in queued
+
+
+def sync_events(p: Person) -> list[AuditEvent]:
+    return list(AuditEvent.objects.for_tenant(p.tenant).filter(operation="imap_sync").order_by("seq"))
+
+
+def test_a_message_deleted_on_the_server_is_removed_once_a_complete_sync_still_misses_it(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer, settings: Settings
+) -> None:
+    user = boxes["alice_user"]
+    for raw in mail(4):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    before = by_message_id(alice, boxes["alice"])
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.delete_messages([2])  # m-1: deleted for good
+        c.expunge()
+        c.move([4], "Junk")  # m-3: moved by another client, which expunges it from INBOX too
+    outcome = sync(boxes["alice"])
+    assert (outcome.counts.missing, outcome.counts.relocated, outcome.counts.removed) == (2, 1, 0)
+    held = by_message_id(alice, boxes["alice"])
+    # within the grace period the deleted one stays, marked; the moved one was found in its new folder
+    assert held["m-1@example.test"].imap_missing_since is not None and held["m-1@example.test"].imap_uid is None
+    assert (
+        held["m-3@example.test"].folder.kind == FolderKind.SPAM and held["m-3@example.test"].imap_missing_since is None
+    )
+    assert sync(boxes["alice"]).counts.removed == 0  # an hour of grace by default
+
+    settings.OPERATIONS = {**settings.OPERATIONS, "SYNC_MISSING_GRACE_SECONDS": 0}
+    assert sync(boxes["alice"]).counts.removed == 1
+    held = by_message_id(alice, boxes["alice"])
+    assert sorted(held) == ["m-0@example.test", "m-2@example.test", "m-3@example.test"]
+    gone = before["m-1@example.test"]
+    assert not Thread.objects.for_tenant(alice.tenant).filter(pk=gone.thread_id).exists()
+    assert refusal(as_person(alice), "get_message", {"message_id": str(gone.pk)}).code == "NOT_FOUND"
+    removal = [t for e in sync_events(alice) for t in e.targets if t["after"].get("removed")]
+    assert removal == [{"id": str(gone.pk), "before": {"folder_id": str(gone.folder_id)},
+                        "after": {"removed": "deleted on the server"}}]  # fmt: skip
+    assert sync(boxes["alice"]).counts == sync_module.SyncCounts(folders=5)
+    assert sync_events(mallory) == []
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_folder_deleted_on_the_server_takes_its_messages_and_then_goes(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer, settings: Settings
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+        c.create_folder("Old")
+    for raw in mail(2, "p"):
+        imap_server.append(user, "Projects", raw)
+    imap_server.append(user, "Old", mail(1, "o")[0])
+    sync(boxes["alice"])
+    with imap_server.client(user) as c:
+        c.select_folder("Old")
+        c.move([1], "INBOX")  # kept: it moves before its folder goes
+        c.close_folder()
+        c.delete_folder("Old")
+        c.rename_folder("Projects", "Archive 2026")  # a rename is a folder gone and a new one
+    settings.OPERATIONS = {**settings.OPERATIONS, "SYNC_MISSING_GRACE_SECONDS": 0}
+    first = sync(boxes["alice"])
+    assert (first.counts.stored, first.counts.relocated, first.counts.removed) == (0, 3, 0)
+    held = by_message_id(alice, boxes["alice"])
+    assert {k: m.folder.name for k, m in held.items()} == {
+        "p-0@example.test": "Archive 2026", "p-1@example.test": "Archive 2026", "o-0@example.test": "INBOX",
+    }  # fmt: skip
+    names = set(folder(alice, boxes["alice"], "INBOX").account.folders.values_list("name", flat=True))
+    assert "Old" not in names and "Projects" not in names and "Archive 2026" in names
+    assert sync(boxes["alice"]).counts.removed == 0
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+FLAGGED = b"\\Flagged"
+
+
+@pytest.mark.usefixtures("eager")
+def test_pinned_is_flagged_both_ways(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    imap_server.append(user, "INBOX", mail(1)[0], flags=(FLAGGED,))
+    imap_server.append(user, "INBOX", mail(2)[1])
+    sync(boxes["alice"])
+    held = by_message_id(alice, boxes["alice"])
+    assert [held["m-0@example.test"].pinned, held["m-1@example.test"].pinned] == [True, False]
+
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.remove_flags([1], [FLAGGED])
+        c.add_flags([2], [FLAGGED, SEEN])
+    assert sync(boxes["alice"]).counts.flags_changed == 2
+    held = by_message_id(alice, boxes["alice"])
+    assert [(m.pinned, m.read) for m in held.values()] == [(False, False), (True, True)]
+    changes = [t for e in sync_events(alice) for t in e.targets]
+    assert {"id": str(held["m-1@example.test"].pk), "before": {"read": False, "pinned": False},
+            "after": {"read": True, "pinned": True}} in changes  # fmt: skip
+
+    with django_capture_on_commit_callbacks(execute=True):
+        call(as_agent(alice), "set_pinned", {"message_ids": [str(held["m-0@example.test"].pk)], "pinned": True})
+    assert [tuple(sorted(f)) for f in server_flags(imap_server, user, "INBOX")] == [(FLAGGED,), (FLAGGED, SEEN)]
+    assert Message.objects.for_tenant(alice.tenant).filter(flags_pending_at__isnull=False).count() == 0
+    assert sync(boxes["alice"]).counts.flags_changed == 0
+    assert sync_events(mallory) == []
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_sync_before_the_push_never_undoes_a_change_made_in_oaken(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    for raw in mail(2):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    first = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    with django_capture_on_commit_callbacks(execute=False) as pushes:  # the push task has not run yet
+        call(as_person(alice), "mark_read", {"message_ids": [str(first.pk)]})
+    assert pushes[-1].keywords["message_ids"] == [str(first.pk)]  # the push, waiting for its worker
+    with imap_server.client(user) as c:  # meanwhile another client flags it: the server's copy moves on
+        c.select_folder("INBOX")
+        c.add_flags([1], [FLAGGED])
+    assert sync(boxes["alice"]).counts.flags_changed == 0
+    first.refresh_from_db()
+    assert (first.read, first.pinned) == (True, False) and first.flags_pending_at is not None
+
+    assert push_flags(tenant=alice.tenant, message_ids=[str(first.pk)]) == 1  # the task runs late
+    assert server_flags(imap_server, user, "INBOX") == [(SEEN,), ()]  # Oaken's flags, the later change
+    first.refresh_from_db()
+    assert first.flags_pending_at is None
+    # the flags held back are asked for again (the MODSEQ was not moved past them): all agree now
+    assert sync(boxes["alice"]).counts.flags_changed == 0
+    first.refresh_from_db()
+    assert (first.read, first.pinned) == (True, False)
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.remove_flags([1], [SEEN])
+    assert sync(boxes["alice"]).counts.flags_changed == 1  # with nothing pending, the server's change counts
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_push_that_never_ran_is_queued_again_by_a_later_sync(
+    alice: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    imap_server.append(user, "INBOX", mail(1)[0])
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    with django_capture_on_commit_callbacks(execute=False):  # its push is lost
+        call(as_person(alice), "set_pinned", {"message_ids": [str(message.pk)], "pinned": True})
+    queued: list[dict[str, Any]] = []
+    monkeypatch.setattr(push_flags_task, "delay", lambda **kw: queued.append(kw))
+    with django_capture_on_commit_callbacks(execute=True):
+        sync(boxes["alice"])
+    assert queued == []  # still young: its own task may yet run
+    Message.objects.for_tenant(alice.tenant).filter(pk=message.pk).update(
+        flags_pending_at=timezone.now() - timedelta(hours=1)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        sync(boxes["alice"])
+    assert queued == [{"tenant_id": str(alice.tenant.pk), "message_ids": [str(message.pk)]}]

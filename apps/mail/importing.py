@@ -300,19 +300,23 @@ class MessageStore:
             )  # fmt: skip
 
     def _refresh_thread_stats(self, thread_ids: set[uuid.UUID]) -> None:
-        """Recount threads from their messages (after merges moved messages between threads)."""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE mail_thread AS t
-                   SET message_count = s.n, first_message_at = s.first, last_message_at = s.last
-                  FROM (SELECT thread_id, count(*) AS n, min(date) AS first, max(date) AS last
-                          FROM mail_message WHERE tenant_id = %s AND thread_id = ANY(%s)
-                         GROUP BY thread_id) AS s
-                 WHERE t.id = s.thread_id AND t.tenant_id = %s
-                """,
-                [self.tenant.pk, list(thread_ids), self.tenant.pk],
-            )
+        refresh_thread_stats(self.tenant, thread_ids)
+
+
+def refresh_thread_stats(tenant: Tenant, thread_ids: set[uuid.UUID]) -> None:
+    """Recount threads from their messages (after messages moved between threads, or were removed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE mail_thread AS t
+               SET message_count = s.n, first_message_at = s.first, last_message_at = s.last
+              FROM (SELECT thread_id, count(*) AS n, min(date) AS first, max(date) AS last
+                      FROM mail_message WHERE tenant_id = %s AND thread_id = ANY(%s)
+                     GROUP BY thread_id) AS s
+             WHERE t.id = s.thread_id AND t.tenant_id = %s
+            """,
+            [tenant.pk, list(thread_ids), tenant.pk],
+        )
 
 
 class _Importer(MessageStore):

@@ -147,6 +147,13 @@ class Message(TenantOwned):
         Folder, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     imap_uid = models.BigIntegerField(null=True, blank=True)
+    # Since when the server has not had the message where Oaken last saw it (expunged, or moved and not found
+    # yet); cleared when a sync finds it again. A message missing for longer than SYNC_MISSING_GRACE_SECONDS at
+    # the end of a complete sync was deleted on the server, and is removed here too.
+    imap_missing_since = models.DateTimeField(null=True, blank=True)
+    # Set when read or pinned changed in Oaken and the server has not been told yet: until the push clears it,
+    # a sync does not take the server's (older) flags for this message.
+    flags_pending_at = models.DateTimeField(null=True, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
 
     class Meta:
@@ -164,6 +171,12 @@ class Message(TenantOwned):
             models.Index(
                 fields=["imap_folder", "imap_uid"], name="message_imap_location", condition=Q(imap_folder__isnull=False)
             ),
+            models.Index(
+                fields=["account", "imap_missing_since"],
+                name="message_missing_on_server",
+                condition=Q(imap_missing_since__isnull=False),
+            ),
+            models.Index(fields=["account"], name="message_flags_pending", condition=Q(flags_pending_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -2,7 +2,9 @@
 
 Only `mark_read`, `mark_unread` and `summarize_messages(mark_read=true)` reach `set_read`, after the
 gate has passed them; a test keeps the registry, the gate and the plugin bridge from importing it.
-A change to messages of IMAP accounts is mirrored to the server (\\Seen) by a task once it commits.
+A change to messages of IMAP accounts is mirrored to the server (\\Seen) by a task once it commits; until
+then the message is marked as having flags pending, so a sync does not undo the change with the server's
+older flag.
 IMAP sync reports the server's \\Seen through `record_server_read`, which mirrors nothing back.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from apps.mail.models import AccountKind, Message
+from apps.mail.models import Message
 from apps.workspaces.models import Tenant
 
 
@@ -27,27 +29,26 @@ def set_read(*, tenant: Tenant, message_ids: Sequence[uuid.UUID], read: bool) ->
     if rows:
         changed = [r[0] for r in rows]
         Message.objects.for_tenant(tenant).filter(id__in=changed).update(read=read)
-        on_server = list(
-            Message.objects.for_tenant(tenant)
-            .filter(id__in=changed, account__kind=AccountKind.IMAP)
-            .values_list("id", flat=True)
-        )
-        if on_server:
-            from apps.mail.mirror import mirror_read_state
+        from apps.mail.mirror import mirror_flags
 
-            mirror_read_state(tenant=tenant, message_ids=on_server)
+        mirror_flags(tenant=tenant, message_ids=changed)
     return rows
 
 
 def record_server_read(*, tenant: Tenant, seen: Mapping[uuid.UUID, bool]) -> list[uuid.UUID]:
-    """Take the IMAP server's \\Seen for these messages (sync); returns the ids whose read state changed."""
+    """Take the IMAP server's \\Seen for these messages (sync); returns the ids whose read state changed.
+
+    A message whose read state changed in Oaken and is not on the server yet keeps Oaken's (newer) value."""
     changed: list[uuid.UUID] = []
     for value in (True, False):
         ids = [pk for pk, s in seen.items() if s is value]
         if not ids:
             continue
         rows = list(
-            Message.objects.for_tenant(tenant).filter(id__in=ids).exclude(read=value).values_list("id", flat=True)
+            Message.objects.for_tenant(tenant)
+            .filter(id__in=ids, flags_pending_at__isnull=True)
+            .exclude(read=value)
+            .values_list("id", flat=True)
         )
         if rows:
             Message.objects.for_tenant(tenant).filter(id__in=rows).update(read=value)

@@ -17,26 +17,30 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientError
 from imapclient.response_parser import parse_fetch_response
 
+from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
-from apps.mail.importing import MessageStore, parse_pool
-from apps.mail.models import AccountKind, Folder, FolderKind, MailAccount, Message
+from apps.mail.importing import MessageStore, parse_pool, refresh_thread_stats
+from apps.mail.mirror import repush_stale_flags
+from apps.mail.models import AccountKind, Folder, FolderKind, MailAccount, Message, Thread
 from apps.mail.parsing import ParsedMessage
 from apps.mail.sources import RawItem
+from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.mail.sync")
 
@@ -49,13 +53,16 @@ _SPECIAL_USE = {
 }
 _UNSELECTABLE = {b"\\noselect", b"\\nonexistent"}
 _SEEN = b"\\Seen"
+_FLAGGED = b"\\Flagged"
 _ID_MAX = 900
+_AUDIT_TARGETS_MAX = 500
 
 
 @dataclass(frozen=True, slots=True)
 class ImapItem(RawItem):
     uid: int
     seen: bool
+    flagged: bool = False
 
 
 @dataclass
@@ -65,6 +72,8 @@ class SyncCounts:
     relocated: int = 0
     failed: int = 0
     flags_changed: int = 0
+    missing: int = 0
+    removed: int = 0
 
 
 def folder_kind(name: str, flags: Sequence[bytes]) -> FolderKind:
@@ -78,6 +87,49 @@ def folder_kind(name: str, flags: Sequence[bytes]) -> FolderKind:
     return FolderKind.CUSTOM
 
 
+def _audit(tenant: Tenant, targets: list[Target]) -> None:
+    """Record what a sync changed in messages people already had (flags, folders, removals), inside the
+    transaction that changed it: ids and values, never mail text. Storing new mail is not an event."""
+    for start in range(0, len(targets), _AUDIT_TARGETS_MAX):
+        append_event(
+            tenant=tenant, principal="internal", door="internal", operation="imap_sync", outcome="ok",
+            targets=targets[start : start + _AUDIT_TARGETS_MAX],
+        )  # fmt: skip
+
+
+def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bool]]) -> tuple[list[Target], int]:
+    """Give these messages the server's (\\Seen, \\Flagged) as (read, pinned), inside the caller's transaction.
+
+    A message whose flags changed in Oaken and are not on the server yet keeps Oaken's (newer) flags. Returns
+    the audit targets of what changed, and how many of the messages were kept back that way."""
+    if not wanted:
+        return [], 0
+    rows = Message.objects.for_tenant(tenant).filter(id__in=list(wanted))
+    read_changed = set(readstate.record_server_read(tenant=tenant, seen={pk: f[0] for pk, f in wanted.items()}))
+    pin_changed: set[uuid.UUID] = set()
+    for value in (True, False):
+        ids = [pk for pk, (_, flagged) in wanted.items() if flagged is value]
+        locked = list(
+            rows.filter(id__in=ids, flags_pending_at__isnull=True)
+            .exclude(pinned=value)
+            .select_for_update()
+            .values_list("id", flat=True)
+        )
+        if locked:
+            Message.objects.for_tenant(tenant).filter(id__in=locked).update(pinned=value)
+            pin_changed.update(locked)
+    targets = []
+    for pk in sorted(read_changed | pin_changed):
+        seen, flagged = wanted[pk]
+        before, after = {}, {}
+        if pk in read_changed:
+            before["read"], after["read"] = not seen, seen
+        if pk in pin_changed:
+            before["pinned"], after["pinned"] = not flagged, flagged
+        targets.append(Target(str(pk), before, after))
+    return targets, rows.filter(flags_pending_at__isnull=False).count()
+
+
 class _FolderStore(MessageStore):
     """Stores one folder's fetched messages; advances the folder's highest UID with each batch."""
 
@@ -86,6 +138,8 @@ class _FolderStore(MessageStore):
         self.folder = folder
         self.counts = counts
         self.batch_last_uid = 0
+        # messages whose server flags were not taken because Oaken's own change waits to be pushed
+        self.flags_held_back = 0
 
     def _placement(self, item: RawItem) -> tuple[uuid.UUID, bool, uuid.UUID | None, int | None]:
         assert isinstance(item, ImapItem)
@@ -98,6 +152,11 @@ class _FolderStore(MessageStore):
         duplicates: list[tuple[RawItem, ParsedMessage]],
         failures: list[tuple[RawItem, str]],
     ) -> None:
+        flagged = [item.uid for item, _ in fresh if isinstance(item, ImapItem) and item.flagged]
+        if flagged:  # pinned is \\Flagged (new messages start unpinned in the shared store)
+            Message.objects.for_tenant(self.tenant).filter(imap_folder=self.folder, imap_uid__in=flagged).update(
+                pinned=True
+            )
         self._relocate(duplicates)
         for item, reason in failures:
             log.warning("message %s of an IMAP account could not be stored: %s", item.position, reason)
@@ -121,27 +180,35 @@ class _FolderStore(MessageStore):
             .filter(account=self.account, content_hash__in=hashes)
             .values_list("pk", "message_id", "content_hash", "folder_id", "imap_folder_id")
         }
-        read: dict[uuid.UUID, bool] = {}
+        flags: dict[uuid.UUID, tuple[bool, bool]] = {}
+        targets: list[Target] = []
         for item, p in duplicates:
             assert isinstance(item, ImapItem)
             key = (p.message_id.replace("\x00", "\ufffd")[:_ID_MAX], p.content_hash)
             if key not in held:
                 continue
             pk, folder_id, imap_folder_id = held[key]
-            update: dict[str, Any] = {"imap_folder": self.folder, "imap_uid": item.uid}
+            update: dict[str, Any] = {"imap_folder": self.folder, "imap_uid": item.uid, "imap_missing_since": None}
             if imap_folder_id != self.folder.pk and folder_id != self.folder.pk:
                 update |= {"folder": self.folder, "trashed_from": None}
                 if self.folder.kind == FolderKind.TRASH:
                     update["trashed_from"] = folder_id
+                targets.append(Target(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(self.folder.pk)}))
             Message.objects.for_tenant(self.tenant).filter(pk=pk).update(**update)
             held[key] = (pk, self.folder.pk if "folder" in update else folder_id, self.folder.pk)
-            read[pk] = item.seen
+            flags[pk] = (item.seen, item.flagged)
             self.counts.relocated += 1
-        self.counts.flags_changed += len(readstate.record_server_read(tenant=self.tenant, seen=read))
+        flag_targets, held_back = _take_server_flags(self.tenant, flags)
+        self.flags_held_back += held_back
+        self.counts.flags_changed += len(flag_targets)
+        _audit(self.tenant, targets + flag_targets)
 
 
 def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
-    """The account's selectable server folders as Folders, created when new (special-use mapped to kinds)."""
+    """The account's selectable server folders as Folders, created when new (special-use mapped to kinds).
+
+    A folder Oaken synced before that the server no longer lists (deleted or renamed there) lets go of its
+    messages: they count as missing from the server until a sync finds them elsewhere."""
     existing = {f.name: f for f in Folder.objects.for_tenant(account.tenant).filter(account=account)}
     taken = {f.kind for f in existing.values() if f.kind != FolderKind.CUSTOM}
     folders = []
@@ -156,27 +223,50 @@ def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
             taken.add(kind)
             folder = Folder.objects.create(tenant=account.tenant, account=account, kind=kind, name=name)
         folders.append(folder)
+    listed = {f.pk for f in folders}
+    for gone in existing.values():
+        if gone.pk not in listed and gone.imap_uidvalidity is not None:
+            with transaction.atomic():
+                _mark_missing(Message.objects.for_tenant(account.tenant).filter(imap_folder=gone))
+                gone.imap_uidvalidity, gone.imap_last_uid, gone.imap_highestmodseq = None, 0, 0
+                gone.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq"])
     # INBOX first: new mail is what people wait for
     return sorted(folders, key=lambda f: f.kind != FolderKind.INBOX)
 
 
-def _apply_server_flags(account: MailAccount, folder: Folder, data: dict[int, dict[bytes, Any]]) -> int:
-    """Set Oaken's read state from the server's \\Seen for these UIDs of the folder; returns how many changed."""
-    seen_by_uid = {uid: _SEEN in tuple(item.get(b"FLAGS", ())) for uid, item in data.items() if b"FLAGS" in item}
-    changed = 0
-    uids = list(seen_by_uid)
+def _mark_missing(rows: QuerySet[Message]) -> int:
+    """These messages are not where the server had them: forget their UID and note since when (kept if set)."""
+    return rows.filter(imap_uid__isnull=False).update(
+        imap_uid=None, imap_missing_since=Coalesce("imap_missing_since", Value(timezone.now()))
+    )
+
+
+def _apply_server_flags(account: MailAccount, folder: Folder, data: dict[int, dict[bytes, Any]]) -> tuple[int, int]:
+    """Take the server's \\Seen and \\Flagged for these UIDs of the folder; returns how many messages changed,
+    and how many were kept back because Oaken's own change waits to be pushed."""
+    by_uid = {
+        uid: (_SEEN in flags, _FLAGGED in flags)
+        for uid, item in data.items()
+        if b"FLAGS" in item
+        for flags in [tuple(item[b"FLAGS"])]
+    }
+    changed = held_back = 0
+    uids = list(by_uid)
     for start in range(0, len(uids), 5000):
         chunk = uids[start : start + 5000]
         rows = (
             Message.objects.for_tenant(account.tenant)
             .filter(imap_folder=folder, imap_uid__in=chunk)
-            .values_list("pk", "imap_uid", "read")
+            .values_list("pk", "imap_uid", "read", "pinned")
         )
-        wanted = {pk: seen_by_uid[uid] for pk, uid, read in rows if read != seen_by_uid[uid]}
+        wanted = {pk: by_uid[uid] for pk, uid, read, pinned in rows if (read, pinned) != by_uid[uid]}
         if wanted:
             with transaction.atomic():
-                changed += len(readstate.record_server_read(tenant=account.tenant, seen=wanted))
-    return changed
+                targets, kept = _take_server_flags(account.tenant, wanted)
+                _audit(account.tenant, targets)
+            changed += len(targets)
+            held_back += kept
+    return changed, held_back
 
 
 def _fetch_range(
@@ -203,11 +293,13 @@ def _fetch(client: IMAPClient, folder: Folder, uids: list[int]) -> list[RawItem]
         entry = data.get(uid)
         if entry is None or b"BODY[]" not in entry:
             continue
+        flags = entry[b"FLAGS"]
         items.append(
             ImapItem(
-                position=f"{folder.pk}:{uid}", data=bytes(entry[b"BODY[]"]), uid=uid, seen=_SEEN in entry[b"FLAGS"]
+                position=f"{folder.pk}:{uid}", data=bytes(entry[b"BODY[]"]), uid=uid, seen=_SEEN in flags,
+                flagged=_FLAGGED in flags,
             )
-        )
+        )  # fmt: skip
     return items
 
 
@@ -226,8 +318,9 @@ def sync_folder(
     highest_modseq = int(info.get(b"HIGHESTMODSEQ", 0)) if condstore else 0
     if folder.imap_uidvalidity != uidvalidity:
         with transaction.atomic():
-            # The old UIDs mean nothing now: list the folder again; held messages get their new UIDs.
-            Message.objects.for_tenant(account.tenant).filter(imap_folder=folder).update(imap_uid=None)
+            # The old UIDs mean nothing now: list the folder again; held messages get their new UIDs (those
+            # not listed again stay missing from the server).
+            _mark_missing(Message.objects.for_tenant(account.tenant).filter(imap_folder=folder))
             folder.imap_uidvalidity, folder.imap_last_uid, folder.imap_highestmodseq = uidvalidity, 0, 0
             folder.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq"])
     known_last, since = folder.imap_last_uid, folder.imap_highestmodseq
@@ -235,10 +328,16 @@ def sync_folder(
     # stored yet, as after an interrupted first sync) all of them
     if known_last > 0 and (not condstore or not since or highest_modseq != since):
         modifiers = [f"CHANGEDSINCE {since}"] if condstore and since else None
-        changed = _fetch_range(client, f"1:{known_last}", ["FLAGS"], modifiers)
-        counts.flags_changed += _apply_server_flags(account, folder, changed)
+        changed, held_back = _apply_server_flags(
+            account, folder, _fetch_range(client, f"1:{known_last}", ["FLAGS"], modifiers)
+        )
+        counts.flags_changed += changed
+        if held_back:
+            highest_modseq = since  # ask for those messages' flags again next time, once Oaken's change is there
     # "n:*" always matches the highest UID, even below n
     new = sorted(uid for uid in client.search(["UID", f"{known_last + 1}:*"]) if uid > known_last)
+    if known_last > 0:
+        counts.missing += _find_missing(account, client, folder, known_last, int(info.get(b"EXISTS", 0)) - len(new))
     held = set(
         Message.objects.for_tenant(account.tenant)
         .filter(imap_folder=folder, imap_uid__in=new)
@@ -262,6 +361,8 @@ def sync_folder(
         previous = pending
     if previous is not None:
         store_batch(*previous)
+    if store.flags_held_back:
+        highest_modseq = since
     with transaction.atomic():
         folder.imap_last_uid = max([folder.imap_last_uid, *new])
         folder.imap_highestmodseq = highest_modseq
@@ -269,9 +370,72 @@ def sync_folder(
     counts.folders += 1
 
 
+def _find_missing(account: MailAccount, client: IMAPClient, folder: Folder, known_last: int, server_count: int) -> int:
+    """Mark the folder's held messages the server has expunged as missing; returns how many.
+
+    Cheap when nothing went: the server's count of messages up to the highest UID held is compared with
+    Oaken's, and only when they differ are the UIDs themselves asked for."""
+    held = Message.objects.for_tenant(account.tenant).filter(imap_folder=folder, imap_uid__lte=known_last)
+    if held.count() == server_count:
+        return 0
+    present = set(client.search(["UID", f"1:{known_last}"]))
+    gone = [uid for uid in held.values_list("imap_uid", flat=True) if uid not in present]
+    marked = 0
+    for start in range(0, len(gone), 5000):
+        with transaction.atomic():
+            marked += _mark_missing(held.filter(imap_uid__in=gone[start : start + 5000]))
+    return marked
+
+
+def _remove_deleted(account: MailAccount, now: datetime) -> int:
+    """Remove the messages a complete sync still could not find on the server a grace period after they went
+    missing: they were deleted there. Returns how many; each removal is audited (ids only)."""
+    cutoff = now - timedelta(seconds=settings.OPERATIONS["SYNC_MISSING_GRACE_SECONDS"])
+    removed = 0
+    while True:
+        with transaction.atomic():
+            batch = list(
+                Message.objects.for_tenant(account.tenant)
+                .filter(account=account, imap_missing_since__lte=cutoff)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "folder_id", "thread_id")[:500]
+            )
+            if not batch:
+                return removed
+            ids = [pk for pk, _, _ in batch]
+            Message.objects.for_tenant(account.tenant).filter(pk__in=ids).delete()
+            _recount_threads(account, {thread_id for _, _, thread_id in batch})
+            _audit(account.tenant, [Target(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"})
+                                    for pk, f, _ in batch])  # fmt: skip
+            removed += len(batch)
+
+
+def _recount_threads(account: MailAccount, thread_ids: set[uuid.UUID]) -> None:
+    """Threads that lost messages: drop those left empty, recount the others."""
+    left = Message.objects.for_tenant(account.tenant).filter(thread_id__in=thread_ids).values("thread_id")
+    Thread.objects.for_tenant(account.tenant).filter(pk__in=thread_ids).exclude(pk__in=left).delete()
+    refresh_thread_stats(account.tenant, thread_ids)
+
+
+def _forget_empty_gone_folders(account: MailAccount, listed: list[Folder]) -> None:
+    """Custom folders the server no longer has, once no message is in them, go too."""
+    messages = Message.objects.for_tenant(account.tenant).filter(account=account)
+    (
+        Folder.objects.for_tenant(account.tenant)
+        .filter(account=account, kind=FolderKind.CUSTOM)
+        .exclude(pk__in=[f.pk for f in listed])
+        .exclude(pk__in=messages.values("folder_id"))
+        .delete()
+    )
+
+
 def sync_account(account: MailAccount) -> SyncCounts:
-    """One sync of every folder of an IMAP account; raises MailServerError (or IMAP/socket errors) on failure."""
+    """One sync of every folder of an IMAP account; raises MailServerError (or IMAP/socket errors) on failure.
+
+    Only after every folder was synced are messages still missing from the server past the grace period
+    removed (a message moved by another client shows up in its new folder first)."""
     counts = SyncCounts()
+    started = timezone.now()
     with imap_session(account) as client:
         condstore = client.has_capability("CONDSTORE")
         if condstore and client.has_capability("ENABLE"):
@@ -280,6 +444,11 @@ def sync_account(account: MailAccount) -> SyncCounts:
         with parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
             for folder in folders:
                 sync_folder(account, client, folder, condstore=condstore, counts=counts, start_parsing=start_parsing)
+    counts.removed = _remove_deleted(account, started)
+    _forget_empty_gone_folders(account, folders)
+    repush_stale_flags(
+        account=account, older_than=started - timedelta(seconds=settings.OPERATIONS["SYNC_FLAGS_REPUSH_SECONDS"])
+    )
     return counts
 
 

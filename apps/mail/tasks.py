@@ -9,7 +9,7 @@ from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
 from apps.mail.importing import import_mail
-from apps.mail.mirror import push_moves, push_read_state
+from apps.mail.mirror import push_flags, push_moves
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant, Workspace
 
@@ -49,12 +49,10 @@ def sync_due_accounts_task() -> int:
 _RETRY_ON = (MailServerError, IMAPClientError, OSError)
 
 
-@shared_task(
-    name="mail.push_read_state", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8
-)
-def push_read_state_task(*, tenant_id: str, message_ids: list[str]) -> int:
-    """Set \\Seen on the server to match Oaken's read state for these messages."""
-    return push_read_state(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
+@shared_task(name="mail.push_flags", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
+def push_flags_task(*, tenant_id: str, message_ids: list[str]) -> int:
+    """Set \\Seen and \\Flagged on the server to match Oaken's read and pinned state for these messages."""
+    return push_flags(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
 
 
 @shared_task(name="mail.push_moves", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)

@@ -41,6 +41,11 @@ OPERATIONS = {
     "MAIL_SERVER_TIMEOUT_SECONDS": env_int("OAKEN_MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
     "SYNC_BACKOFF_BASE_SECONDS": env_int("OAKEN_SYNC_BACKOFF_BASE_SECONDS", 60, minimum=1),
     "SYNC_BACKOFF_MAX_SECONDS": env_int("OAKEN_SYNC_BACKOFF_MAX_SECONDS", 3600, minimum=1),
+    # a message the server no longer has (deleted there) is removed from Oaken when a complete sync still
+    # cannot find it this long after it went missing (a move by another client is found well within it);
+    # flags changed in Oaken whose push has not reached the server after this long are pushed again
+    "SYNC_MISSING_GRACE_SECONDS": env_int("OAKEN_SYNC_MISSING_GRACE_SECONDS", 3600, minimum=0),
+    "SYNC_FLAGS_REPUSH_SECONDS": env_int("OAKEN_SYNC_FLAGS_REPUSH_SECONDS", 900, minimum=60),
     # idempotency keys are kept at least this long
     "IDEMPOTENCY_RETENTION_HOURS": env_int("OAKEN_IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
     # outbound mail (SPEC §10): recipients per e-mail (to + cc + bcc, de-duplicated), recipients an hour per

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from apps.gate.errors import GateError
 from apps.mail import readstate
-from apps.mail.mirror import mirror_moves
+from apps.mail.mirror import mirror_flags, mirror_moves
 from apps.mail.models import Folder, FolderKind, Label, Message, MessageLabel
 from apps.mail.selectors import access_account, access_folder, access_labels
 from apps.operations.context import Context
@@ -124,7 +124,7 @@ def _pin_preview(ctx: Context, data: PinIn) -> Preview:
 
 @operation(
     name="set_pinned",
-    summary="Pin or unpin messages.",
+    summary="Pin or unpin messages (on a connected mailbox, pinned is the server's \\Flagged).",
     input=PinIn,
     output=ChangedOut,
     op_class=OpClass.MUTATE,
@@ -138,6 +138,7 @@ def set_pinned(ctx: Context, data: PinIn) -> ChangedOut:
     changes = _pin_preview(ctx, data).changes
     ids = [c.id for c in changes]
     Message.objects.for_tenant(ctx.tenant).filter(pk__in=ids).update(pinned=data.pinned)
+    mirror_flags(tenant=ctx.tenant, message_ids=ids)
     for c in changes:
         ctx.touch(c.id, c.before, c.after)
     return ChangedOut(changed=len(ids), message_ids=ids)
