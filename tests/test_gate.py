@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from pydantic import BaseModel, ConfigDict
 
 from apps.accounts.models import User
@@ -220,3 +221,35 @@ def test_the_internal_door_runs_as_the_system_within_one_tenant(alice: Person, m
         call_internal(alice.tenant, "get_message", {"message_id": theirs[0]})
     assert info.value.code == "NOT_FOUND"
     assert _events(alice)[-1].principal == "internal"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_runs_after_every_check_and_outside_the_transaction(alice: Person, mallory: Person) -> None:
+    """An operation's check against the outside world (a mail server's login) holds no transaction open."""
+    seen: list[tuple[str, bool]] = []
+
+    def verify(ctx: object, data: Nothing) -> None:
+        seen.append((data.message_id, connection.in_atomic_block))
+        if data.message_id == "refused":
+            raise GateError.invalid("message_id", "the server said no")
+
+    def handler(ctx: object, data: Nothing) -> Ok:
+        seen.append(("handler", connection.in_atomic_block))
+        return Ok(ok=True)
+
+    operation(name="test_verified", summary="t", op_class=OpClass.MUTATE, input=Nothing, output=Ok,
+              ceiling=Ceiling.NEVER, confirm=ALWAYS, verify=verify)(handler)  # fmt: skip
+    try:
+        assert refusal(as_person(alice), "test_verified", {"message_id": "x"}).code == "CONFIRMATION_REQUIRED"
+        assert seen == []  # not before the person confirmed
+        assert dispatch(as_person(alice), Door.UI, "test_verified", {"message_id": "x"}, confirm=True).output
+        assert seen == [("x", False), ("handler", True)]
+        error = refusal(as_person(alice), "test_verified", {"message_id": "refused"}, confirm=True)
+        assert (error.code, error.field) == ("INVALID_INPUT", "message_id")
+        assert seen[-1] == ("refused", False)
+        assert [(e.operation, e.outcome) for e in _events(alice)] == [
+            ("test_verified", "CONFIRMATION_REQUIRED"), ("test_verified", "ok"), ("test_verified", "INVALID_INPUT"),
+        ]  # fmt: skip
+        assert _events(mallory) == []
+    finally:
+        registry.remove("test_verified")

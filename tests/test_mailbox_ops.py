@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from django.db import connection
+from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import MailAccount, Message
@@ -244,3 +246,35 @@ def test_a_mailbox_on_a_private_network_is_refused_by_default(settings, alice: P
             require_public_host(host, 993, "imap.host")
         assert refused.value.reason == "private_host" and host not in refused.value.message
     require_public_host("8.8.8.8", 993, "imap.host")  # a global address: resolved locally, nothing is sent
+
+
+def _queued_by(action: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """What `action` returns, and the after-commit callbacks it added (compared by identity: the audit log
+    puts its own hook first in the list)."""
+    before = {id(callback) for _, callback, _ in connection.run_on_commit}
+    result = action()
+    return result, [callback for _, callback, _ in connection.run_on_commit if id(callback) not in before]
+
+
+def test_an_agent_asking_for_a_sync_waits_out_a_failing_accounts_backoff_and_a_person_does_not(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    account_id, _ = connect(alice, imap_server, smtp_server)
+    mallory_id, _ = connect(mallory, imap_server, smtp_server)
+    call(as_person(alice), "set_operation_exposure", {"operation": "sync_mailbox", "level": "on"}, confirm=True)
+    later = timezone.now() + timedelta(minutes=10)
+    MailAccount.objects.for_tenant(alice.tenant).filter(pk=account_id).update(
+        sync_failures=2, sync_error="login_failed", sync_next_at=later
+    )
+    assistant = as_agent(alice, scopes={"read", "write"})
+    out, queued = _queued_by(lambda: call(assistant, "sync_mailbox", {"account_id": account_id}))
+    assert (out["queued"], out["sync_error"], queued) == (False, "login_failed", [])
+    assert datetime.fromisoformat(out["next_sync_at"]) == later
+    out, queued = _queued_by(lambda: call(as_person(alice), "sync_mailbox", {"account_id": account_id}))
+    assert out["queued"] is True and len(queued) == 1
+    # mallory's agent cannot even tell alice's account exists; her own tenant never switched it on
+    assert refusal(as_agent(mallory), "sync_mailbox", {"account_id": account_id}).code == "NOT_AVAILABLE"
+    call(as_person(mallory), "set_operation_exposure", {"operation": "sync_mailbox", "level": "on"}, confirm=True)
+    theirs = as_agent(mallory, scopes={"read", "write"})
+    assert refusal(theirs, "sync_mailbox", {"account_id": account_id}).code == "NOT_FOUND"
+    assert call(theirs, "sync_mailbox", {"account_id": mallory_id})["queued"] is True

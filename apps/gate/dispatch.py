@@ -83,6 +83,8 @@ def dispatch(
         if op.op_class == OpClass.MUTATE:
             _confirmation(ctx, op, data, digest, confirm=confirm, token=confirmation_token)
         _limits(op, data)
+        if op.verify is not None:
+            op.verify(ctx, data)
         return _run(ctx, op, data, digest, idempotency_key)
     except _Audited:
         raise

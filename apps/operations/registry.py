@@ -132,6 +132,9 @@ class Operation:
     confirm: ConfirmRule[Any] = NEVER
     # checks that every id and account in the input lies in the caller's reach (gate step 4)
     data_scope: Callable[..., None] | None = None
+    # checks against the world outside the database (a mail server's login): run after every other check and
+    # before the handler's transaction opens, so no transaction stays open waiting on the network
+    verify: Callable[..., None] | None = None
     bounds: tuple[Bound, ...] = ()
     changes_read_state: bool = False
     # offered to OAuth connections only, never to API keys (a person's own settings)
@@ -244,6 +247,7 @@ def operation(
     preview: Callable[..., Preview] | None = None,
     confirm: ConfirmRule[Any] = NEVER,
     data_scope: Callable[..., None] | None = None,
+    verify: Callable[..., None] | None = None,
     bounds: tuple[Bound, ...] = (),
     changes_read_state: bool = False,
     person_bound: bool = False,
@@ -268,6 +272,7 @@ def operation(
             preview=preview,
             confirm=confirm,
             data_scope=data_scope,
+            verify=verify,
             bounds=bounds,
             changes_read_state=changes_read_state,
             person_bound=person_bound,

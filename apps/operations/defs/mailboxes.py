@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, cast
 from django.db import transaction
 from pydantic import Field, SecretStr, StringConstraints
 
+from apps.gate.callers import Principal
 from apps.gate.errors import GateError
 from apps.mail.imap import MailServerError, check_imap, check_smtp
 from apps.mail.models import (
@@ -104,8 +105,10 @@ def _credentials(imap: ImapIn, smtp: SmtpIn) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
-def _try_servers(credentials: dict[str, dict[str, Any]]) -> None:
-    """Log in to both servers, or refuse naming the setting at fault (nothing is saved)."""
+def _try_servers(ctx: Context, data: ConnectIn | UpdateCredentialsIn) -> None:
+    """Log in to both servers, or refuse naming the setting at fault (nothing is saved). The gate runs this
+    before the operation's transaction opens: a slow server keeps no transaction waiting."""
+    credentials = _credentials(data.imap, data.smtp)
     try:
         check_imap(credentials["imap"])
         check_smtp(credentials["smtp"])
@@ -173,11 +176,11 @@ def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
     preview=_connect_preview,
     confirm=NEVER,
     data_scope=_connect_scope,
+    verify=_try_servers,
 )
 def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
     """The person filling the form confirms by submitting it: the logins are tried before anything is saved."""
     credentials = _credentials(data.imap, data.smtp)
-    _try_servers(credentials)
     workspace = _workspace(ctx, data.workspace)
     address = data.email_address or (data.imap.username if "@" in data.imap.username else "")
     account = MailAccount.objects.create(
@@ -220,11 +223,11 @@ def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
     preview=_update_preview,
     confirm=NEVER,
     data_scope=_update_scope,
+    verify=_try_servers,
 )
 def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
     account = _imap_account(ctx, data.account_id)
     credentials = _credentials(data.imap, data.smtp)
-    _try_servers(credentials)
     before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
     account.credentials = credentials
     # new credentials end the backoff: the next sync runs at once
@@ -295,19 +298,29 @@ def remove_mailbox(ctx: Context, data: AccountIn) -> RemovedOut:
 
 class SyncOut(Closed):
     account_id: str
-    queued: bool
+    queued: bool = Field(description="false while the account backs off after failures (agents wait for it)")
     last_synced_at: datetime | None
     sync_error: str
+    next_sync_at: datetime | None
+
+
+def _backing_off(ctx: Context, account: MailAccount) -> bool:
+    """A person asking is a fresh try even while a failing account backs off; an agent's ask waits for it."""
+    return (
+        ctx.caller.principal != Principal.PERSON and account.sync_next_at is not None and account.sync_next_at > ctx.now
+    )
 
 
 def _sync_preview(ctx: Context, data: AccountIn) -> Preview:
     account = _imap_account(ctx, data.account_id)
-    return Preview((Change(str(account.pk), None, {"sync": "queued"}),), summary="fetch new mail and flags now")
+    after = {"sync": "backing off" if _backing_off(ctx, account) else "queued"}
+    return Preview((Change(str(account.pk), None, after),), summary="fetch new mail and flags now")
 
 
 @operation(
     name="sync_mailbox",
-    summary="Fetch a connected mailbox's new mail and flag changes now (it also syncs every minute).",
+    summary="Fetch a connected mailbox's new mail and flag changes now (it also syncs every minute); an account "
+    "backing off after failures is only tried again early for a person.",
     input=AccountIn,
     output=SyncOut,
     op_class=OpClass.MUTATE,
@@ -318,8 +331,11 @@ def _sync_preview(ctx: Context, data: AccountIn) -> Preview:
 )
 def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
     account = _imap_account(ctx, data.account_id)
-    _sync_after_commit(account, force=True)
-    ctx.touch(account.pk, None, {"sync": "queued"})
+    waiting = _backing_off(ctx, account)
+    if not waiting:
+        _sync_after_commit(account, force=ctx.caller.principal == Principal.PERSON)
+    ctx.touch(account.pk, None, {"sync": "backing off" if waiting else "queued"})
     return SyncOut(
-        account_id=str(account.pk), queued=True, last_synced_at=account.synced_at, sync_error=account.sync_error
-    )
+        account_id=str(account.pk), queued=not waiting, last_synced_at=account.synced_at,
+        sync_error=account.sync_error, next_sync_at=account.sync_next_at,
+    )  # fmt: skip
