@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 from pytest_django import Settings
@@ -357,6 +358,8 @@ def test_two_workers_never_sync_one_account_at_once(alice: Person, boxes: dict[s
 def test_the_beat_queues_a_sync_for_each_due_account(
     alice: Person, boxes: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    entry = django_settings.CELERY_BEAT_SCHEDULE["mail-sync-due-accounts"]
+    assert entry == {"task": "mail.sync_due_accounts", "schedule": 60.0}  # every minute unless configured
     queued: list[dict[str, Any]] = []
     monkeypatch.setattr(sync_account_task, "delay", lambda **kw: queued.append(kw))
     MailAccount.objects.for_tenant(alice.tenant).filter(pk=boxes["alice"]).update(

@@ -38,6 +38,8 @@ OPERATIONS = {
     # IMAP sync: messages fetched and stored per batch (one transaction each), seconds a mail server may
     # take to answer, and the backoff of a failing account (doubling from the base, capped)
     "SYNC_BATCH_SIZE": env_int("OAKEN_SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
+    # how often every connected mailbox that is not backing off is synced
+    "SYNC_INTERVAL_SECONDS": env_int("OAKEN_SYNC_INTERVAL_SECONDS", 60, minimum=10),
     "MAIL_SERVER_TIMEOUT_SECONDS": env_int("OAKEN_MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
     "SYNC_BACKOFF_BASE_SECONDS": env_int("OAKEN_SYNC_BACKOFF_BASE_SECONDS", 60, minimum=1),
     "SYNC_BACKOFF_MAX_SECONDS": env_int("OAKEN_SYNC_BACKOFF_MAX_SECONDS", 3600, minimum=1),

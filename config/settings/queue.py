@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from config.env import env_str
+from config.settings.operations import OPERATIONS
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -30,5 +31,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "outbound-release-scheduled": {"task": "outbound.release_scheduled", "schedule": 30.0},
     "outbound-sweep-outbox": {"task": "outbound.sweep_outbox", "schedule": 60.0},
     "outbound-reconcile-unknown": {"task": "outbound.reconcile_unknown", "schedule": 300.0},
-    "mail-sync-due-accounts": {"task": "mail.sync_due_accounts", "schedule": 60.0},
+    "mail-sync-due-accounts": {
+        "task": "mail.sync_due_accounts",
+        "schedule": float(OPERATIONS["SYNC_INTERVAL_SECONDS"]),
+    },
 }
