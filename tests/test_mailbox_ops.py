@@ -251,9 +251,10 @@ def test_a_mailbox_on_a_private_network_is_refused_by_default(settings, alice: P
 def _queued_by(action: Callable[[], Any]) -> tuple[Any, list[Any]]:
     """What `action` returns, and the after-commit callbacks it added (compared by identity: the audit log
     puts its own hook first in the list)."""
-    before = {id(callback) for _, callback, _ in connection.run_on_commit}
+    # entries are (savepoints, callback, robust); django-stubs types them as pairs, so read the callback by index
+    before = {id(entry[1]) for entry in connection.run_on_commit}
     result = action()
-    return result, [callback for _, callback, _ in connection.run_on_commit if id(callback) not in before]
+    return result, [entry[1] for entry in connection.run_on_commit if id(entry[1]) not in before]
 
 
 def test_an_agent_asking_for_a_sync_waits_out_a_failing_accounts_backoff_and_a_person_does_not(
