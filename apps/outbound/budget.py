@@ -15,6 +15,11 @@ from apps.gate.errors import GateError
 from config.redis_client import redis_client
 
 WINDOW_SECONDS = 3600
+KEY_PREFIX = "oaken:send-budget:"
+# what a budget is named after (requests.budget_name, the policies' own): <tenant>:<kind>:<id>
+KINDS = ("apikey", "oauth", "person", "policy")
+# a window's counter outlives its hour this long, so the roll-up (apps.outbound.rollup) reads its final figure
+KEEP_AFTER_WINDOW_SECONDS = 900
 
 # KEYS[1] the window's counter; ARGV: amount, limit, ttl. Returns the new total, or -(current total) - 1
 # when the amount does not fit (nothing is added then).
@@ -35,7 +40,7 @@ return total
 def window_key(name: str, now: float) -> tuple[str, int]:
     """The counter of the current clock hour for `name`, and the seconds until that hour ends."""
     window = int(now) // WINDOW_SECONDS
-    return f"oaken:send-budget:{name}:{window}", WINDOW_SECONDS - int(now) % WINDOW_SECONDS
+    return f"{KEY_PREFIX}{name}:{window}", WINDOW_SECONDS - int(now) % WINDOW_SECONDS
 
 
 def take(name: str, amount: int, limit: int, now: float) -> int | None:
@@ -43,7 +48,7 @@ def take(name: str, amount: int, limit: int, now: float) -> int | None:
     Raises GateError(SERVICE_UNAVAILABLE) when Redis is away."""
     key, left = window_key(name, now)
     try:
-        total = int(redis_client().eval(_TAKE, 1, key, amount, limit, left + 60))
+        total = int(redis_client().eval(_TAKE, 1, key, amount, limit, left + KEEP_AFTER_WINDOW_SECONDS))
     except redis.RedisError:
         raise GateError(
             "SERVICE_UNAVAILABLE", "sending budgets cannot be checked right now; nothing was sent, try again later"
@@ -61,6 +66,25 @@ def give_back(name: str, amount: int, now: float) -> None:
 def used(name: str, now: float) -> int:
     key, _ = window_key(name, now)
     return int(redis_client().get(key) or 0)
+
+
+def used_now(names: list[str], now: float) -> list[int]:
+    """What each budget has used in the current hour, in one round trip. Raises redis.RedisError."""
+    if not names:
+        return []
+    return [max(0, int(v or 0)) for v in redis_client().mget([window_key(n, now)[0] for n in names])]
+
+
+def parse_key(key: str) -> tuple[str, str, str, int] | None:
+    """(tenant id, kind, budget id, window) of a counter's key, or None for a key of another shape."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    tenant, _, rest = key.removeprefix(KEY_PREFIX).partition(":")
+    kind, _, rest = rest.partition(":")
+    budget_id, _, window = rest.rpartition(":")
+    if kind not in KINDS or not tenant or not budget_id or not window.isdigit():
+        return None
+    return tenant, kind, budget_id, int(window)
 
 
 def seconds_left(now: float) -> int:

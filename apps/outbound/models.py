@@ -147,3 +147,21 @@ class SendPolicy(TenantOwned):
     allowed_domains = ArrayField(models.CharField(max_length=255), default=list, blank=True)
     recipients_per_hour = models.PositiveIntegerField()
     created_at = models.DateTimeField(default=timezone.now)
+
+
+class BudgetUsage(TenantOwned):
+    """Recipients one hourly send budget had used in one clock hour, copied from its Redis counter by the
+    roll-up (apps.outbound.rollup) for the console. Redis stays the authority; this is the record."""
+
+    kind = models.CharField(max_length=10)  # apikey | oauth | person | policy (apps.outbound.budget.KINDS)
+    budget_id = models.CharField(max_length=100)  # the credential's, person's or policy's id
+    window_start = models.DateTimeField()  # the clock hour
+    used = models.PositiveIntegerField()
+    # when Redis gave this figure: a later reading replaces an earlier one, never the other way round
+    rolled_up_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "kind", "budget_id", "window_start"], name="budget_usage_once"),
+        ]
+        indexes = [models.Index(fields=["window_start"], name="budget_usage_age")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.outbound import delivery
+from apps.outbound import delivery, rollup
 from apps.outbound.models import OutboundRequest, State
 
 
@@ -32,3 +32,9 @@ def reconcile_unknown_task() -> dict[str, int]:
     for request_id in list(ids):
         found["sent" if delivery.reconcile(request_id) == State.SENT else "unknown"] += 1
     return found
+
+
+@shared_task(name="outbound.roll_up_budgets")
+def roll_up_budgets_task() -> dict[str, object]:
+    """Copy the hourly send budgets from Redis into PostgreSQL for the console (harmless twice or at once)."""
+    return rollup.roll_up()

@@ -60,4 +60,9 @@ OPERATIONS = {
     "OUTBOX_REQUEUE_SECONDS": env_int("OAKEN_OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
     "SENDING_STALE_SECONDS": env_int("OAKEN_SENDING_STALE_SECONDS", 900, minimum=60),
     "FORWARD_ATTACHMENTS_MAX_BYTES": env_int("OAKEN_FORWARD_ATTACHMENTS_MAX_BYTES", 20 * 1024 * 1024, minimum=0),
+    # send budgets rolled up from Redis into PostgreSQL for the console (apps.outbound.rollup): how often, the
+    # counters one run reads at most (the next run goes on where it stopped), how long hourly figures are kept
+    "BUDGET_ROLLUP_SECONDS": env_int("OAKEN_BUDGET_ROLLUP_SECONDS", 60, minimum=5, maximum=600),
+    "BUDGET_ROLLUP_MAX_KEYS": env_int("OAKEN_BUDGET_ROLLUP_MAX_KEYS", 10_000, minimum=1),
+    "BUDGET_HISTORY_HOURS": env_int("OAKEN_BUDGET_HISTORY_HOURS", 48, minimum=25),
 }

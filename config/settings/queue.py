@@ -35,4 +35,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "mail.sync_due_accounts",
         "schedule": float(OPERATIONS["SYNC_INTERVAL_SECONDS"]),
     },
+    # hourly send budgets, Redis → PostgreSQL for the console; a copy waiting longer than a period is dropped
+    "outbound-roll-up-budgets": {
+        "task": "outbound.roll_up_budgets",
+        "schedule": float(OPERATIONS["BUDGET_ROLLUP_SECONDS"]),
+        "options": {"expires": OPERATIONS["BUDGET_ROLLUP_SECONDS"]},
+    },
 }
