@@ -498,6 +498,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "get_outbound_request": [{"request_id": _agent_request(box)}],
         "list_outbound": [{}, {"state": "awaiting_approval"}],
         "list_send_policies": [{}],
+        "list_send_budgets": [{}, {"limit": 1}],
     }
 
 

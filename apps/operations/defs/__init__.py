@@ -9,6 +9,7 @@ MODULES = (
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound",
+    "apps.operations.defs.budgets",
     "apps.operations.defs.mailboxes",
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",

@@ -1,0 +1,205 @@
+"""Send budgets in use (SPEC §10, §18): for each API key, OAuth connection, send policy and person, the hourly
+limit, what the current clock hour has used and the 24 hours before it.
+
+The current hour is read live from Redis (one MGET for the page); when Redis does not answer, it is the figure the
+roll-up (apps.outbound.rollup) last copied, marked as such with its time. Earlier hours come from the roll-up.
+Persons only (ceiling never): a MEMBER sees their own keys, connections and policies and their own budget as a
+person; an ADMIN sees the tenant's. A key or connection that can no longer be used is listed while it has used
+something in the last 24 hours. Never a secret: a key shows its name and visible prefix only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import redis
+from django.db.models import CharField, Exists, F, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Cast
+from pydantic import Field
+
+from apps.agents.models import ApiKey, Connection
+from apps.gate.errors import GateError
+from apps.operations.context import Context
+from apps.operations.defs.shapes import Closed, Page, decode_cursor, encode_cursor
+from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.outbound import budget
+from apps.outbound.models import BudgetUsage, SendPolicy
+from apps.outbound.rollup import window_start
+from apps.workspaces.models import Membership, Role
+
+Kind = Literal["apikey", "oauth", "person", "policy"]
+HISTORY_HOURS = 24
+
+
+class HourOut(Closed):
+    starts_at: datetime
+    used: int
+
+
+class CurrentHourOut(Closed):
+    starts_at: datetime
+    used: int
+    left: int
+    live: bool = Field(description="true: read from Redis now; false: Redis did not answer, this is the figure "
+                                   "last rolled up (0 when none was)")  # fmt: skip
+    rolled_up_at: datetime | None = Field(description="when the rolled-up figure was read; null when live")
+
+
+class BudgetOut(Closed):
+    kind: Kind = Field(description="apikey, oauth (a connection), person (their own sends) or policy")
+    id: str
+    name: str = Field(description="the key's name, the connection's client, the policy's name or the person")
+    prefix: str | None = Field(description="an API key's visible prefix")
+    person: str = Field(description="whose it is")
+    active: bool = Field(description="false: a revoked or expired key or connection, or a deactivated person")
+    limit_per_hour: int
+    current_hour: CurrentHourOut
+    last_24_hours: list[HourOut] = Field(description="the 24 hours before the current one that used any, oldest first")
+    used_last_24_hours: int
+
+
+class BudgetsOut(Closed):
+    budgets: list[BudgetOut]
+    live: bool = Field(description="whether Redis answered: false means the current hours are rolled-up figures")
+    next_cursor: str | None
+
+
+def _admin(ctx: Context) -> bool:
+    return ctx.caller.role is not None and Role(ctx.caller.role).covers(Role.ADMIN)
+
+
+def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -> Exists:
+    return Exists(BudgetUsage.objects.for_tenant(ctx.tenant).filter(
+        kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since))  # fmt: skip
+
+
+def _spines(ctx: Context, since: datetime) -> dict[str, QuerySet[Any]]:
+    """Per kind, the budgets this caller may see: (kind, id) rows in id order."""
+    mine = not _admin(ctx)
+    live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=ctx.now))
+    keys = ApiKey.objects.for_tenant(ctx.tenant)
+    connections = Connection.objects.for_tenant(ctx.tenant).filter(activated_at__isnull=False)
+    policies = SendPolicy.objects.for_tenant(ctx.tenant)
+    people = Membership.objects.for_tenant(ctx.tenant)
+    if mine:
+        keys, connections = keys.filter(user=ctx.caller.user), connections.filter(user=ctx.caller.user)
+        policies, people = policies.filter(created_by=ctx.caller.user), people.filter(user=ctx.caller.user)
+    keys = keys.filter(live | _used_lately(ctx, "apikey", since))
+    connections = connections.filter(live | _used_lately(ctx, "oauth", since))
+    return {
+        "apikey": keys.annotate(kind=Value("apikey"), bid=F("pk")),
+        "oauth": connections.annotate(kind=Value("oauth"), bid=F("pk")),
+        "person": people.annotate(kind=Value("person"), bid=F("user_id")),
+        "policy": policies.annotate(kind=Value("policy"), bid=F("pk")),
+    }
+
+
+def _after(cursor: str | None) -> tuple[str, uuid.UUID] | None:
+    if cursor is None:
+        return None
+    kind, raw = decode_cursor(cursor, 2)
+    try:
+        if kind not in budget.KINDS:
+            raise ValueError(kind)
+        return kind, uuid.UUID(str(raw))
+    except ValueError:
+        raise GateError.invalid("cursor", "is not a cursor this service gave out") from None
+
+
+def _page(ctx: Context, since: datetime, cursor: str | None, size: int) -> list[tuple[str, uuid.UUID]]:
+    """One page of (kind, id), ordered by kind then id, after the cursor: one UNION query."""
+    after = _after(cursor)
+    parts = []
+    for kind, rows in sorted(_spines(ctx, since).items()):
+        if after is not None and kind < after[0]:
+            continue
+        if after is not None and kind == after[0]:
+            rows = rows.filter(bid__gt=after[1])
+        parts.append(rows.values_list("kind", "bid"))
+    if not parts:
+        return []
+    union = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+    return [(k, b) for k, b in union.order_by("kind", "bid")[: size + 1]]
+
+
+def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """What each budget of the page is, and its hourly limit."""
+    ids: dict[str, list[uuid.UUID]] = defaultdict(list)
+    for kind, bid in page:
+        ids[kind].append(bid)
+    limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for key in ApiKey.objects.for_tenant(ctx.tenant).filter(pk__in=ids["apikey"]).select_related("user"):
+        found["apikey", str(key.pk)] = {"name": key.name, "prefix": key.prefix, "person": key.user.email,
+                                        "active": key.is_live(ctx.now), "limit_per_hour": limit}  # fmt: skip
+    for row in Connection.objects.for_tenant(ctx.tenant).filter(pk__in=ids["oauth"]).select_related("user"):
+        found["oauth", str(row.pk)] = {"name": row.client_name, "prefix": None, "person": row.user.email,
+                                       "active": row.is_live(ctx.now), "limit_per_hour": limit}  # fmt: skip
+    for policy in SendPolicy.objects.for_tenant(ctx.tenant).filter(pk__in=ids["policy"]).select_related("created_by"):
+        found["policy", str(policy.pk)] = {"name": policy.name, "prefix": None, "person": policy.created_by.email,
+                                           "active": True, "limit_per_hour": policy.recipients_per_hour}  # fmt: skip
+    members = Membership.objects.for_tenant(ctx.tenant).filter(user_id__in=ids["person"]).select_related("user")
+    for member in members:
+        found["person", str(member.user_id)] = {"name": member.user.email, "prefix": None,
+                                                "person": member.user.email, "active": member.user.is_active,
+                                                "limit_per_hour": limit}  # fmt: skip
+    return found
+
+
+def _rolled_up(ctx: Context, page: list[tuple[str, str]], since: datetime) -> dict[tuple[str, str], list[BudgetUsage]]:
+    which = Q()
+    for kind in {k for k, _ in page}:
+        which |= Q(kind=kind, budget_id__in=[b for k, b in page if k == kind])
+    rows: dict[tuple[str, str], list[BudgetUsage]] = defaultdict(list)
+    for row in BudgetUsage.objects.for_tenant(ctx.tenant).filter(which, window_start__gte=since):
+        rows[row.kind, row.budget_id].append(row)
+    return rows
+
+
+@operation(
+    name="list_send_budgets",
+    summary="Hourly send budgets in use (yours; an ADMIN sees the tenant's): per API key, connection, send policy "
+    "and person, the limit, this hour's use (live, or rolled up when Redis is away) and the last 24 hours.",
+    input=Page,
+    output=BudgetsOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
+)
+def list_send_budgets(ctx: Context, data: Page) -> BudgetsOut:
+    size = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    now = ctx.now.timestamp()
+    current = window_start(int(now) // budget.WINDOW_SECONDS)
+    since = current - timedelta(hours=HISTORY_HOURS)
+    found = _page(ctx, since, data.cursor, size)
+    page = [(kind, str(bid)) for kind, bid in found[:size]]
+    names = [f"{ctx.tenant.pk}:{kind}:{bid}" for kind, bid in page]
+    try:
+        live: list[int] | None = budget.used_now(names, now)
+    except redis.RedisError:
+        live = None
+    described, history = _describe(ctx, found[:size]), _rolled_up(ctx, page, since)
+    budgets = []
+    for i, (kind, bid) in enumerate(page):
+        what = described.get((kind, bid))
+        if what is None:  # gone between the two queries
+            continue
+        rows = history.get((kind, bid), [])
+        this_hour = next((r for r in rows if r.window_start == current), None)
+        used = live[i] if live is not None else (this_hour.used if this_hour else 0)
+        earlier = sorted((r for r in rows if r.window_start < current), key=lambda r: r.window_start)
+        budgets.append(BudgetOut(
+            kind=kind, id=bid, **what,  # type: ignore[arg-type]
+            current_hour=CurrentHourOut(
+                starts_at=current, used=used, left=max(0, what["limit_per_hour"] - used), live=live is not None,
+                rolled_up_at=this_hour.rolled_up_at if live is None and this_hour else None,
+            ),
+            last_24_hours=[HourOut(starts_at=r.window_start, used=r.used) for r in earlier],
+            used_last_24_hours=sum(r.used for r in earlier),
+        ))  # fmt: skip
+    more = len(found) > size
+    return BudgetsOut(budgets=budgets, live=live is not None,
+                      next_cursor=encode_cursor([page[-1][0], page[-1][1]]) if more else None)  # fmt: skip
