@@ -11,7 +11,7 @@ from tests.callers import joined
 from tests.conftest import Person
 from tests.test_rest_door import api_client, error_of, post
 
-PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/mailboxes"]
+PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/mailboxes", "/budgets"]
 
 
 def _signed_in(p: Person) -> Client:
@@ -40,7 +40,7 @@ def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
 
 def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
     client = _signed_in(alice)
-    for page in ("keys", "members", "exposure", "mailboxes"):
+    for page in ("keys", "members", "exposure", "mailboxes", "budgets"):
         path = f"/{page}"
         html = client.get(path).content.decode()
         assert f'data-page="{page}" data-role="OWNER"' in html
@@ -49,7 +49,7 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
                "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
                "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
                "set_operation_exposure", "list_accounts", "connect_mailbox", "sync_mailbox",
-               "remove_mailbox"):  # fmt: skip
+               "remove_mailbox", "list_send_budgets"):  # fmt: skip
         assert f'"{op}"' in script, op
 
 

@@ -13,6 +13,7 @@ urlpatterns = [
     path("exposure", views.page, {"name": "exposure"}, name="console-exposure"),
     path("outbound", views.page, {"name": "outbound"}, name="console-outbound"),
     path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
+    path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route
