@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+from django.conf import settings
+from django.core import signing
 from django.test import Client
 
 from apps.agents.keys import issue_key
+from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.operations.registry import OpClass, registry
+from apps.outbound.models import OutboundRequest
 from config.redis_client import redis_client
-from tests.callers import membership
+from tests.callers import as_person, call, membership
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox
+from tests.mailservers import ImapServer, SmtpServer
 from tests.oauthflow import RESOURCE, connect
+from tests.outbound_accounts import imap_account, mail_user
 
 LEGACY = "2025-11-25"
 
@@ -317,3 +327,180 @@ def test_a_proposal_quoting_the_mailbox_is_fenced(client: Client, alice: Person,
     quoted = json.dumps(body["error"]["proposal"]["changes"])
     assert f"[untrusted:{marker}]" in quoted and "[/untrusted:x]" not in quoted
     assert "Ignore the user" in quoted and body["error"]["proposal"]["token"]
+
+
+# --- URL elicitation of outbound approvals (SPEC §10) ---------------------------------------------------------
+
+CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+URL_CAPABLE = {**ENVELOPE, CAPABILITIES: {"elicitation": {"form": {}, "url": {}}}}
+
+
+@pytest.fixture
+def outbound(alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer) -> dict[str, Any]:
+    """Alice's IMAP account and a key that may request sending; Mallory has both too, in her own tenant."""
+    account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
+    imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
+    return {"account": str(account.pk), "key": key_for(alice, ["read", "write", "send"]),
+            "theirs": key_for(mallory, ["read", "write", "send"]), "bob": mail_user(imap_server, "bob")}  # fmt: skip
+
+
+def _email(outbound: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    return {"account_id": outbound["account"], "to": [outbound["bob"]], "subject": "Quarterly figures",
+            "body": "The totals are in.\n", "idempotency_key": key or uuid.uuid4().hex}  # fmt: skip
+
+
+def _tool(client: Client, key: str, name: str, arguments: dict[str, Any], envelope: dict[str, Any] | None,
+          **params: Any) -> Any:  # fmt: skip
+    """A tools/call in the 2026 era with `envelope`, or in the 2025 era when it is None."""
+    if envelope is None:
+        return post(client, rpc("tools/call", {"name": name, "arguments": arguments}), token=key,
+                    **{"MCP-Protocol-Version": LEGACY})  # fmt: skip
+    body = rpc("tools/call", {"name": name, "arguments": arguments, **params, "_meta": envelope})
+    return post(client, body, token=key, **{"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
+                                             "Mcp-Name": name})  # fmt: skip
+
+
+def _confirmed(client: Client, key: str, arguments: dict[str, Any],
+               envelope: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """send_email proposed, then repeated with its token as an agent does: the answer and the arguments sent."""
+    proposal = _tool(client, key, "send_email", arguments, envelope).json()["result"]
+    token = json.loads(proposal["content"][0]["text"])["error"]["proposal"]["token"]
+    confirmed = {**arguments, "confirmation_token": token}
+    response = _tool(client, key, "send_email", confirmed, envelope)
+    assert response.status_code == 200
+    return response.json()["result"], confirmed
+
+
+def _rows(p: Person) -> list[tuple[str, str]]:
+    return [(str(pk), state) for pk, state in OutboundRequest.objects.for_tenant(p.tenant).values_list("pk", "state")]
+
+
+def test_a_waiting_request_asks_a_url_capable_client_to_open_its_console_page(
+    client: Client, alice: Person, mallory: Person, outbound: dict[str, Any]
+) -> None:
+    asked, arguments = _confirmed(client, outbound["key"], _email(outbound), URL_CAPABLE)
+    # the request exists, once, before the client is asked
+    [(request_id, state)] = _rows(alice)
+    assert state == "awaiting_approval" and _rows(mallory) == []
+    assert set(asked) == {"resultType", "inputRequests", "requestState"} and asked["resultType"] == "input_required"
+    [(name, elicit)] = asked["inputRequests"].items()
+    url = f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+    assert elicit["method"] == "elicitation/create" and elicit["params"]["mode"] == "url"
+    assert elicit["params"]["url"] == url and "approve" in elicit["params"]["message"]
+    assert not {"Quarterly", "totals", outbound["bob"]} & set(re.findall(r"[\w.@-]+", json.dumps(elicit)))
+    # the page is Oaken's own console, not pre-authenticated: without a session it asks to sign in
+    anonymous = Client().get(urlsplit(url).path, {"request": request_id})
+    assert anonymous.status_code == 302 and "/accounts/sign-in" in anonymous["Location"]
+
+    # the repeat carries the client's answer and the state: the same request's state, read through the gate
+    for action in ("accept", "decline", "cancel"):
+        response = _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE,
+                         inputResponses={name: {"action": action}}, requestState=asked["requestState"])  # fmt: skip
+        result = response.json()["result"]
+        assert response.status_code == 200 and result["resultType"] == "complete" and result["isError"] is False
+        content = result["structuredContent"]
+        assert (content["request_id"], content["state"], content["approval_url"]) == (request_id, state, url)
+        assert json.loads(result["content"][0]["text"]) == content
+    last = AuditEvent.objects.for_tenant(alice.tenant).order_by("-seq").first()
+    assert last is not None and (last.operation, last.door, last.outcome) == ("get_outbound_request", "mcp", "ok")
+    # whatever the client answered, nothing was approved: that takes a person in the console
+    assert _rows(alice) == [(request_id, "awaiting_approval")]
+    call(as_person(alice), "approve_outbound", {"request_id": request_id})
+    after = _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE,
+                  requestState=asked["requestState"]).json()["result"]  # fmt: skip
+    assert after["structuredContent"]["state"] == "queued" and after["structuredContent"]["approval_url"] is None
+    assert _rows(alice) == [(request_id, "queued")] and _rows(mallory) == []
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        None,  # the 2025 era: capabilities were declared in initialize, which a stateless server does not keep
+        ENVELOPE,
+        {**ENVELOPE, CAPABILITIES: {"elicitation": {}}},  # form mode only
+        {**ENVELOPE, CAPABILITIES: {"elicitation": {"form": {}}}},
+        {**ENVELOPE, CAPABILITIES: {"elicitation": {"url": True}}},
+    ],
+    ids=["2025 era", "2026 without elicitation", "elicitation {}", "form only", "url not an object"],
+)
+def test_without_the_url_capability_the_result_is_unchanged(
+    client: Client, alice: Person, outbound: dict[str, Any], envelope: dict[str, Any] | None
+) -> None:
+    params = {"protocolVersion": LEGACY, "clientInfo": {"name": "t", "version": "1"},
+              "capabilities": {"elicitation": {"form": {}, "url": {}}}}  # fmt: skip
+    assert post(client, rpc("initialize", params), token=outbound["key"]).status_code == 200
+    result, _ = _confirmed(client, outbound["key"], _email(outbound), envelope)
+    [(request_id, _)] = _rows(alice)
+    assert "inputRequests" not in result and result["isError"] is False
+    assert result.get("resultType", "complete") == "complete" and ("resultType" in result) is (envelope is not None)
+    content = result["structuredContent"]
+    assert (content["request_id"], content["state"]) == (request_id, "awaiting_approval")
+    assert content["approval_url"] == f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+    assert "approval_url" in content["next"]
+
+
+def test_a_retry_with_the_same_key_asks_again_and_makes_no_second_request(
+    client: Client, alice: Person, mallory: Person, outbound: dict[str, Any]
+) -> None:
+    arguments = _email(outbound)
+    first, _ = _confirmed(client, outbound["key"], arguments, URL_CAPABLE)
+    again, sent = _confirmed(client, outbound["key"], arguments, URL_CAPABLE)
+    [(request_id, _)] = _rows(alice)
+    urls = [a["inputRequests"]["approve_outbound_request"]["params"]["url"] for a in (first, again)]
+    assert urls == [f"{settings.PUBLIC_URL}/outbound?request={request_id}"] * 2
+    repeat = _tool(client, outbound["key"], "send_email", sent, URL_CAPABLE,
+                   requestState=again["requestState"]).json()["result"]  # fmt: skip
+    assert repeat["structuredContent"]["request_id"] == request_id
+    assert len(_rows(alice)) == 1 and _rows(mallory) == []
+
+
+def test_a_request_a_send_policy_approved_asks_nothing(client: Client, alice: Person,
+                                                       outbound: dict[str, Any]) -> None:  # fmt: skip
+    policy = {"name": "Bob", "allowed_addresses": [outbound["bob"]], "recipients_per_hour": 10}
+    call(as_person(alice), "create_send_policy", policy, confirm=True)
+    result, _ = _confirmed(client, outbound["key"], _email(outbound), URL_CAPABLE)
+    assert result["resultType"] == "complete" and "inputRequests" not in result
+    assert result["structuredContent"]["state"] == "queued" and result["structuredContent"]["approval_url"] is None
+
+
+def test_a_request_state_counts_only_for_its_caller_its_call_and_a_while(
+    client: Client, alice: Person, mallory: Person, outbound: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked, arguments = _confirmed(client, outbound["key"], _email(outbound), URL_CAPABLE)
+    state = asked["requestState"]
+    [(request_id, _)] = _rows(alice)
+    other_key = key_for(alice, ["read", "write", "send"])
+    tampered = state[:-3] + ("AAA" if not state.endswith("AAA") else "BBB")
+    attempts = [
+        (outbound["key"], "send_email", arguments, {"requestState": tampered}),
+        (outbound["key"], "send_email", arguments, {"requestState": 12345}),
+        (outbound["key"], "send_email", {**arguments, "subject": "Other"}, {"requestState": state}),
+        (outbound["key"], "send_draft", arguments, {"requestState": state}),
+        (outbound["key"], "send_email", arguments, {"requestState": state, "inputResponses": ["accept"]}),
+        (
+            outbound["key"],
+            "send_email",
+            arguments,
+            {"requestState": state, "inputResponses": {"approve_outbound_request": {"action": "approve"}}},
+        ),
+        (other_key, "send_email", arguments, {"requestState": state}),  # another key of the same person
+        (outbound["theirs"], "send_email", arguments, {"requestState": state}),  # another tenant
+    ]
+    for key, name, args, params in attempts:
+        response = _tool(client, key, name, args, URL_CAPABLE, **params)
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["code"] == -32602, (name, params)
+        text = response.content.decode()
+        assert state not in text and tampered not in text and request_id not in text and "Quarterly" not in text
+    assert "requestState" in _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE,
+                                   requestState=tampered).json()["error"]["message"]  # fmt: skip
+    # a state is good for MCP_REQUEST_STATE_TTL_SECONDS
+    ttl = settings.OPERATIONS["MCP_REQUEST_STATE_TTL_SECONDS"]
+    later = time.time() + ttl + 5
+    monkeypatch.setattr(signing, "time", SimpleNamespace(time=lambda: later))
+    expired = _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE, requestState=state)
+    assert expired.status_code == 400 and expired.json()["error"]["code"] == -32602
+    monkeypatch.undo()
+    fine = _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE, requestState=state)
+    assert fine.json()["result"]["structuredContent"]["request_id"] == request_id
+    assert _rows(alice) == [(request_id, "awaiting_approval")] and _rows(mallory) == []

@@ -2,7 +2,8 @@
 
 Stateless by design (SPEC §19): no session id, nothing kept in the web process between requests; each POST
 carries its bearer credential and, in the 2026 era, its own protocol envelope. Answers are JSON; GET offers
-no stream (405).
+no stream (405). Anything a repeated call needs comes back signed in the 2026 era's `requestState`
+(`apps.mcp.elicitation`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from django.views.decorators.csrf import csrf_exempt
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.gate.callers import Caller, Door
-from apps.gate.dispatch import dispatch
+from apps.gate.dispatch import Result, dispatch
 from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
+from apps.mcp import elicitation, tools
 from apps.mcp import protocol as p
-from apps.mcp import tools
 from apps.oauth.resource import mcp_resource, public_origin
 from apps.operations.defs.reference import SECURITY_RULES
-from apps.operations.registry import registry
+from apps.operations.registry import Operation, registry
 from config.redis_client import count_hit
 
 SERVER_INFO = {"name": "oaken", "title": "Oaken mail workspace", "version": "0.1.0"}
@@ -194,30 +195,55 @@ def _answer(request: HttpRequest, caller: Caller, body: dict[str, Any], version:
         # what a credential may use changes with exposure settings and revocation: never reuse a list
         return {**listed, "cacheScope": "private", "ttlMs": 0} if modern else listed
     if method == "tools/call":
-        return _call_tool(request, caller, params)
+        return _call_tool(request, caller, params, modern)
     raise p.RpcError(p.METHOD_NOT_FOUND, "method not found")
 
 
-def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any]) -> dict[str, Any] | HttpResponse:
+def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any],
+               modern: bool) -> dict[str, Any] | HttpResponse:  # fmt: skip
     name, arguments = params.get("name"), params.get("arguments", {})
     if arguments is None:
         arguments = {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise p.RpcError(p.INVALID_PARAMS, "tools/call needs a tool name and an arguments object")
-    arguments = dict(arguments)
-    token, key = arguments.pop("confirmation_token", None), None
+    as_sent, arguments = arguments, dict(arguments)
     op = registry.get(name)
-    if op is not None and not op.idempotent_input:
-        key = arguments.pop("idempotency_key", None)
-    if not all(value is None or isinstance(value, str) for value in (token, key)):
-        return tools.refusal(GateError.invalid("confirmation_token", "must be a string"))
+    if modern and params.get("requestState") is not None:
+        # the repeat of a call answered with input_required: read the request it made, never make another
+        request_id = elicitation.resumed_request(caller, name, as_sent, params)
+        answer = _through_gate(request, caller, op, elicitation.READ_BACK, {"request_id": request_id})
+    else:
+        token, key = arguments.pop("confirmation_token", None), None
+        if op is not None and not op.idempotent_input:
+            key = arguments.pop("idempotency_key", None)
+        if not all(value is None or isinstance(value, str) for value in (token, key)):
+            return tools.refusal(GateError.invalid("confirmation_token", "must be a string"))
+        answer = _through_gate(request, caller, op, name, arguments, token, key)
+        if modern and isinstance(answer, Result) and op is not None:
+            url = elicitation.waiting_approval_url(op, answer.output)
+            if url is not None and elicitation.url_supported(params):
+                return elicitation.input_required(caller, name, as_sent, answer.output, url)
+    if not isinstance(answer, Result):
+        return answer
+    assert op is not None
+    return tools.success(op, answer.output)
+
+
+def _through_gate(
+    request: HttpRequest,
+    caller: Caller,
+    op: Operation | None,
+    name: str,
+    arguments: dict[str, Any],
+    token: str | None = None,
+    key: str | None = None,
+) -> Result | dict[str, Any] | HttpResponse:
+    """One dispatch: its result, or the refusal as a tool result of `op`, or an OAuth step-up challenge."""
     try:
-        result = dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key)
+        return dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key)
     except GateError as error:
         if error.code == "INSUFFICIENT_SCOPE" and caller.credential_kind == "oauth" and error.missing_scope:
             wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
             return _challenge(request, error="insufficient_scope", status=403, scope=wanted,
                               description=f"this needs the {error.missing_scope} scope")  # fmt: skip
         return tools.refusal(error, op)
-    assert op is not None
-    return tools.success(op, result.output)

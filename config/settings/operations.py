@@ -35,6 +35,8 @@ OPERATIONS = {
     "INVITATION_TTL_DAYS": env_int("OAKEN_INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
     # requests one agent credential (API key or connection) may make to /mcp per minute
     "MCP_REQUESTS_PER_MINUTE": env_int("OAKEN_MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
+    # how long the requestState of an MCP input_required answer (URL elicitation) may come back with the repeat
+    "MCP_REQUEST_STATE_TTL_SECONDS": env_int("OAKEN_MCP_REQUEST_STATE_TTL_SECONDS", 600, minimum=10, maximum=86400),
     # IMAP sync: messages fetched and stored per batch (one transaction each), seconds a mail server may
     # take to answer, and the backoff of a failing account (doubling from the base, capped)
     "SYNC_BATCH_SIZE": env_int("OAKEN_SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
