@@ -14,21 +14,28 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
+from django.conf import settings
+from django.test import Client as DjangoClient
 from django.utils import timezone
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
-from mcp.types import TextContent
+from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult, ErrorData, TextContent
 from pydantic import AnyUrl
 
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
 from apps.gate.callers import Caller
 from apps.gate.exposure import offered_operations
+from apps.outbound.models import OutboundRequest
+from tests.browser import chromium_page
 from tests.callers import as_person, call, membership
 from tests.conftest import PASSWORD, Person
 from tests.mailbox import World, build_world, read_flags
+from tests.mailservers import ImapServer, SmtpServer
+from tests.outbound_accounts import imap_account, mail_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -49,12 +56,12 @@ def _key(person: Person, scopes: list[str], workspaces: list[str] | None = None)
 
 
 def _session(url: str, mode: str, body: Callable[[Client], Awaitable[Any]], *, key: str | None = None,
-             auth: httpx2.Auth | None = None) -> Any:  # fmt: skip
+             auth: httpx2.Auth | None = None, **options: Any) -> Any:  # fmt: skip
     async def run() -> Any:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         async with (
             httpx2.AsyncClient(headers=headers, auth=auth, timeout=30) as http,
-            Client(streamable_http_client(url + "/mcp", http_client=http), mode=mode) as client,
+            Client(streamable_http_client(url + "/mcp", http_client=http), mode=mode, **options) as client,
         ):
             return await body(client)
 
@@ -188,6 +195,74 @@ def test_a_revoked_key_is_refused_on_its_next_call(live_url: str, world: World, 
                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
     assert response.status_code == 401
     assert 'resource_metadata="' in response.headers["WWW-Authenticate"]
+
+
+# --- asking the client to open the approval page (URL elicitation, SPEC §10) ----------------------------------
+
+
+def _session_cookie(person: Person) -> str:
+    browser = DjangoClient()
+    browser.force_login(person.user)
+    return browser.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+@LEGACY_AND_AUTO
+def test_a_url_capable_client_is_asked_to_open_the_approval_page_where_only_a_person_approves(
+    live_url: str, world: World, imap_server: ImapServer, smtp_server: SmtpServer, mode: str
+) -> None:
+    alice, mallory = world.alice.person, world.mallory.person
+    account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
+    key = _key(alice, ["read", "write", "send"])
+    email = {"account_id": str(account.pk), "to": [mail_user(imap_server, "bob")], "subject": "Quarterly figures",
+             "body": "The totals are in.\n", "idempotency_key": f"figures-{mode}"}  # fmt: skip
+    asked: list[ElicitRequestParams] = []
+
+    async def open_page(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        asked.append(params)  # a real client shows the URL, and opens it in the browser once the user agrees
+        return ElicitResult(action="accept")
+
+    async def send(client: Client) -> Any:
+        proposal = await client.call_tool("send_email", email)
+        token = json.loads(_text(proposal))["error"]["proposal"]["token"]
+        made = await client.call_tool("send_email", {**email, "confirmation_token": token})
+        return made, client.session.protocol_version
+
+    made, version = _session(live_url, mode, send, key=key, elicitation_callback=open_page)
+    [request] = OutboundRequest.objects.for_tenant(alice.tenant)
+    url = f"{settings.PUBLIC_URL}/outbound?request={request.pk}"
+    # the agent's result is the same either way: the request, waiting, with the page where a person decides
+    assert made.is_error is False and made.structured_content["request_id"] == str(request.pk)
+    assert made.structured_content["state"] == "awaiting_approval" and made.structured_content["approval_url"] == url
+    if version == "2025-11-25":
+        assert asked == []  # declared at initialize, which this stateless server does not keep
+        return
+    assert version == "2026-07-28"
+    [elicit] = asked
+    assert isinstance(elicit, ElicitRequestURLParams) and elicit.url == url and "approve" in elicit.message
+    assert request.state == "awaiting_approval"  # the client accepted opening it: that approves nothing
+
+    # the person opens the page in their own signed-in browser session; another tenant's person sees nothing
+    path = urlsplit(url).path + "?" + urlsplit(url).query
+    cookies = {"alice": _session_cookie(alice), "mallory": _session_cookie(mallory)}
+    with chromium_page(live_url) as page:
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["mallory"],
+                                   "url": live_url}])  # fmt: skip
+        page.goto(path)
+        page.wait_for_selector("#outbound-list >> text=Nothing is waiting for your approval.")
+        page.context.clear_cookies()
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["alice"],
+                                   "url": live_url}])  # fmt: skip
+        page.goto(path)
+        page.click(f'article[data-request-id="{request.pk}"] button[data-action=approve]')
+        page.wait_for_selector("#notice >> text=Approved: it is queued for delivery.")
+
+    async def look(client: Client) -> Any:
+        return await client.call_tool("get_outbound_request", {"request_id": str(request.pk)})
+
+    seen = _session(live_url, mode, look, key=key, elicitation_callback=open_page)
+    assert seen.structured_content["state"] == "queued" and len(asked) == 1
+    assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
 
 
 # --- the whole OAuth flow, consent given in a signed-in browser session --------------------------------------
