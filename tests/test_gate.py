@@ -253,3 +253,24 @@ def test_verify_runs_after_every_check_and_outside_the_transaction(alice: Person
         assert _events(mallory) == []
     finally:
         registry.remove("test_verified")
+
+
+def test_a_verify_step_that_breaks_is_an_internal_error_audited_without_its_message(
+    alice: Person, mallory: Person, caplog: pytest.LogCaptureFixture
+) -> None:
+    def verify(ctx: object, data: Nothing) -> None:
+        raise UnicodeEncodeError("ascii", data.message_id, 0, 1, "the input's own characters")
+
+    def handler(ctx: object, data: Nothing) -> Ok:
+        raise AssertionError("never reached")
+
+    operation(name="test_verify_breaks", summary="t", op_class=OpClass.MUTATE, input=Nothing, output=Ok,
+              ceiling=Ceiling.NEVER, verify=verify)(handler)  # fmt: skip
+    try:
+        error = refusal(as_person(alice), "test_verify_breaks", {"message_id": "pässwörd"})
+        assert error.code == "INTERNAL_ERROR" and "pässwörd" not in error.message
+        assert "pässwörd" not in caplog.text and "UnicodeEncodeError" in caplog.text
+        assert [(e.operation, e.outcome) for e in _events(alice)] == [("test_verify_breaks", "INTERNAL_ERROR")]
+        assert _events(mallory) == []
+    finally:
+        registry.remove("test_verify_breaks")

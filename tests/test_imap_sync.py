@@ -17,12 +17,14 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
+from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientError
 from pytest_django import Settings
 
 from apps.audit.models import AuditEvent
 from apps.mail import sync as sync_module
-from apps.mail.mirror import push_flags
-from apps.mail.models import FolderKind, MailAccount, Message, Thread
+from apps.mail.mirror import mirror_lock, push_flags, push_moves
+from apps.mail.models import FLAG_SEEN, FolderKind, MailAccount, Message, Thread
 from apps.mail.sync import account_lock, due_accounts, run_sync
 from apps.mail.tasks import push_flags_task, sync_account_task, sync_due_accounts_task
 from tests.callers import as_agent, as_person, call, refusal
@@ -495,21 +497,23 @@ def test_a_sync_before_the_push_never_undoes_a_change_made_in_oaken(
     with django_capture_on_commit_callbacks(execute=False) as pushes:  # the push task has not run yet
         call(as_person(alice), "mark_read", {"message_ids": [str(first.pk)]})
     assert pushes[-1].keywords["message_ids"] == [str(first.pk)]  # the push, waiting for its worker
-    with imap_server.client(user) as c:  # meanwhile another client flags it: the server's copy moves on
+    with imap_server.client(user) as c:  # meanwhile another client flags it (and the server says it is unread)
         c.select_folder("INBOX")
         c.add_flags([1], [FLAGGED])
-    assert sync(boxes["alice"]).counts.flags_changed == 0
+    # the other client's flag is taken; Oaken's read, which the server has not heard of yet, is kept
+    assert sync(boxes["alice"]).counts.flags_changed == 1
     first.refresh_from_db()
-    assert (first.read, first.pinned) == (True, False) and first.flags_pending_at is not None
+    assert (first.read, first.pinned, first.flags_pending) == (True, True, FLAG_SEEN)
 
     assert push_flags(tenant=alice.tenant, message_ids=[str(first.pk)]) == 1  # the task runs late
-    assert server_flags(imap_server, user, "INBOX") == [(SEEN,), ()]  # Oaken's flags, the later change
+    # only what changed in Oaken was pushed: the other client's flag stands beside it
+    assert [tuple(sorted(f)) for f in server_flags(imap_server, user, "INBOX")] == [(FLAGGED, SEEN), ()]
     first.refresh_from_db()
-    assert first.flags_pending_at is None
+    assert (first.flags_pending, first.flags_pending_at) == (0, None)
     # the flags held back are asked for again (the MODSEQ was not moved past them): all agree now
     assert sync(boxes["alice"]).counts.flags_changed == 0
     first.refresh_from_db()
-    assert (first.read, first.pinned) == (True, False)
+    assert (first.read, first.pinned) == (True, True)
     with imap_server.client(user) as c:
         c.select_folder("INBOX")
         c.remove_flags([1], [SEEN])
@@ -541,3 +545,214 @@ def test_a_push_that_never_ran_is_queued_again_by_a_later_sync(
     with django_capture_on_commit_callbacks(execute=True):
         sync(boxes["alice"])
     assert queued == [{"tenant_id": str(alice.tenant.pk), "message_ids": [str(message.pk)]}]
+
+
+def test_a_copy_on_the_server_never_takes_the_message_away_and_keeps_it_when_the_original_goes(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer, settings: Settings
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Saved")
+    for raw in mail(2):
+        imap_server.append(user, "INBOX", raw)
+    sync(boxes["alice"])
+    with imap_server.client(user) as c:  # another client keeps copies, as Gmail's All Mail does
+        c.select_folder("INBOX")
+        c.copy([1, 2], "Saved")
+    assert sync(boxes["alice"]).counts == sync_module.SyncCounts(folders=6)
+    held = by_message_id(alice, boxes["alice"])
+    assert {(m.folder.name, m.imap_folder_id) for m in held.values()} == {("INBOX", held["m-0@example.test"].folder_id)}
+
+    # the original goes: the same sync finds its copy, and Oaken follows it there
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.delete_messages([1])
+        c.expunge()
+    outcome = sync(boxes["alice"])
+    assert (outcome.counts.missing, outcome.counts.relocated, outcome.counts.removed) == (1, 1, 0)
+    first = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    assert (first.folder.name, first.imap_folder_id, first.imap_uid, first.imap_missing_since) == (
+        "Saved", first.folder_id, 1, None,
+    )  # fmt: skip
+
+    # and when the copy goes too, it is gone from the server: removed once the grace period is over
+    settings.OPERATIONS = {**settings.OPERATIONS, "SYNC_MISSING_GRACE_SECONDS": 0}
+    with imap_server.client(user) as c:
+        c.select_folder("Saved")
+        c.delete_messages([1])
+        c.expunge()
+    assert (sync(boxes["alice"]).counts.missing, sync(boxes["alice"]).counts.removed) == (1, 1)
+    assert sorted(by_message_id(alice, boxes["alice"])) == ["m-1@example.test"]
+    assert by_message_id(alice, boxes["alice"])["m-1@example.test"].folder.name == "INBOX"
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_move_by_another_client_into_a_folder_synced_earlier_is_followed_in_the_same_sync(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Zed")
+    imap_server.append(user, "Zed", mail(1, "z")[0])
+    sync(boxes["alice"])
+    with imap_server.client(user) as c:  # INBOX is synced first: there it looks like a copy, until Zed is
+        c.select_folder("Zed")
+        c.move([1], "INBOX")
+    outcome = sync(boxes["alice"])
+    assert (outcome.counts.stored, outcome.counts.missing, outcome.counts.relocated) == (0, 1, 1)
+    moved = by_message_id(alice, boxes["alice"])["z-0@example.test"]
+    assert (moved.folder.name, moved.imap_folder_id, moved.imap_uid, moved.imap_missing_since) == (
+        "INBOX", moved.folder_id, 1, None,
+    )  # fmt: skip
+    zed = folder(alice, boxes["alice"], "Zed")
+    followed = {"id": str(moved.pk), "before": {"folder_id": str(zed.pk)}, "after": {"folder_id": str(moved.folder_id)}}
+    assert followed in [t for e in sync_events(alice) for t in e.targets]
+    assert sync(boxes["alice"]).counts == sync_module.SyncCounts(folders=6)
+    assert sync_events(mallory) == []
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_message_the_store_cannot_take_does_not_make_every_sync_list_the_folder(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    user = boxes["alice_user"]
+    settings.OPERATIONS = {**settings.OPERATIONS, "IMPORT_MAX_MESSAGE_BYTES": 2000}
+    imap_server.append(user, "INBOX", mail(1)[0])
+    imap_server.append(user, "INBOX", raw_message(subject="Big", body="x" * 5000, message_id="<big@example.test>"))
+    imap_server.append(user, "INBOX", mail(3)[2])
+    assert sync(boxes["alice"]).counts.failed == 1
+    listings: list[str] = []
+    original = sync_module._find_missing
+
+    def counted(*args: Any) -> int:
+        listings.append(args[2].name)
+        return original(*args)
+
+    monkeypatch.setattr(sync_module, "_find_missing", counted)
+    for _ in range(2):
+        assert sync(boxes["alice"]).counts.missing == 0
+    assert listings == []  # the server's count of UIDs is compared with its own count last time
+    with imap_server.client(user) as c:
+        c.select_folder("INBOX")
+        c.delete_messages([3])
+        c.expunge()
+    assert sync(boxes["alice"]).counts.missing == 1
+    assert listings == ["INBOX"]
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_folder_a_list_leaves_out_is_asked_for_before_its_messages_are_let_go(
+    alice: Person, boxes: dict[str, Any], imap_server: ImapServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+    imap_server.append(user, "Projects", mail(1, "p")[0])
+    sync(boxes["alice"])
+    listed = IMAPClient.list_folders
+
+    def list_without_projects(self: IMAPClient, *args: Any, **kwargs: Any) -> list[Any]:
+        return [entry for entry in listed(self, *args, **kwargs) if entry[2] != "Projects"]
+
+    monkeypatch.setattr(IMAPClient, "list_folders", list_without_projects)  # a server's hiccup
+    assert sync(boxes["alice"]).counts.missing == 0
+    held = by_message_id(alice, boxes["alice"])["p-0@example.test"]
+    assert (held.imap_uid, held.imap_missing_since) == (1, None)
+    assert folder(alice, boxes["alice"], "Projects").imap_uidvalidity is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pushes_to_one_account_take_turns_and_each_pushes_what_oaken_holds_when_its_turn_comes(
+    alice: Person, mallory: Person, boxes: dict[str, Any], imap_server: ImapServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(push_flags_task, "delay", lambda **kw: None)  # the pushes run here, by hand
+    user = boxes["alice_user"]
+    imap_server.append(user, "INBOX", mail(1)[0])
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    call(as_person(alice), "mark_read", {"message_ids": [str(message.pk)]})
+    finished = threading.Event()
+
+    def late_push() -> None:  # a worker whose push of the mark_read comes late
+        try:
+            push_flags(tenant=alice.tenant, message_ids=[str(message.pk)])
+            finished.set()
+        finally:
+            connections.close_all()
+
+    with mirror_lock(boxes["alice"]) as held:  # another push of this account is under way
+        assert held
+        worker = threading.Thread(target=late_push)
+        worker.start()
+        assert not finished.wait(1.0)  # it waits its turn
+        call(as_person(alice), "mark_unread", {"message_ids": [str(message.pk)]})  # meanwhile: unread again
+    worker.join(30)
+    assert finished.is_set()
+    # it pushed what Oaken held when its turn came, not what it was queued for
+    assert server_flags(imap_server, user, "INBOX") == [()]
+    message.refresh_from_db()
+    assert (message.read, message.flags_pending, message.flags_pending_at) == (False, 0, None)
+    assert sync(boxes["alice"]).counts.flags_changed == 0
+    mallory_unchanged(mallory, boxes, imap_server)
+
+
+def test_a_push_leaves_a_folder_alone_whose_uidvalidity_changed(
+    alice: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    with imap_server.client(user) as c:
+        c.create_folder("Projects")
+    imap_server.append(user, "Projects", mail(1, "p")[0])
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["p-0@example.test"]
+    with django_capture_on_commit_callbacks(execute=False):
+        call(as_person(alice), "mark_read", {"message_ids": [str(message.pk)]})
+        call(as_person(alice), "move_messages", {"message_ids": [str(message.pk)], "folder": "INBOX"})
+    with imap_server.client(user) as c:  # recreated before Oaken's next sync: UID 1 is another message now
+        c.delete_folder("Projects")
+        c.create_folder("Projects")
+    imap_server.append(user, "Projects", mail(1, "other")[0])
+    assert push_flags(tenant=alice.tenant, message_ids=[str(message.pk)]) == 0
+    assert push_moves(tenant=alice.tenant, message_ids=[str(message.pk)]) == 0
+    assert server_flags(imap_server, user, "Projects") == [()]  # the other message, untouched
+    assert imap_server.folder_messages(user, "INBOX") == []
+    message.refresh_from_db()
+    assert message.flags_pending == FLAG_SEEN and message.imap_uid == 1  # it waits for the next sync
+
+
+def test_a_change_the_server_refuses_gives_way_to_the_servers_flags(
+    alice: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    user = boxes["alice_user"]
+    imap_server.append(user, "INBOX", mail(1)[0])
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    with django_capture_on_commit_callbacks(execute=False):
+        call(as_person(alice), "mark_read", {"message_ids": [str(message.pk)]})
+
+    def refuse(self: IMAPClient, *args: Any, **kwargs: Any) -> None:
+        raise IMAPClientError("STORE failed: the folder is read-only")  # as a shared folder answers
+
+    monkeypatch.setattr(IMAPClient, "add_flags", refuse)
+    assert push_flags(tenant=alice.tenant, message_ids=[str(message.pk)]) == 1
+    assert "read-only" not in caplog.text and "refused to change flags" in caplog.text
+    message.refresh_from_db()
+    assert (message.read, message.flags_pending) == (True, 0)
+    assert folder(alice, boxes["alice"], "INBOX").imap_highestmodseq == 0
+    # the next sync reads every flag of the folder again, and the server's stand
+    assert sync(boxes["alice"]).counts.flags_changed == 1
+    message.refresh_from_db()
+    assert message.read is False

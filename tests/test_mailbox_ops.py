@@ -44,10 +44,10 @@ class _AuthHandler:
 
 @pytest.fixture
 def smtp_with_auth() -> Iterator[tuple[str, int]]:
-    """An SMTP server that offers AUTH and accepts only PASSWORD."""
+    """An SMTP server that offers AUTH and accepts only PASSWORD (or, as UTF-8, NON_ASCII_PASSWORD)."""
 
     def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
-        ok = isinstance(data, LoginPassword) and data.password == PASSWORD.encode()
+        ok = isinstance(data, LoginPassword) and data.password in (PASSWORD.encode(), NON_ASCII_PASSWORD.encode())
         return AuthResult(success=ok, handled=False)
 
     port = free_port()
@@ -58,6 +58,9 @@ def smtp_with_auth() -> Iterator[tuple[str, int]]:
         yield "127.0.0.1", port
     finally:
         controller.stop()
+
+
+NON_ASCII_PASSWORD = "pässwörd-日本"
 
 
 def _connect_input(server: ImapServer, smtp: SmtpServer, user: str, **imap: Any) -> dict[str, Any]:
@@ -279,3 +282,29 @@ def test_an_agent_asking_for_a_sync_waits_out_a_failing_accounts_backoff_and_a_p
     theirs = as_agent(mallory, scopes={"read", "write"})
     assert refusal(theirs, "sync_mailbox", {"account_id": account_id}).code == "NOT_FOUND"
     assert call(theirs, "sync_mailbox", {"account_id": mallory_id})["queued"] is True
+
+
+def test_a_password_beyond_ascii_logs_in_as_utf_8_and_a_bad_one_is_never_repeated(
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    smtp_with_auth: tuple[str, int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    user = imap_server.add_user(f"utf8-{timezone.now().timestamp()}@example.test", NON_ASCII_PASSWORD)
+    data = _connect_input(imap_server, smtp_server, user, password="wrong-pässwörd")
+    data["smtp"] = {"host": smtp_with_auth[0], "port": smtp_with_auth[1], "security": "none",
+                    "password": "wrong-pässwörd"}  # fmt: skip
+    error = refusal(as_person(alice), "connect_mailbox", data)
+    assert (error.code, error.field) == ("INVALID_INPUT", "imap.password")
+    data["imap"]["password"] = NON_ASCII_PASSWORD
+    error = refusal(as_person(alice), "connect_mailbox", data)
+    assert (error.code, error.field) == ("INVALID_INPUT", "smtp.password")
+    assert "wrong" not in json.dumps(error.as_dict()) and "wrong" not in caplog.text and "ä" not in caplog.text
+    _nothing_saved(alice)
+    data["smtp"]["password"] = NON_ASCII_PASSWORD
+    out = call(as_person(alice), "connect_mailbox", data)  # IMAP AUTHENTICATE PLAIN and SMTP AUTH PLAIN, UTF-8
+    assert NON_ASCII_PASSWORD not in json.dumps(out)
+    assert sync(out["id"]).state == "synced"
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()

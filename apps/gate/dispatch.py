@@ -84,7 +84,7 @@ def dispatch(
             _confirmation(ctx, op, data, digest, confirm=confirm, token=confirmation_token)
         _limits(op, data)
         if op.verify is not None:
-            op.verify(ctx, data)
+            _verify(op, ctx, data)
         return _run(ctx, op, data, digest, idempotency_key)
     except _Audited:
         raise
@@ -201,6 +201,19 @@ def _limits(op: Operation, data: BaseModel) -> None:
         maximum = settings.OPERATIONS[bound.setting]
         if size > maximum:
             raise GateError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
+
+
+def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
+    """The operation's check against the outside world: a refusal passes through; anything else is a bug,
+    answered (and audited) like a failing handler, its message never repeated (it could quote the input)."""
+    assert op.verify is not None
+    try:
+        op.verify(ctx, data)
+    except GateError:
+        raise
+    except Exception as exc:
+        log.error("operation %s failed to verify its input: %s", op.name, type(exc).__name__)
+        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 
 def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_key: str | None) -> Result:

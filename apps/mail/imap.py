@@ -8,6 +8,7 @@ the setting at fault: never the server's own words, which could quote the submit
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import smtplib
 import socket
@@ -35,6 +36,7 @@ REASONS = {
     "not_connected": "this account has no server settings",
     "sync_failed": "the sync failed inside Oaken; it is tried again later",
     "private_host": "this host is on a private or local network, which a hosted mailbox may not use",
+    "unsupported_characters": "this server cannot log in with characters outside ASCII; use an app password",
 }
 
 
@@ -95,7 +97,7 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
             except (ssl.SSLError, CapabilityError, IMAPClientError):
                 raise MailServerError("tls_failed", "imap.security") from None
         try:
-            client.login(config["username"], config["password"])
+            _imap_login(client, config["username"], config["password"])
         except LoginError:
             raise MailServerError("login_failed", "imap.password") from None
         except (OSError, IMAPClientError):
@@ -104,6 +106,32 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
         _close(client)
         raise
     return client
+
+
+def _imap_login(client: IMAPClient, username: str, password: str) -> None:
+    """LOGIN carries ASCII only; other characters go as UTF-8 in AUTHENTICATE PLAIN (RFC 4616) where offered."""
+    if f"{username}{password}".isascii():
+        client.login(username, password)
+    elif client.has_capability("AUTH=PLAIN"):
+        client.plain_login(username, password)
+    else:
+        raise MailServerError("unsupported_characters", "imap.password")
+
+
+def smtp_login(smtp: smtplib.SMTP, username: str, password: str) -> None:
+    """AUTH with the server's own choice of mechanism for ASCII credentials; other characters go as UTF-8 in
+    AUTH PLAIN (RFC 4616), which smtplib cannot send. Raises smtplib's exceptions, or MailServerError."""
+    if f"{username}{password}".isascii():
+        smtp.login(username, password)
+        return
+    if "PLAIN" not in smtp.esmtp_features.get("auth", "").upper().split():
+        raise MailServerError("unsupported_characters", "smtp.password")
+    token = base64.b64encode(f"\0{username}\0{password}".encode()).decode("ascii")
+    code, reply = smtp.docmd("AUTH", f"PLAIN {token}")
+    if code == 535:
+        raise smtplib.SMTPAuthenticationError(code, reply)
+    if code != 235:
+        raise smtplib.SMTPResponseException(code, reply)
 
 
 def _close(client: IMAPClient) -> None:
@@ -165,7 +193,7 @@ def check_smtp(config: Mapping[str, Any]) -> None:
             # a server that offers no AUTH here (a relay that trusts the network) is used without it
             if smtp.has_extn("auth"):
                 try:
-                    smtp.login(config["username"], config["password"])
+                    smtp_login(smtp, config["username"], config["password"])
                 except smtplib.SMTPAuthenticationError:
                     raise MailServerError("login_failed", "smtp.password") from None
         except (OSError, smtplib.SMTPException):

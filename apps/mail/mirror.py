@@ -1,35 +1,72 @@
 """Mirroring changes made in Oaken onto IMAP servers: read state as \\Seen, pins as \\Flagged, folder moves as
 IMAP MOVE.
 
-The change commits in Oaken first; a task then makes the server match the message's state *at the
-time the task runs*, so repeated, late or reordered tasks all converge on the latest state. Messages
-of local accounts, and messages whose server UID is not known yet, are left alone.
+The change commits in Oaken first; a task then makes the server match the message's state *at the time the
+task runs*, so repeated, late or reordered tasks all converge on the latest state. Tasks for one account take
+turns (`mirror_lock`, which a sync's flag pass takes too), so each reads the messages after the one before it
+wrote. A folder whose UIDVALIDITY is not the one Oaken synced is left alone (its UIDs name other messages now;
+the next sync lists it again). Messages of local accounts, and messages whose server UID is not known, wait.
 
-Flags: the change marks the message `flags_pending_at` in its own transaction, and the push clears that mark
-once the server holds the flags (only if no newer change came meanwhile). While the mark is there, a sync
-keeps Oaken's flags instead of the server's older ones. A push sets both flags to Oaken's values: a change
-another client made to the other flag in those few seconds gives way to Oaken's (last writer wins).
+Flags: a change marks which flags wait to be pushed (`flags_pending`, FLAG_SEEN / FLAG_FLAGGED) and since when
+(`flags_pending_at`) in its own transaction. The push sets only those flags, and clears the mark for the
+messages the server still holds, unless a newer change came meanwhile. While a flag is marked, a sync keeps
+Oaken's value of it and takes the server's value of the other one.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imap import imap_session
-from apps.mail.models import AccountKind, Folder, MailAccount, Message
+from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, MailAccount, Message
 from apps.workspaces.models import Tenant
 
-_SEEN = b"\\Seen"
-_FLAGGED = b"\\Flagged"
+log = logging.getLogger("oaken.mail.mirror")
+
+SEEN = b"\\Seen"
+FLAGGED = b"\\Flagged"
+# each flag Oaken mirrors: its bit in flags_pending, the IMAP flag, the Message field
+FLAGS = ((FLAG_SEEN, SEEN, "read"), (FLAG_FLAGGED, FLAGGED, "pinned"))
+_LOCK_WAIT_SECONDS = 30.0
+
+
+class MirrorBusyError(Exception):
+    """Another task kept the account's mirror lock too long; the task is tried again later."""
+
+
+@contextmanager
+def mirror_lock(account_id: uuid.UUID | str, *, wait: float = _LOCK_WAIT_SECONDS) -> Iterator[bool]:
+    """Hold the account's mirror lock (a PostgreSQL session advisory lock, gone with a dead worker's connection),
+    waiting up to `wait` seconds; yields whether it is held."""
+    key = f"imap-mirror:{account_id}"
+    deadline = time.monotonic() + wait
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+            held = bool(cursor.fetchone()[0])
+            if held or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
 
 
 def _enqueue(task_name: str, tenant: Tenant, message_ids: Sequence[uuid.UUID]) -> None:
@@ -40,13 +77,18 @@ def _enqueue(task_name: str, tenant: Tenant, message_ids: Sequence[uuid.UUID]) -
     transaction.on_commit(partial(task.delay, tenant_id=str(tenant.pk), message_ids=ids))
 
 
-def mirror_flags(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str]) -> None:
-    """Mark these messages' flags as pending (in this transaction) and, once it commits, set \\Seen and
-    \\Flagged on the server to their read and pinned state."""
-    rows = Message.objects.for_tenant(tenant).filter(id__in=message_ids, account__kind=AccountKind.IMAP)
-    ids = list(rows.values_list("id", flat=True))
+def mirror_flags(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str], flags: int) -> None:
+    """Mark these flags (FLAG_SEEN | FLAG_FLAGGED) of these messages as waiting to be pushed, in this
+    transaction, and push them once it commits."""
+    ids = list(
+        Message.objects.for_tenant(tenant)
+        .filter(id__in=message_ids, account__kind=AccountKind.IMAP)
+        .values_list("id", flat=True)
+    )
     if ids:
-        Message.objects.for_tenant(tenant).filter(id__in=ids).update(flags_pending_at=timezone.now())
+        Message.objects.for_tenant(tenant).filter(id__in=ids).update(
+            flags_pending=F("flags_pending").bitor(flags), flags_pending_at=timezone.now()
+        )
         _enqueue("push_flags_task", tenant, ids)
 
 
@@ -61,65 +103,120 @@ def mirror_moves(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str]) -> N
         _enqueue("push_moves_task", tenant, ids)
 
 
-def _on_server(tenant: Tenant, message_ids: Sequence[str]) -> dict[uuid.UUID, list[Message]]:
-    messages = (
-        Message.objects.for_tenant(tenant)
-        .filter(id__in=message_ids, account__kind=AccountKind.IMAP, imap_uid__isnull=False, imap_folder__isnull=False)
-        .select_related("imap_folder", "folder")
-        .only(
-            "id",
-            "account_id",
-            "read",
-            "pinned",
-            "flags_pending_at",
-            "imap_uid",
-            "imap_folder__name",
-            "folder__name",
-            "folder_id",
+def _accounts_of(tenant: Tenant, message_ids: Sequence[str]) -> list[uuid.UUID]:
+    return sorted(
+        set(
+            Message.objects.for_tenant(tenant)
+            .filter(id__in=message_ids, account__kind=AccountKind.IMAP)
+            .values_list("account_id", flat=True)
         )
     )
-    by_account: dict[uuid.UUID, list[Message]] = defaultdict(list)
-    for m in messages:
-        by_account[m.account_id].append(m)
-    return by_account
+
+
+def _on_server(tenant: Tenant, account_id: uuid.UUID, message_ids: Sequence[str]) -> list[Message]:
+    """The messages of one account as they are now (read under the mirror lock), where the server has them."""
+    return list(
+        Message.objects.for_tenant(tenant)
+        .filter(id__in=message_ids, account_id=account_id, imap_uid__isnull=False, imap_folder__isnull=False)
+        .select_related("imap_folder", "folder")
+        .only(
+            "id", "account_id", "read", "pinned", "flags_pending", "flags_pending_at", "imap_uid", "folder_id",
+            "folder__name", "folder__imap_uidvalidity", "imap_folder__name", "imap_folder__imap_uidvalidity",
+        )
+    )  # fmt: skip
 
 
 def _account(tenant: Tenant, account_id: uuid.UUID) -> MailAccount:
     return MailAccount.objects.for_tenant(tenant).select_related("tenant").get(pk=account_id)
 
 
+def _select(client: IMAPClient, folder: Folder) -> bool:
+    """Select the folder for changes; False when its UIDVALIDITY is not the one Oaken's UIDs belong to."""
+    info = client.select_folder(folder.name)
+    return folder.imap_uidvalidity is not None and int(info[b"UIDVALIDITY"]) == folder.imap_uidvalidity
+
+
+def _uid_list(uids: Sequence[int]) -> str:
+    return ",".join(str(u) for u in sorted(set(uids)))
+
+
+def _by_folder(messages: Sequence[Message]) -> dict[uuid.UUID, list[Message]]:
+    groups: dict[uuid.UUID, list[Message]] = defaultdict(list)
+    for m in messages:
+        assert m.imap_folder_id is not None
+        groups[m.imap_folder_id].append(m)
+    return groups
+
+
 def push_flags(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
-    """Make \\Seen and \\Flagged on the server match each message's read and pinned state, then clear the
-    messages' pending mark (unless a newer change set it again); returns how many messages were set."""
+    """Set the flags waiting to be pushed for these messages on the server, and clear their mark; returns how
+    many messages the server now agrees with."""
     done = 0
-    for account_id, messages in _on_server(tenant, message_ids).items():
-        by_folder: dict[str, dict[tuple[bytes, bool], list[int]]] = defaultdict(lambda: defaultdict(list))
-        for m in messages:
-            assert m.imap_folder is not None and m.imap_uid is not None
-            by_folder[m.imap_folder.name][(_SEEN, m.read)].append(m.imap_uid)
-            by_folder[m.imap_folder.name][(_FLAGGED, m.pinned)].append(m.imap_uid)
-        with imap_session(_account(tenant, account_id)) as client:
-            for name, groups in by_folder.items():
-                client.select_folder(name)
-                for (flag, on), uids in groups.items():
-                    (client.add_flags if on else client.remove_flags)(uids, [flag], silent=True)
-        for m in messages:
-            Message.objects.for_tenant(tenant).filter(pk=m.pk, flags_pending_at=m.flags_pending_at).update(
-                flags_pending_at=None
-            )
-        done += len(messages)
+    for account_id in _accounts_of(tenant, message_ids):
+        with mirror_lock(account_id) as held:
+            if not held:
+                raise MirrorBusyError(str(account_id))
+            messages = [m for m in _on_server(tenant, account_id, message_ids) if m.flags_pending]
+            if not messages:
+                continue
+            with imap_session(_account(tenant, account_id)) as client:
+                for group in _by_folder(messages).values():
+                    done += _push_folder_flags(tenant, client, group)
     return done
 
 
+def _push_folder_flags(tenant: Tenant, client: IMAPClient, group: list[Message]) -> int:
+    folder = group[0].imap_folder
+    assert folder is not None
+    if not _select(client, folder):
+        return 0
+    try:
+        for bit, flag, attribute in FLAGS:
+            for on in (True, False):
+                uids = [m.imap_uid for m in group if m.flags_pending & bit and getattr(m, attribute) is on]
+                if uids:
+                    store = client.add_flags if on else client.remove_flags
+                    store([u for u in uids if u is not None], [flag], silent=True)
+        present = set(client.search(["UID", _uid_list([m.imap_uid for m in group if m.imap_uid is not None])]))
+    except IMAPClientAbortError:
+        raise
+    except IMAPClientError:
+        # the server refused the change (a read-only folder): its flags stand, and the next sync of the folder
+        # reads them all again (not only those changed since its MODSEQ) and gives them back to Oaken
+        log.warning("the server refused to change flags in a folder of account %s", group[0].account_id)
+        Folder.objects.for_tenant(tenant).filter(pk=folder.pk).update(imap_highestmodseq=0)
+        present = {m.imap_uid for m in group}
+    # messages expunged meanwhile stay marked: the next sync finds them elsewhere or lets them go
+    agreed = [m for m in group if m.imap_uid in present]
+    _clear_pending(tenant, agreed)
+    return len(agreed)
+
+
+def _clear_pending(tenant: Tenant, messages: Sequence[Message]) -> None:
+    """Clear the pending mark of messages whose flags were pushed, unless a newer change (or move) came since."""
+    if not messages:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE mail_message AS m SET flags_pending = 0, flags_pending_at = NULL
+              FROM unnest(%s::uuid[], %s::timestamptz[], %s::bigint[]) AS v(id, at, uid)
+             WHERE m.id = v.id AND m.tenant_id = %s AND m.flags_pending_at = v.at AND m.imap_uid = v.uid
+            """,
+            [[m.pk for m in messages], [m.flags_pending_at for m in messages], [m.imap_uid for m in messages],
+             tenant.pk],
+        )  # fmt: skip
+
+
 def repush_stale_flags(*, account: MailAccount, older_than: datetime) -> int:
-    """Queue the push again for messages whose flags have been pending since before `older_than` (its task
-    gave up or was lost); returns how many."""
-    ids = list(
-        Message.objects.for_tenant(account.tenant)
-        .filter(account=account, flags_pending_at__lt=older_than)
-        .values_list("id", flat=True)[:1000]
+    """Queue the push again for messages whose flags have waited since before `older_than` (their task gave up
+    or was lost) and whose server UID is known; returns how many. Each is queued again at most that often."""
+    rows = Message.objects.for_tenant(account.tenant).filter(
+        account=account, flags_pending_at__lt=older_than, imap_uid__isnull=False
     )
+    ids = list(rows.values_list("id", flat=True)[:1000])
     if ids:
+        Message.objects.for_tenant(account.tenant).filter(id__in=ids).update(flags_pending_at=timezone.now())
         _enqueue("push_flags_task", account.tenant, ids)
     return len(ids)
 
@@ -158,28 +255,30 @@ def _move(client: IMAPClient, uids: list[int], target: Folder) -> dict[int, int]
 def push_moves(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
     """Move each message on the server to the folder it is in within Oaken; returns how many moved."""
     moved = 0
-    for account_id, messages in _on_server(tenant, message_ids).items():
-        groups: dict[tuple[uuid.UUID, uuid.UUID], list[Message]] = defaultdict(list)
-        for m in messages:
-            if m.imap_folder_id != m.folder_id:
-                assert m.imap_folder_id is not None
-                groups[(m.imap_folder_id, m.folder_id)].append(m)
-        if not groups:
-            continue
-        with imap_session(_account(tenant, account_id)) as client:
-            for (source_id, target_id), group in groups.items():
-                source, target = group[0].imap_folder, group[0].folder
-                assert source is not None
-                client.select_folder(source.name)
-                uids = [m.imap_uid for m in group if m.imap_uid is not None]
-                new_uids = _move(client, uids, target)
-                for m in group:
-                    # only if nothing moved it meanwhile; without a new UID it counts as missing until the next
-                    # sync finds it in the target folder
-                    new_uid = new_uids.get(m.imap_uid or 0)
-                    missing = None if new_uid else timezone.now()
-                    Message.objects.for_tenant(tenant).filter(
-                        pk=m.pk, imap_folder_id=source_id, imap_uid=m.imap_uid
-                    ).update(imap_folder_id=target_id, imap_uid=new_uid, imap_missing_since=missing)
-                moved += len(group)
+    for account_id in _accounts_of(tenant, message_ids):
+        with mirror_lock(account_id) as held:
+            if not held:
+                raise MirrorBusyError(str(account_id))
+            groups: dict[tuple[uuid.UUID, uuid.UUID], list[Message]] = defaultdict(list)
+            for m in _on_server(tenant, account_id, message_ids):
+                if m.imap_folder_id != m.folder_id:
+                    assert m.imap_folder_id is not None
+                    groups[(m.imap_folder_id, m.folder_id)].append(m)
+            if not groups:
+                continue
+            with imap_session(_account(tenant, account_id)) as client:
+                for (source_id, target_id), group in groups.items():
+                    source, target = group[0].imap_folder, group[0].folder
+                    assert source is not None
+                    if not _select(client, source):
+                        continue
+                    new_uids = _move(client, [m.imap_uid for m in group if m.imap_uid is not None], target)
+                    for m in group:
+                        # without a new UID it counts as missing until the next sync finds it in the target
+                        new_uid = new_uids.get(m.imap_uid or 0)
+                        missing = None if new_uid else timezone.now()
+                        Message.objects.for_tenant(tenant).filter(
+                            pk=m.pk, imap_folder_id=source_id, imap_uid=m.imap_uid
+                        ).update(imap_folder_id=target_id, imap_uid=new_uid, imap_missing_since=missing)
+                    moved += len(group)
     return moved

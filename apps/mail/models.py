@@ -63,6 +63,9 @@ class Folder(TenantOwned):
     imap_uidvalidity = models.BigIntegerField(null=True, blank=True)
     imap_last_uid = models.BigIntegerField(default=0)
     imap_highestmodseq = models.BigIntegerField(default=0)
+    # how many messages the server had with a UID up to imap_last_uid when the folder was last synced: fewer
+    # now means the server expunged some (UIDs only grow, so nothing new can join that range)
+    imap_uid_count = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -105,6 +108,11 @@ class Label(TenantOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+# bits of Message.flags_pending
+FLAG_SEEN = 1
+FLAG_FLAGGED = 2
 
 
 class Message(TenantOwned):
@@ -151,8 +159,9 @@ class Message(TenantOwned):
     # yet); cleared when a sync finds it again. A message missing for longer than SYNC_MISSING_GRACE_SECONDS at
     # the end of a complete sync was deleted on the server, and is removed here too.
     imap_missing_since = models.DateTimeField(null=True, blank=True)
-    # Set when read or pinned changed in Oaken and the server has not been told yet: until the push clears it,
-    # a sync does not take the server's (older) flags for this message.
+    # Which flags changed in Oaken and are not on the server yet (FLAG_SEEN | FLAG_FLAGGED), and since when:
+    # until the push clears them, a sync does not take the server's (older) value of those flags.
+    flags_pending = models.PositiveSmallIntegerField(default=0, db_default=0)
     flags_pending_at = models.DateTimeField(null=True, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
 

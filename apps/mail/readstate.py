@@ -3,8 +3,8 @@
 Only `mark_read`, `mark_unread` and `summarize_messages(mark_read=true)` reach `set_read`, after the
 gate has passed them; a test keeps the registry, the gate and the plugin bridge from importing it.
 A change to messages of IMAP accounts is mirrored to the server (\\Seen) by a task once it commits; until
-then the message is marked as having flags pending, so a sync does not undo the change with the server's
-older flag.
+then the message's \\Seen is marked as waiting to be pushed, so a sync does not undo the change with the
+server's older flag.
 IMAP sync reports the server's \\Seen through `record_server_read`, which mirrors nothing back.
 """
 
@@ -13,7 +13,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from apps.mail.models import Message
+from django.db.models import F
+
+from apps.mail.models import FLAG_SEEN, Message
 from apps.workspaces.models import Tenant
 
 
@@ -24,6 +26,7 @@ def set_read(*, tenant: Tenant, message_ids: Sequence[uuid.UUID], read: bool) ->
         .filter(id__in=message_ids)
         .exclude(read=read)
         .select_for_update()
+        .order_by("pk")  # one locking order for every writer of these rows (a sync locks them too)
         .values_list("id", "read")
     )
     if rows:
@@ -31,7 +34,7 @@ def set_read(*, tenant: Tenant, message_ids: Sequence[uuid.UUID], read: bool) ->
         Message.objects.for_tenant(tenant).filter(id__in=changed).update(read=read)
         from apps.mail.mirror import mirror_flags
 
-        mirror_flags(tenant=tenant, message_ids=changed)
+        mirror_flags(tenant=tenant, message_ids=changed, flags=FLAG_SEEN)
     return rows
 
 
@@ -46,8 +49,12 @@ def record_server_read(*, tenant: Tenant, seen: Mapping[uuid.UUID, bool]) -> lis
             continue
         rows = list(
             Message.objects.for_tenant(tenant)
-            .filter(id__in=ids, flags_pending_at__isnull=True)
+            .filter(id__in=ids)
+            .annotate(seen_pending=F("flags_pending").bitand(FLAG_SEEN))
+            .filter(seen_pending=0)
             .exclude(read=value)
+            .select_for_update()
+            .order_by("pk")
             .values_list("id", flat=True)
         )
         if rows:

@@ -1,12 +1,18 @@
-"""IMAP sync: bring an IMAP account's folders, messages and \\Seen flags into the store, incrementally.
+"""IMAP sync: bring an IMAP account's folders, messages and flags into the store, incrementally, and follow what
+happens on the server.
 
-Per folder, the store keeps the server's UIDVALIDITY, the highest UID stored and the HIGHESTMODSEQ
-seen (CONDSTORE). A sync fetches only UIDs above the highest stored, in batches; each batch is stored
-in one transaction together with the new highest UID, so an interrupted sync resumes where the last
-stored batch ended, and a message is stored at most once (the store drops a message whose Message-ID
-and content it already holds). When UIDVALIDITY changes, the folder is listed again from the start:
-messages already held get their new UID instead of a second copy. Flags of known messages come back
-with CHANGEDSINCE where the server offers CONDSTORE, else all at once.
+Per folder, the store keeps the server's UIDVALIDITY, the highest UID stored, the HIGHESTMODSEQ seen (CONDSTORE)
+and the server's count of UIDs up to the highest one. A sync fetches only UIDs above the highest stored, in
+batches; each batch is stored in one transaction together with the new highest UID, so an interrupted sync
+resumes where the last stored batch ended, and a message is stored at most once (the store drops a message
+whose Message-ID and content it already holds). When UIDVALIDITY changes, the folder is listed again from the
+start: messages already held get their new UID instead of a second copy. Flags (\\Seen is read, \\Flagged is
+pinned) of known messages come back with CHANGEDSINCE where the server offers CONDSTORE, else all at once; a
+flag changed in Oaken that waits to be pushed (apps.mail.mirror) keeps Oaken's value.
+
+Oaken keeps one place on the server per message. A message no longer where Oaken saw it is marked missing;
+after a complete pass over every folder it is looked for by Message-ID: found, Oaken follows it there (a move
+by another client); not found for a grace period, it was deleted on the server and is removed here too.
 
 One account is synced by one worker at a time (a PostgreSQL session advisory lock, released even when
 the worker dies, since its connection closes). A failing account backs off exponentially up to a cap,
@@ -16,7 +22,9 @@ and its last error is a fixed reason (apps.mail.imap.REASONS), never the server'
 from __future__ import annotations
 
 import logging
+import re
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,19 +33,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from imapclient import IMAPClient
-from imapclient.exceptions import IMAPClientError
+from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 from imapclient.response_parser import parse_fetch_response
 
 from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.importing import MessageStore, parse_pool, refresh_thread_stats
-from apps.mail.mirror import repush_stale_flags
-from apps.mail.models import AccountKind, Folder, FolderKind, MailAccount, Message, Thread
+from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
+from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
 from apps.mail.parsing import ParsedMessage
 from apps.mail.sources import RawItem
 from apps.workspaces.models import Tenant
@@ -52,10 +60,12 @@ _SPECIAL_USE = {
     b"\\archive": FolderKind.ARCHIVE,
 }
 _UNSELECTABLE = {b"\\noselect", b"\\nonexistent"}
-_SEEN = b"\\Seen"
-_FLAGGED = b"\\Flagged"
 _ID_MAX = 900
 _AUDIT_TARGETS_MAX = 500
+# missing messages looked for by Message-ID: at most this many per sync, this many per SEARCH command
+_SETTLE_MAX = 500
+_SEARCH_IDS_MAX = 50
+_MESSAGE_ID = re.compile(r"<([^<>]*)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,24 +110,38 @@ def _audit(tenant: Tenant, targets: list[Target]) -> None:
 def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bool]]) -> tuple[list[Target], int]:
     """Give these messages the server's (\\Seen, \\Flagged) as (read, pinned), inside the caller's transaction.
 
-    A message whose flags changed in Oaken and are not on the server yet keeps Oaken's (newer) flags. Returns
-    the audit targets of what changed, and how many of the messages were kept back that way."""
+    A flag that changed in Oaken and is not on the server yet keeps Oaken's (newer) value; the other flag is
+    taken. Returns the audit targets of what changed, and how many messages kept a flag back that way."""
     if not wanted:
         return [], 0
-    rows = Message.objects.for_tenant(tenant).filter(id__in=list(wanted))
-    read_changed = set(readstate.record_server_read(tenant=tenant, seen={pk: f[0] for pk, f in wanted.items()}))
-    pin_changed: set[uuid.UUID] = set()
-    for value in (True, False):
-        ids = [pk for pk, (_, flagged) in wanted.items() if flagged is value]
-        locked = list(
-            rows.filter(id__in=ids, flags_pending_at__isnull=True)
-            .exclude(pinned=value)
-            .select_for_update()
-            .values_list("id", flat=True)
-        )
-        if locked:
-            Message.objects.for_tenant(tenant).filter(id__in=locked).update(pinned=value)
-            pin_changed.update(locked)
+    # every row first, in one order (the gate's writers lock in the same order): no deadlock with mark_read
+    rows = list(
+        Message.objects.for_tenant(tenant)
+        .filter(id__in=list(wanted))
+        .select_for_update()
+        .order_by("pk")
+        .values_list("pk", "read", "pinned", "flags_pending")
+    )
+    seen_to: dict[uuid.UUID, bool] = {}
+    pins: dict[bool, list[uuid.UUID]] = {True: [], False: []}
+    held_back = 0
+    for pk, read, pinned, pending in rows:
+        seen, flagged = wanted[pk]
+        kept = False
+        if seen != read:
+            kept |= bool(pending & FLAG_SEEN)
+            if not pending & FLAG_SEEN:
+                seen_to[pk] = seen
+        if flagged != pinned:
+            kept |= bool(pending & FLAG_FLAGGED)
+            if not pending & FLAG_FLAGGED:
+                pins[flagged].append(pk)
+        held_back += kept
+    read_changed = set(readstate.record_server_read(tenant=tenant, seen=seen_to))
+    for value, ids in pins.items():
+        if ids:
+            Message.objects.for_tenant(tenant).filter(id__in=ids).update(pinned=value)
+    pin_changed = set(pins[True]) | set(pins[False])
     targets = []
     for pk in sorted(read_changed | pin_changed):
         seen, flagged = wanted[pk]
@@ -127,7 +151,16 @@ def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bo
         if pk in pin_changed:
             before["pinned"], after["pinned"] = not flagged, flagged
         targets.append(Target(str(pk), before, after))
-    return targets, rows.filter(flags_pending_at__isnull=False).count()
+    return targets, held_back
+
+
+def _relocation(folder_id: uuid.UUID, imap_folder_id: uuid.UUID | None, to: Folder) -> dict[str, Any]:
+    """Where a message goes when the server has it in `to` now: its server place, and its Oaken folder too
+    when Oaken showed it where the server had it (a move made in Oaken and not pushed yet keeps its folder)."""
+    update: dict[str, Any] = {"imap_folder": to, "imap_missing_since": None}
+    if folder_id != to.pk and (imap_folder_id is None or folder_id == imap_folder_id):
+        update |= {"folder": to, "trashed_from": folder_id if to.kind == FolderKind.TRASH else None}
+    return update
 
 
 class _FolderStore(MessageStore):
@@ -138,7 +171,7 @@ class _FolderStore(MessageStore):
         self.folder = folder
         self.counts = counts
         self.batch_last_uid = 0
-        # messages whose server flags were not taken because Oaken's own change waits to be pushed
+        # messages whose server flags were not all taken because Oaken's own change waits to be pushed
         self.flags_held_back = 0
 
     def _placement(self, item: RawItem) -> tuple[uuid.UUID, bool, uuid.UUID | None, int | None]:
@@ -153,7 +186,7 @@ class _FolderStore(MessageStore):
         failures: list[tuple[RawItem, str]],
     ) -> None:
         flagged = [item.uid for item, _ in fresh if isinstance(item, ImapItem) and item.flagged]
-        if flagged:  # pinned is \\Flagged (new messages start unpinned in the shared store)
+        if flagged:  # pinned is \Flagged (new messages start unpinned in the shared store)
             Message.objects.for_tenant(self.tenant).filter(imap_folder=self.folder, imap_uid__in=flagged).update(
                 pinned=True
             )
@@ -166,36 +199,36 @@ class _FolderStore(MessageStore):
         Folder.objects.for_tenant(self.tenant).filter(pk=self.folder.pk).update(imap_last_uid=self.folder.imap_last_uid)
 
     def _relocate(self, duplicates: list[tuple[RawItem, ParsedMessage]]) -> None:
-        """A message already held turned up at a new UID: record where it lives now, never a second copy.
-
-        That is the same folder after a UIDVALIDITY change or a move mirrored from Oaken, or another
-        folder when a move was made on the server by another client (the message follows it there).
-        """
+        """A message already held turned up at a new UID. Where Oaken had lost its place on the server (a
+        UIDVALIDITY change, a move pushed without the new UID, a move by another client whose source folder
+        was synced first), it lives here now: never a second copy. Where its place still holds, this is
+        another copy on the server (Gmail's All Mail, a COPY by another client): Oaken keeps the one place."""
         if not duplicates:
             return
         hashes = list({p.content_hash for _, p in duplicates})
         held = {
-            (message_id, content_hash): (pk, folder_id, imap_folder_id)
-            for pk, message_id, content_hash, folder_id, imap_folder_id in Message.objects.for_tenant(self.tenant)
+            (message_id, content_hash): (pk, folder_id, imap_folder_id, missing)
+            for pk, message_id, content_hash, folder_id, imap_folder_id, missing in Message.objects.for_tenant(
+                self.tenant
+            )
             .filter(account=self.account, content_hash__in=hashes)
-            .values_list("pk", "message_id", "content_hash", "folder_id", "imap_folder_id")
+            .select_for_update()
+            .order_by("pk")
+            .values_list("pk", "message_id", "content_hash", "folder_id", "imap_folder_id", "imap_missing_since")
         }
         flags: dict[uuid.UUID, tuple[bool, bool]] = {}
         targets: list[Target] = []
         for item, p in duplicates:
             assert isinstance(item, ImapItem)
             key = (p.message_id.replace("\x00", "\ufffd")[:_ID_MAX], p.content_hash)
-            if key not in held:
+            if key not in held or held[key][3] is None:
                 continue
-            pk, folder_id, imap_folder_id = held[key]
-            update: dict[str, Any] = {"imap_folder": self.folder, "imap_uid": item.uid, "imap_missing_since": None}
-            if imap_folder_id != self.folder.pk and folder_id != self.folder.pk:
-                update |= {"folder": self.folder, "trashed_from": None}
-                if self.folder.kind == FolderKind.TRASH:
-                    update["trashed_from"] = folder_id
+            pk, folder_id, imap_folder_id, _ = held[key]
+            update = _relocation(folder_id, imap_folder_id, self.folder) | {"imap_uid": item.uid}
+            if "folder" in update:
                 targets.append(Target(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(self.folder.pk)}))
             Message.objects.for_tenant(self.tenant).filter(pk=pk).update(**update)
-            held[key] = (pk, self.folder.pk if "folder" in update else folder_id, self.folder.pk)
+            held[key] = (pk, self.folder.pk if "folder" in update else folder_id, self.folder.pk, None)
             flags[pk] = (item.seen, item.flagged)
             self.counts.relocated += 1
         flag_targets, held_back = _take_server_flags(self.tenant, flags)
@@ -207,8 +240,8 @@ class _FolderStore(MessageStore):
 def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
     """The account's selectable server folders as Folders, created when new (special-use mapped to kinds).
 
-    A folder Oaken synced before that the server no longer lists (deleted or renamed there) lets go of its
-    messages: they count as missing from the server until a sync finds them elsewhere."""
+    A folder Oaken synced before that the server no longer has (deleted or renamed there; asked with STATUS, as
+    a LIST can leave a folder out) lets go of its messages: they count as missing until a sync finds them."""
     existing = {f.name: f for f in Folder.objects.for_tenant(account.tenant).filter(account=account)}
     taken = {f.kind for f in existing.values() if f.kind != FolderKind.CUSTOM}
     folders = []
@@ -224,14 +257,26 @@ def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
             folder = Folder.objects.create(tenant=account.tenant, account=account, kind=kind, name=name)
         folders.append(folder)
     listed = {f.pk for f in folders}
-    for gone in existing.values():
-        if gone.pk not in listed and gone.imap_uidvalidity is not None:
-            with transaction.atomic():
-                _mark_missing(Message.objects.for_tenant(account.tenant).filter(imap_folder=gone))
-                gone.imap_uidvalidity, gone.imap_last_uid, gone.imap_highestmodseq = None, 0, 0
-                gone.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq"])
+    for unlisted in existing.values():
+        if unlisted.pk in listed or unlisted.imap_uidvalidity is None or _folder_exists(client, unlisted.name):
+            continue
+        with transaction.atomic():
+            _mark_missing(Message.objects.for_tenant(account.tenant).filter(imap_folder=unlisted))
+            unlisted.imap_uidvalidity, unlisted.imap_last_uid, unlisted.imap_highestmodseq = None, 0, 0
+            unlisted.imap_uid_count = None
+            unlisted.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq", "imap_uid_count"])
     # INBOX first: new mail is what people wait for
     return sorted(folders, key=lambda f: f.kind != FolderKind.INBOX)
+
+
+def _folder_exists(client: IMAPClient, name: str) -> bool:
+    try:
+        client.folder_status(name, [b"UIDVALIDITY"])
+    except IMAPClientAbortError:
+        raise
+    except IMAPClientError:
+        return False
+    return True
 
 
 def _mark_missing(rows: QuerySet[Message]) -> int:
@@ -243,9 +288,9 @@ def _mark_missing(rows: QuerySet[Message]) -> int:
 
 def _apply_server_flags(account: MailAccount, folder: Folder, data: dict[int, dict[bytes, Any]]) -> tuple[int, int]:
     """Take the server's \\Seen and \\Flagged for these UIDs of the folder; returns how many messages changed,
-    and how many were kept back because Oaken's own change waits to be pushed."""
+    and how many kept a flag back because Oaken's own change waits to be pushed."""
     by_uid = {
-        uid: (_SEEN in flags, _FLAGGED in flags)
+        uid: (SEEN in flags, FLAGGED in flags)
         for uid, item in data.items()
         if b"FLAGS" in item
         for flags in [tuple(item[b"FLAGS"])]
@@ -286,6 +331,26 @@ def _fetch_range(
     return dict(parse_fetch_response(lines, client.normalise_times, True))
 
 
+_ESEARCH_COUNT = re.compile(rb"\bCOUNT\s+(\d+)", re.IGNORECASE)
+
+
+def _count_uids(client: IMAPClient, high: int) -> int:
+    """How many messages of the selected folder have a UID from 1 to `high` (ESEARCH COUNT where offered, so
+    the UIDs themselves do not cross the network)."""
+    if not client.has_capability("ESEARCH"):
+        return len(client.search(["UID", f"1:{high}"]))
+    imap = client._imap
+    tag = imap._command("UID", "SEARCH", "RETURN", "(COUNT)", "UID", f"1:{high}")
+    typ, _ = imap._command_complete("SEARCH", tag)
+    if typ != "OK":
+        raise IMAPClientError("search failed")
+    for line in imap.untagged_responses.pop("ESEARCH", []):
+        found = _ESEARCH_COUNT.search(line if isinstance(line, bytes) else str(line).encode())
+        if found:
+            return int(found[1])
+    return 0
+
+
 def _fetch(client: IMAPClient, folder: Folder, uids: list[int]) -> list[RawItem]:
     data = client.fetch(uids, ["BODY.PEEK[]", "FLAGS"])
     items: list[RawItem] = []
@@ -296,8 +361,8 @@ def _fetch(client: IMAPClient, folder: Folder, uids: list[int]) -> list[RawItem]
         flags = entry[b"FLAGS"]
         items.append(
             ImapItem(
-                position=f"{folder.pk}:{uid}", data=bytes(entry[b"BODY[]"]), uid=uid, seen=_SEEN in flags,
-                flagged=_FLAGGED in flags,
+                position=f"{folder.pk}:{uid}", data=bytes(entry[b"BODY[]"]), uid=uid, seen=SEEN in flags,
+                flagged=FLAGGED in flags,
             )
         )  # fmt: skip
     return items
@@ -312,7 +377,7 @@ def sync_folder(
     counts: SyncCounts,
     start_parsing: Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]],
 ) -> None:
-    """Bring one folder up to date: UIDVALIDITY, flags of known messages, then new messages in batches."""
+    """Bring one folder up to date: UIDVALIDITY, flags of known messages, expunges, then new messages in batches."""
     info = client.select_folder(folder.name, readonly=True)
     uidvalidity = int(info[b"UIDVALIDITY"])
     highest_modseq = int(info.get(b"HIGHESTMODSEQ", 0)) if condstore else 0
@@ -322,22 +387,30 @@ def sync_folder(
             # not listed again stay missing from the server).
             _mark_missing(Message.objects.for_tenant(account.tenant).filter(imap_folder=folder))
             folder.imap_uidvalidity, folder.imap_last_uid, folder.imap_highestmodseq = uidvalidity, 0, 0
-            folder.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq"])
+            folder.imap_uid_count = None
+            folder.save(update_fields=["imap_uidvalidity", "imap_last_uid", "imap_highestmodseq", "imap_uid_count"])
     known_last, since = folder.imap_last_uid, folder.imap_highestmodseq
     # flags of held messages: those changed since the MODSEQ stored, else (no CONDSTORE, or no MODSEQ
-    # stored yet, as after an interrupted first sync) all of them
+    # stored yet, as after an interrupted first sync) all of them; taken in turn with pushes of Oaken's
+    # changes, so a push cannot land between reading the server's flags and applying them
     if known_last > 0 and (not condstore or not since or highest_modseq != since):
         modifiers = [f"CHANGEDSINCE {since}"] if condstore and since else None
-        changed, held_back = _apply_server_flags(
-            account, folder, _fetch_range(client, f"1:{known_last}", ["FLAGS"], modifiers)
-        )
+        with mirror_lock(account.pk) as locked:
+            changed, held_back = (
+                _apply_server_flags(account, folder, _fetch_range(client, f"1:{known_last}", ["FLAGS"], modifiers))
+                if locked
+                else (0, 1)
+            )
         counts.flags_changed += changed
         if held_back:
             highest_modseq = since  # ask for those messages' flags again next time, once Oaken's change is there
     # "n:*" always matches the highest UID, even below n
     new = sorted(uid for uid in client.search(["UID", f"{known_last + 1}:*"]) if uid > known_last)
+    present = folder.imap_uid_count
     if known_last > 0:
-        counts.missing += _find_missing(account, client, folder, known_last, int(info.get(b"EXISTS", 0)) - len(new))
+        present = _count_uids(client, known_last)
+        if folder.imap_uid_count is None or present < folder.imap_uid_count:
+            counts.missing += _find_missing(account, client, folder, known_last)
     held = set(
         Message.objects.for_tenant(account.tenant)
         .filter(imap_folder=folder, imap_uid__in=new)
@@ -366,18 +439,15 @@ def sync_folder(
     with transaction.atomic():
         folder.imap_last_uid = max([folder.imap_last_uid, *new])
         folder.imap_highestmodseq = highest_modseq
-        folder.save(update_fields=["imap_last_uid", "imap_highestmodseq"])
+        # counted before the new ones were fetched: one expunged meanwhile shows up as missing next time
+        folder.imap_uid_count = (present or 0) + len(new)
+        folder.save(update_fields=["imap_last_uid", "imap_highestmodseq", "imap_uid_count"])
     counts.folders += 1
 
 
-def _find_missing(account: MailAccount, client: IMAPClient, folder: Folder, known_last: int, server_count: int) -> int:
-    """Mark the folder's held messages the server has expunged as missing; returns how many.
-
-    Cheap when nothing went: the server's count of messages up to the highest UID held is compared with
-    Oaken's, and only when they differ are the UIDs themselves asked for."""
+def _find_missing(account: MailAccount, client: IMAPClient, folder: Folder, known_last: int) -> int:
+    """Mark the folder's held messages that the server has expunged as missing; returns how many."""
     held = Message.objects.for_tenant(account.tenant).filter(imap_folder=folder, imap_uid__lte=known_last)
-    if held.count() == server_count:
-        return 0
     present = set(client.search(["UID", f"1:{known_last}"]))
     gone = [uid for uid in held.values_list("imap_uid", flat=True) if uid not in present]
     marked = 0
@@ -387,27 +457,102 @@ def _find_missing(account: MailAccount, client: IMAPClient, folder: Folder, know
     return marked
 
 
-def _remove_deleted(account: MailAccount, now: datetime) -> int:
-    """Remove the messages a complete sync still could not find on the server a grace period after they went
-    missing: they were deleted there. Returns how many; each removal is audited (ids only)."""
-    cutoff = now - timedelta(seconds=settings.OPERATIONS["SYNC_MISSING_GRACE_SECONDS"])
-    removed = 0
-    while True:
-        with transaction.atomic():
-            batch = list(
+def _search_message_ids(client: IMAPClient, message_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+    """In the selected folder: (UID, size) of each message whose Message-ID is one of these, by Message-ID."""
+    found: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for start in range(0, len(message_ids), _SEARCH_IDS_MAX):
+        chunk = message_ids[start : start + _SEARCH_IDS_MAX]
+        criteria: list[str] = []
+        for i, mid in enumerate(chunk):
+            if i < len(chunk) - 1:
+                criteria.append("OR")
+            criteria += ["HEADER", "Message-ID", f"<{mid}>"]
+        uids = client.search(criteria)
+        if not uids:
+            continue
+        for uid, item in client.fetch(uids, ["RFC822.SIZE", "BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"]).items():
+            header = bytes(item.get(b"BODY[HEADER.FIELDS (MESSAGE-ID)]", b"")).decode("ascii", "replace")
+            ids = _MESSAGE_ID.findall(header)
+            if ids:
+                found[ids[0].strip()].append((uid, int(item.get(b"RFC822.SIZE", -1))))
+    return found
+
+
+def _settle_missing(
+    account: MailAccount, client: IMAPClient, folders: list[Folder], started: datetime, counts: SyncCounts
+) -> None:
+    """After a complete pass over every folder: look for the messages that went missing in this sync, and for
+    those missing longer than the grace period, by Message-ID in every folder. One found is in that folder now
+    (moved by another client, or a copy where its old place went); one still not found after the grace period
+    was deleted on the server and is removed here too.
+
+    A message without a Message-ID cannot be looked for, and is never removed."""
+    grace = timedelta(seconds=settings.OPERATIONS["SYNC_MISSING_GRACE_SECONDS"])
+    candidates = list(
+        Message.objects.for_tenant(account.tenant)
+        .filter(account=account, imap_missing_since__isnull=False)
+        .filter(Q(imap_missing_since__gte=started) | Q(imap_missing_since__lte=started - grace))
+        .exclude(message_id="")
+        .order_by("imap_missing_since")
+        .values_list("pk", "message_id", "size", "folder_id", "imap_folder_id", "imap_missing_since")[:_SETTLE_MAX]
+    )
+    if not candidates:
+        return
+    by_id: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in candidates:
+        by_id[row[1]].append(row)
+    taken = set()
+    found: dict[uuid.UUID, tuple[Folder, int]] = {}
+    for folder in folders:
+        client.select_folder(folder.name, readonly=True)
+        for mid, places in _search_message_ids(client, sorted(by_id)).items():
+            held_uids = set(
                 Message.objects.for_tenant(account.tenant)
-                .filter(account=account, imap_missing_since__lte=cutoff)
-                .select_for_update(skip_locked=True)
-                .values_list("pk", "folder_id", "thread_id")[:500]
+                .filter(imap_folder=folder, imap_uid__in=[uid for uid, _ in places])
+                .values_list("imap_uid", flat=True)
             )
-            if not batch:
-                return removed
-            ids = [pk for pk, _, _ in batch]
-            Message.objects.for_tenant(account.tenant).filter(pk__in=ids).delete()
-            _recount_threads(account, {thread_id for _, _, thread_id in batch})
+            for pk, _, size, *_ in by_id.get(mid, []):
+                for uid, server_size in places:
+                    if pk not in found and (folder.pk, uid) not in taken and uid not in held_uids and (
+                            server_size == size):  # fmt: skip
+                        found[pk] = (folder, uid)
+                        taken.add((folder.pk, uid))
+    moved: list[Target] = []
+    with transaction.atomic():
+        rows = {row[0]: row for row in candidates}
+        for pk, (folder, uid) in found.items():
+            _, _, _, folder_id, imap_folder_id, _ = rows[pk]
+            update = _relocation(folder_id, imap_folder_id, folder) | {"imap_uid": uid}
+            if "folder" in update:
+                moved.append(Target(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(folder.pk)}))
+            Message.objects.for_tenant(account.tenant).filter(pk=pk, imap_uid__isnull=True).update(**update)
+        _audit(account.tenant, moved)
+    counts.relocated += len(found)
+    gone = [row for row in candidates if row[0] not in found and row[5] <= started - grace]
+    counts.removed += _remove(account, gone)
+
+
+def _remove(account: MailAccount, rows: Sequence[tuple[Any, ...]]) -> int:
+    """Remove messages the server deleted (looked for and not found); each removal is audited (ids only)."""
+    removed = 0
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        with transaction.atomic():
+            gone = list(
+                Message.objects.for_tenant(account.tenant)
+                .filter(pk__in=[row[0] for row in chunk], imap_uid__isnull=True, imap_missing_since__isnull=False)
+                .select_for_update()
+                .order_by("pk")
+                .values_list("pk", "folder_id", "thread_id")
+            )
+            if not gone:
+                continue
+            Message.objects.for_tenant(account.tenant).filter(pk__in=[pk for pk, _, _ in gone]).delete()
+            _recount_threads(account, {thread_id for _, _, thread_id in gone})
             _audit(account.tenant, [Target(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"})
-                                    for pk, f, _ in batch])  # fmt: skip
-            removed += len(batch)
+                                    for pk, f, _ in gone])  # fmt: skip
+            removed += len(gone)
+    return removed
 
 
 def _recount_threads(account: MailAccount, thread_ids: set[uuid.UUID]) -> None:
@@ -419,21 +564,21 @@ def _recount_threads(account: MailAccount, thread_ids: set[uuid.UUID]) -> None:
 
 def _forget_empty_gone_folders(account: MailAccount, listed: list[Folder]) -> None:
     """Custom folders the server no longer has, once no message is in them, go too."""
-    messages = Message.objects.for_tenant(account.tenant).filter(account=account)
-    (
+    gone = (
         Folder.objects.for_tenant(account.tenant)
-        .filter(account=account, kind=FolderKind.CUSTOM)
+        .filter(account=account, kind=FolderKind.CUSTOM, imap_uidvalidity__isnull=True)
         .exclude(pk__in=[f.pk for f in listed])
-        .exclude(pk__in=messages.values("folder_id"))
-        .delete()
     )
+    if not gone.exists():
+        return
+    in_use = Message.objects.for_tenant(account.tenant).filter(folder_id=OuterRef("pk"))
+    gone.filter(~Exists(in_use)).delete()
 
 
 def sync_account(account: MailAccount) -> SyncCounts:
     """One sync of every folder of an IMAP account; raises MailServerError (or IMAP/socket errors) on failure.
 
-    Only after every folder was synced are messages still missing from the server past the grace period
-    removed (a message moved by another client shows up in its new folder first)."""
+    Only once every folder was synced are missing messages looked for and, past the grace period, removed."""
     counts = SyncCounts()
     started = timezone.now()
     with imap_session(account) as client:
@@ -444,7 +589,7 @@ def sync_account(account: MailAccount) -> SyncCounts:
         with parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
             for folder in folders:
                 sync_folder(account, client, folder, condstore=condstore, counts=counts, start_parsing=start_parsing)
-    counts.removed = _remove_deleted(account, started)
+        _settle_missing(account, client, folders, started, counts)
     _forget_empty_gone_folders(account, folders)
     repush_stale_flags(
         account=account, older_than=started - timedelta(seconds=settings.OPERATIONS["SYNC_FLAGS_REPUSH_SECONDS"])

@@ -9,7 +9,7 @@ from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
 from apps.mail.importing import import_mail
-from apps.mail.mirror import push_flags, push_moves
+from apps.mail.mirror import MirrorBusyError, push_flags, push_moves
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant, Workspace
 
@@ -46,7 +46,7 @@ def sync_due_accounts_task() -> int:
 
 
 # A server that is down now may answer in a minute; the state pushed is read when the task runs.
-_RETRY_ON = (MailServerError, IMAPClientError, OSError)
+_RETRY_ON = (MailServerError, IMAPClientError, OSError, MirrorBusyError)
 
 
 @shared_task(name="mail.push_flags", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)

@@ -1,5 +1,6 @@
-# Messages of IMAP accounts whose server UID was already unknown (gone in an earlier UIDVALIDITY change, or
-# moved without the server saying where) count as missing from now on.
+# Sync state for mirroring the server: which flags wait to be pushed, since when a message is missing from the
+# server, and how many UIDs a folder had. Messages of IMAP accounts whose server UID was already unknown (gone
+# in an earlier UIDVALIDITY change, or moved without the server saying where) count as missing from now on.
 
 from django.db import migrations, models
 
@@ -11,6 +12,16 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="folder",
+            name="imap_uid_count",
+            field=models.BigIntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="message",
+            name="flags_pending",
+            field=models.PositiveSmallIntegerField(db_default=0, default=0),
+        ),
         migrations.AddField(
             model_name="message",
             name="flags_pending_at",

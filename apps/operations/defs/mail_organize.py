@@ -11,7 +11,7 @@ from pydantic import Field
 from apps.gate.errors import GateError
 from apps.mail import readstate
 from apps.mail.mirror import mirror_flags, mirror_moves
-from apps.mail.models import Folder, FolderKind, Label, Message, MessageLabel
+from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, Message, MessageLabel
 from apps.mail.selectors import access_account, access_folder, access_labels
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out, messages_of, reach
@@ -137,8 +137,11 @@ def _pin_preview(ctx: Context, data: PinIn) -> Preview:
 def set_pinned(ctx: Context, data: PinIn) -> ChangedOut:
     changes = _pin_preview(ctx, data).changes
     ids = [c.id for c in changes]
-    Message.objects.for_tenant(ctx.tenant).filter(pk__in=ids).update(pinned=data.pinned)
-    mirror_flags(tenant=ctx.tenant, message_ids=ids)
+    locked = Message.objects.for_tenant(ctx.tenant).filter(pk__in=ids).select_for_update().order_by("pk")
+    Message.objects.for_tenant(ctx.tenant).filter(pk__in=list(locked.values_list("pk", flat=True))).update(
+        pinned=data.pinned
+    )
+    mirror_flags(tenant=ctx.tenant, message_ids=ids, flags=FLAG_FLAGGED)
     for c in changes:
         ctx.touch(c.id, c.before, c.after)
     return ChangedOut(changed=len(ids), message_ids=ids)
