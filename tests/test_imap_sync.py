@@ -523,6 +523,7 @@ def test_a_sync_before_the_push_never_undoes_a_change_made_in_oaken(
 
 def test_a_push_that_never_ran_is_queued_again_by_a_later_sync(
     alice: Person,
+    mallory: Person,
     boxes: dict[str, Any],
     imap_server: ImapServer,
     monkeypatch: pytest.MonkeyPatch,
@@ -544,7 +545,12 @@ def test_a_push_that_never_ran_is_queued_again_by_a_later_sync(
     )
     with django_capture_on_commit_callbacks(execute=True):
         sync(boxes["alice"])
+        sync(boxes["mallory"])
     assert queued == [{"tenant_id": str(alice.tenant.pk), "message_ids": [str(message.pk)]}]
+    with django_capture_on_commit_callbacks(execute=True):
+        sync(boxes["alice"])
+    assert len(queued) == 1  # queued again at most once a period
+    mallory_unchanged(mallory, boxes, imap_server)
 
 
 def test_a_copy_on_the_server_never_takes_the_message_away_and_keeps_it_when_the_original_goes(
