@@ -1,11 +1,14 @@
 """The hourly send budgets rolled up from the real Redis into PostgreSQL: set, never summed; each tenant's counters
-in its own tenant; concurrent runs agree; bounded runs finish over several; nothing harmful while Redis is away."""
+in its own tenant; concurrent runs agree; bounded runs finish over several; a keyspace full of other keys (a day of
+task results) costs nothing, since only the hours' index sets are read; nothing harmful while Redis is away."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,8 +26,38 @@ from tests.conftest import Person
 
 @pytest.fixture(autouse=True)
 def _fresh_pass() -> None:
-    """Every test starts a SCAN pass of its own (a bounded run elsewhere may have left a cursor)."""
+    """Every test starts a pass of its own (a bounded run elsewhere may have left where it stopped)."""
     redis_client().delete(rollup.CURSOR_KEY)
+
+
+@pytest.fixture
+def task_results() -> Iterator[int]:
+    """50,000 keys shaped like Celery's task results (kept a day by the result backend) in the same Redis."""
+    client, names = redis_client(), [f"celery-task-meta-{uuid.uuid4()}" for _ in range(50_000)]
+    for i in range(0, len(names), 5000):
+        pipe = client.pipeline(transaction=False)
+        for name in names[i : i + 5000]:
+            pipe.set(name, '{"status": "SUCCESS", "result": 0}', ex=900)
+        pipe.execute()
+    yield len(names)
+    for i in range(0, len(names), 5000):
+        client.delete(*names[i : i + 5000])
+
+
+def _stopped_at() -> tuple[str, str]:
+    """(window, SSCAN cursor) of where the last run stopped its pass; ("", "") when it finished it."""
+    saved = redis_client().get(rollup.CURSOR_KEY)
+    window, _, cursor = (saved.decode() if isinstance(saved, bytes) else "").partition(":")
+    return window, cursor
+
+
+def _plant(key: str, value: object, window: int) -> None:
+    """A counter Redis holds, listed in the index of `window` as take() lists it."""
+    client = redis_client()
+    client.set(key, str(value), ex=60)
+    client.sadd(budget.index_key(window), key)
+    if client.ttl(budget.index_key(window)) < 0:  # made here rather than by take(): it goes when its hour's would
+        client.expire(budget.index_key(window), 3600 + budget.KEEP_AFTER_WINDOW_SECONDS)
 
 
 def _hour(now: float) -> datetime:
@@ -79,16 +112,18 @@ def test_an_older_reading_never_replaces_a_newer_one(alice: Person, mallory: Per
 def test_counters_of_gone_tenants_and_foreign_keys_are_left_alone(alice: Person, mallory: Person) -> None:
     now = time.time()
     window = int(now) // 3600
-    client = redis_client()
-    client.set(f"{budget.KEY_PREFIX}00000000-0000-7000-8000-000000000000:apikey:k:{window}", 9, ex=60)  # no tenant
-    client.set(f"{budget.KEY_PREFIX}not-a-tenant:apikey:k:{window}", 9, ex=60)
-    client.set(f"{budget.KEY_PREFIX}{alice.tenant.pk}:unknown-kind:k:{window}", 9, ex=60)
-    client.set(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:k:not-a-window", 9, ex=60)
-    client.set(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:k:{window + 10_000_000}", 9, ex=60)  # far future
-    client.set(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:nonsense:{window}", "many", ex=60)
-    client.set(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:negative:{window}", -3, ex=60)
+    # each listed in the current hour's index, as if take() had counted it
+    _plant(f"{budget.KEY_PREFIX}00000000-0000-7000-8000-000000000000:apikey:k:{window}", 9, window)  # no tenant
+    _plant(f"{budget.KEY_PREFIX}not-a-tenant:apikey:k:{window}", 9, window)
+    _plant(f"{budget.KEY_PREFIX}{alice.tenant.pk}:unknown-kind:k:{window}", 9, window)
+    _plant(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:k:not-a-window", 9, window)
+    _plant(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:k:{window + 10_000_000}", 9, window)  # far future
+    _plant(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:nonsense:{window}", "many", window)
+    _plant(f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:negative:{window}", -3, window)
+    _plant(f"celery-task-meta-{uuid.uuid4()}", 9, window)  # not a counter at all
+    redis_client().sadd(budget.index_key(window), f"{budget.KEY_PREFIX}{alice.tenant.pk}:apikey:gone:{window}")
     done = rollup.roll_up()
-    assert done["redis"] == "ok" and done["ignored"] >= 6
+    assert done["redis"] == "ok" and done["ignored"] >= 6 + 2
     assert _rows(alice) == {("apikey", "negative", _hour(now), 0)}
     assert not _rows(mallory)
 
@@ -120,8 +155,10 @@ def test_a_bounded_run_leaves_the_rest_to_the_next(alice: Person, mallory: Perso
         _spend(alice, "apikey", f"key-{i:02}", i + 1, now)
     runs = [rollup.roll_up()]
     assert runs[0]["complete"] is False and runs[0]["keys"] < 40
-    assert int(redis_client().get(rollup.CURSOR_KEY) or 0) != 0
-    most = 2 * redis_client().dbsize() // 10 + 10  # the keyspace holds more than budgets (the broker's, throttles)
+    # where it stopped: an hour it reads (the one before may hold other tests' counters) and past the pass's start
+    hour = int(now) // 3600
+    assert _stopped_at()[0] in {str(hour - 1), str(hour)} and _stopped_at() != (str(hour - 1), "0")
+    most = 2 * redis_client().dbsize() // 10 + 10  # generous: the whole keyspace, though only the index is read
     while not runs[-1]["complete"]:
         assert len(runs) < most
         runs.append(rollup.roll_up())
@@ -225,3 +262,82 @@ def test_the_task_runs_on_a_real_worker(alice: Person, mallory: Person) -> None:
     assert done["redis"] == "ok" and done["complete"] is True
     assert _rows(alice) == {("oauth", "conn-a", _hour(now), 6)}
     assert not _rows(mallory)
+
+
+def test_every_counter_is_in_its_hours_index_which_outlives_it(alice: Person, mallory: Person) -> None:
+    now = time.time()
+    window, client = int(now) // 3600, redis_client()
+    index = budget.index_key(window)
+    _spend(alice, "apikey", "key-a", 3, now)
+    _spend(alice, "apikey", "key-a", 2, now)
+    _spend(mallory, "apikey", "key-m", 1, now)
+    alices = budget.window_key(f"{alice.tenant.pk}:apikey:key-a", now)[0]
+    mallorys = budget.window_key(f"{mallory.tenant.pk}:apikey:key-m", now)[0]
+    assert client.smismember(index, [alices, mallorys]) == [1, 1]
+    counter_ttl, index_ttl = client.ttl(alices), client.ttl(index)
+    # a little longer (every take here passes the same `now`, so the index's deadline may move by the seconds between)
+    assert 0 < counter_ttl <= index_ttl <= counter_ttl + budget.INDEX_KEEP_AFTER_COUNTERS_SECONDS + 60
+    # a request refused on a budget it never spent from makes neither a counter nor a member
+    refused = f"{alice.tenant.pk}:apikey:too-much"
+    assert budget.take(refused, 5, 4, now) is None
+    assert not client.exists(budget.window_key(refused, now)[0])
+    assert not client.sismember(index, budget.window_key(refused, now)[0])
+    # a counter made before the index existed (the hour this version arrives) is listed by its next take
+    older = f"{alice.tenant.pk}:apikey:key-older"
+    client.set(budget.window_key(older, now)[0], 4, ex=budget.seconds_left(now) + budget.KEEP_AFTER_WINDOW_SECONDS)
+    _spend(alice, "apikey", "key-older", 1, now)
+    assert client.sismember(index, budget.window_key(older, now)[0])
+    rollup.roll_up()
+    assert _rows(alice) == {("apikey", "key-a", _hour(now), 5), ("apikey", "key-older", _hour(now), 5)}
+    assert _rows(mallory) == {("apikey", "key-m", _hour(now), 1)}
+
+
+def test_a_keyspace_full_of_task_results_costs_one_run(
+    alice: Person, mallory: Person, settings: Any, task_results: int
+) -> None:
+    """A day of Celery results for many accounts is no longer walked: one run of the default bound copies every
+    budget of the current and the previous hour, examining only the counters of those hours."""
+    now, client = time.time(), redis_client()
+    for i in range(150):
+        _spend(alice, "apikey", f"key-{i:03}", i + 1, now)
+        _spend(alice, "oauth", f"conn-{i:03}", i + 2, now - 3600)  # the hour before, in its 15 minutes' tail
+        _spend(mallory, "policy", f"policy-{i:03}", 2 * i + 1, now)
+    window = int(now) // 3600
+    listed = sum(int(client.scard(budget.index_key(w))) for w in (window - 1, window, window + 1))
+    max_keys = settings.OPERATIONS["BUDGET_ROLLUP_MAX_KEYS"]
+    assert max_keys == 10_000 and client.dbsize() > task_results >= 5 * max_keys  # a SCAN pass: five runs or more
+    done = rollup.roll_up()
+    assert done["redis"] == "ok" and done["complete"] is True
+    assert done["keys"] == listed <= max_keys  # the counters of those hours (other tests' too), not the keyspace
+    assert _rows(alice) == {("apikey", f"key-{i:03}", _hour(now), i + 1) for i in range(150)} | {
+        ("oauth", f"conn-{i:03}", _hour(now - 3600), i + 2) for i in range(150)}  # fmt: skip
+    assert _rows(mallory) == {("policy", f"policy-{i:03}", _hour(now), 2 * i + 1) for i in range(150)}
+    assert client.get(rollup.CURSOR_KEY) is None
+
+
+def test_a_bounded_pass_goes_on_into_the_next_hour_and_a_stale_point_starts_afresh(
+    alice: Person, mallory: Person, settings: Any, task_results: int
+) -> None:
+    settings.OPERATIONS = {**settings.OPERATIONS, "BUDGET_ROLLUP_MAX_KEYS": 10}
+    now, client = time.time(), redis_client()
+    window = int(now) // 3600
+    for i in range(25):
+        _spend(alice, "apikey", f"key-{i:02}", i + 1, now - 3600)
+        _spend(mallory, "apikey", f"key-{i:02}", i + 2, now)
+    # where a run of long ago stopped, and a value that is no resume point: both start the pass at its beginning
+    for stale in (f"{window - 5}:12345", "not a point"):
+        client.set(rollup.CURSOR_KEY, stale)
+        first = rollup.roll_up()
+        assert first["complete"] is False and 0 < first["keys"] < 25
+        assert _stopped_at()[0] == str(window - 1)
+    listed = sum(int(client.scard(budget.index_key(w))) for w in (window - 1, window, window + 1))
+    runs, points = [first], set()
+    while not runs[-1]["complete"]:
+        assert len(runs) < 2 * listed // 10 + 5  # the index's counters in pages, never the 50,000 other keys
+        points.add(_stopped_at()[0])
+        runs.append(rollup.roll_up())
+    # it stopped in the hour before and in this one (at most once more at the start of the next)
+    assert {str(window - 1), str(window)} <= points <= {str(window - 1), str(window), str(window + 1)}
+    assert client.get(rollup.CURSOR_KEY) is None
+    assert _rows(alice) == {("apikey", f"key-{i:02}", _hour(now - 3600), i + 1) for i in range(25)}
+    assert _rows(mallory) == {("apikey", f"key-{i:02}", _hour(now), i + 2) for i in range(25)}

@@ -1,8 +1,10 @@
 """Hourly recipient budgets in Redis, counted atomically so concurrent requests can never exceed them.
 
 One Lua script checks and adds in a single step: a request either takes all its recipients from the
-budget or none. When Redis cannot be reached the budget cannot be checked, and the request is refused
-(SERVICE_UNAVAILABLE) rather than run unchecked (SPEC §4.7, §10).
+budget or none. The same script puts the counter's key in its hour's index set, so the roll-up
+(apps.outbound.rollup) finds an hour's counters there and never walks the keyspace. When Redis cannot
+be reached the budget cannot be checked, and the request is refused (SERVICE_UNAVAILABLE) rather than
+run unchecked (SPEC §4.7, §10).
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ KEY_PREFIX = "oaken:send-budget:"
 KINDS = ("apikey", "oauth", "person", "policy")
 # a window's counter outlives its hour this long, so the roll-up (apps.outbound.rollup) reads its final figure
 KEEP_AFTER_WINDOW_SECONDS = 900
+# every counter of a window is a member of that window's index set (a set of counter keys), which outlives them
+INDEX_PREFIX = "oaken:send-budget-index:"
+INDEX_KEEP_AFTER_COUNTERS_SECONDS = 300
 
-# KEYS[1] the window's counter; ARGV: amount, limit, ttl. Returns the new total, or -(current total) - 1
-# when the amount does not fit (nothing is added then).
+# KEYS[1] the window's counter, KEYS[2] the window's index; ARGV: amount, limit, the counter's ttl, how much longer
+# the index is kept. Returns the new total, or -(current total) - 1 when the amount does not fit (nothing is added
+# then). A counter that took something is in its index (SADD every time: a counter made before the index existed,
+# or whose index went, is indexed again), and the index lives at least as long as each of its counters.
 _TAKE = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local amount = tonumber(ARGV[1])
@@ -30,8 +37,15 @@ if current + amount > tonumber(ARGV[2]) then
   return -current - 1
 end
 local total = redis.call('INCRBY', KEYS[1], amount)
+local ttl = tonumber(ARGV[3])
 if total == amount then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+  redis.call('EXPIRE', KEYS[1], ttl)
+end
+if redis.call('SADD', KEYS[2], KEYS[1]) == 1 then
+  local keep = ttl + tonumber(ARGV[4])
+  if redis.call('TTL', KEYS[2]) < keep then
+    redis.call('EXPIRE', KEYS[2], keep)
+  end
 end
 return total
 """
@@ -43,12 +57,19 @@ def window_key(name: str, now: float) -> tuple[str, int]:
     return f"{KEY_PREFIX}{name}:{window}", WINDOW_SECONDS - int(now) % WINDOW_SECONDS
 
 
+def index_key(window: int) -> str:
+    """The set of the counter keys of a window (what the roll-up reads)."""
+    return f"{INDEX_PREFIX}{window}"
+
+
 def take(name: str, amount: int, limit: int, now: float) -> int | None:
     """Take `amount` from the hourly budget `name`; the new total, or None when it does not fit.
     Raises GateError(SERVICE_UNAVAILABLE) when Redis is away."""
     key, left = window_key(name, now)
+    index = index_key(int(now) // WINDOW_SECONDS)
+    keep = (left + KEEP_AFTER_WINDOW_SECONDS, INDEX_KEEP_AFTER_COUNTERS_SECONDS)
     try:
-        total = int(redis_client().eval(_TAKE, 1, key, amount, limit, left + KEEP_AFTER_WINDOW_SECONDS))
+        total = int(redis_client().eval(_TAKE, 2, key, index, amount, limit, *keep))
     except redis.RedisError:
         raise GateError(
             "SERVICE_UNAVAILABLE", "sending budgets cannot be checked right now; nothing was sent, try again later"

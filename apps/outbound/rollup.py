@@ -7,8 +7,11 @@ figure (marked as rolled up) while Redis is away.
 It is safe to run twice or at once. A row is set to what Redis said and when it said it (Redis's own clock, read in
 the same MULTI/EXEC as the counters), and a reading replaces only an earlier one: rows are set, never summed, and
 never go back to an older figure. Rows are written in one fixed order, so concurrent runs cannot deadlock.
-The work of one run is bounded: SCAN (never KEYS) in pages, at most BUDGET_ROLLUP_MAX_KEYS keys of the keyspace
-examined; where a run stops, its SCAN cursor is kept in Redis and the next run goes on from there.
+It never walks the keyspace (which holds the broker's queues, task results and more): apps.outbound.budget puts each
+counter's key in its hour's index set as it counts, and a run reads only the index sets of the hours whose counters
+may still be alive (the previous, the current and the next, for clocks a little apart). The work of one run is
+bounded: SSCAN in pages, at most about BUDGET_ROLLUP_MAX_KEYS counters examined; where a run stops, its hour and SSCAN
+cursor are kept in Redis and the next run goes on from there.
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ from config.redis_client import redis_client
 
 log = logging.getLogger("oaken.outbound")
 
-# where a run that stopped early left its SCAN; forgotten after an hour (a fresh pass starts then)
+# where a run that stopped early left its pass, "<window>:<SSCAN cursor>"; forgotten after an hour (a fresh pass
+# starts then, as it does when that hour's counters are gone)
 CURSOR_KEY = "oaken:send-budget-rollup:cursor"
 _CURSOR_TTL_SECONDS = 3600
 _SCAN_PAGE = 500
+# the hours before the current one whose index (and so counters) may still be alive
+_HOURS_BACK = math.ceil(
+    (budget.KEEP_AFTER_WINDOW_SECONDS + budget.INDEX_KEEP_AFTER_COUNTERS_SECONDS) / budget.WINDOW_SECONDS
+)
 _INT_MAX = 2**31 - 1
 
 _UPSERT = f"""
@@ -65,8 +73,9 @@ def roll_up(*, now: datetime | None = None) -> dict[str, Any]:
     oldest = current - bounds["BUDGET_HISTORY_HOURS"]
     done: dict[str, Any] = {"redis": "ok", "keys": 0, "rows": 0, "ignored": 0, "complete": False}
     done["forgotten"] = _forget(before=window_start(oldest), limit=bounds["BUDGET_ROLLUP_MAX_KEYS"])
+    windows = list(range(current - _HOURS_BACK, current + 2))
     try:
-        _copy(done, oldest=oldest, newest=current + 1, max_keys=bounds["BUDGET_ROLLUP_MAX_KEYS"])
+        _copy(done, windows, oldest=oldest, newest=current + 1, max_keys=bounds["BUDGET_ROLLUP_MAX_KEYS"])
     except redis.RedisError as exc:
         log.warning("send budgets were not rolled up: Redis is not answering (%s); the console shows the figures "
                     "rolled up before", type(exc).__name__)  # fmt: skip
@@ -74,19 +83,35 @@ def roll_up(*, now: datetime | None = None) -> dict[str, Any]:
     return done
 
 
-def _copy(done: dict[str, Any], *, oldest: int, newest: int, max_keys: int) -> None:
+def _copy(done: dict[str, Any], windows: list[int], *, oldest: int, newest: int, max_keys: int) -> None:
+    """One pass over the index sets of `windows`, oldest first, or the part of it the bound allows."""
     client = redis_client()
     page = min(_SCAN_PAGE, max_keys)
-    cursor = int(client.get(CURSOR_KEY) or 0)
-    for _ in range(math.ceil(max_keys / page)):
-        cursor, keys = client.scan(cursor=cursor, match=f"{budget.KEY_PREFIX}*", count=page)
+    at, cursor = _resume(client.get(CURSOR_KEY), windows)
+    # pages of `page` counters, and one call more for each index that is empty or gone
+    for _ in range(math.ceil(max_keys / page) + len(windows)):
+        cursor, keys = client.sscan(budget.index_key(windows[at]), cursor=cursor, count=page)
         done["keys"] += len(keys)
         _copy_page(done, client, [k.decode() if isinstance(k, bytes) else str(k) for k in keys], oldest, newest)
         if cursor == 0:
-            client.delete(CURSOR_KEY)
-            done["complete"] = True
-            return
-    client.set(CURSOR_KEY, cursor, ex=_CURSOR_TTL_SECONDS)
+            at += 1
+            if at == len(windows):
+                client.delete(CURSOR_KEY)
+                done["complete"] = True
+                return
+        if done["keys"] >= max_keys:
+            break
+    client.set(CURSOR_KEY, f"{windows[at]}:{cursor}", ex=_CURSOR_TTL_SECONDS)
+
+
+def _resume(saved: bytes | str | None, windows: list[int]) -> tuple[int, int]:
+    """(position in `windows`, SSCAN cursor) where the pass goes on: where the last run stopped, if that hour is
+    still read, else at the start."""
+    text = saved.decode(errors="replace") if isinstance(saved, bytes) else saved or ""
+    window, _, cursor = text.partition(":")
+    if window.isdigit() and cursor.isdigit() and int(window) in windows:
+        return windows.index(int(window)), int(cursor)
+    return 0, 0
 
 
 def _copy_page(done: dict[str, Any], client: redis.Redis, keys: list[str], oldest: int, newest: int) -> None:
