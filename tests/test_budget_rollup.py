@@ -257,10 +257,19 @@ def test_the_task_runs_on_a_real_worker(alice: Person, mallory: Person) -> None:
 
     now = time.time()
     _spend(alice, "oauth", "conn-a", 6, now)
+    client = redis_client()
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
-        done = roll_up_budgets_task.delay().get(timeout=60)
-    assert done["redis"] == "ok" and done["complete"] is True
-    assert _rows(alice) == {("oauth", "conn-a", _hour(now), 6)}
+        # beat's task stores no result; asked for, one is stored
+        done = roll_up_budgets_task.apply_async(ignore_result=False).get(timeout=60)
+        assert done["redis"] == "ok" and done["complete"] is True
+        assert _rows(alice) == {("oauth", "conn-a", _hour(now), 6)}
+        _spend(alice, "oauth", "conn-a", 1, now)
+        as_beat_sends_it = roll_up_budgets_task.delay()
+        asked = roll_up_budgets_task.apply_async(ignore_result=False)
+        assert asked.get(timeout=60)["complete"] is True  # one worker, one task at a time: the first is done too
+    assert _rows(alice) == {("oauth", "conn-a", _hour(now), 7)}
+    assert not client.exists(f"celery-task-meta-{as_beat_sends_it.id}")
+    assert client.exists(f"celery-task-meta-{asked.id}")
     assert not _rows(mallory)
 
 

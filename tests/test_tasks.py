@@ -28,3 +28,13 @@ def test_the_import_task_runs_on_a_worker(alice: Person, mallory: Person, tmp_pa
     assert (counts["imported"], counts["duplicates"], counts["failed"]) == (3, 0, 0)
     assert Message.objects.for_tenant(alice.tenant).count() == 3
     assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_the_tasks_beat_runs_store_no_result_and_an_asked_for_one_does() -> None:
+    """Beat's tasks and the per-account syncs it queues every minute would leave a result key each for a day
+    (CELERY_RESULT_EXPIRES) that nobody reads; the import, whose caller reads its counts, keeps its result."""
+    periodic = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert {"outbound.roll_up_budgets", "mail.sync_due_accounts", "outbound.release_scheduled"} <= periodic
+    for name in periodic | {"mail.sync_account"}:
+        assert app.tasks[name].ignore_result is True, name
+    assert app.tasks["mail.import_mail"].ignore_result is False

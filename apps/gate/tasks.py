@@ -11,7 +11,7 @@ from django.utils import timezone
 from apps.gate.models import ConfirmationToken, IdempotencyRecord
 
 
-@shared_task(name="gate.purge_expired")
+@shared_task(name="gate.purge_expired", ignore_result=True)
 def purge_expired() -> dict[str, int]:
     """Forget idempotency keys past their retention and confirmation tokens a day past their expiry."""
     now = timezone.now()

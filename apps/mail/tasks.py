@@ -29,14 +29,14 @@ def import_mail_task(*, tenant_id: str, workspace_id: str, account_name: str, pa
     }
 
 
-@shared_task(name="mail.sync_account")
+@shared_task(name="mail.sync_account", ignore_result=True)
 def sync_account_task(*, account_id: str, force: bool = False) -> dict[str, object]:
     """Sync one IMAP account (skipped while another worker syncs it, or while it backs off unless forced)."""
     outcome = run_sync(account_id, force=force)
     return {"state": outcome.state, "stored": outcome.counts.stored, "reason": outcome.reason}
 
 
-@shared_task(name="mail.sync_due_accounts")
+@shared_task(name="mail.sync_due_accounts", ignore_result=True)
 def sync_due_accounts_task() -> int:
     """The beat's minute: a sync task for every IMAP account that is not backing off."""
     due = due_accounts()

@@ -13,7 +13,7 @@ from oauth2_provider.models import Application, get_grant_model
 from apps.agents.models import Connection
 
 
-@shared_task(name="oauth.forget_unused_clients")
+@shared_task(name="oauth.forget_unused_clients", ignore_result=True)
 def forget_unused_clients() -> dict[str, int]:
     """Remove consents whose code was never redeemed, and dynamically registered clients that never became a
     connection within OAKEN_OAUTH_UNUSED_CLIENT_HOURS (open registration must not grow the table forever)."""

@@ -14,17 +14,17 @@ def deliver_task(request_id: str) -> str:
     return str(delivery.deliver(request_id))
 
 
-@shared_task(name="outbound.release_scheduled")
+@shared_task(name="outbound.release_scheduled", ignore_result=True)
 def release_scheduled_task() -> int:
     return delivery.release_scheduled()
 
 
-@shared_task(name="outbound.sweep_outbox")
+@shared_task(name="outbound.sweep_outbox", ignore_result=True)
 def sweep_outbox_task() -> dict[str, int]:
     return delivery.sweep()
 
 
-@shared_task(name="outbound.reconcile_unknown")
+@shared_task(name="outbound.reconcile_unknown", ignore_result=True)
 def reconcile_unknown_task() -> dict[str, int]:
     """Look for every request of unknown outcome in its account's Sent folder."""
     found = {"sent": 0, "unknown": 0}
@@ -34,7 +34,7 @@ def reconcile_unknown_task() -> dict[str, int]:
     return found
 
 
-@shared_task(name="outbound.roll_up_budgets")
+@shared_task(name="outbound.roll_up_budgets", ignore_result=True)
 def roll_up_budgets_task() -> dict[str, object]:
     """Copy the hourly send budgets from Redis into PostgreSQL for the console (harmless twice or at once)."""
     return rollup.roll_up()

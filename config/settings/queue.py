@@ -21,6 +21,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TRACK_STARTED = True
+# a result is kept a day for whoever asked for it; the tasks beat runs, and the per-account syncs it queues every
+# minute, store none (ignore_result on each task): nobody reads them, and a day of them is 1,440 keys per account
 CELERY_RESULT_EXPIRES = 24 * 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
