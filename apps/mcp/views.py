@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -120,7 +121,12 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return _json({"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}},
                      406)  # fmt: skip
     try:
-        body = json.loads(request.body, parse_constant=_no_constant)
+        raw = request.body
+    except RequestDataTooBig:
+        return _json({"error": {"code": "LIMIT_EXCEEDED", "message": "the request body is larger than the largest "
+                                "call the bounds allow (DATA_UPLOAD_MAX_MEMORY_SIZE bytes)"}}, 413)  # fmt: skip
+    try:
+        body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
     request_id = body.get("id") if isinstance(body, dict) else None

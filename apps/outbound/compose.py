@@ -3,16 +3,19 @@ texts, and the MIME bytes built from a request (the same bytes for SMTP and for 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime, getaddresses
+from typing import Any
 
 from apps.audit.log import canonical_json
 from apps.gate.errors import GateError
@@ -69,6 +72,58 @@ def check_recipient_limit(found: Recipients, maximum: int) -> None:
     if found.count > maximum:
         raise GateError("LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)",
                         field="to")  # fmt: skip
+
+
+_MIME_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
+_BASE64_SPACE = re.compile(r"\s+")
+
+
+def attachment_filename(value: str, field: str) -> str:
+    """A file name as it goes in the e-mail: no folders, no control characters (refused, never rewritten)."""
+    name = value.strip()
+    if not name or name in {".", ".."}:
+        raise GateError.invalid(field, "must name the file")
+    if any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name):
+        raise GateError.invalid(field, "must not contain slashes or control characters")
+    return name
+
+
+def attachment_content_type(value: str | None, field: str) -> str:
+    """A bare MIME type (type/subtype, no parameters); multipart types are built by Oaken, never given."""
+    if value is None:
+        return "application/octet-stream"
+    kind = value.strip().lower()
+    if not _MIME_TYPE.match(kind):
+        raise GateError.invalid(field, "is not a MIME type such as application/pdf")
+    if kind.startswith(("multipart/", "message/")):
+        raise GateError.invalid(field, "cannot be a multipart or message type: attach the file as it is")
+    return kind
+
+
+def decode_base64(value: str, field: str, max_bytes: int) -> bytes:
+    """The bytes of a base64 text (line breaks allowed), refused over max_bytes before it is decoded."""
+    text = _BASE64_SPACE.sub("", value)
+    # 4 characters per 3 bytes, less the padding: a file over the bound is refused without decoding it
+    if len(text) // 4 * 3 - text.count("=") > max_bytes:
+        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {max_bytes} bytes per file", field=field)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise GateError.invalid(field, "is not base64") from None
+
+
+def check_attachment_limits(bounds: Mapping[str, Any], sizes: Sequence[int], field: str) -> None:
+    """Refuse (never cut) an e-mail with more files, or more bytes per file or in all, than the bounds allow."""
+    count, per_file, total = (bounds["SEND_ATTACHMENTS_MAX"], bounds["SEND_ATTACHMENT_MAX_BYTES"],
+                              bounds["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"])  # fmt: skip
+    if len(sizes) > count:
+        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {count} files per e-mail", field=field)
+    for i, size in enumerate(sizes):
+        if size > per_file:
+            where = f"{field}.{i}" if field == "attachments" else field
+            raise GateError("LIMIT_EXCEEDED", f"{where}: at most {per_file} bytes per file", field=where)
+    if sum(sizes) > total:
+        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {total} bytes of files per e-mail", field=field)
 
 
 def new_message_id(sender: str) -> str:
