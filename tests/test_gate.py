@@ -15,13 +15,14 @@ from apps.audit.models import AuditEvent
 from apps.gate.callers import Caller, Door, DoorMismatchError
 from apps.gate.dispatch import dispatch
 from apps.gate.errors import NOT_AVAILABLE_MESSAGE, GateError
+from apps.gate.exposure import offered_operations
 from apps.gate.internal import call_internal
 from apps.gate.models import ExposureSetting
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
-from apps.operations.registry import ALWAYS, Ceiling, OpClass, operation, registry
+from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
-from tests.callers import as_agent, as_person, refusal
+from tests.callers import as_agent, as_person, door_of, refusal
 from tests.conftest import Person
 from tests.mailfactory import conversation, write_mbox
 
@@ -66,8 +67,13 @@ def broken_ops() -> Iterator[None]:
     operation(name="test_pin_then_lie", summary="t", op_class=OpClass.MUTATE, **common)(pin_then_lie)  # type: ignore[arg-type]
     operation(name="test_send_now", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
               ceiling=Ceiling.NEVER)(send_now)  # fmt: skip
+    operation(name="test_send_internal", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
+              ceiling=Ceiling.NEVER, callers=Callers.INTERNAL)(send_now)  # fmt: skip
+    operation(name="test_send_personal", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
+              ceiling=Ceiling.NEVER, callers=Callers.PERSONS)(send_now)  # fmt: skip
     yield
-    for name in ("test_pin_then_crash", "test_pin_then_lie", "test_send_now"):
+    for name in ("test_pin_then_crash", "test_pin_then_lie", "test_send_now", "test_send_internal",
+                 "test_send_personal"):  # fmt: skip
         registry.remove(name)
 
 
@@ -169,6 +175,30 @@ def test_send_runs_only_for_persons_and_the_system(alice: Person, broken_ops: No
     assert dispatch(as_person(alice), Door.CLI, "test_send_now", {"message_id": "x"}).output == {"ok": True}
     assert call_internal(alice.tenant, "test_send_now", {"message_id": "x"}).output == {"ok": True}
     assert refusal(as_agent(alice, scopes={"send"}), "test_send_now", {"message_id": "x"}).code == "NOT_AVAILABLE"
+
+
+def test_an_internal_operation_runs_only_on_the_internal_door(alice: Person, broken_ops: None) -> None:
+    assert call_internal(alice.tenant, "test_send_internal", {"message_id": "x"}).output == {"ok": True}
+    unknown = refusal(as_person(alice), "no_such_operation", {})
+    for caller in (as_person(alice), as_agent(alice, scopes={"send"})):
+        refused = refusal(caller, "test_send_internal", {"message_id": "x"})
+        # exactly what an operation that does not exist answers
+        assert (refused.code, refused.message) == ("NOT_AVAILABLE", unknown.message)
+    assert "test_send_internal" not in {op.name for op in offered_operations(as_person(alice))}
+    events = _events(alice)
+    assert [(e.operation, e.principal, e.outcome) for e in events if e.operation == "test_send_internal"] == [
+        ("test_send_internal", "internal", "ok"),
+        ("test_send_internal", "person", "NOT_AVAILABLE"),
+        ("test_send_internal", "agent", "NOT_AVAILABLE"),
+    ]
+
+
+def test_a_persons_only_operation_is_refused_to_agents_and_the_system(alice: Person, broken_ops: None) -> None:
+    assert dispatch(as_person(alice), Door.CLI, "test_send_personal", {"message_id": "x"}).output == {"ok": True}
+    for caller in (Caller.internal(alice.tenant), as_agent(alice, scopes={"send"})):
+        with pytest.raises(GateError) as info:
+            dispatch(caller, door_of(caller), "test_send_personal", {"message_id": "x"})
+        assert info.value.code == "NOT_AVAILABLE"
 
 
 def test_every_call_appends_exactly_one_event_refusals_included(alice: Person, mallory: Person, tmp_path: Path) -> None:

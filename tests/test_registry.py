@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from apps.operations.registry import (
     ALWAYS,
+    Callers,
     Ceiling,
     Change,
     DefinitionError,
@@ -110,6 +111,21 @@ def test_plugin_operations_are_namespaced_never_on_and_never_mark_read() -> None
         define(Registry(), name="acme.thing")
     op = define(Registry(), name="acme.thing", plugin="acme", ceiling=Ceiling.OFF)
     assert op.default_level == "off"  # type: ignore[attr-defined]
+
+
+def test_operations_for_persons_or_the_system_only_are_never_offered_to_agents() -> None:
+    for callers in (Callers.INTERNAL, Callers.PERSONS):
+        for ceiling in (Ceiling.ON, Ceiling.OFF):
+            with pytest.raises(DefinitionError, match="never be offered to agents"):
+                define(Registry(), op_class=OpClass.SEND, ceiling=ceiling, callers=callers)
+        with pytest.raises(DefinitionError, match="plugin operations"):
+            define(Registry(), name="acme.thing", plugin="acme", ceiling=Ceiling.NEVER, callers=callers)
+        op = define(Registry(), op_class=OpClass.SEND, ceiling=Ceiling.NEVER, callers=callers)
+        assert op.callers == callers  # type: ignore[attr-defined]
+    for extra in ({"person_bound": True}, {"idempotent_input": True}, {"returns_secret": True}):
+        with pytest.raises(DefinitionError, match="internal operation"):
+            define(Registry(), op_class=OpClass.SEND, ceiling=Ceiling.NEVER, callers=Callers.INTERNAL, **extra)
+    assert define(Registry()).callers == Callers.ANY  # type: ignore[attr-defined]
 
 
 def test_two_operations_with_one_name_raise() -> None:

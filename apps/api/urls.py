@@ -3,10 +3,13 @@
 from django.urls import URLPattern, path
 
 from apps.api.views import UnknownOperationView, operation_view
-from apps.operations.registry import registry
+from apps.operations.registry import Callers, registry
 
 
 def operation_urls() -> list[URLPattern]:
-    routes = [path(f"api/v1/ops/{op.name}", operation_view(op), name=f"op-{op.name}") for op in registry]
+    # the system's own operations have no path (and so no place in the OpenAPI document): a person calling
+    # one by name gets the gate's answer for anything not offered
+    served = (op for op in registry if op.callers != Callers.INTERNAL)
+    routes = [path(f"api/v1/ops/{op.name}", operation_view(op), name=f"op-{op.name}") for op in served]
     # after the operations: any other name is answered by the gate, in the one error shape
     return [*routes, path("api/v1/ops/<str:name>", UnknownOperationView.as_view(), name="op-unknown")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import connection
 
 from apps.gate.callers import Caller, Principal
-from apps.operations.registry import Ceiling, Operation, registry
+from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Role, Tenant
 
 
@@ -30,7 +30,12 @@ def level_for(op: Operation, settings: dict[str, str]) -> str:
 
 
 def is_offered(caller: Caller, op: Operation, settings: dict[str, str] | None = None) -> bool:
-    """The operation is offered to this agent: exposure, plugin health, allow-list, person-bound rule."""
+    """The operation is offered to this caller: who may call it at all; for agents also exposure, plugin health,
+    allow-list and the person-bound rule."""
+    if op.callers == Callers.INTERNAL:
+        return caller.principal == Principal.INTERNAL
+    if op.callers == Callers.PERSONS:
+        return caller.principal == Principal.PERSON
     if caller.principal != Principal.AGENT:
         return True
     if level_for(op, tenant_settings(caller.tenant) if settings is None else settings) != "on":

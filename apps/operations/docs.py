@@ -44,13 +44,15 @@ def render() -> str:
         "Generated from the registry by `oaken ops docs`; do not edit by hand.",
         "Ceilings: `never` (not offered to agents whatever the settings), `off` (offered once an ADMIN",
         "switches it on), `on` (offered by default). Agents also need the scope and the person's role.",
+        "Callers: `any` (persons, agents within the ceiling, the system), `persons` (people only), `internal`",
+        "(the system's own Celery tasks on the internal door: refused to persons and agents, no REST path).",
         "",
-        "| operation | class | scope | ceiling | role | confirmation | input | summary |",
-        "|---|---|---|---|---|---|---|---|",
+        "| operation | class | scope | ceiling | role | callers | confirmation | input | summary |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for op in registry:
         lines.append(
             f"| `{op.name}` | {op.op_class.value} | {op.scope.value} | {op.ceiling.value} | {op.role} | "
-            f"{_confirmation(op)} | {_fields(op)} | {op.summary} |"
+            f"{op.callers.value} | {_confirmation(op)} | {_fields(op)} | {op.summary} |"
         )
     return "\n".join(lines) + "\n"

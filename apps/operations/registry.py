@@ -43,6 +43,14 @@ class Scope(StrEnum):
     SEND = "send"
 
 
+class Callers(StrEnum):
+    """Which principals may call an operation at all (agents are further held to the ceiling)."""
+
+    ANY = "any"  # persons, agents within the ceiling, and the system
+    PERSONS = "persons"  # people only (ui, cli): never an agent, never a task
+    INTERNAL = "internal"  # the system only: Celery tasks and schedules on the internal door
+
+
 _SCOPE_OF_CLASS = {OpClass.READ: Scope.READ, OpClass.MUTATE: Scope.WRITE, OpClass.SEND: Scope.SEND}
 
 
@@ -144,6 +152,7 @@ class Operation:
     idempotent_input: bool = False
     # its output holds a secret shown once (a new API key): never stored, so never replayed
     returns_secret: bool = False
+    callers: Callers = Callers.ANY
     description: str = field(default="", compare=False)
 
     @property
@@ -223,6 +232,13 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: a read operation's module reaches the read-state service")
     if op.op_class == OpClass.MUTATE and op.ceiling != Ceiling.NEVER and op.preview is None:
         raise DefinitionError(f"{op.name!r}: a mutation offered to agents needs a preview")
+    if op.callers != Callers.ANY:
+        if op.ceiling != Ceiling.NEVER:
+            raise DefinitionError(f"{op.name!r}: an operation for {op.callers} only can never be offered to agents")
+        if op.plugin is not None:
+            raise DefinitionError(f"{op.name!r}: plugin operations are for every caller their ceiling allows")
+        if op.callers == Callers.INTERNAL and (op.person_bound or op.idempotent_input or op.returns_secret):
+            raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
     if op.plugin is not None:
         if not op.name.startswith(op.plugin + "."):
             raise DefinitionError(f"{op.name!r}: plugin operations are named <plugin>.<name>")
@@ -254,6 +270,7 @@ def operation(
     plugin: str | None = None,
     idempotent_input: bool = False,
     returns_secret: bool = False,
+    callers: Callers = Callers.ANY,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -279,6 +296,7 @@ def operation(
             plugin=plugin,
             idempotent_input=idempotent_input,
             returns_secret=returns_secret,
+            callers=callers,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

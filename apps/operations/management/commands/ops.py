@@ -41,6 +41,7 @@ class Command(JsonCommand):
                 "scope": op.scope.value,
                 "ceiling": op.ceiling.value,
                 "role": op.role,
+                "callers": op.callers.value,
                 "input_schema": op.input_model.model_json_schema(),
                 "output_schema": op.output_model.model_json_schema(),
             }
