@@ -8,6 +8,7 @@ processes as the `dovecot` user (it refuses uid 0); as anyone else, as that user
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -206,8 +207,11 @@ class Received:
 class SmtpServer:
     """aiosmtpd on loopback. Every accepted message is kept in `received`; `data_commands` counts DATA
     transactions seen; with `drop_after_data` the server takes the message and closes the connection
-    without answering (the client cannot know whether it was sent); with `deliver_to` set to an
-    ImapServer, each message is appended to every local recipient's INBOX there."""
+    without answering (the client cannot know whether it was sent); with `stall_after_data` it takes the
+    message and answers nothing until `release()` (a worker can be killed while it waits); `defer_mail` makes
+    the next that many MAIL FROM commands answer 451 (try again later); `refuse_rcpt` answers every RCPT TO
+    with 550; with `deliver_to` set to an ImapServer, each message is appended to every local recipient's
+    INBOX there."""
 
     def __init__(self, deliver_to: ImapServer | None = None) -> None:
         from aiosmtpd.controller import Controller
@@ -215,9 +219,14 @@ class SmtpServer:
         self.received: list[Received] = []
         self.data_commands = 0
         self.connections = 0
+        self.mail_commands = 0
         self.drop_after_data = False
+        self.stall_after_data = False
+        self.defer_mail = 0
+        self.refuse_rcpt = False
         self.deliver_to = deliver_to
         self._lock = threading.Lock()
+        self._released = threading.Event()
         self.port = free_port()
         self.host = "127.0.0.1"
         self.controller = Controller(self, hostname=self.host, port=self.port)
@@ -228,6 +237,25 @@ class SmtpServer:
             self.connections += 1
         session.host_name = hostname
         return responses
+
+    async def handle_MAIL(self, server: Any, session: Any, envelope: Any, address: str,
+                          mail_options: list[str]) -> str:  # fmt: skip
+        with self._lock:
+            self.mail_commands += 1
+            if self.defer_mail > 0:
+                self.defer_mail -= 1
+                return "451 4.3.0 try again later"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: list[str]) -> str:  # fmt: skip
+        if self.refuse_rcpt:
+            return "550 5.1.1 no such user"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = Received(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content))
@@ -241,13 +269,21 @@ class SmtpServer:
         if self.drop_after_data:
             server.transport.close()
             return "421 connection dropped"  # never reaches the client: the transport is closed
+        if self.stall_after_data:
+            # the message is taken; the client waits for an answer that comes only once released
+            await asyncio.get_running_loop().run_in_executor(None, self._released.wait, 300)
         return "250 OK"
+
+    def release(self) -> None:
+        """Let a stalled DATA answer (its client may be long gone)."""
+        self._released.set()
 
     def start(self) -> SmtpServer:
         self.controller.start()
         return self
 
     def stop(self) -> None:
+        self.release()
         self.controller.stop()
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from apps.operations.registry import Operation, registry
+from apps.operations.registry import Callers, Operation, registry
 from tests.conftest import Person
 from tests.test_rest_door import Mailbox, api_client, give_mail, post
 
@@ -62,10 +62,21 @@ def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
     assert len(operation_ids) == len(set(operation_ids))
 
 
+def _served() -> list[Operation]:
+    """What the REST door serves: every operation but the system's own (internal door only)."""
+    return [op for op in registry if op.callers != Callers.INTERNAL]
+
+
+def test_the_systems_own_operations_have_no_path(document: dict[str, Any]) -> None:
+    internal = [op.name for op in registry if op.callers == Callers.INTERNAL]
+    assert "claim_outbound_send" in internal
+    assert not {f"{OPS_PREFIX}{name}" for name in internal} & set(document["paths"])
+
+
 def test_one_post_path_per_registered_operation(document: dict[str, Any]) -> None:
     op_paths = {path: methods for path, methods in document["paths"].items() if path.startswith(OPS_PREFIX)}
-    assert set(op_paths) == {f"{OPS_PREFIX}{op.name}" for op in registry}
-    for op in registry:
+    assert set(op_paths) == {f"{OPS_PREFIX}{op.name}" for op in _served()}
+    for op in _served():
         methods = op_paths[f"{OPS_PREFIX}{op.name}"]
         assert list(methods) == ["post"], op.name
         spec = methods["post"]
@@ -81,7 +92,7 @@ def test_one_post_path_per_registered_operation(document: dict[str, Any]) -> Non
 def test_request_and_response_schemas_are_the_operations_models(
     document: dict[str, Any], subtests: pytest.Subtests
 ) -> None:
-    for op in registry:
+    for op in _served():
         with subtests.test(op.name):
             _check_bodies(document, op)
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.outbound import delivery
+from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
 from config import redis_client as redis_module
 from tests.callers import as_agent, as_person, call, refusal
@@ -102,8 +103,8 @@ def test_an_agent_request_waits_for_a_person_and_is_delivered_once(
         ("send_email", "requested", "awaiting_approval"),
         ("approve_outbound", "awaiting_approval", "approved"),
         ("approve_outbound", "approved", "queued"),
-        ("deliver_outbound", "queued", "sending"),
-        ("deliver_outbound", "sending", "sent"),
+        ("claim_outbound_send", "queued", "sending"),
+        ("record_outbound_outcome", "sending", "sent"),
     ]
     # another credential of the same person, and another tenant, do not see the agent's request
     other = _agent(alice, credential_id="key-other")
@@ -241,7 +242,7 @@ def test_a_connection_lost_after_data_is_unknown_never_resent_and_reconciled(
     assert delivery.reconcile(made["request_id"]) == "sent"
     assert _row(alice, made["request_id"]).state == "sent" and smtp_server.data_commands == 1
     assert _transitions(alice, made["request_id"])[-2:] == [
-        ("deliver_outbound", "sending", "unknown"),
+        ("record_outbound_outcome", "sending", "unknown"),
         ("reconcile_outbound", "unknown", "sent"),
     ]
 
@@ -257,7 +258,7 @@ def test_the_sweeper_hands_lost_tasks_over_and_never_resends_after_data(
     rows.filter(pk=claimed["request_id"]).update(state=State.SENDING)
     rows.filter(pk=begun["request_id"]).update(state=State.SENDING, smtp_started_at=timezone.now())
     handed: list[str] = []
-    monkeypatch.setattr(delivery, "enqueue_on_commit", lambda request_id: handed.append(str(request_id)))
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: handed.append(str(request_id)))
     assert delivery.sweep(timezone.now()) == {"requeued": 0, "reclaimed": 0, "unknown": 0}
     assert delivery.sweep(timezone.now() + timedelta(hours=1)) == {"requeued": 1, "reclaimed": 1, "unknown": 1}
     assert sorted(handed) == sorted([lost["request_id"], claimed["request_id"]])

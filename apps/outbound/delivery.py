@@ -1,12 +1,16 @@
-"""Delivering an approved request over SMTP exactly once, and reconciling an unknown outcome over IMAP.
+"""Delivering an approved request over SMTP at most once, and reconciling an unknown outcome over IMAP.
 
-The protocol (SPEC §10, "Reliability facts"):
-1. claim: approved/queued (and due) → sending, a guarded UPDATE committed before anything else, so of
-   any number of workers handed the same request only one goes on;
-2. MAIL FROM and RCPT TO; a refusal or a lost connection here is certain: → failed;
-3. mark DATA as begun (guarded on the claim still holding) and commit, then DATA;
-4. 250 → sent; a definite refusal → failed; a lost connection or timeout once DATA began → unknown, and
-   never an automatic resend: reconciliation looks for the request's own Message-ID in the Sent folder;
+This is the worker's side (the internal door): every state change is an internal operation called through the
+gate (apps.operations.defs.delivery, rules in apps.outbound.execution), each its own committed, audited
+transaction, and the network conversation happens between them. The protocol (SPEC §10):
+1. claim: due (queued and available, or approved and its time come) → sending as attempt n, committed before
+   any SMTP traffic, so of any number of workers handed the same request only one goes on;
+2. connect, EHLO, AUTH, MAIL FROM, RCPT TO. A failure here certainly sent nothing: a connection refused or
+   timed out, or a 4xx reply, is `temporary` (queued again after a backoff while attempts are left, picked up
+   by the sweeper from the outbox row's available_at); a 5xx reply is a refusal (failed at once);
+3. record that DATA begins (only while this claim holds) and commit, then DATA;
+4. 250 → sent; a definite refusal → failed; a lost connection or timeout once DATA began → unknown, never
+   retried: reconciliation looks for the request's own Message-ID in the Sent folder, or a person settles it;
 5. the sent copy is appended to the account's Sent folder unless the server already put it there.
 Servers' replies are never stored or logged (they can quote the message): only fixed reason codes.
 """
@@ -22,15 +26,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
+from apps.gate.errors import GateError
+from apps.gate.internal import call_internal
 from apps.mail.imap import MailServerError, open_imap, require_public_host
+from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
-from apps.outbound.requests import audit_task_transition, enqueue_on_commit, stored_digest, transition
 
 log = logging.getLogger("oaken.outbound")
 
@@ -39,9 +45,15 @@ _SENT_NAMES = ("Sent", "Sent Items", "Sent Messages", "INBOX.Sent", "INBOX/Sent"
 
 @dataclass
 class Outcome:
-    state: State
+    """What one SMTP conversation says, in the terms of record_outbound_outcome."""
+
+    kind: str  # "sent" | "refused" | "temporary" | "unknown"
     error: str = ""
     refused: list[str] = field(default_factory=list)
+
+
+class _PrivateHost(Exception):
+    """The SMTP host is on a private network: refused before any connection."""
 
 
 def _credentials(account: Any, kind: str) -> dict[str, Any] | None:
@@ -51,43 +63,26 @@ def _credentials(account: Any, kind: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _finish(request: OutboundRequest, outcome: Outcome, operation: str = "deliver_outbound") -> bool:
-    now = timezone.now()
-    with transaction.atomic():
-        before = transition(
-            request.tenant, request.pk, State.SENDING, outcome.state, error=outcome.error,
-            refused_recipients=outcome.refused, finished_at=now if outcome.state != State.UNKNOWN else None,
-        )  # fmt: skip
-        if before is None:
-            log.error("outbound request %s left 'sending' while being delivered", request.pk)
-            return False
-        extra = {"error": outcome.error} if outcome.error else {}
-        audit_task_transition(request.tenant, operation, request.pk, before, outcome.state, **extra)
+def _step(request: OutboundRequest, name: str, **fields: Any) -> dict[str, Any]:
+    """One state change through the gate's internal door (its own transaction, audited); GateError if refused."""
+    return call_internal(request.tenant, name, {"request_id": str(request.pk), **fields}).output
+
+
+def _data_may_begin(request: OutboundRequest, attempt: int) -> bool:
+    """Record, before DATA, that DATA began; False when that could not be recorded (a sweeper took the claim
+    back, or the database is away): then DATA is never sent."""
+    try:
+        _step(request, "begin_outbound_data", attempt=attempt)
+    except Exception as exc:
+        log.warning("outbound request %s: DATA not begun: %s", request.pk, getattr(exc, "code", type(exc).__name__))
+        return False
     return True
 
 
-def _claim(request: OutboundRequest) -> bool:
-    now = timezone.now()
-    with transaction.atomic():
-        rows = OutboundRequest.objects.for_tenant(request.tenant).filter(pk=request.pk)
-        # queued means due (released by the schedule, or never scheduled); an approved one only once its time came
-        due = {State.QUEUED: rows, State.APPROVED: rows.filter(Q(send_at__isnull=True) | Q(send_at__lte=now))}
-        for state, candidates in due.items():
-            if candidates.filter(state=state).update(state=State.SENDING, smtp_started_at=None, updated_at=now) == 1:
-                audit_task_transition(request.tenant, "deliver_outbound", request.pk, state, State.SENDING)
-                return True
-    return False
-
-
-def _data_may_begin(request: OutboundRequest) -> bool:
-    """Record, before DATA, that DATA began (guarded: a sweeper that took the claim back wins instead)."""
-    with transaction.atomic():
-        return (
-            OutboundRequest.objects.for_tenant(request.tenant)
-            .filter(pk=request.pk, state=State.SENDING, smtp_started_at__isnull=True)
-            .update(smtp_started_at=timezone.now())
-            == 1
-        )
+def _ehlo(smtp: smtplib.SMTP) -> None:
+    code, _ = smtp.ehlo()
+    if code != 250:
+        raise smtplib.SMTPHeloError(code, b"")
 
 
 def _smtp(credentials: dict[str, Any], timeout: int) -> smtplib.SMTP:
@@ -95,18 +90,22 @@ def _smtp(credentials: dict[str, Any], timeout: int) -> smtplib.SMTP:
     try:
         require_public_host(host, port, "smtp.host")
     except MailServerError:
-        raise OSError("the SMTP host is on a private network") from None  # before any SMTP traffic: failed
+        raise _PrivateHost from None
     smtp: smtplib.SMTP
     if security == "ssl":
         smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
     else:
         smtp = smtplib.SMTP(host, port, timeout=timeout)
-    smtp.ehlo()
-    if security == "starttls":
-        smtp.starttls(context=ssl.create_default_context())
-        smtp.ehlo()
-    if credentials.get("username"):
-        smtp.login(credentials["username"], credentials.get("password", ""))
+    try:
+        _ehlo(smtp)
+        if security == "starttls":
+            smtp.starttls(context=ssl.create_default_context())
+            _ehlo(smtp)
+        if credentials.get("username"):
+            smtp.login(credentials["username"], credentials.get("password", ""))
+    except BaseException:
+        smtp.close()
+        raise
     return smtp
 
 
@@ -119,11 +118,15 @@ def _quit(smtp: smtplib.SMTP | None) -> None:
         smtp.close()
 
 
-def _transmit(request: OutboundRequest, raw: bytes) -> Outcome | None:
-    """One SMTP transaction; None when the claim was taken back before DATA (nothing sent)."""
+def _temporary(code: int) -> bool:
+    return 400 <= code < 500
+
+
+def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | None:
+    """One SMTP transaction; None when DATA could not be recorded as begun (nothing was sent)."""
     credentials = _credentials(request.account, "smtp")
     if request.account.kind != "imap" or not credentials:
-        return Outcome(State.FAILED, "account_cannot_send")
+        return Outcome("refused", "account_cannot_send")
     envelope = [*request.to, *request.cc, *request.bcc]
     smtp: smtplib.SMTP | None = None
     data_begun = False
@@ -131,32 +134,47 @@ def _transmit(request: OutboundRequest, raw: bytes) -> Outcome | None:
         smtp = _smtp(credentials, settings.OPERATIONS["SMTP_TIMEOUT_SECONDS"])
         code, _ = smtp.mail(request.sender)
         if code != 250:
-            return Outcome(State.FAILED, "sender_refused")
-        refused = []
+            return Outcome("temporary", "sender_deferred") if _temporary(code) else Outcome("refused", "sender_refused")
+        refused, deferred = [], False
         for address in envelope:
             code, _ = smtp.rcpt(address)
             if code not in (250, 251):
                 refused.append(address)
+                deferred = deferred or _temporary(code)
         if len(refused) == len(envelope):
-            return Outcome(State.FAILED, "recipients_refused", refused)
-        if not _data_may_begin(request):
+            # nobody would get it: try again later if any refusal was temporary (a partial one is sent as it is)
+            return Outcome("temporary", "recipients_deferred", refused) if deferred else Outcome(
+                "refused", "recipients_refused", refused)  # fmt: skip
+        if not _data_may_begin(request, attempt):
             smtp.rset()
             return None
         data_begun = True
         code, _ = smtp.data(raw)
         if code != 250:
-            return Outcome(State.FAILED, "message_refused", refused)
-        return Outcome(State.SENT, "", refused)
-    except smtplib.SMTPAuthenticationError:
-        return Outcome(State.FAILED, "smtp_login_refused")
-    except smtplib.SMTPResponseException:
-        # a definite answer from the server (DATA refused, or refused after the message): not sent
-        return Outcome(State.FAILED, "message_refused" if data_begun else "smtp_refused")
-    except (TimeoutError, smtplib.SMTPException, OSError):
+            return Outcome("refused", "message_refused", refused)
+        return Outcome("sent", "", refused)
+    except _PrivateHost:
+        return Outcome("refused", "smtp_host_private")
+    except smtplib.SMTPAuthenticationError as exc:
+        return Outcome("temporary", "smtp_login_deferred") if _temporary(exc.smtp_code) else Outcome(
+            "refused", "smtp_login_refused")  # fmt: skip
+    except smtplib.SMTPResponseException as exc:
+        if data_begun:
+            # a definite answer to DATA or to the message: not taken; never retried once DATA began
+            return Outcome("refused", "message_refused")
+        return Outcome("temporary", "smtp_deferred") if _temporary(exc.smtp_code) else Outcome(
+            "refused", "smtp_refused")  # fmt: skip
+    except (TimeoutError, smtplib.SMTPServerDisconnected, OSError) as exc:
         if data_begun:
             # the server may have taken the message: never retried, reconciled by Message-ID
-            return Outcome(State.UNKNOWN, "connection_lost_after_data")
-        return Outcome(State.FAILED, "smtp_unreachable")
+            return Outcome("unknown", "connection_lost_after_data")
+        if isinstance(exc, ssl.SSLError):
+            return Outcome("refused", "smtp_tls_failed")
+        return Outcome("temporary", "smtp_unreachable")  # refused, timed out or dropped: nothing was sent
+    except smtplib.SMTPException:
+        if data_begun:
+            return Outcome("unknown", "connection_lost_after_data")
+        return Outcome("refused", "smtp_unsupported")  # e.g. no STARTTLS or no AUTH method in common
     finally:
         _quit(smtp)
 
@@ -179,21 +197,30 @@ def load(request_id: Any) -> OutboundRequest | None:
 def deliver(request_id: Any) -> str:
     """Deliver one request if this worker wins its claim; the state it ends in, or 'not claimed'."""
     request = load(request_id)
-    if request is None or not _claim(request):
+    if request is None:
         return "not claimed"
-    request.refresh_from_db()
-    if stored_digest(request) != request.content_hash:
-        # what was approved is what is sent: content that moved after approval is never sent
-        _finish(request, Outcome(State.FAILED, "content_changed"))
-        return State.FAILED
+    try:
+        claimed = _step(request, "claim_outbound_send")
+    except GateError:
+        return "not claimed"  # not due, or another worker has it (the refusal is audited)
+    if claimed["state"] != State.SENDING:
+        return str(claimed["state"])  # the content moved after approval: failed, never sent
+    request = load(request_id)
+    assert request is not None
     raw = mime_of(request)
-    outcome = _transmit(request, raw)
+    outcome = _transmit(request, raw, claimed["attempt"])
     if outcome is None:
         return "not claimed"
-    _finish(request, outcome)
-    if outcome.state == State.SENT:
+    try:
+        recorded = _step(request, "record_outbound_outcome", attempt=claimed["attempt"], outcome=outcome.kind,
+                         error=outcome.error, refused_recipients=outcome.refused)  # fmt: skip
+    except GateError as error:
+        # the claim stays 'sending': the sweeper settles it (unknown once DATA began, queued again before)
+        log.error("outbound request %s: the outcome could not be recorded: %s", request.pk, error.code)
+        return State.SENDING
+    if recorded["state"] == State.SENT:
         copy_to_sent(request, raw)
-    return outcome.state
+    return str(recorded["state"])
 
 
 # ---------------------------------------------------------------- IMAP: the Sent folder
@@ -233,7 +260,7 @@ def copy_to_sent(request: OutboundRequest, raw: bytes) -> bool:
 
 def reconcile(request_id: Any) -> str:
     """For an unknown outcome: the request's Message-ID in Sent means sent. Absent, it stays unknown (the
-    server may have delivered it without keeping a copy), for a person to look at; it is never resent."""
+    server may have delivered it without keeping a copy), for a person to settle; it is never resent."""
     request = load(request_id)
     if request is None or request.state != State.UNKNOWN:
         return "not unknown"
@@ -246,17 +273,16 @@ def reconcile(request_id: Any) -> str:
                 found = folder is not None and _in_sent(client, folder, request.message_id)
         except Exception as exc:
             log.warning("could not reconcile outbound request %s: %s", request.pk, type(exc).__name__)
-    with transaction.atomic():
-        rows = OutboundRequest.objects.for_tenant(request.tenant).filter(pk=request.pk)
-        if not found:
-            rows.filter(state=State.UNKNOWN).update(reconcile_attempts=request.reconcile_attempts + 1)
-            return State.UNKNOWN
-        if transition(request.tenant, request.pk, State.UNKNOWN, State.SENT, finished_at=timezone.now(),
-                      error="", copied_to_sent=True) is None:  # fmt: skip
-            return "not unknown"
-        audit_task_transition(request.tenant, "reconcile_outbound", request.pk, State.UNKNOWN, State.SENT,
-                              found_in="sent")  # fmt: skip
-    return State.SENT
+    if not found:
+        # no state moves: a count of looks, not an event
+        OutboundRequest.objects.for_tenant(request.tenant).filter(pk=request.pk, state=State.UNKNOWN).update(
+            reconcile_attempts=F("reconcile_attempts") + 1
+        )
+        return State.UNKNOWN
+    try:
+        return str(_step(request, "reconcile_outbound")["state"])
+    except GateError:
+        return "not unknown"  # settled meanwhile (by a person, or another reconciliation)
 
 
 # ---------------------------------------------------------------- schedules
@@ -268,49 +294,36 @@ def release_scheduled(now: Any = None) -> int:
     due = OutboundRequest.objects.unscoped().filter(state=State.APPROVED, send_at__lte=now)
     released = 0
     for request in due.select_related("tenant")[:500]:
-        with transaction.atomic():
-            if transition(request.tenant, request.pk, State.APPROVED, State.QUEUED) is None:
-                continue
-            OutboxEntry.objects.for_tenant(request.tenant).filter(request=request).update(enqueued_at=now)
-            audit_task_transition(request.tenant, "release_scheduled_send", request.pk, State.APPROVED, State.QUEUED)
-            enqueue_on_commit(request.pk)
+        try:
+            _step(request, "release_scheduled_send")
+        except GateError:
+            continue  # cancelled or claimed meanwhile
         released += 1
     return released
 
 
 def sweep(now: Any = None) -> dict[str, int]:
-    """Hand queued requests whose task was lost to a worker again; take back claims of workers that died
-    before DATA (nothing was sent); mark claims that died after DATA began as unknown (for reconciliation)."""
+    """Hand a worker the queued requests that are available and not handed since (a retry whose time came, a
+    task that was lost); take back claims of workers gone silent (before DATA: queued again; after: unknown)."""
     now = now or timezone.now()
     bounds = settings.OPERATIONS
     lost_before = now - timedelta(seconds=bounds["OUTBOX_REQUEUE_SECONDS"])
     stale_before = now - timedelta(seconds=bounds["SENDING_STALE_SECONDS"])
     counts = {"requeued": 0, "reclaimed": 0, "unknown": 0}
-    entries = (
-        OutboxEntry.objects.unscoped()
-        .filter(request__state=State.QUEUED)
-        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=lost_before))
-    )
+    waiting = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=lost_before)
+    entries = OutboxEntry.objects.unscoped().filter(waiting, request__state=State.QUEUED, available_at__lte=now)
     for entry in entries.select_related("tenant")[:500]:
+        # handing a task over moves no state (the task's claim does, through the gate): a guarded outbox update
         with transaction.atomic():
-            rows = OutboxEntry.objects.for_tenant(entry.tenant).filter(pk=entry.pk, request__state=State.QUEUED)
-            if rows.filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=lost_before)).update(
-                enqueued_at=now, enqueue_count=entry.enqueue_count + 1
-            ):
-                enqueue_on_commit(entry.request_id)
+            rows = OutboxEntry.objects.for_tenant(entry.tenant).filter(waiting, pk=entry.pk)
+            if rows.update(enqueued_at=now, enqueue_count=F("enqueue_count") + 1):
+                outbound_requests.enqueue_on_commit(entry.request_id)
                 counts["requeued"] += 1
     stale = OutboundRequest.objects.unscoped().filter(state=State.SENDING, updated_at__lt=stale_before)
     for request in stale.select_related("tenant")[:500]:
-        with transaction.atomic():
-            rows = OutboundRequest.objects.for_tenant(request.tenant).filter(pk=request.pk, state=State.SENDING,
-                                                                               updated_at__lt=stale_before)  # fmt: skip
-            if rows.filter(smtp_started_at__isnull=True).update(state=State.QUEUED, updated_at=now):
-                OutboxEntry.objects.for_tenant(request.tenant).filter(request=request).update(enqueued_at=now)
-                audit_task_transition(request.tenant, "sweep_outbox", request.pk, State.SENDING, State.QUEUED)
-                enqueue_on_commit(request.pk)
-                counts["reclaimed"] += 1
-            elif rows.filter(smtp_started_at__isnull=False).update(state=State.UNKNOWN, updated_at=now,
-                                                                   error="worker_lost_after_data"):  # fmt: skip
-                audit_task_transition(request.tenant, "sweep_outbox", request.pk, State.SENDING, State.UNKNOWN)
-                counts["unknown"] += 1
+        try:
+            step = _step(request, "recover_outbound_send", attempt=request.attempts)
+        except GateError:
+            continue  # the claim moved on meanwhile
+        counts["unknown" if step["state"] == State.UNKNOWN else "reclaimed"] += 1
     return counts

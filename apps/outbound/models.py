@@ -86,7 +86,8 @@ class OutboundRequest(TenantOwned):
     approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy"
     policy = models.ForeignKey("SendPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
-    # execution
+    # execution: each claim by a worker is one attempt (its number guards the claim's later steps)
+    attempts = models.PositiveIntegerField(default=0)
     smtp_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # a fixed reason code, never a server's text (it could quote the message)
@@ -94,6 +95,10 @@ class OutboundRequest(TenantOwned):
     refused_recipients = ArrayField(models.CharField(max_length=320), default=list, blank=True)
     copied_to_sent = models.BooleanField(default=False)
     reconcile_attempts = models.PositiveIntegerField(default=0)
+    # a person who recorded how an unknown outcome ended (sent or not sent)
+    settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")  # fmt: skip
+    settled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -124,8 +129,10 @@ class OutboundAttachment(TenantOwned):
 class OutboxEntry(TenantOwned):
     """Written in the same transaction as the approval: the promise that a worker will deliver the request.
 
-    `enqueued_at` is when a task was last handed to the broker; the sweeper hands it again when a queued
-    request waits too long (the task was lost). The task claims the request itself, so extra tasks are harmless.
+    `available_at` is when a queued request may next be claimed (a retry waits here, never in a broker ETA);
+    `enqueued_at` is when a task was last handed to the broker (None: not since it became available). The
+    sweeper hands a task over for a queued request that is available and was not handed, or whose task was
+    lost. The task claims the request itself, so extra tasks are harmless.
     """
 
     request = models.OneToOneField(OutboundRequest, on_delete=models.CASCADE, related_name="outbox")

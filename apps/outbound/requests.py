@@ -1,7 +1,7 @@
 """Outbound requests: made bound to their content, approved by a person or a send policy, queued through the
 outbox, cancelled or rejected. Every state change is a guarded UPDATE … WHERE state IN (expected), so two
-actors can never both move the same request, and every change is audited (by the calling operation through
-ctx.touch, or here with append_event when a task makes it)."""
+actors can never both move the same request, and every change is audited by the operation that makes it
+(ctx.touch): a person's or an agent's, or one of the worker's internal operations (apps.outbound.execution)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.audit.log import Target, append_event
 from apps.gate.callers import Principal
 from apps.gate.errors import GateError
 from apps.mail.models import MailAccount
@@ -85,16 +84,6 @@ def transition(
         if rows.filter(state=state).update(state=new, updated_at=timezone.now(), **fields) == 1:
             return state
     return None
-
-
-def audit_task_transition(
-    tenant: Tenant, operation: str, request_id: Any, before: str, after: str, **extra: Any
-) -> None:
-    """Audit a change a task made (inside the transaction that made it): ids and states, never mail text."""
-    append_event(
-        tenant=tenant, principal="internal", door="internal", operation=operation, outcome="ok",
-        targets=[Target(str(request_id), {"state": before}, {"state": after, **extra})],
-    )  # fmt: skip
 
 
 def approval_url(request_id: Any) -> str:

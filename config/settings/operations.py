@@ -61,6 +61,11 @@ OPERATIONS = {
     "SMTP_TIMEOUT_SECONDS": env_int("OAKEN_SMTP_TIMEOUT_SECONDS", 30, minimum=1),
     "OUTBOX_REQUEUE_SECONDS": env_int("OAKEN_OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
     "SENDING_STALE_SECONDS": env_int("OAKEN_SENDING_STALE_SECONDS", 900, minimum=60),
+    # a delivery that certainly sent nothing (no connection, a 4xx before DATA) is tried again, at most this many
+    # attempts in all, waiting the base doubling per attempt up to the cap; nothing is retried once DATA began
+    "SEND_ATTEMPTS_MAX": env_int("OAKEN_SEND_ATTEMPTS_MAX", 5, minimum=1, maximum=50),
+    "SEND_RETRY_BASE_SECONDS": env_int("OAKEN_SEND_RETRY_BASE_SECONDS", 60, minimum=1),
+    "SEND_RETRY_MAX_SECONDS": env_int("OAKEN_SEND_RETRY_MAX_SECONDS", 3600, minimum=1),
     "FORWARD_ATTACHMENTS_MAX_BYTES": env_int("OAKEN_FORWARD_ATTACHMENTS_MAX_BYTES", 20 * 1024 * 1024, minimum=0),
     # send budgets rolled up from Redis into PostgreSQL for the console (apps.outbound.rollup): how often, the
     # counters one run reads at most (the next run goes on where it stopped), how long hourly figures are kept

@@ -10,6 +10,7 @@ MODULES = (
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound",
     "apps.operations.defs.budgets",
+    "apps.operations.defs.delivery",
     "apps.operations.defs.mailboxes",
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",

@@ -27,8 +27,19 @@ from apps.operations.context import Context
 from apps.operations.defs.drafts import Address, CreateDraftIn, draft_of
 from apps.operations.defs.mail_read import account_of, message_of, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, cut
-from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, Scope, operation
-from apps.outbound import requests
+from apps.operations.registry import (
+    ALWAYS,
+    NEVER,
+    Bound,
+    Callers,
+    Ceiling,
+    Change,
+    OpClass,
+    Preview,
+    Scope,
+    operation,
+)
+from apps.outbound import execution, requests
 from apps.outbound.compose import (
     attachment_content_type,
     attachment_filename,
@@ -55,6 +66,9 @@ class RequestOut(Closed):
     content_hash: str
     send_at: datetime | None
     created_at: datetime
+    attempts: int = Field(description="delivery attempts so far")
+    retry_at: datetime | None = Field(description="queued after an attempt that sent nothing: when it is tried again")
+    error: str = Field(description="why the last attempt did not send it, as a fixed reason code ('' if none)")
     next: str = Field(description="what happens next, in words")
     approval_url: str | None = Field(description="where a person approves or rejects it, while it waits")
 
@@ -67,21 +81,36 @@ _NEXT = {
     State.QUEUED: "Approved and queued: a worker will deliver it shortly.",
     State.SENDING: "Being delivered now.",
     State.SENT: "Sent: the mail server accepted it.",
-    State.FAILED: "Not sent: delivery failed. Nothing will be retried; make a new request to try again.",
-    State.UNKNOWN: "The connection was lost while the server took the message; it is not resent. Oaken looks "
-    "for it in the Sent folder to settle whether it went out.",
+    State.FAILED: "Not sent: delivery failed (see error). Nothing more is tried; make a new request to try again.",
+    State.UNKNOWN: "The connection was lost while the server took the message, so it may or may not have gone "
+    "out; it is never resent. Oaken looks for it in the Sent folder, and a person can record how it ended in "
+    "the console at {url}.",
     State.CANCELLED: "Cancelled: it will not be sent.",
     State.REJECTED: "A person rejected it: it will not be sent.",
 }
 
 
+def _next(request: OutboundRequest, state: State, retry_at: datetime | None) -> str:
+    if retry_at is not None:
+        return (f"Not sent yet: attempt {request.attempts} sent nothing (error says why); it is tried again at "
+                "retry_at, automatically. Nothing is needed from you.")  # fmt: skip
+    if request.settled_by_id and state == State.SENT:
+        return "A person recorded that it was sent (the outcome could not be checked). Nothing is resent."
+    if request.settled_by_id and state == State.FAILED:
+        return "A person recorded that it was not sent. Nothing more is tried; make a new request to send it."
+    return _NEXT[state].format(url=requests.approval_url(request.pk))
+
+
 def request_out(request: OutboundRequest) -> RequestOut:
     state = State(request.state)
+    retry = execution.retry_at(request)
+    decides = state == State.AWAITING_APPROVAL  # (the MCP door asks a client to open it exactly then)
     return RequestOut(
         request_id=str(request.pk), state=state.value, account_id=str(request.account_id), sender=request.sender,
         recipients=request.recipient_count, message_id=request.message_id, content_hash=request.content_hash,
-        send_at=request.send_at, created_at=request.created_at, next=_NEXT[state],
-        approval_url=requests.approval_url(request.pk) if state == State.AWAITING_APPROVAL else None,
+        send_at=request.send_at, created_at=request.created_at, attempts=request.attempts, retry_at=retry,
+        error=request.error, next=_next(request, state, retry),
+        approval_url=requests.approval_url(request.pk) if decides else None,
     )  # fmt: skip
 
 
@@ -463,6 +492,45 @@ def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
 def reject_outbound(ctx: Context, data: RequestIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
     requests.reject(ctx, request)
+    request.refresh_from_db()
+    return request_out(request)
+
+
+class SettleIn(RequestIn):
+    outcome: Literal["sent", "not_sent"] = Field(
+        description="sent: it reached its recipients after all; not_sent: it did not (either way nothing is resent)"
+    )
+
+
+def _settle_scope(ctx: Context, data: SettleIn) -> None:
+    if request_of(ctx, data.request_id).state != State.UNKNOWN:
+        raise GateError("CONFLICT", "only a request whose outcome is unknown can be settled", field="request_id")
+
+
+def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
+    request = request_of(ctx, data.request_id)
+    after = State.SENT if data.outcome == "sent" else State.FAILED
+    what = "record that this e-mail was sent" if data.outcome == "sent" else "record that this e-mail was not sent"
+    return Preview((Change(str(request.pk), {"state": request.state}, {"state": after}),), summary=what)
+
+
+@operation(
+    name="settle_outbound_request",
+    summary="Record how an outbound request of unknown outcome ended: it was sent, or it was not (→ failed). "
+    "Nothing is ever resent either way; you are recorded as the one who decided.",
+    input=SettleIn,
+    output=RequestOut,
+    op_class=OpClass.MUTATE,
+    scope=Scope.SEND,
+    ceiling=Ceiling.NEVER,
+    callers=Callers.PERSONS,
+    preview=_settle_preview,
+    confirm=ALWAYS,
+    data_scope=_settle_scope,
+)
+def settle_outbound_request(ctx: Context, data: SettleIn) -> RequestOut:
+    request = request_of(ctx, data.request_id, lock=True)
+    execution.settle(ctx, request, data.outcome == "sent")
     request.refresh_from_db()
     return request_out(request)
 

@@ -1,0 +1,129 @@
+"""The outbound worker's steps (SPEC §10: execution is the `send` class on the `internal` door).
+
+A Celery task delivering a request calls these through apps.gate.internal.call_internal, one call per state
+change, so each is checked, run in its own transaction and audited by the gate like any other call; the SMTP
+conversation happens between the calls, never inside one. They are for the system only (callers=internal):
+persons and agents are answered NOT_AVAILABLE, exactly as for an operation that does not exist, and the REST
+door has no path for them. What each step may do is decided in apps.outbound.execution.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints
+
+from apps.gate.errors import GateError
+from apps.mail.selectors import parse_id
+from apps.operations.context import Context
+from apps.operations.defs.shapes import Closed, Id
+from apps.operations.registry import Callers, Ceiling, OpClass, operation
+from apps.outbound import execution
+from apps.outbound.models import OutboundRequest
+
+ReasonCode = Annotated[str, StringConstraints(max_length=100, pattern=r"^[a-z_]*$")]
+
+
+class RequestRef(Closed):
+    request_id: Id
+
+
+class AttemptIn(RequestRef):
+    attempt: int = Field(ge=0, description="the claim's attempt number, as claim_outbound_send answered it")
+
+
+class OutcomeIn(AttemptIn):
+    outcome: Literal["sent", "refused", "temporary", "unknown"] = Field(
+        description="sent: the server accepted the message; refused: a definite refusal; temporary: nothing was "
+        "sent and trying later may work; unknown: the connection was lost once DATA began"
+    )
+    error: ReasonCode = Field(default="", description="a fixed reason code, never a server's text")
+    refused_recipients: list[Annotated[str, StringConstraints(max_length=320)]] = Field(default=[], max_length=500)
+
+
+class StepOut(Closed):
+    request_id: str
+    state: str
+    attempt: int
+    error: str
+    retry_at: datetime | None
+
+
+def _step(request: OutboundRequest) -> StepOut:
+    return StepOut(request_id=str(request.pk), state=request.state, attempt=request.attempts, error=request.error,
+                   retry_at=execution.retry_at(request))  # fmt: skip
+
+
+def _in_tenant(ctx: Context, data: RequestRef) -> None:
+    if not OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.request_id, "request_id")).exists():
+        raise GateError.not_found("request_id")
+
+
+_INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER, "callers": Callers.INTERNAL,
+             "data_scope": _in_tenant, "output": StepOut}  # fmt: skip
+
+
+@operation(
+    name="claim_outbound_send",
+    summary="A worker claims a due request for one delivery attempt (queued/approved → sending), before any "
+    "SMTP traffic; content changed since approval fails instead.",
+    input=RequestRef,
+    **_INTERNAL,
+)
+def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
+    return _step(execution.claim(ctx, data.request_id))
+
+
+@operation(
+    name="begin_outbound_data",
+    summary="A worker records, before the DATA command, that DATA begins: from then on the request is never retried.",
+    input=AttemptIn,
+    **_INTERNAL,
+)
+def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
+    execution.begin_data(ctx, data.request_id, data.attempt)
+    return _step(OutboundRequest.objects.for_tenant(ctx.tenant).get(pk=data.request_id))
+
+
+@operation(
+    name="record_outbound_outcome",
+    summary="A worker records what the mail server answered: sent, failed, unknown, or queued for another "
+    "attempt after a backoff (only when nothing was sent).",
+    input=OutcomeIn,
+    **_INTERNAL,
+)
+def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
+    return _step(execution.record_outcome(ctx, data.request_id, data.attempt, data.outcome, data.error,
+                                          list(data.refused_recipients)))  # fmt: skip
+
+
+@operation(
+    name="release_scheduled_send",
+    summary="The schedule queues an approved scheduled send whose time has come (approved → queued).",
+    input=RequestRef,
+    **_INTERNAL,
+)
+def release_scheduled_send(ctx: Context, data: RequestRef) -> StepOut:
+    return _step(execution.release(ctx, data.request_id))
+
+
+@operation(
+    name="recover_outbound_send",
+    summary="The sweeper takes back a claim whose worker went silent: queued again if DATA never began (while "
+    "attempts are left), unknown if it had.",
+    input=AttemptIn,
+    **_INTERNAL,
+)
+def recover_outbound_send(ctx: Context, data: AttemptIn) -> StepOut:
+    return _step(execution.recover(ctx, data.request_id, data.attempt))
+
+
+@operation(
+    name="reconcile_outbound",
+    summary="Reconciliation found an unknown request's Message-ID in the account's Sent folder (unknown → sent).",
+    input=RequestRef,
+    **_INTERNAL,
+)
+def reconcile_outbound(ctx: Context, data: RequestRef) -> StepOut:
+    return _step(execution.reconcile_found(ctx, data.request_id))

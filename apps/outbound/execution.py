@@ -1,0 +1,188 @@
+"""The execution of an approved request, one state change at a time. Each function is the handler's work of an
+operation (apps.operations.defs.delivery, the internal door; settle: persons), so the gate audits every step in
+the transaction that makes it. Every move is a guarded UPDATE (or a row lock and a check) on the state it
+expects and, after the claim, on the claim's attempt number: a step of a claim that was taken back moves nothing.
+
+The rules that make delivery at most once live here, not in the worker that reports to them:
+- a claim needs a due request (queued and available, or approved and its send time come);
+- DATA may begin once per claim, and only while that claim holds;
+- a temporary failure is retried (queued again, available after a backoff) only when DATA never began and
+  attempts are left; once DATA began the outcome is sent, failed or unknown, never a retry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from django.db.models import F, Q
+
+from apps.gate.errors import GateError
+from apps.operations.context import Context
+from apps.outbound import requests
+from apps.outbound.models import OutboundRequest, OutboxEntry, State
+
+Outcome = Literal["sent", "refused", "temporary", "unknown"]
+
+
+def _rows(ctx: Context, request_id: Any) -> Any:
+    return OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=request_id)
+
+
+def _held(ctx: Context, request_id: Any, attempt: int) -> OutboundRequest:
+    """The request locked, while the claim numbered `attempt` still holds it; CONFLICT otherwise."""
+    request = _rows(ctx, request_id).select_for_update().filter(state=State.SENDING, attempts=attempt).first()
+    if request is None:
+        raise GateError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
+    return request
+
+
+def retry_delay(ctx: Context, attempt: int) -> timedelta:
+    """The wait after a failed attempt: the base, doubling per attempt, capped."""
+    base, cap = ctx.bounds["SEND_RETRY_BASE_SECONDS"], ctx.bounds["SEND_RETRY_MAX_SECONDS"]
+    return timedelta(seconds=min(cap, base * 2 ** max(0, attempt - 1)))
+
+
+def retry_at(request: OutboundRequest) -> datetime | None:
+    """When a queued request that failed an attempt is tried again."""
+    if request.state != State.QUEUED or not request.attempts:
+        return None
+    found = OutboxEntry.objects.for_tenant(request.tenant).filter(request=request).values_list("available_at")
+    first = found.first()
+    return first[0] if first else None
+
+
+def claim(ctx: Context, request_id: Any) -> OutboundRequest:
+    """Due → sending, as attempt n+1. Content that moved since approval fails here: it is never sent."""
+    rows, now = _rows(ctx, request_id), ctx.now
+    # every condition on the request's own row, so the UPDATE's WHERE is re-checked on the row it waited for
+    # (a join or subquery could be judged on the version before a concurrent claim); the outbox row's time
+    # only moves together with the request's state, which the UPDATE guards
+    available = OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request_id, available_at__lte=now)
+    due = {
+        State.QUEUED: rows if available.exists() else rows.none(),
+        State.APPROVED: rows.filter(Q(send_at__isnull=True) | Q(send_at__lte=now)),
+    }
+    for state, candidates in due.items():
+        moved = candidates.filter(state=state).update(
+            state=State.SENDING, attempts=F("attempts") + 1, smtp_started_at=None, updated_at=now
+        )
+        if moved:
+            break
+    else:
+        raise GateError("CONFLICT", "this request is not waiting to be sent (not due, or taken)", field="request_id")
+    request = rows.select_related("account").get()
+    ctx.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
+    if requests.stored_digest(request) != request.content_hash:
+        # what was approved is what is sent
+        requests.transition(ctx.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed",
+                            finished_at=now)  # fmt: skip
+        ctx.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": "content_changed"})
+        request.refresh_from_db()
+    return request
+
+
+def begin_data(ctx: Context, request_id: Any, attempt: int) -> None:
+    """Record, before the DATA command, that it began: from now on this request is never retried."""
+    moved = (
+        _rows(ctx, request_id)
+        .filter(state=State.SENDING, attempts=attempt, smtp_started_at__isnull=True)
+        .update(smtp_started_at=ctx.now, updated_at=ctx.now)
+    )
+    if moved != 1:
+        raise GateError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
+    ctx.touch(request_id, {"data_begun": False}, {"data_begun": True, "attempt": attempt})
+
+
+def record_outcome(
+    ctx: Context, request_id: Any, attempt: int, outcome: Outcome, error: str, refused: list[str]
+) -> OutboundRequest:
+    """What the server's answers mean for the request: sent, failed, unknown, or queued for another attempt."""
+    request = _held(ctx, request_id, attempt)
+    data_begun = request.smtp_started_at is not None
+    if outcome == "temporary" and data_begun:
+        outcome, error = "unknown", error or "connection_lost_after_data"  # never retried once DATA began
+    elif outcome == "unknown" and not data_begun:
+        outcome = "temporary"  # DATA never began: certainly nothing was sent
+    now = ctx.now
+    extra: dict[str, Any] = {"attempt": attempt}
+    fields: dict[str, Any]
+    if outcome == "temporary" and attempt < ctx.bounds["SEND_ATTEMPTS_MAX"]:
+        new = State.QUEUED
+        available = now + retry_delay(ctx, attempt)
+        OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request.pk).update(
+            available_at=available, enqueued_at=None
+        )
+        extra["retry_at"] = available.isoformat()
+        fields = {"error": error}
+    elif outcome == "sent":
+        new, fields = State.SENT, {"error": "", "finished_at": now, "refused_recipients": refused}
+    elif outcome == "unknown":
+        new, fields = State.UNKNOWN, {"error": error, "refused_recipients": refused}
+    else:
+        if outcome == "temporary":
+            extra["attempts_exhausted"] = True
+        new, fields = State.FAILED, {"error": error, "finished_at": now, "refused_recipients": refused}
+    requests.transition(ctx.tenant, request.pk, State.SENDING, new, **fields)
+    if error and new != State.SENT:
+        extra["error"] = error
+    if refused:
+        extra["refused_recipients"] = len(refused)  # how many, never who
+    ctx.touch(request.pk, {"state": State.SENDING}, {"state": new, **extra})
+    request.refresh_from_db()
+    return request
+
+
+def release(ctx: Context, request_id: Any) -> OutboundRequest:
+    """A scheduled send whose time came (the schedule decides that from send_at): approved → queued, now."""
+    if requests.transition(ctx.tenant, request_id, State.APPROVED, State.QUEUED) is None:
+        raise GateError("CONFLICT", "this request is not an approved scheduled send", field="request_id")
+    OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request_id).update(
+        available_at=ctx.now, enqueued_at=ctx.now, enqueue_count=F("enqueue_count") + 1
+    )
+    ctx.touch(request_id, {"state": State.APPROVED}, {"state": State.QUEUED})
+    requests.enqueue_on_commit(request_id)
+    return _rows(ctx, request_id).get()
+
+
+def recover(ctx: Context, request_id: Any, attempt: int) -> OutboundRequest:
+    """A claim whose worker went silent (the sweeper judges that from its age): before DATA nothing was sent, so
+    it is queued again while attempts are left; after DATA began the outcome is unknown."""
+    request = _held(ctx, request_id, attempt)
+    fields: dict[str, Any]
+    if request.smtp_started_at is not None:
+        new, fields = State.UNKNOWN, {"error": "worker_lost_after_data"}
+    elif attempt < ctx.bounds["SEND_ATTEMPTS_MAX"]:
+        new, fields = State.QUEUED, {"error": "worker_lost"}
+        OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request.pk).update(
+            available_at=ctx.now, enqueued_at=ctx.now, enqueue_count=F("enqueue_count") + 1
+        )
+        requests.enqueue_on_commit(request.pk)
+    else:
+        new, fields = State.FAILED, {"error": "worker_lost", "finished_at": ctx.now}
+    requests.transition(ctx.tenant, request.pk, State.SENDING, new, **fields)
+    ctx.touch(request.pk, {"state": State.SENDING}, {"state": new, "attempt": attempt, "error": fields["error"]})
+    request.refresh_from_db()
+    return request
+
+
+def reconcile_found(ctx: Context, request_id: Any) -> OutboundRequest:
+    """An unknown outcome whose Message-ID turned up in the account's Sent folder: sent."""
+    moved = requests.transition(ctx.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=ctx.now, error="",
+                                copied_to_sent=True)  # fmt: skip
+    if moved is None:
+        raise GateError("CONFLICT", "this request's outcome is not unknown", field="request_id")
+    ctx.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
+    return _rows(ctx, request_id).get()
+
+
+def settle(ctx: Context, request: OutboundRequest, sent: bool) -> None:
+    """A person records how an unknown outcome ended; either way nothing is ever sent again for it."""
+    new = State.SENT if sent else State.FAILED
+    moved = requests.transition(
+        ctx.tenant, request.pk, State.UNKNOWN, new, finished_at=ctx.now, settled_by=ctx.caller.user,
+        settled_at=ctx.now, **({"error": ""} if sent else {"error": "settled_not_sent"}),
+    )  # fmt: skip
+    if moved is None:
+        raise GateError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
+    ctx.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})
