@@ -49,7 +49,8 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
                "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
                "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
                "set_operation_exposure", "list_accounts", "connect_mailbox", "sync_mailbox",
-               "remove_mailbox", "list_send_budgets"):  # fmt: skip
+               "remove_mailbox", "list_send_budgets", "list_outbound", "approve_outbound", "reject_outbound",
+               "settle_outbound_request"):  # fmt: skip
         assert f'"{op}"' in script, op
 
 

@@ -253,3 +253,59 @@ def test_a_person_connects_a_mailbox_in_a_browser(
     assert not MailAccount.objects.for_tenant(alice.tenant).exists()
     assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
     assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+
+@pytest.mark.slow
+def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,
+    smtp_server: SmtpServer,
+) -> None:  # fmt: skip
+    from playwright.sync_api import expect
+
+    from apps.outbound import delivery
+    from apps.outbound.models import OutboundRequest
+    from tests.callers import as_agent, as_person
+    from tests.outbound_accounts import imap_account, mail_user, request
+
+    page = browser_page
+    account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
+    bob = mail_user(imap_server, "bob")
+
+    def email(subject: str) -> dict[str, Any]:
+        return {"account_id": str(account.pk), "to": [bob], "subject": subject, "body": "Hello.\n",
+                "idempotency_key": subject}  # fmt: skip
+
+    asked = request(as_agent(alice, scopes={"read", "write", "send"}), "send_email", email("Waiting"))
+    smtp_server.drop_after_data = True
+    lost = request(as_person(alice), "send_email", email("Lost"))
+    assert delivery.deliver(lost["request_id"]) == "unknown"
+    smtp_server.drop_after_data = False
+    _sign_in(page, alice, live_server.url)
+
+    page.goto("/outbound")
+    waiting = page.locator(f'#outbound-list article[data-request-id="{asked["request_id"]}"]')
+    expect(waiting).to_contain_text("Waiting")
+    unknown = page.locator(f'#outbound-unknown article[data-request-id="{lost["request_id"]}"]')
+    expect(unknown).to_contain_text("Lost")
+    expect(unknown).to_contain_text("connection_lost_after_data")
+
+    # settling asks first; declining changes nothing
+    unknown.locator("button[data-action=settle-not-sent]").click()
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_contain_text("record that this e-mail was not sent")
+    page.click("#confirm-dialog button[value=cancel]")
+    expect(page.locator("#notice")).to_contain_text("Nothing was changed.")
+    assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=lost["request_id"]).state == "unknown"
+    unknown.locator("button[data-action=settle-not-sent]").click()
+    page.click("#confirm-yes")
+    expect(page.locator("#notice")).to_contain_text("Recorded as not sent")
+    expect(page.locator("#outbound-unknown")).to_contain_text("No request has an unknown outcome.")
+    settled = OutboundRequest.objects.for_tenant(alice.tenant).get(pk=lost["request_id"])
+    assert (settled.state, settled.error, settled.settled_by_id) == ("failed", "settled_not_sent", alice.user.pk)
+
+    waiting.locator("button[data-action=approve]").click()
+    expect(page.locator("#notice")).to_contain_text("Approved")
+    expect(page.locator("#outbound-list")).to_contain_text("Nothing is waiting for your approval.")
+    assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked["request_id"]).state == "queued"
+    assert smtp_server.data_commands == 1
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

@@ -180,35 +180,48 @@
   const pages = {};
 
   pages.outbound = () => {
-    const refresh = async () => {
-      const target = document.getElementById("outbound-list");
+    const recipients = (r) => list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)]);
+    const show = async (targetId, state, render, empty) => {
+      const target = document.getElementById(targetId);
       try {
-        const out = await call("list_outbound", { state: "awaiting_approval" });
-        target.replaceChildren(
-          out.requests.length
-            ? el("div", {}, out.requests.map((r) =>
-                el("article", { class: "outbound", "data-request-id": r.request.request_id },
-                  el("h2", {}, r.subject || "(no subject)"),
-                  el("p", {}, `From ${r.request.sender} to ${list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)])}`),
-                  el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
-                    (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "") +
-                    (r.attachments.length ? `; attachments: ${list(r.attachments)}` : "")),
-                  el("pre", {}, r.body + (r.body_truncated ? "\n…" : "")),
-                  button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" }),
-                  " ",
-                  button("Reject", () => decide("reject_outbound", r, "Rejected: it will not be sent."), { "data-action": "reject" }),
-                ),
-              ))
-            : el("p", { class: "hint" }, "Nothing is waiting for your approval."),
-        );
+        const out = await call("list_outbound", { state });
+        target.replaceChildren(out.requests.length ? el("div", {}, out.requests.map(render)) : el("p", { class: "hint" }, empty));
       } catch (err) {
         target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
       }
     };
+    const waiting = (r) =>
+      el("article", { class: "outbound", "data-request-id": r.request.request_id },
+        el("h2", {}, r.subject || "(no subject)"),
+        el("p", {}, `From ${r.request.sender} to ${recipients(r)}`),
+        el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
+          (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "") +
+          (r.attachments.length ? `; attachments: ${list(r.attachments)}` : "")),
+        el("pre", {}, r.body + (r.body_truncated ? "\n…" : "")),
+        button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" }),
+        " ",
+        button("Reject", () => decide("reject_outbound", r, "Rejected: it will not be sent."), { "data-action": "reject" }),
+      );
+    const unknown = (r) =>
+      el("article", { class: "outbound", "data-request-id": r.request.request_id },
+        el("h2", {}, r.subject || "(no subject)"),
+        el("p", {}, `From ${r.request.sender} to ${recipients(r)}`),
+        el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
+        button("It was sent", () => settle(r, "sent", "Recorded as sent."), { "data-action": "settle-sent" }),
+        " ",
+        button("It was not sent", () => settle(r, "not_sent", "Recorded as not sent: it will not be sent again."), { "data-action": "settle-not-sent" }),
+      );
+    const refresh = () => Promise.all([
+      show("outbound-list", "awaiting_approval", waiting, "Nothing is waiting for your approval."),
+      show("outbound-unknown", "unknown", unknown, "No request has an unknown outcome."),
+    ]);
     const decide = async (op, r, done) => {
       const body = { request_id: r.request.request_id };
       if (op === "approve_outbound") body.content_hash = r.request.content_hash; // approve exactly what is shown
       if (await perform(op, body, done)) refresh();
+    };
+    const settle = async (r, outcome, done) => {
+      if (await perform("settle_outbound_request", { request_id: r.request.request_id, outcome }, done)) refresh();
     };
     refresh();
   };
