@@ -28,10 +28,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "gate-purge-expired": {"task": "gate.purge_expired", "schedule": 3600.0},
     "oauth-forget-unused-clients": {"task": "oauth.forget_unused_clients", "schedule": 3600.0},
-    # outbound mail: scheduled sends come from the database (no long ETAs), lost tasks are handed over again,
-    # unknown outcomes are looked up in Sent
+    # outbound mail: scheduled sends and retries come from the database (no long ETAs), lost tasks are handed
+    # over again, unknown outcomes are looked up in Sent
     "outbound-release-scheduled": {"task": "outbound.release_scheduled", "schedule": 30.0},
-    "outbound-sweep-outbox": {"task": "outbound.sweep_outbox", "schedule": 60.0},
+    "outbound-sweep-outbox": {"task": "outbound.sweep_outbox", "schedule": 30.0},
     "outbound-reconcile-unknown": {"task": "outbound.reconcile_unknown", "schedule": 300.0},
     "mail-sync-due-accounts": {
         "task": "mail.sync_due_accounts",
