@@ -282,9 +282,12 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     smtp_server.drop_after_data = False
     _sign_in(page, alice, live_server.url)
 
-    page.goto("/outbound")
+    # the approval link the assistant was given picks its request out
+    page.goto(urlsplit(asked["approval_url"]).path + "?" + urlsplit(asked["approval_url"]).query)
     waiting = page.locator(f'#outbound-list article[data-request-id="{asked["request_id"]}"]')
     expect(waiting).to_contain_text("Waiting")
+    expect(waiting).to_have_class(re.compile(r"\bselected\b"))
+    expect(page.locator("#outbound-named")).to_contain_text("marked below")
     unknown = page.locator(f'#outbound-unknown article[data-request-id="{lost["request_id"]}"]')
     expect(unknown).to_contain_text("Lost")
     expect(unknown).to_contain_text("connection_lost_after_data")
@@ -309,3 +312,13 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked["request_id"]).state == "queued"
     assert smtp_server.data_commands == 1
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+    # the same link later says what became of it; another tenant's request is not there at all
+    page.goto(f"/outbound?request={asked['request_id']}")
+    expect(page.locator("#outbound-named")).to_contain_text("no longer waiting: queued")
+    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
+    hidden = request(as_agent(mallory, scopes={"read", "write", "send"}), "send_email",
+                     email("Mallory's secret") | {"account_id": str(theirs.pk)})  # fmt: skip
+    page.goto(f"/outbound?request={hidden['request_id']}")
+    expect(page.locator("#outbound-named")).to_contain_text("request_id: no such item")  # as for any unknown id
+    expect(page.locator("main")).not_to_contain_text("Mallory's secret")

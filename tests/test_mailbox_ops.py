@@ -8,6 +8,7 @@ ADMIN manages mailboxes. Mallory, in another tenant, sees none of it and cannot 
 from __future__ import annotations
 
 import json
+import smtplib
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -308,3 +309,18 @@ def test_a_password_beyond_ascii_logs_in_as_utf_8_and_a_bad_one_is_never_repeate
     assert NON_ASCII_PASSWORD not in json.dumps(out)
     assert sync(out["id"]).state == "synced"
     assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_delivery_logs_in_beyond_ascii_as_check_smtp_does(smtp_with_auth: tuple[str, int]) -> None:
+    """The worker's SMTP login is the one the connect form tried (apps.mail.imap.smtp_login)."""
+    from apps.outbound.delivery import _smtp
+
+    host, port = smtp_with_auth
+    config = {"host": host, "port": port, "security": "none", "username": "someone@example.test"}
+    smtp = _smtp(config | {"password": NON_ASCII_PASSWORD}, timeout=10)
+    try:
+        assert smtp.noop()[0] == 250
+    finally:
+        smtp.quit()
+    with pytest.raises(smtplib.SMTPAuthenticationError):
+        _smtp(config | {"password": "wrong-pässwörd"}, timeout=10)

@@ -50,6 +50,10 @@ class Caller:
     credential_id: str = ""
     credential_kind: str = ""  # "oauth" | "apikey"
 
+    def has_role(self, role: Role) -> bool:
+        """Whether the caller's role in the tenant covers `role` (the system and strangers have none)."""
+        return self.role is not None and Role(self.role).covers(role)
+
     @classmethod
     def person(cls, membership: Membership) -> Caller:
         return cls(Principal.PERSON, membership.tenant, user=membership.user, role=Role(membership.role))

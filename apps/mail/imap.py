@@ -119,8 +119,11 @@ def _imap_login(client: IMAPClient, username: str, password: str) -> None:
 
 
 def smtp_login(smtp: smtplib.SMTP, username: str, password: str) -> None:
-    """AUTH with the server's own choice of mechanism for ASCII credentials; other characters go as UTF-8 in
+    """AUTH, where the server offers it and a username is set (a relay that trusts the network is used
+    without): the server's own choice of mechanism for ASCII credentials; other characters go as UTF-8 in
     AUTH PLAIN (RFC 4616), which smtplib cannot send. Raises smtplib's exceptions, or MailServerError."""
+    if not username or not smtp.has_extn("auth"):
+        return
     if f"{username}{password}".isascii():
         smtp.login(username, password)
         return
@@ -190,12 +193,10 @@ def check_smtp(config: Mapping[str, Any]) -> None:
                 except (ssl.SSLError, smtplib.SMTPNotSupportedError, smtplib.SMTPResponseException):
                     raise MailServerError("tls_failed", "smtp.security") from None
                 smtp.ehlo()
-            # a server that offers no AUTH here (a relay that trusts the network) is used without it
-            if smtp.has_extn("auth"):
-                try:
-                    smtp_login(smtp, config["username"], config["password"])
-                except smtplib.SMTPAuthenticationError:
-                    raise MailServerError("login_failed", "smtp.password") from None
+            try:
+                smtp_login(smtp, config["username"], config["password"])
+            except smtplib.SMTPAuthenticationError:
+                raise MailServerError("login_failed", "smtp.password") from None
         except (OSError, smtplib.SMTPException):
             raise MailServerError("server_error", "smtp.host") from None
     finally:

@@ -9,8 +9,6 @@ run unchecked (SPEC §4.7, §10).
 
 from __future__ import annotations
 
-import contextlib
-
 import redis
 
 from apps.gate.errors import GateError
@@ -75,18 +73,6 @@ def take(name: str, amount: int, limit: int, now: float) -> int | None:
             "SERVICE_UNAVAILABLE", "sending budgets cannot be checked right now; nothing was sent, try again later"
         ) from None
     return None if total < 0 else total
-
-
-def give_back(name: str, amount: int, now: float) -> None:
-    """Return what take() took when the request it was taken for did not happen (best effort)."""
-    key, _ = window_key(name, now)
-    with contextlib.suppress(redis.RedisError):  # a budget that stays spent errs on the side of sending less
-        redis_client().decrby(key, amount)
-
-
-def used(name: str, now: float) -> int:
-    key, _ = window_key(name, now)
-    return int(redis_client().get(key) or 0)
 
 
 def used_now(names: list[str], now: float) -> list[int]:

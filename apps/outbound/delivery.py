@@ -33,7 +33,7 @@ from imapclient.imapclient import SENT
 
 from apps.gate.errors import GateError
 from apps.gate.internal import call_internal
-from apps.mail.imap import MailServerError, open_imap, require_public_host
+from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_login
 from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
@@ -101,8 +101,7 @@ def _smtp(credentials: dict[str, Any], timeout: int) -> smtplib.SMTP:
         if security == "starttls":
             smtp.starttls(context=ssl.create_default_context())
             _ehlo(smtp)
-        if credentials.get("username"):
-            smtp.login(credentials["username"], credentials.get("password", ""))
+        smtp_login(smtp, credentials.get("username", ""), credentials.get("password", ""))
     except BaseException:
         smtp.close()
         raise
@@ -155,6 +154,8 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
         return Outcome("sent", "", refused)
     except _PrivateHost:
         return Outcome("refused", "smtp_host_private")
+    except MailServerError as exc:  # the login cannot be carried (characters the server's AUTH cannot take)
+        return Outcome("refused", f"smtp_{exc.reason}")
     except smtplib.SMTPAuthenticationError as exc:
         return Outcome("temporary", "smtp_login_deferred") if _temporary(exc.smtp_code) else Outcome(
             "refused", "smtp_login_refused")  # fmt: skip

@@ -180,14 +180,36 @@
   const pages = {};
 
   pages.outbound = () => {
+    // the approval link an assistant hands on names its request: that one is picked out (or its fate told)
+    const named = new URLSearchParams(window.location.search).get("request");
     const recipients = (r) => list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)]);
     const show = async (targetId, state, render, empty) => {
       const target = document.getElementById(targetId);
       try {
         const out = await call("list_outbound", { state });
         target.replaceChildren(out.requests.length ? el("div", {}, out.requests.map(render)) : el("p", { class: "hint" }, empty));
+        return out.requests.map((r) => r.request.request_id);
       } catch (err) {
         target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+        return [];
+      }
+    };
+    const pickOut = async (shown) => {
+      const note = document.getElementById("outbound-named");
+      if (!named || !note) return;
+      const article = document.querySelector(`article[data-request-id="${CSS.escape(named)}"]`);
+      if (article && shown.includes(named)) {
+        article.classList.add("selected");
+        article.setAttribute("aria-current", "true");
+        article.scrollIntoView({ block: "center" });
+        note.replaceChildren(el("p", { class: "hint" }, "The request your assistant sent you here for is marked below."));
+        return;
+      }
+      try {
+        const r = await call("get_outbound_request", { request_id: named });
+        note.replaceChildren(el("p", { class: "hint" }, `The request this link names is no longer waiting: ${r.state.replace("_", " ")}. ${r.next}`));
+      } catch (err) {
+        note.replaceChildren(el("p", { class: "errors" }, describeError(err)));
       }
     };
     const waiting = (r) =>
@@ -214,7 +236,7 @@
     const refresh = () => Promise.all([
       show("outbound-list", "awaiting_approval", waiting, "Nothing is waiting for your approval."),
       show("outbound-unknown", "unknown", unknown, "No request has an unknown outcome."),
-    ]);
+    ]).then(([waitingIds, unknownIds]) => pickOut([...waitingIds, ...unknownIds]));
     const decide = async (op, r, done) => {
       const body = { request_id: r.request.request_id };
       if (op === "approve_outbound") body.content_hash = r.request.content_hash; // approve exactly what is shown

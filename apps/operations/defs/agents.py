@@ -105,7 +105,7 @@ class KeysOut(Closed):
 
 def _visible(ctx: Context) -> object:
     keys = ApiKey.objects.for_tenant(ctx.tenant)
-    if ctx.caller.role is None or not Role(ctx.caller.role).covers(Role.ADMIN):
+    if not ctx.caller.has_role(Role.ADMIN):
         keys = keys.filter(user=ctx.caller.user)
     return keys
 
@@ -251,7 +251,7 @@ class ConnectionsOut(Closed):
 
 def _visible_connections(ctx: Context) -> Any:
     rows = Connection.objects.for_tenant(ctx.tenant).filter(activated_at__isnull=False)
-    if ctx.caller.role is None or not Role(ctx.caller.role).covers(Role.ADMIN):
+    if not ctx.caller.has_role(Role.ADMIN):
         rows = rows.filter(user=ctx.caller.user)
     return rows
 

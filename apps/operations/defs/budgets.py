@@ -68,7 +68,7 @@ class BudgetsOut(Closed):
 
 
 def _admin(ctx: Context) -> bool:
-    return ctx.caller.role is not None and Role(ctx.caller.role).covers(Role.ADMIN)
+    return ctx.caller.has_role(Role.ADMIN)
 
 
 def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -> Exists:

@@ -383,7 +383,7 @@ def visible_requests(ctx: Context) -> QuerySet[OutboundRequest]:
     if caller.principal == Principal.AGENT:
         return rows.filter(requested_by=caller.user, credential_id=caller.credential_id,
                            credential_kind=caller.credential_kind, account__in=reach(ctx).accounts())  # fmt: skip
-    if caller.principal == Principal.PERSON and not (caller.role and Role(caller.role).covers(Role.ADMIN)):
+    if caller.principal == Principal.PERSON and not caller.has_role(Role.ADMIN):
         rows = rows.filter(requested_by=caller.user)
     return rows
 
@@ -677,7 +677,7 @@ class PoliciesOut(Closed):
 
 def _policies(ctx: Context) -> QuerySet[SendPolicy]:
     rows = SendPolicy.objects.for_tenant(ctx.tenant).select_related("created_by")
-    if not (ctx.caller.role and Role(ctx.caller.role).covers(Role.ADMIN)):
+    if not ctx.caller.has_role(Role.ADMIN):
         rows = rows.filter(created_by=ctx.caller.user)
     return rows
 
