@@ -237,8 +237,17 @@ def test_an_agent_sends_a_file_of_several_megabytes_over_the_mcp_door(
     assert bytes(file.content) == big
 
     # a body larger than the bounds allow is answered in the door's error shape, not an HTML page
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    settings.OPERATION_BODY_MAX_BYTES = 10_000
     too_big = post(Client(), rpc("tools/call", {"name": "send_email", "arguments": arguments}), token=key)
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "LIMIT_EXCEEDED"
     assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
+    # a body of a million empty objects is refused before it is parsed (parsed, it would take gigabytes)
+    settings.OPERATION_BODY_MAX_BYTES = 32 << 20
+    flood = {"name": "send_email", "arguments": {**arguments, "attachments": [{}] * 1_000_000}}
+    refused = post(Client(), rpc("tools/call", flood), token=key)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == -32700  # a JSON-RPC parse error
+    assert "more than 20000 JSON objects and arrays" in refused.json()["error"]["message"]
+    assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
+    # the bound on other endpoints stays Django's own: only the operation doors take large bodies
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 2621440
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

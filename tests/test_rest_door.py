@@ -211,6 +211,20 @@ def test_a_body_that_is_not_a_json_object_is_refused(alice: Person, mallory: Per
     assert post(client, "status", raw="").status_code == 200
 
 
+def test_a_body_over_the_bound_or_of_too_many_objects_is_refused_before_it_is_parsed(
+    alice: Person, mallory: Person, settings: Any
+) -> None:
+    client = api_client(alice.user)
+    settings.OPERATION_BODY_MAX_BYTES = 1000
+    response = post(client, "create_label", raw=json.dumps({"name": "x" * 2000}))
+    assert response.status_code == 413 and error_of(response)["code"] == "LIMIT_EXCEEDED"
+    settings.OPERATION_BODY_MAX_BYTES = 32 << 20
+    response = post(client, "create_label", raw=json.dumps({"name": "x", "color": [{}] * 30_000}))
+    assert response.status_code == 422 and error_of(response)["code"] == "LIMIT_EXCEEDED"
+    assert not Label.objects.for_tenant(alice.tenant).exists()
+    assert not Label.objects.for_tenant(mallory.tenant).exists()
+
+
 def test_ids_of_another_tenant_are_not_found(
     alice: Person, alice_mail: Mailbox, mallory: Person, mallory_mail: Mailbox
 ) -> None:

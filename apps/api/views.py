@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.gate import payload
 from apps.gate.callers import Caller, Door
 from apps.gate.dispatch import dispatch
 from apps.gate.errors import GateError
@@ -41,7 +42,8 @@ class ErrorOut(BaseModel):
 
 
 def error_response(error: GateError) -> Response:
-    response = Response({"error": error.as_dict()}, status=error.http_status)
+    status = 413 if isinstance(error, payload.BodyTooLargeError) else error.http_status
+    response = Response({"error": error.as_dict()}, status=status)
     if error.retry_after is not None:
         response["Retry-After"] = str(error.retry_after)
     return response

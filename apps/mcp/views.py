@@ -8,18 +8,17 @@ no stream (405). Anything a repeated call needs comes back signed in the 2026 er
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
+from apps.gate import payload
 from apps.gate.callers import Caller, Door
 from apps.gate.dispatch import Result, dispatch
 from apps.gate.errors import GateError
@@ -121,12 +120,11 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return _json({"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}},
                      406)  # fmt: skip
     try:
-        raw = request.body
-    except RequestDataTooBig:
-        return _json({"error": {"code": "LIMIT_EXCEEDED", "message": "the request body is larger than the largest "
-                                "call the bounds allow (DATA_UPLOAD_MAX_MEMORY_SIZE bytes)"}}, 413)  # fmt: skip
-    try:
-        body = json.loads(raw, parse_constant=_no_constant)
+        body = payload.loads(payload.read_body(request, request.META))
+    except payload.BodyTooLargeError as refused:
+        return _json({"error": refused.as_dict()}, 413)
+    except GateError as refused:  # more objects and arrays than any call holds: refused before parsing
+        return _rpc_error(None, p.RpcError(p.PARSE_ERROR, refused.message))
     except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
     request_id = body.get("id") if isinstance(body, dict) else None
@@ -148,10 +146,6 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if modern:
         result.setdefault("resultType", "complete")
     return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _valid_id(value: Any) -> bool:

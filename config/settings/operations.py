@@ -74,13 +74,14 @@ OPERATIONS = {
     "BUDGET_HISTORY_HOURS": env_int("OAKEN_BUDGET_HISTORY_HOURS", 48, minimum=25),
     # attachments of one outgoing e-mail (send_email's files, a draft's files): how many, bytes per file, bytes
     # in all; more is refused with LIMIT_EXCEEDED, never cut
-    "SEND_ATTACHMENTS_MAX": env_int("OAKEN_SEND_ATTACHMENTS_MAX", 20, minimum=0),
+    "SEND_ATTACHMENTS_MAX": env_int("OAKEN_SEND_ATTACHMENTS_MAX", 20, minimum=0, maximum=100),
     "SEND_ATTACHMENT_MAX_BYTES": env_int("OAKEN_SEND_ATTACHMENT_MAX_BYTES", 10 << 20, minimum=1),
     "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": env_int("OAKEN_SEND_ATTACHMENTS_TOTAL_MAX_BYTES", 20 << 20, minimum=1),
 }
 
-# A request body must hold the largest e-mail the bounds allow: its files in base64 (4 characters per 3
-# bytes) and its body JSON-escaped (at most 6 characters per character), with room for the rest.
-DATA_UPLOAD_MAX_MEMORY_SIZE = (
+# A body at the operation doors (REST, MCP; apps.gate.payload) must hold the largest e-mail the bounds allow:
+# its files in base64 (4 characters per 3 bytes) and its body JSON-escaped (at most 6 characters per
+# character), with room for the rest. Every other endpoint keeps Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB).
+OPERATION_BODY_MAX_BYTES = (
     (OPERATIONS["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"] + 2) // 3 * 4 + 6 * OPERATIONS["SEND_BODY_MAX_CHARS"] + (1 << 20)
 )

@@ -179,8 +179,8 @@ class SendEmailIn(CreateDraftIn):
 
     in_reply_to: str | None = Field(default=None, max_length=998, description="Message-ID this replies to")
     attachments: list[AttachmentIn] = Field(
-        default=[], description="files to attach (bounds: SEND_ATTACHMENTS_MAX files, SEND_ATTACHMENT_MAX_BYTES "
-        "each, SEND_ATTACHMENTS_TOTAL_MAX_BYTES in all)"
+        default=[], max_length=100, description="files to attach (bounds: SEND_ATTACHMENTS_MAX files, "
+        "SEND_ATTACHMENT_MAX_BYTES each, SEND_ATTACHMENTS_TOTAL_MAX_BYTES in all)"
     )  # fmt: skip
     idempotency_key: IdempotencyKey = Field(description=_KEY_HELP)
 

@@ -1,0 +1,22 @@
+"""The REST door's JSON bodies: bounded like the MCP door's (apps.gate.payload), where DRF's own JSONParser reads
+any size and parses any shape."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+from apps.gate import payload
+
+
+class BoundedJSONParser(JSONParser):
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        request = (parser_context or {}).get("request")
+        body = payload.read_body(stream, request.META if request is not None else {})
+        try:
+            return payload.loads(body)
+        except (ValueError, RecursionError):
+            raise ParseError("the body is not JSON") from None

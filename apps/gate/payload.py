@@ -1,0 +1,60 @@
+"""Request bodies at the operation doors (REST and MCP): read with a bound, parsed with a bound.
+
+The largest call the bounds allow is an e-mail with its files in base64, so these doors take bodies of up to
+OPERATION_BODY_MAX_BYTES, after the caller is authenticated; every other endpoint keeps Django's own small
+DATA_UPLOAD_MAX_MEMORY_SIZE. JSON that is mostly objects or arrays costs many times its size in memory when
+parsed, and no operation takes more than a few hundred of them, so a body with more than JSON_CONTAINERS_MAX
+is refused before it is parsed (a brace inside a string counts too: real input has a handful).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from django.conf import settings
+
+from apps.gate.errors import GateError
+
+JSON_CONTAINERS_MAX = 20_000
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1) -> bytes: ...
+
+
+class BodyTooLargeError(GateError):
+    """LIMIT_EXCEEDED for a whole body: the doors answer it with HTTP 413."""
+
+    def __init__(self) -> None:
+        limit = int(settings.OPERATION_BODY_MAX_BYTES)
+        super().__init__("LIMIT_EXCEEDED", f"the request body is larger than the largest call allows ({limit} bytes)")
+
+
+def read_body(stream: _Readable | None, meta: Mapping[str, Any]) -> bytes:
+    """The whole body, refused as soon as it is known to be over OPERATION_BODY_MAX_BYTES."""
+    limit = int(settings.OPERATION_BODY_MAX_BYTES)
+    try:
+        declared = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise BodyTooLargeError
+    data = stream.read(limit + 1) if stream is not None else b""
+    if len(data) > limit:
+        raise BodyTooLargeError
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON (no NaN or Infinity), refusing (LIMIT_EXCEEDED) a body of more objects and arrays than any
+    operation takes; raises ValueError (or RecursionError) when it is not JSON."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    if data.count(b"{") + data.count(b"[") > JSON_CONTAINERS_MAX:
+        raise GateError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
+    return json.loads(data, parse_constant=_no_constant)
