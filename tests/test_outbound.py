@@ -14,6 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.gate.errors import GateError
+from apps.gate.internal import call_internal
 from apps.outbound import delivery
 from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
@@ -77,8 +79,11 @@ def test_an_agent_request_waits_for_a_person_and_is_delivered_once(
     mismatch = refusal(agent, "send_email", changed)
     assert (mismatch.code, mismatch.field, mismatch.proposal) == ("IDEMPOTENCY_MISMATCH", "idempotency_key", None)
 
-    # nobody but a person of this tenant decides: not the agent, not another tenant
+    # nobody but a person of this tenant decides: not the agent, not the system, not another tenant
     assert refusal(agent, "approve_outbound", {"request_id": made["request_id"]}).code == "NOT_AVAILABLE"
+    with pytest.raises(GateError) as by_the_system:
+        call_internal(alice.tenant, "approve_outbound", {"request_id": made["request_id"]})
+    assert by_the_system.value.code == "NOT_AVAILABLE" and _row(alice, made["request_id"]).state == "awaiting_approval"
     assert refusal(as_person(mallory), "approve_outbound", {"request_id": made["request_id"]}).code == "NOT_FOUND"
     assert call(as_person(mallory), "list_outbound")["requests"] == []
     waiting = call(as_person(alice), "list_outbound", {"state": "awaiting_approval"})["requests"]

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from apps.audit.models import AuditEvent
+from apps.gate.errors import GateError
+from apps.gate.internal import call_internal
 from apps.operations.registry import (
     ALWAYS,
     Callers,
@@ -21,6 +24,7 @@ from apps.operations.registry import (
     operation,
     registry,
 )
+from tests.conftest import Person
 
 
 class In(BaseModel):
@@ -161,3 +165,28 @@ def test_the_built_in_registry_follows_every_rule() -> None:
     never = {op.name for op in registry if op.ceiling == Ceiling.NEVER}
     assert {"set_operation_exposure", "list_operation_exposure", "list_audit_events", "verify_audit",
             "get_raw_message"} <= never  # fmt: skip
+
+
+# Decisions only a person makes (SPEC §1: only a person can confirm, approve or change what agents may do):
+# no agent and no task of the system's own may make them either.
+PERSON_DECISIONS = (
+    "approve_outbound", "reject_outbound", "settle_outbound_request", "create_send_policy", "delete_send_policy",
+    "set_operation_exposure", "create_api_key", "revoke_api_key", "grant_connection", "revoke_connection",
+    "connect_mailbox", "update_mailbox_credentials", "remove_mailbox", "invite_member", "cancel_invitation",
+    "change_member_role", "remove_member", "create_workspace", "rename_workspace",
+)  # fmt: skip
+
+
+def test_a_persons_decisions_are_for_persons_only() -> None:
+    for name in PERSON_DECISIONS:
+        op = registry.get(name)
+        assert op is not None and op.callers == Callers.PERSONS, name
+
+
+@pytest.mark.django_db
+def test_the_system_cannot_make_a_persons_decision(alice: Person, mallory: Person) -> None:
+    for name in PERSON_DECISIONS:
+        with pytest.raises(GateError) as refused:
+            call_internal(alice.tenant, name, {})
+        assert refused.value.code == "NOT_AVAILABLE", name
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()

@@ -15,7 +15,7 @@ from apps.gate.exposure import level_for, plugin_target, tenant_settings
 from apps.gate.models import ExposureSetting
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Page, decode_cursor, encode_cursor
-from apps.operations.registry import ALWAYS, Bound, Ceiling, Change, OpClass, Preview, operation, registry
+from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, Change, OpClass, Preview, operation, registry
 
 # ---------------------------------------------------------------- exposure
 
@@ -66,6 +66,7 @@ def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:
     preview=_exposure_preview,
     confirm=ALWAYS,
     data_scope=_exposure_scope,
+    callers=Callers.PERSONS,
 )
 def set_operation_exposure(ctx: Context, data: ExposureIn) -> ExposureOut:
     previous = _current(ctx, data.operation)

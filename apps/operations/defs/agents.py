@@ -16,7 +16,7 @@ from apps.agents.models import ApiKey, Connection
 from apps.gate.errors import GateError
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
-from apps.operations.registry import ALWAYS, Ceiling, Change, OpClass, Preview, operation, registry
+from apps.operations.registry import ALWAYS, Callers, Ceiling, Change, OpClass, Preview, operation, registry
 from apps.workspaces.models import DEFAULT_WORKSPACE, Membership, Role
 
 
@@ -83,6 +83,7 @@ def _membership(ctx: Context) -> Membership:
     confirm=ALWAYS,
     data_scope=_create_scope,
     returns_secret=True,
+    callers=Callers.PERSONS,
 )
 def create_api_key(ctx: Context, data: CreateKeyIn) -> CreatedKeyOut:
     expires = ctx.now + timedelta(days=data.expires_in_days) if data.expires_in_days else None
@@ -154,6 +155,7 @@ def _revoke_preview(ctx: Context, data: RevokeKeyIn) -> Preview:
     preview=_revoke_preview,
     confirm=ALWAYS,
     data_scope=_revoke_scope,
+    callers=Callers.PERSONS,
 )
 def revoke_api_key(ctx: Context, data: RevokeKeyIn) -> ApiKeyOut:
     row = _key(ctx, data.api_key_id)
@@ -224,6 +226,7 @@ def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
     preview=_grant_preview,
     confirm=ALWAYS,
     data_scope=_grant_scope,
+    callers=Callers.PERSONS,
 )
 def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
     assert ctx.caller.user is not None
@@ -300,6 +303,7 @@ def _revoke_connection_preview(ctx: Context, data: RevokeConnectionIn) -> Previe
     preview=_revoke_connection_preview,
     confirm=ALWAYS,
     data_scope=_revoke_connection_scope,
+    callers=Callers.PERSONS,
 )
 def revoke_connection_op(ctx: Context, data: RevokeConnectionIn) -> ConnectionOut:
     row = _connection(ctx, data.connection_id)

@@ -32,7 +32,7 @@ from apps.mail.selectors import access_account
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import reach
 from apps.operations.defs.shapes import Closed, Id, Name
-from apps.operations.registry import ALWAYS, NEVER, Ceiling, Change, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, Change, OpClass, Preview, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 
 Host = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$")]
@@ -177,6 +177,7 @@ def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
     confirm=NEVER,
     data_scope=_connect_scope,
     verify=_try_servers,
+    callers=Callers.PERSONS,
 )
 def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
     """The person filling the form confirms by submitting it: the logins are tried before anything is saved."""
@@ -224,6 +225,7 @@ def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
     confirm=NEVER,
     data_scope=_update_scope,
     verify=_try_servers,
+    callers=Callers.PERSONS,
 )
 def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
     account = _imap_account(ctx, data.account_id)
@@ -274,6 +276,7 @@ def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
     preview=_remove_preview,
     confirm=ALWAYS,
     data_scope=_remove_scope,
+    callers=Callers.PERSONS,
 )
 def remove_mailbox(ctx: Context, data: AccountIn) -> RemovedOut:
     account = access_account(reach(ctx), data.account_id)

@@ -472,6 +472,7 @@ def _approve_scope(ctx: Context, data: ApproveIn) -> None:
     op_class=OpClass.SEND,
     ceiling=Ceiling.NEVER,
     data_scope=_approve_scope,
+    callers=Callers.PERSONS,
 )
 def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
@@ -488,6 +489,7 @@ def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
     op_class=OpClass.MUTATE,
     ceiling=Ceiling.NEVER,
     data_scope=_request_scope,
+    callers=Callers.PERSONS,
 )
 def reject_outbound(ctx: Context, data: RequestIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
@@ -657,6 +659,7 @@ def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
     preview=_policy_preview,
     confirm=ALWAYS,
     data_scope=_create_policy_scope,
+    callers=Callers.PERSONS,
 )
 def create_send_policy(ctx: Context, data: CreatePolicyIn) -> PolicyOut:
     assert ctx.caller.user is not None
@@ -729,6 +732,7 @@ class PolicyDeletedOut(Closed):
     preview=_delete_policy_preview,
     confirm=ALWAYS,
     data_scope=_delete_policy_scope,
+    callers=Callers.PERSONS,
 )
 def delete_send_policy(ctx: Context, data: PolicyIn) -> PolicyDeletedOut:
     policy = _policy_of(ctx, data.policy_id)

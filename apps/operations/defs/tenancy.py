@@ -30,7 +30,7 @@ from apps.mail.models import MailAccount
 from apps.mail.selectors import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
-from apps.operations.registry import ALWAYS, Ceiling, Change, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, Callers, Ceiling, Change, OpClass, Preview, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Role, Workspace
 from apps.workspaces.services import (
     InvitationTakenError,
@@ -133,6 +133,7 @@ def _create_workspace_preview(ctx: Context, data: CreateWorkspaceIn) -> Preview:
     preview=_create_workspace_preview,
     confirm=ALWAYS,
     data_scope=_create_workspace_scope,
+    callers=Callers.PERSONS,
 )
 def create_workspace(ctx: Context, data: CreateWorkspaceIn) -> WorkspaceOut:
     _check_room(ctx)
@@ -193,6 +194,7 @@ def _rename_preview(ctx: Context, data: RenameWorkspaceIn) -> Preview:
     preview=_rename_preview,
     confirm=ALWAYS,
     data_scope=_rename_scope,
+    callers=Callers.PERSONS,
 )
 def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
     row = _workspace(ctx, data.workspace_id, lock=True)
@@ -336,6 +338,7 @@ def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, 
     preview=_invite_preview,
     confirm=ALWAYS,
     data_scope=_invite_scope,
+    callers=Callers.PERSONS,
 )
 def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
     locked = _lock(ctx)
@@ -402,6 +405,7 @@ def _cancel_preview(ctx: Context, data: InvitationIdIn) -> Preview:
     preview=_cancel_preview,
     confirm=ALWAYS,
     data_scope=_cancel_scope,
+    callers=Callers.PERSONS,
 )
 def cancel_invitation(ctx: Context, data: InvitationIdIn) -> InvitationOut:
     row = _invitation(ctx, data.invitation_id, lock=True)
@@ -473,6 +477,7 @@ def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
     preview=_change_role_preview,
     confirm=ALWAYS,
     data_scope=_change_role_scope,
+    callers=Callers.PERSONS,
 )
 def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
     target_id = parse_id(data.membership_id, "membership_id")
@@ -536,6 +541,7 @@ def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
     preview=_remove_preview,
     confirm=ALWAYS,
     data_scope=_remove_scope,
+    callers=Callers.PERSONS,
 )
 def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
     target_id = parse_id(data.membership_id, "membership_id")
