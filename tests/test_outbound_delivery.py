@@ -318,3 +318,53 @@ def test_a_person_records_that_an_unknown_request_was_sent(
     assert call(as_agent(alice, scopes=SENDER), "get_outbound_request", {"request_id": rid})["state"] == "sent"
     assert smtp_server.data_commands == 1
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_workers_late_answer_after_the_sweeper_gave_it_up_is_recorded(
+    alice: Person, mallory: Person, world: dict[str, Any], settings: Any
+) -> None:
+    """DATA of a large message can outlast the sweeper's patience: the request turns unknown, but when the
+    server's 250 does come, the worker's knowledge wins over the sweeper's guess (and a person is never asked
+    to settle what is known, nor tempted to send it again)."""
+    theirs = request(as_person(mallory), "send_email", _email(world["theirs"].pk, [world["bob"]]))
+    made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    rid = made["request_id"]
+    call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
+    call_internal(alice.tenant, "begin_outbound_data", {"request_id": rid, "attempt": 1})
+    # the sweeper looked just before DATA began: its cut is older than the worker's last step
+    looked = (timezone.now() - timedelta(minutes=1)).isoformat()
+    with pytest.raises(GateError) as not_lost:
+        call_internal(alice.tenant, "recover_outbound_send", {"request_id": rid, "attempt": 1, "silent_since": looked})
+    assert not_lost.value.code == "CONFLICT" and _row(alice, rid).state == "sending"
+    stale = timezone.now() + timedelta(seconds=settings.OPERATIONS["SENDING_STALE_SECONDS"] + 1)
+    assert delivery.sweep(stale)["unknown"] == 1
+    assert (_row(alice, rid).state, _row(alice, rid).error) == ("unknown", "worker_lost_after_data")
+    # another attempt's answer, or one that knows no more, changes nothing
+    with pytest.raises(GateError):
+        call_internal(alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 2, "outcome": "sent"})
+    still = call_internal(alice.tenant, "record_outbound_outcome",
+                          {"request_id": rid, "attempt": 1, "outcome": "unknown"}).output  # fmt: skip
+    assert still["state"] == "unknown"
+    sent = call_internal(alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 1, "outcome": "sent"})
+    assert sent.output["state"] == "sent" and _row(alice, rid).error == ""
+    assert [after["state"] for op, _, outcome, after in _steps(alice, rid)
+            if op == "record_outbound_outcome" and outcome == "ok" and "state" in after] == ["sent"]  # fmt: skip
+    # mallory's request, in her own tenant, is untouched by alice's sweep and unreachable from alice's tenant
+    assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=theirs["request_id"]).state == "queued"
+    with pytest.raises(GateError) as hidden:
+        call_internal(alice.tenant, "claim_outbound_send", {"request_id": theirs["request_id"]})
+    assert hidden.value.code == "NOT_FOUND"
+
+
+def test_a_claim_before_a_retrys_time_is_refused(alice: Person, world: dict[str, Any]) -> None:
+    """(The claim checks the time again once the row is its own, for a duplicate task racing the attempt before;
+    that interleaving is not reproduced here.)"""
+    made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    rid = made["request_id"]
+    call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
+    call_internal(alice.tenant, "record_outbound_outcome",
+                  {"request_id": rid, "attempt": 1, "outcome": "temporary", "error": "smtp_unreachable"})  # fmt: skip
+    assert _row(alice, rid).state == "queued"
+    with pytest.raises(GateError) as early:
+        call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
+    assert early.value.code == "CONFLICT" and (_row(alice, rid).state, _row(alice, rid).attempts) == ("queued", 1)

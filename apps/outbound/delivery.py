@@ -323,7 +323,8 @@ def sweep(now: Any = None) -> dict[str, int]:
     stale = OutboundRequest.objects.unscoped().filter(state=State.SENDING, updated_at__lt=stale_before)
     for request in stale.select_related("tenant")[:500]:
         try:
-            step = _step(request, "recover_outbound_send", attempt=request.attempts)
+            step = _step(request, "recover_outbound_send", attempt=request.attempts,
+                         silent_since=stale_before.isoformat())  # fmt: skip
         except GateError:
             continue  # the claim moved on meanwhile
         counts["unknown" if step["state"] == State.UNKNOWN else "reclaimed"] += 1

@@ -23,15 +23,22 @@ from apps.outbound import requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
 
 Outcome = Literal["sent", "refused", "temporary", "unknown"]
+LOST_AFTER_DATA = "worker_lost_after_data"
 
 
 def _rows(ctx: Context, request_id: Any) -> Any:
     return OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=request_id)
 
 
-def _held(ctx: Context, request_id: Any, attempt: int) -> OutboundRequest:
-    """The request locked, while the claim numbered `attempt` still holds it; CONFLICT otherwise."""
-    request = _rows(ctx, request_id).select_for_update().filter(state=State.SENDING, attempts=attempt).first()
+def _held(ctx: Context, request_id: Any, attempt: int, *, or_given_up: bool = False) -> OutboundRequest:
+    """The request locked, while the claim numbered `attempt` still holds it; CONFLICT otherwise.
+
+    `or_given_up`: also when the sweeper gave that claim up as lost after DATA began (unknown), for the
+    worker's own late answer, which is better knowledge than the sweeper's guess."""
+    holding = Q(state=State.SENDING)
+    if or_given_up:
+        holding |= Q(state=State.UNKNOWN, error=LOST_AFTER_DATA, smtp_started_at__isnull=False)
+    request = _rows(ctx, request_id).select_for_update().filter(holding, attempts=attempt).first()
     if request is None:
         raise GateError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
     return request
@@ -67,6 +74,10 @@ def claim(ctx: Context, request_id: Any) -> OutboundRequest:
         moved = candidates.filter(state=state).update(
             state=State.SENDING, attempts=F("attempts") + 1, smtp_started_at=None, updated_at=now
         )
+        # a queued request's time is checked again once its row is ours: a retry scheduled meanwhile by the
+        # attempt before (its outbox row moved with its state) waits for its time (raising undoes the UPDATE)
+        if moved and state == State.QUEUED and not available.select_for_update().exists():
+            raise GateError("CONFLICT", "this request's next attempt is not due yet", field="request_id")
         if moved:
             break
     else:
@@ -98,8 +109,11 @@ def record_outcome(
     ctx: Context, request_id: Any, attempt: int, outcome: Outcome, error: str, refused: list[str]
 ) -> OutboundRequest:
     """What the server's answers mean for the request: sent, failed, unknown, or queued for another attempt."""
-    request = _held(ctx, request_id, attempt)
+    request = _held(ctx, request_id, attempt, or_given_up=True)
+    was = State(request.state)
     data_begun = request.smtp_started_at is not None
+    if was == State.UNKNOWN and outcome in ("temporary", "unknown"):
+        return request  # the worker knows no more than the sweeper did
     if outcome == "temporary" and data_begun:
         outcome, error = "unknown", error or "connection_lost_after_data"  # never retried once DATA began
     elif outcome == "unknown" and not data_begun:
@@ -123,12 +137,12 @@ def record_outcome(
         if outcome == "temporary":
             extra["attempts_exhausted"] = True
         new, fields = State.FAILED, {"error": error, "finished_at": now, "refused_recipients": refused}
-    requests.transition(ctx.tenant, request.pk, State.SENDING, new, **fields)
+    requests.transition(ctx.tenant, request.pk, was, new, **fields)
     if error and new != State.SENT:
         extra["error"] = error
     if refused:
         extra["refused_recipients"] = len(refused)  # how many, never who
-    ctx.touch(request.pk, {"state": State.SENDING}, {"state": new, **extra})
+    ctx.touch(request.pk, {"state": was}, {"state": new, **extra})
     request.refresh_from_db()
     return request
 
@@ -145,13 +159,16 @@ def release(ctx: Context, request_id: Any) -> OutboundRequest:
     return _rows(ctx, request_id).get()
 
 
-def recover(ctx: Context, request_id: Any, attempt: int) -> OutboundRequest:
+def recover(ctx: Context, request_id: Any, attempt: int, silent_since: datetime) -> OutboundRequest:
     """A claim whose worker went silent (the sweeper judges that from its age): before DATA nothing was sent, so
     it is queued again while attempts are left; after DATA began the outcome is unknown."""
     request = _held(ctx, request_id, attempt)
+    if request.updated_at >= silent_since:
+        # the worker spoke since the sweeper looked (DATA began just then): it is not lost
+        raise GateError("CONFLICT", "this delivery's worker is still at it", field="attempt")
     fields: dict[str, Any]
     if request.smtp_started_at is not None:
-        new, fields = State.UNKNOWN, {"error": "worker_lost_after_data"}
+        new, fields = State.UNKNOWN, {"error": LOST_AFTER_DATA}
     elif attempt < ctx.bounds["SEND_ATTEMPTS_MAX"]:
         new, fields = State.QUEUED, {"error": "worker_lost"}
         OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request.pk).update(

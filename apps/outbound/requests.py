@@ -70,7 +70,9 @@ def stored_digest(request: OutboundRequest) -> str:
         found=Recipients(list(request.to), list(request.cc), list(request.bcc)), subject=request.subject,
         body=request.body, in_reply_to=request.in_reply_to, references=list(request.references),
         send_at=request.send_at,
-        attachments=[(a.filename, a.content_type, a.sha256) for a in request.attachments.order_by("position")],
+        # the bytes themselves, as they would go out, not the digest stored beside them
+        attachments=[(a.filename, a.content_type, hashlib.sha256(bytes(a.content)).hexdigest())
+                     for a in request.attachments.order_by("position")],
     )  # fmt: skip
 
 

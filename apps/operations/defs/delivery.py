@@ -108,15 +108,19 @@ def release_scheduled_send(ctx: Context, data: RequestRef) -> StepOut:
     return _step(execution.release(ctx, data.request_id))
 
 
+class RecoverIn(AttemptIn):
+    silent_since: datetime = Field(description="the claim's last step must be older than this (the sweeper's cut)")
+
+
 @operation(
     name="recover_outbound_send",
     summary="The sweeper takes back a claim whose worker went silent: queued again if DATA never began (while "
     "attempts are left), unknown if it had.",
-    input=AttemptIn,
+    input=RecoverIn,
     **_INTERNAL,
 )
-def recover_outbound_send(ctx: Context, data: AttemptIn) -> StepOut:
-    return _step(execution.recover(ctx, data.request_id, data.attempt))
+def recover_outbound_send(ctx: Context, data: RecoverIn) -> StepOut:
+    return _step(execution.recover(ctx, data.request_id, data.attempt, data.silent_since))
 
 
 @operation(
