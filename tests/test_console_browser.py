@@ -309,8 +309,25 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     waiting.locator("button[data-action=approve]").click()
     expect(page.locator("#notice")).to_contain_text("Approved")
     expect(page.locator("#outbound-list")).to_contain_text("Nothing is waiting for your approval.")
+
+    # a body longer than a list shows is read whole before it can be approved; files show type and size
+    tail = "And one more thing, at the very end."
+    long = email("Long") | {"body": "word " * 5000 + tail,
+                            "attachments": [{"filename": "plan.pdf", "content_type": "application/pdf",
+                                             "content_base64": "JVBERi0xLjQK" * 200}]}  # fmt: skip
+    asked_long = request(as_agent(alice, scopes={"read", "write", "send"}), "send_email", long)
+    page.goto("/outbound")
+    article = page.locator(f'#outbound-list article[data-request-id="{asked_long["request_id"]}"]')
+    expect(article).to_contain_text("plan.pdf (application/pdf, 2 KB)")
+    expect(article.locator("pre")).not_to_contain_text(tail)
+    expect(article.locator("button[data-action=approve]")).to_be_disabled()
+    article.locator("button[data-action=show-whole]").click()
+    expect(article.locator("pre")).to_contain_text(tail)
+    article.locator("button[data-action=approve]").click()
+    expect(page.locator("#notice")).to_contain_text("Approved")
+    assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked_long["request_id"]).state == "queued"
     assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked["request_id"]).state == "queued"
-    assert smtp_server.data_commands == 1
+    assert smtp_server.data_commands == 1  # the lost one's: approving queues, the worker sends
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
 
     # the same link later says what became of it; another tenant's request is not there at all

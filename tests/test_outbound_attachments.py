@@ -167,6 +167,12 @@ def refusing(alice: Person, mallory: Person, imap_server: ImapServer, smtp_serve
         ([{"content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
         ([{"filename": "../etc/passwd", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
         ([{"filename": "a\r\nBcc: x@evil.test", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
+        # shown as "invoiceexe.pdf": a right-to-left override hides what the file is
+        ([{"filename": "invoice\u202efdp.exe", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
+        ([{"filename": "a\u2028b.txt", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
+        # extra padding does not make a file look smaller than it is
+        ([{"filename": "pad.bin", "content_base64": "AAAA" * 40 + "=" * 400}], "LIMIT_EXCEEDED",
+         "attachments.0.content_base64"),
         ([{"filename": "a.txt", "content_type": "text/plain; charset=x", "content_base64": "eA=="}], "INVALID_INPUT",
          "attachments.0.content_type"),
         ([{"filename": "a.eml", "content_type": "multipart/mixed", "content_base64": "eA=="}], "INVALID_INPUT",
@@ -189,6 +195,26 @@ def test_bad_or_oversized_files_are_refused_naming_the_field(
             for value in item.values():
                 assert str(value) not in refused.message or str(value) in field
     assert not OutboundRequest.objects.unscoped().exists()
+
+
+def test_a_received_attachment_is_sent_on_with_a_name_and_type_fit_to_send(
+    alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    """A third party chose a received file's name and type: invisible characters are dropped and a message or
+    multipart type goes out as plain bytes (base64 under message/rfc822 is not allowed, RFC 2046 §5.2.1)."""
+    message = stored_message(alice, world["account"], sender=world["bob"], subject="Fwd",
+                             message_id=f"{uuid.uuid4().hex}@x.test")  # fmt: skip
+    odd = Attachment.objects.create(tenant=alice.tenant, message=message, filename="report\u202efdp.exe",
+                                    content_type="message/rfc822", size=5, content=b"hello")  # fmt: skip
+    data = _email(world["account"].pk, [world["bob"]], [{"attachment_id": str(odd.pk)}])
+    made = call(as_person(alice), "send_email", data, confirm=True)
+    assert delivery.deliver(made["request_id"]) == "sent"
+    [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
+    [part] = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
+    assert (part.get_filename(), part.get_content_type(), part.get_payload(decode=True)) == (
+        "reportfdp.exe", "application/octet-stream", b"hello",
+    )  # fmt: skip
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
 
 
 def test_a_stored_attachment_over_the_bound_is_refused(alice: Person, world: dict[str, Any], settings: Any) -> None:

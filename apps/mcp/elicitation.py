@@ -15,13 +15,12 @@ the client answers (accept, decline, cancel) changes nothing: only a signed-in p
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from django.conf import settings
 from django.core import signing
 
+from apps.audit.log import input_digest
 from apps.gate.callers import Caller
 from apps.mcp import protocol as p
 from apps.operations.defs.outbound import RequestOut
@@ -52,8 +51,7 @@ def waiting_approval_url(op: Operation, output: dict[str, Any]) -> str | None:
 
 
 def _digest(value: Any) -> str:
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    return input_digest(value)[:32]
 
 
 def _principal(caller: Caller) -> str:

@@ -7,6 +7,7 @@ import base64
 import binascii
 import hashlib
 import re
+import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,14 +79,36 @@ _MIME_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^
 _BASE64_SPACE = re.compile(r"\s+")
 
 
+# control characters, invisible formatting (bidirectional overrides: "invoice\u202efdp.exe" shows as
+# "invoiceexe.pdf") and line or paragraph separators: none belongs in a file name a person has to judge
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def _unfit(c: str) -> bool:
+    return c in "/\\" or unicodedata.category(c) in _HIDDEN_CATEGORIES
+
+
 def attachment_filename(value: str, field: str) -> str:
-    """A file name as it goes in the e-mail: no folders, no control characters (refused, never rewritten)."""
+    """A file name as it goes in the e-mail: no folders, no control or invisible characters (refused, never
+    rewritten)."""
     name = value.strip()
     if not name or name in {".", ".."}:
         raise GateError.invalid(field, "must name the file")
-    if any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name):
-        raise GateError.invalid(field, "must not contain slashes or control characters")
+    if any(_unfit(c) for c in name):
+        raise GateError.invalid(field, "must not contain slashes, control or invisible characters")
     return name
+
+
+def stored_attachment(filename: str, content_type: str) -> tuple[str, str]:
+    """A received attachment's name and type, made fit to send on: a third party chose them, so what does not
+    fit is dropped (invisible characters) or made plain (a multipart, message or malformed type is sent as
+    application/octet-stream, the bytes as they are)."""
+    name = "".join("_" if c in "/\\" else c for c in filename if unicodedata.category(c) not in _HIDDEN_CATEGORIES)
+    name = name.strip() or "attachment"
+    kind = content_type.strip().lower()
+    if not _MIME_TYPE.match(kind) or kind.startswith(("multipart/", "message/")):
+        kind = "application/octet-stream"
+    return name[:255], kind
 
 
 def attachment_content_type(value: str | None, field: str) -> str:
@@ -103,8 +126,9 @@ def attachment_content_type(value: str | None, field: str) -> str:
 def decode_base64(value: str, field: str, max_bytes: int) -> bytes:
     """The bytes of a base64 text (line breaks allowed), refused over max_bytes before it is decoded."""
     text = _BASE64_SPACE.sub("", value)
-    # 4 characters per 3 bytes, less the padding: a file over the bound is refused without decoding it
-    if len(text) // 4 * 3 - text.count("=") > max_bytes:
+    # 4 characters per 3 bytes, less the padding (at most two "="; more is no base64): a file over the bound is
+    # refused without decoding it
+    if len(text) // 4 * 3 - min(2, len(text) - len(text.rstrip("="))) > max_bytes:
         raise GateError("LIMIT_EXCEEDED", f"{field}: at most {max_bytes} bytes per file", field=field)
     try:
         return base64.b64decode(text, validate=True)

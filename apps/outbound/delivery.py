@@ -33,6 +33,7 @@ from imapclient.imapclient import SENT
 
 from apps.gate.errors import GateError
 from apps.gate.internal import call_internal
+from apps.mail.credentials import CredentialsUnreadableError
 from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_login
 from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime
@@ -57,8 +58,13 @@ class _PrivateHost(Exception):
 
 
 def _credentials(account: Any, kind: str) -> dict[str, Any] | None:
-    """The account's "imap" or "smtp" settings (decrypted in memory only, never logged)."""
-    stored = account.credentials
+    """The account's "imap" or "smtp" settings (decrypted in memory only, never logged); None when there are
+    none, or they cannot be decrypted (the person enters them again: the console says so after the next sync)."""
+    try:
+        stored = account.credentials
+    except CredentialsUnreadableError:
+        log.warning("the credentials of mail account %s cannot be decrypted", account.pk)
+        return None
     value = stored.get(kind) if isinstance(stored, dict) else None
     return value if isinstance(value, dict) else None
 

@@ -212,18 +212,41 @@
         note.replaceChildren(el("p", { class: "errors" }, describeError(err)));
       }
     };
-    const waiting = (r) =>
-      el("article", { class: "outbound", "data-request-id": r.request.request_id },
+    const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.ceil(n / 1024)} KB` : `${n} bytes`);
+    const files = (r) => list(r.files.map((f) => `${f.filename} (${f.content_type}, ${size(f.size)})`));
+    const waiting = (r) => {
+      const body = el("pre", {}, r.body + (r.body_truncated ? "\n…" : ""));
+      const approve = button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" });
+      const parts = [body];
+      if (r.body_truncated) {
+        // what is approved is what is sent: the whole of it is read first
+        approve.disabled = true;
+        const whole = button(`Show the whole message (${r.body_chars} characters) before approving`, async () => {
+          try {
+            const out = await call("list_outbound", { request_id: r.request.request_id });
+            const found = out.requests[0];
+            if (!found || found.request.content_hash !== r.request.content_hash) return refresh();
+            body.textContent = found.body;
+            approve.disabled = false;
+            whole.remove();
+          } catch (err) {
+            notice(describeError(err), true);
+          }
+        }, { "data-action": "show-whole" });
+        parts.push(whole, " ");
+      }
+      return el("article", { class: "outbound", "data-request-id": r.request.request_id },
         el("h2", {}, r.subject || "(no subject)"),
         el("p", {}, `From ${r.request.sender} to ${recipients(r)}`),
         el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
-          (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "") +
-          (r.attachments.length ? `; attachments: ${list(r.attachments)}` : "")),
-        el("pre", {}, r.body + (r.body_truncated ? "\n…" : "")),
-        button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" }),
+          (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "")),
+        r.files.length ? el("p", {}, `Attachments: ${files(r)}`) : "",
+        ...parts,
+        approve,
         " ",
         button("Reject", () => decide("reject_outbound", r, "Rejected: it will not be sent."), { "data-action": "reject" }),
       );
+    };
     const unknown = (r) =>
       el("article", { class: "outbound", "data-request-id": r.request.request_id },
         el("h2", {}, r.subject || "(no subject)"),

@@ -17,7 +17,14 @@ from apps.operations.context import Context
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, operation
-from apps.outbound.compose import forward_subject, normalize_address, quoted, recipients, reply_subject
+from apps.outbound.compose import (
+    forward_subject,
+    normalize_address,
+    quoted,
+    recipients,
+    reply_subject,
+    stored_attachment,
+)
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, State
 
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
@@ -439,8 +446,9 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
         tenant=ctx.tenant, account=message.account, to=found.to, cc=found.cc, subject=forward_subject(message.subject),
         body=body, source_message=message, created_at=ctx.now, updated_at=ctx.now,
     )  # fmt: skip
+    fit = [stored_attachment(f.filename, f.content_type) for f in files]
     OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(tenant=ctx.tenant, draft=draft, filename=f.filename, content_type=f.content_type,
+        OutboundAttachment(tenant=ctx.tenant, draft=draft, filename=fit[i][0], content_type=fit[i][1],
                            content=bytes(f.content), sha256=hashlib.sha256(bytes(f.content)).hexdigest(), position=i)
         for i, f in enumerate(files)
     )  # fmt: skip

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from django.db.models import QuerySet
+from django.db.models.functions import Length
 from pydantic import Field, StringConstraints
 
 from apps.gate.callers import Principal
@@ -48,6 +49,7 @@ from apps.outbound.compose import (
     decode_base64,
     normalize_address,
     recipients,
+    stored_attachment,
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
 from apps.workspaces.models import Role
@@ -211,7 +213,7 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     if found[1] > limit:
         raise GateError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
     name, ctype, data = rows.values_list("filename", "content_type", "content").get()
-    return name, ctype, bytes(data)
+    return (*stored_attachment(name, ctype), bytes(data))
 
 
 def _files(ctx: Context, items: list[AttachmentIn]) -> tuple[tuple[str, str, bytes], ...]:
@@ -540,6 +542,16 @@ def settle_outbound_request(ctx: Context, data: SettleIn) -> RequestOut:
 class ListOutboundIn(Closed):
     state: Literal[tuple(State.values)] | None = Field(default=None, description="only requests in this state")  # type: ignore[valid-type]
     limit: int | None = Field(default=None, ge=1)
+    request_id: Id | None = Field(
+        default=None, description="only this request, with its whole body (a list cuts long bodies): what a "
+        "person reads in full before approving it"
+    )  # fmt: skip
+
+
+class OutboundFileOut(Closed):
+    filename: MailText
+    content_type: str
+    size: int
 
 
 class OutboundDetail(Closed):
@@ -550,7 +562,9 @@ class OutboundDetail(Closed):
     subject: MailText
     body: MailText
     body_truncated: bool
+    body_chars: int = Field(description="the whole body's length")
     attachments: list[MailText]
+    files: list[OutboundFileOut] = Field(description="each attachment as it is sent: name, type and size")
     in_reply_to: MailText
     requested_by: str
     principal: str
@@ -564,13 +578,22 @@ class OutboundListOut(Closed):
     requests: list[OutboundDetail]
 
 
-def outbound_detail(ctx: Context, request: OutboundRequest) -> OutboundDetail:
-    body, truncated, _ = cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
-    names = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(request=request).order_by("position")
+def outbound_detail(ctx: Context, request: OutboundRequest, *, whole: bool = False) -> OutboundDetail:
+    body, truncated, length = (request.body, False, len(request.body)) if whole else cut(
+        request.body, ctx.bounds["TEXT_MAX_CHARS"])  # fmt: skip
+    files = list(
+        OutboundAttachment.objects.for_tenant(ctx.tenant)
+        .filter(request=request)
+        .order_by("position")
+        .annotate(size=Length("content"))
+        .values_list("filename", "content_type", "size")
+    )
     return OutboundDetail(
         request=request_out(request), to=list(request.to), cc=list(request.cc), bcc=list(request.bcc),
-        subject=request.subject, body=body, body_truncated=truncated,
-        attachments=list(names.values_list("filename", flat=True)), in_reply_to=request.in_reply_to,
+        subject=request.subject, body=body, body_truncated=truncated, body_chars=length,
+        attachments=[name for name, _, _ in files],
+        files=[OutboundFileOut(filename=n, content_type=t, size=z) for n, t, z in files],
+        in_reply_to=request.in_reply_to,
         requested_by=request.requested_by.email if request.requested_by else "", principal=request.principal,
         door=request.door, credential_kind=request.credential_kind, approved_via=request.approved_via,
         error=request.error,
@@ -588,10 +611,15 @@ def outbound_detail(ctx: Context, request: OutboundRequest) -> OutboundDetail:
 )
 def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
     rows = visible_requests(ctx).select_related("requested_by")
+    if data.request_id is not None:
+        rows = rows.filter(pk=parse_id(data.request_id, "request_id"))
     if data.state is not None:
         rows = rows.filter(state=data.state)
     limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
-    return OutboundListOut(requests=[outbound_detail(ctx, r) for r in rows.order_by("-created_at")[:limit]])
+    whole = data.request_id is not None
+    return OutboundListOut(
+        requests=[outbound_detail(ctx, r, whole=whole) for r in rows.order_by("-created_at")[:limit]]
+    )
 
 
 # ---------------------------------------------------------------- send policies (persons)
