@@ -23,7 +23,7 @@ from apps.outbound import delivery
 from apps.outbound.models import OutboundRequest
 from apps.outbound.tasks import deliver_task, reconcile_unknown_task
 from config.redis_client import redis_client
-from tests.callers import as_person
+from tests.callers import as_agent, as_person
 from tests.celeryworker import worker_process
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer
@@ -65,6 +65,11 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
 ) -> None:
     me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
     account = imap_account(alice, imap_server, smtp_server, me)
+    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
+    hers = request(as_agent(mallory, scopes={"read", "write", "send"}), "send_email", {
+        "account_id": str(theirs.pk), "to": [bob], "subject": "Hers", "body": "Waits.\n",
+        "idempotency_key": uuid.uuid4().hex,
+    })  # fmt: skip
     smtp_server.stall_after_data = True  # the server takes the message and answers nothing
 
     # the worker waits for DATA's answer far longer than the test takes to kill it
@@ -131,5 +136,6 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
         ("recover_outbound_send", "internal", "unknown"),
         ("reconcile_outbound", "internal", "sent"),
     ]
-    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+    # mallory's request, waiting in her tenant all along, was not touched by any of it
+    assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=hers["request_id"]).state == "awaiting_approval"
     assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation__contains="outbound").exists()
