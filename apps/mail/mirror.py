@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 
@@ -32,6 +31,7 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imap import imap_session
+from apps.mail.locks import session_lock
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, MailAccount, Message
 from apps.workspaces.models import Tenant
 
@@ -48,25 +48,9 @@ class MirrorBusyError(Exception):
     """Another task kept the account's mirror lock too long; the task is tried again later."""
 
 
-@contextmanager
-def mirror_lock(account_id: uuid.UUID | str, *, wait: float = _LOCK_WAIT_SECONDS) -> Iterator[bool]:
-    """Hold the account's mirror lock (a PostgreSQL session advisory lock, gone with a dead worker's connection),
-    waiting up to `wait` seconds; yields whether it is held."""
-    key = f"imap-mirror:{account_id}"
-    deadline = time.monotonic() + wait
-    with connection.cursor() as cursor:
-        while True:
-            cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            held = bool(cursor.fetchone()[0])
-            if held or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+def mirror_lock(account_id: uuid.UUID | str, *, wait: float = _LOCK_WAIT_SECONDS) -> AbstractContextManager[bool]:
+    """Hold the account's mirror lock, waiting up to `wait` seconds; yields whether it is held."""
+    return session_lock(f"imap-mirror:{account_id}", wait=wait)
 
 
 def _enqueue(task_name: str, tenant: Tenant, message_ids: Sequence[uuid.UUID]) -> None:

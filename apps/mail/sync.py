@@ -25,14 +25,14 @@ import logging
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -44,6 +44,7 @@ from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.importing import MessageStore, parse_pool, refresh_thread_stats
+from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
 from apps.mail.parsing import ParsedMessage
@@ -597,19 +598,9 @@ def sync_account(account: MailAccount) -> SyncCounts:
     return counts
 
 
-@contextmanager
-def account_lock(account_id: uuid.UUID) -> Iterator[bool]:
+def account_lock(account_id: uuid.UUID) -> AbstractContextManager[bool]:
     """Whether this process holds the account's sync lock (held for the session, across transactions)."""
-    key = f"imap-sync:{account_id}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-        held = bool(cursor.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+    return session_lock(f"imap-sync:{account_id}")
 
 
 def backoff_seconds(failures: int) -> int:
