@@ -18,8 +18,11 @@ from email.message import Message
 from email.parser import BytesParser
 from email.policy import EmailPolicy
 from functools import lru_cache
+from html import unescape
 from html.parser import HTMLParser
 from mimetypes import MimeTypes
+
+from apps.mail.mimetree import build_tree
 
 __all__ = [
     "Address",
@@ -96,9 +99,21 @@ class _RawHeaderPolicy(EmailPolicy):
         return value.replace("\r", "").replace("\n", "").strip()
 
 
+class _Parser:
+    """BytesParser's Message tree: built directly for plainly structured mail, by the feedparser otherwise."""
+
+    def __init__(self, policy: EmailPolicy) -> None:
+        self.policy = policy
+        self.feedparser = BytesParser(policy=policy)
+
+    def parsebytes(self, raw: bytes) -> Message:
+        """The tree of raw, as BytesParser(policy).parsebytes(raw) returns it."""
+        return build_tree(raw, self.policy) or self.feedparser.parsebytes(raw)
+
+
 # refold_source='none' makes as_bytes() write parsed header lines back unchanged (used for nested messages).
 _POLICY = _RawHeaderPolicy(refold_source="none")
-_PARSER = BytesParser(policy=_POLICY)
+_PARSER = _Parser(_POLICY)
 
 _ADDRESS_HEADERS = ("from", "to", "cc", "bcc", "reply-to")
 _KEPT_HEADERS = ("list-id", "list-unsubscribe", "auto-submitted", "precedence", "x-mailer")
@@ -219,7 +234,11 @@ def parse_message(raw: bytes) -> ParsedMessage:
 
 def content_hash(raw: bytes) -> str:
     """Return a sha256 hex digest of the message that ignores what mail clients rewrite when mail is read."""
-    data = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in raw else raw
+    data = raw
+    if b"\r" in raw:
+        data = raw.replace(b"\r", b"")  # much faster than replacing CRLF, and the same unless a CR stands alone
+        if len(raw) - len(data) != raw.count(b"\r\n"):
+            data = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     # An mbox envelope line is written by whichever tool stored the message, not by its sender.
     if data.startswith(b"From "):
         newline = data.find(b"\n")
@@ -242,6 +261,9 @@ def normalize_subject(subject: str) -> str:
 
 def html_to_text(html: str) -> str:
     """Render HTML as readable plain text, keeping link targets, alt text, lists, tables and <pre>."""
+    extractor = _TextExtractor()
+    if _feed_plain_html(extractor, html):
+        return extractor.text()
     extractor = _TextExtractor()
     extractor.feed(html)
     extractor.close()
@@ -492,32 +514,38 @@ def _mime_params(part: Message, header: str) -> tuple[str | None, dict[str, str]
     # Parameter parsing is quadratic in the worst case; no legitimate header comes close to this.
     value = value[:_MAX_PARAMS_HEADER]
     main, _, rest = value.partition(";")
-    decoded: dict[str, str] = {}
-    rfc2231_params = None
     if "*" in rest:
         # RFC 2231 (name*=charset'lang'%XX, name*0=...): the email package joins the continuations.
         # decode_params() cannot sort a mix of name* and name*0* (TypeError); then read them plainly.
+        rfc2231_params = None
         with contextlib.suppress(TypeError):
             rfc2231_params = part.get_params([], header)[1:]
-    if rfc2231_params is not None:
-        for name, param in rfc2231_params:
-            key = name.strip().lower()
-            if key in _USED_PARAMS and key not in decoded:
-                decoded[key] = _param_value(param)
-    else:
-        # The email package's general parameter parser costs more than the rest of a simple message.
-        for match in _MIME_PARAM.finditer(value, len(main)):
-            key = match.group(1).lower()
-            if key in _USED_PARAMS and key not in decoded:
-                quoted, plain = match.group(2, 3)
-                # Only \\ and \" are unescaped, like email.utils.unquote: Windows clients send paths
-                # such as "C:\Users\x.pdf" unescaped.
-                if quoted is not None:
-                    raw = quoted.replace("\\\\", "\\").replace('\\"', '"')
-                else:
-                    raw = plain.strip().strip('"')
-                decoded[key] = _decode_header(raw)
-    return main.strip().lower(), decoded
+        if rfc2231_params is not None:
+            decoded: dict[str, str] = {}
+            for name, param in rfc2231_params:
+                key = name.strip().lower()
+                if key in _USED_PARAMS and key not in decoded:
+                    decoded[key] = _param_value(param)
+            return main.strip().lower(), decoded
+    main_value, params = _plain_mime_params(value, len(main))
+    return main_value, dict(params)
+
+
+# The same few Content-Type and Content-Disposition values come back in message after message.
+@lru_cache(maxsize=1024)
+def _plain_mime_params(value: str, params_start: int) -> tuple[str, dict[str, str]]:
+    """_mime_params of a header value without RFC 2231 parameters (the dict is shared: copy it)."""
+    decoded: dict[str, str] = {}
+    # The email package's general parameter parser costs more than the rest of a simple message.
+    for match in _MIME_PARAM.finditer(value, params_start):
+        key = match.group(1).lower()
+        if key in _USED_PARAMS and key not in decoded:
+            quoted, plain = match.group(2, 3)
+            # Only \\ and \" are unescaped, like email.utils.unquote: Windows clients send paths
+            # such as "C:\Users\x.pdf" unescaped.
+            raw = quoted.replace("\\\\", "\\").replace('\\"', '"') if quoted is not None else plain.strip().strip('"')
+            decoded[key] = _decode_header(raw)
+    return value[:params_start].strip().lower(), decoded
 
 
 def _param_value(value: str | tuple[str | None, str | None, str]) -> str:
@@ -1020,6 +1048,93 @@ class _TextExtractor(HTMLParser):
         else:
             self._trailing_newlines = len(text) - len(stripped)
         self._last = text[-1]
+
+
+# Markup that html.parser reads the same way in every Python version: start tags with plain attributes,
+# end tags, doctypes. Anything else (a lone "<", bogus comments, <? ?>, <![ ]]>, unquoted values with
+# quotes or "=", attributes without a blank before them) is left to html.parser itself.
+_PLAIN_TAG = re.compile(
+    r"<(?:([a-zA-Z][a-zA-Z0-9]*)"
+    r"((?:[ \t\n\r\f]+[a-zA-Z_:][-a-zA-Z0-9_:.]*"
+    r"(?:[ \t\n\r\f]*=[ \t\n\r\f]*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*)"
+    r"[ \t\n\r\f]*(/?)>"
+    r"|/([a-zA-Z][a-zA-Z0-9]*)[ \t\n\r\f]*>"
+    r"|![dD][oO][cC][tT][yY][pP][eE][^>]*>)"
+)
+_PLAIN_ATTR = re.compile(
+    r"[ \t\n\r\f]+([a-zA-Z_:][-a-zA-Z0-9_:.]*)"
+    r"(?:[ \t\n\r\f]*=[ \t\n\r\f]*(\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?"
+)
+# Elements whose content some versions of html.parser read as raw text (not markup, entities kept): read
+# here only when their content is text without markup followed by their end tag, and without entities
+# unless the text is not shown anyway.
+_RAW_TEXT_TAGS = frozenset(
+    {"script", "style", "title", "textarea", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"}
+)
+_UNSHOWN_RAW_TEXT_TAGS = frozenset({"script", "style", "title"})
+
+
+def _feed_plain_html(extractor: HTMLParser, html: str) -> bool:
+    """Make the handler calls html.parser would make for this HTML, reading it faster; False (having made some
+    of them) when the HTML has markup left to html.parser."""
+    data, start, end = extractor.handle_data, extractor.handle_starttag, extractor.handle_endtag
+    find, startswith, match = html.find, html.startswith, _PLAIN_TAG.match
+    position, length = 0, len(html)
+    while position < length:
+        bracket = find("<", position)
+        if bracket == -1:
+            bracket = length
+        if position < bracket:
+            text = html[position:bracket]
+            data(unescape(text) if "&" in text else text)
+            if bracket == length:
+                break
+        if startswith("<!--", bracket):
+            close = find("-->", bracket + 4)
+            # html.parser's idea of where a comment ends changed between versions, except for these
+            if close == -1 or "--" in html[bracket + 4 : close] or startswith((">", "->"), bracket + 4):
+                return False
+            position = close + 3
+            continue
+        tag = match(html, bracket)
+        if tag is None:
+            return False
+        name, attributes, closed, end_name = tag.groups()
+        position = tag.end()
+        if end_name is not None:
+            end(end_name.lower())
+        elif name is not None:
+            name = name.lower()
+            attrs: list[tuple[str, str | None]] = []
+            for attribute in _PLAIN_ATTR.finditer(attributes):
+                value: str | None = attribute.group(2)
+                if value is not None and value[:1] in ("'", '"'):
+                    value = value[1:-1]
+                if value:
+                    value = unescape(value)
+                attrs.append((attribute.group(1).lower(), value))
+            if name in _RAW_TEXT_TAGS and not closed:
+                content_end = find("<", position)
+                closing = match(html, content_end) if content_end != -1 else None
+                content = html[position:content_end]
+                if (
+                    name == "plaintext"
+                    or closing is None
+                    or (closing.group(4) or "").lower() != name
+                    or ("&" in content and name not in _UNSHOWN_RAW_TEXT_TAGS)
+                ):
+                    return False
+                start(name, attrs)
+                if content:
+                    # html.parser passes script and style content as it is, other text unescaped
+                    data(content if name in ("script", "style") else unescape(content))
+                end(name)
+                position = closing.end()
+                continue
+            start(name, attrs)
+            if closed:
+                end(name)
+    return True
 
 
 def _same_target(label: str, href: str) -> bool:
