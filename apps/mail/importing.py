@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -12,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -43,6 +45,7 @@ from apps.workspaces.tenancy import new_id
 _ID_MAX = 900
 _REFERENCES_MAX = 100
 _PARSE_BATCH_TIMEOUT = 600
+_T = TypeVar("_T")
 
 
 class ImportRefusedError(Exception):
@@ -119,6 +122,59 @@ def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[]
             return partial(pending.get, timeout=_PARSE_BATCH_TIMEOUT)
 
         yield start
+
+
+def parse_batch(items: list[RawItem]) -> list[ParsedMessage | str]:
+    """Each item parsed, or the reason it cannot be stored."""
+    max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
+    return [parse_or_reason(item.data, max_bytes) for item in items]
+
+
+@contextmanager
+def read_ahead(produce: Iterator[_T], depth: int = 1) -> Iterator[Iterator[_T]]:
+    """`produce` run in a thread, up to `depth` items ahead of the caller taking them; its errors are raised
+    in the caller. Reading mail and parsing it (Python) then overlap with the caller's waits on the database.
+
+    When the context ends, the thread stops after the item it is making, and is waited for."""
+    ready: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in produce:
+                if not put((True, item)):
+                    return
+        except BaseException as exc:
+            put((False, exc))
+            return
+        put((False, None))
+
+    def take() -> Iterator[_T]:
+        while True:
+            fine, value = ready.get()
+            if fine:
+                yield value
+            elif value is None:
+                return
+            else:
+                raise value
+
+    thread = threading.Thread(target=run, name="oaken-read-ahead", daemon=True)
+    thread.start()
+    try:
+        yield take()
+    finally:
+        stop.set()
+        thread.join()
 
 
 class MessageStore:

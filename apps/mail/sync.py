@@ -25,7 +25,7 @@ import logging
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -43,7 +43,8 @@ from imapclient.response_parser import parse_fetch_response
 from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
-from apps.mail.importing import MessageStore, parse_pool, refresh_thread_stats
+from apps.mail.imapfetch import fetch_messages
+from apps.mail.importing import MessageStore, parse_batch, read_ahead, refresh_thread_stats
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
@@ -352,21 +353,21 @@ def _count_uids(client: IMAPClient, high: int) -> int:
     return 0
 
 
-def _fetch(client: IMAPClient, folder: Folder, uids: list[int]) -> list[RawItem]:
-    data = client.fetch(uids, ["BODY.PEEK[]", "FLAGS"])
-    items: list[RawItem] = []
-    for uid in uids:  # a message expunged meanwhile is simply absent
-        entry = data.get(uid)
-        if entry is None or b"BODY[]" not in entry:
-            continue
-        flags = entry[b"FLAGS"]
-        items.append(
+def _fetched_batches(
+    client: IMAPClient, folder: Folder, batches: list[list[int]]
+) -> Iterator[tuple[list[int], list[RawItem], list[ParsedMessage | str]]]:
+    """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed."""
+    for uids in batches:
+        fetched = fetch_messages(client, uids)
+        items: list[RawItem] = [
             ImapItem(
-                position=f"{folder.pk}:{uid}", data=bytes(entry[b"BODY[]"]), uid=uid, seen=SEEN in flags,
-                flagged=FLAGGED in flags,
+                position=f"{folder.pk}:{uid}", data=message.data, uid=uid, seen=SEEN in message.flags,
+                flagged=FLAGGED in message.flags,
             )
-        )  # fmt: skip
-    return items
+            for uid in uids
+            if (message := fetched.get(uid)) is not None
+        ]  # fmt: skip
+        yield uids, items, parse_batch(items)
 
 
 def sync_folder(
@@ -376,7 +377,6 @@ def sync_folder(
     *,
     condstore: bool,
     counts: SyncCounts,
-    start_parsing: Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]],
 ) -> None:
     """Bring one folder up to date: UIDVALIDITY, flags of known messages, expunges, then new messages in batches."""
     info = client.select_folder(folder.name, readonly=True)
@@ -420,21 +420,12 @@ def sync_folder(
     wanted = [uid for uid in new if uid not in held]
     size = settings.OPERATIONS["SYNC_BATCH_SIZE"]
     store = _FolderStore(account, folder, counts)
-
-    def store_batch(batch_uids: list[int], items: list[RawItem], parsed: Callable[[], list[ParsedMessage | str]]):
-        store.batch_last_uid = batch_uids[-1]
-        store.run_batch(items, parsed())
-
-    previous: tuple[list[int], list[RawItem], Callable[[], list[ParsedMessage | str]]] | None = None
-    for start in range(0, len(wanted), size):
-        batch = wanted[start : start + size]
-        items = _fetch(client, folder, batch)
-        pending = (batch, items, start_parsing(items))
-        if previous is not None:
-            store_batch(*previous)
-        previous = pending
-    if previous is not None:
-        store_batch(*previous)
+    # the next batch is fetched and parsed in a thread while this one is stored
+    batches = [wanted[start : start + size] for start in range(0, len(wanted), size)]
+    with read_ahead(_fetched_batches(client, folder, batches)) as fetched:
+        for batch_uids, items, outcomes in fetched:
+            store.batch_last_uid = batch_uids[-1]
+            store.run_batch(items, outcomes)
     if store.flags_held_back:
         highest_modseq = since
     with transaction.atomic():
@@ -587,9 +578,8 @@ def sync_account(account: MailAccount) -> SyncCounts:
         if condstore and client.has_capability("ENABLE"):
             client.enable("CONDSTORE")
         folders = _sync_folder_list(account, client)
-        with parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
-            for folder in folders:
-                sync_folder(account, client, folder, condstore=condstore, counts=counts, start_parsing=start_parsing)
+        for folder in folders:
+            sync_folder(account, client, folder, condstore=condstore, counts=counts)
         _settle_missing(account, client, folders, started, counts)
     _forget_empty_gone_folders(account, folders)
     repush_stale_flags(
