@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
+from functools import lru_cache, partial
 from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,8 +73,23 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-def _addresses(items: Iterable[Address]) -> list[dict[str, str]]:
-    return [{"name": _clean(a.name), "address": _clean(a.address)} for a in items]
+@lru_cache(maxsize=8192)
+def _address_list_json(addresses: tuple[Address, ...]) -> str:
+    return json.dumps([{"name": _clean(a.name), "address": _clean(a.address)} for a in addresses])
+
+
+def _addresses_json(addresses: list[Address]) -> str:
+    """The JSON of an address list (a mailbox's few correspondents make the same lists again and again)."""
+    return _address_list_json(tuple(addresses)) if addresses else "[]"
+
+
+def _headers_json(headers: dict[str, str]) -> str:
+    return json.dumps({name: _clean(value) for name, value in headers.items()}) if headers else "{}"
+
+
+def _text_array(values: list[str]) -> str:
+    """The PostgreSQL text[] literal of these strings."""
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
 def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> MailAccount:
@@ -222,11 +238,21 @@ class MessageStore:
     def _drop_duplicates(
         self, parsed: list[tuple[RawItem, ParsedMessage]]
     ) -> tuple[list[tuple[RawItem, ParsedMessage]], list[tuple[RawItem, ParsedMessage]]]:
+        keys = {(_clean(p.message_id)[:_ID_MAX], p.content_hash) for _, p in parsed}
         with connection.cursor() as cursor:
+            # One probe of the unique (account, message_id, content_hash) index per key; the OFFSET 0 fence
+            # keeps the planner from reading the whole account (for a new account it expects one row).
             cursor.execute(
-                "SELECT message_id, content_hash FROM mail_message"
-                " WHERE tenant_id = %s AND account_id = %s AND content_hash = ANY(%s)",
-                [self.tenant.pk, self.account.pk, list({p.content_hash for _, p in parsed})],
+                """
+                SELECT m.message_id, m.content_hash
+                  FROM unnest(%s::text[], %s::text[]) AS k(message_id, content_hash)
+                 CROSS JOIN LATERAL (
+                       SELECT tenant_id, message_id, content_hash FROM mail_message
+                        WHERE account_id = %s AND message_id = k.message_id AND content_hash = k.content_hash
+                       OFFSET 0) AS m
+                 WHERE m.tenant_id = %s
+                """,
+                [[k for k, _ in keys], [h for _, h in keys], self.account.pk, self.tenant.pk],
             )
             seen = set(cursor.fetchall())
         fresh, duplicates = [], []
@@ -257,12 +283,14 @@ class MessageStore:
             reply_subjects=(normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)),
             earliest=min(row[-1] for row in rows),
         )
-        tenant_id, account_id = self.tenant.pk, self.account.pk
+        # Values PostgreSQL reads in their text form (see copy_rows): ids as strings, JSON and arrays serialized.
+        tenant_id, account_id = str(self.tenant.pk), str(self.account.pk)
         text_limit = self.bounds["ATTACHMENT_TEXT_MAX_CHARS"]
         messages: list[list[object]] = []
         raws: list[tuple[object, ...]] = []
         attachments: list[tuple[object, ...]] = []
         threads: list[uuid.UUID] = []
+        folder_ids: dict[uuid.UUID | None, str | None] = {None: None}
         for item, p, subject, message_id, in_reply_to, references, date in rows:
             thread_id = self.threader.assign(
                 message_id=message_id,
@@ -274,20 +302,24 @@ class MessageStore:
             pk = new_id()
             threads.append(thread_id)
             folder_id, read, imap_folder_id, imap_uid = self._placement(item)
+            for folder in (folder_id, imap_folder_id):
+                if folder not in folder_ids:
+                    folder_ids[folder] = str(folder)
             messages.append([
-                pk, tenant_id, account_id, folder_id, thread_id, message_id, in_reply_to, references, subject,
+                pk, tenant_id, account_id, folder_ids[folder_id], thread_id, message_id, in_reply_to,
+                _text_array(references), subject,
                 _clean(p.sender.name) if p.sender else "",
                 _clean(p.sender.address)[:320] if p.sender else "",
-                _addresses(p.to), _addresses(p.cc), _addresses(p.bcc), _addresses(p.reply_to),
+                _addresses_json(p.to), _addresses_json(p.cc), _addresses_json(p.bcc), _addresses_json(p.reply_to),
                 date, now, _clean(p.text_body), _clean(p.html_body), _clean(p.snippet)[:200], p.size,
                 read, False, any(not a.inline for a in p.attachments), p.content_hash,
-                {k: _clean(v) for k, v in p.headers.items()}, imap_folder_id, imap_uid,
+                _headers_json(p.headers), folder_ids[imap_folder_id], imap_uid,
             ])  # fmt: skip
-            raws.append((new_id(), tenant_id, pk, item.data))
+            raws.append((new_id(), self.tenant.pk, pk, item.data))
             attachments.extend(
                 (
                     new_id(),
-                    tenant_id,
+                    self.tenant.pk,
                     pk,
                     _clean(a.filename),
                     a.content_type[:255],
@@ -302,20 +334,52 @@ class MessageStore:
         threads = [self.threader.resolve(t) for t in threads]
         for message, thread_id in zip(messages, threads, strict=True):
             message[4] = thread_id
-        self._save_new_threads(set(threads))
-        copy_rows(Message, _MESSAGE_COLUMNS, messages)
-        copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws)
-        copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments)
-        self._count_into_threads(threads, [row[-1] for row in rows])
+        dates = [row[-1] for row in rows]
+        self._save_threads(threads, dates)
+        copy_rows(Message, _MESSAGE_COLUMNS, messages, text_columns=_MESSAGE_TEXT_COLUMNS)
+        copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws, binary=True)
+        copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments, binary=True)
         merged_into = self._apply_merges()
         if merged_into:
             self._refresh_thread_stats(merged_into)
 
-    def _save_new_threads(self, live: set[uuid.UUID]) -> None:
-        """Save the threads this batch started (those still in use after merges)."""
-        new = [t for tid, t in self.threader.new_threads.items() if tid in live]
-        Thread.objects.bulk_create(new)
-        self.threader.new_threads.clear()
+    def _save_threads(self, threads: list[uuid.UUID], dates: list[datetime]) -> None:
+        """Write the threads this batch started (those still in use after merges) with their counts and dates,
+        and add the batch's messages to the counts and date ranges of the threads that were there before."""
+        totals: dict[uuid.UUID, list[Any]] = {}
+        for thread_id, date in zip(threads, dates, strict=True):
+            entry = totals.setdefault(thread_id, [0, date, date])
+            entry[0] += 1
+            entry[1], entry[2] = min(entry[1], date), max(entry[2], date)
+        new = self.threader.new_threads
+        tenant_id, account_id = str(self.tenant.pk), str(self.account.pk)
+        copy_rows(
+            Thread,
+            _THREAD_COLUMNS,
+            [
+                (thread_id, tenant_id, account_id, *new[thread_id], *totals[thread_id])
+                for thread_id in totals
+                if thread_id in new
+            ],
+            text_columns=("tenant_id", "account_id"),
+        )
+        ids = [thread_id for thread_id in totals if thread_id not in new]
+        new.clear()
+        if not ids:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE mail_thread AS t
+                   SET message_count = t.message_count + v.n,
+                       first_message_at = LEAST(t.first_message_at, v.first),
+                       last_message_at = GREATEST(t.last_message_at, v.last)
+                  FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[]) AS v(id, n, first, last)
+                 WHERE t.id = v.id AND t.tenant_id = %s
+                """,
+                [ids, [totals[i][0] for i in ids], [totals[i][1] for i in ids], [totals[i][2] for i in ids],
+                 self.tenant.pk],
+            )  # fmt: skip
 
     def _apply_merges(self) -> set[uuid.UUID]:
         """Move the messages of merged threads into the thread that absorbed them; returns the absorbers."""
@@ -332,28 +396,6 @@ class MessageStore:
                 )
         Thread.objects.for_tenant(self.tenant).filter(account=self.account, id__in=stale).delete()
         return set(targets.values())
-
-    def _count_into_threads(self, threads: list[uuid.UUID], dates: list[datetime]) -> None:
-        """Add this batch's messages to their threads' counts and date range."""
-        totals: dict[uuid.UUID, list[Any]] = {}
-        for thread_id, date in zip(threads, dates, strict=True):
-            entry = totals.setdefault(thread_id, [0, date, date])
-            entry[0] += 1
-            entry[1], entry[2] = min(entry[1], date), max(entry[2], date)
-        ids = list(totals)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE mail_thread AS t
-                   SET message_count = t.message_count + v.n,
-                       first_message_at = LEAST(t.first_message_at, v.first),
-                       last_message_at = GREATEST(t.last_message_at, v.last)
-                  FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[]) AS v(id, n, first, last)
-                 WHERE t.id = v.id AND t.tenant_id = %s
-                """,
-                [ids, [totals[i][0] for i in ids], [totals[i][1] for i in ids], [totals[i][2] for i in ids],
-                 self.tenant.pk],
-            )  # fmt: skip
 
     def _refresh_thread_stats(self, thread_ids: set[uuid.UUID]) -> None:
         refresh_thread_stats(self.tenant, thread_ids)
@@ -406,6 +448,14 @@ _MESSAGE_COLUMNS = (
     "subject", "sender_name", "sender_address", "to_addresses", "cc_addresses", "bcc_addresses",
     "reply_to_addresses", "date", "received_at", "text_body", "html_body", "snippet", "size", "read",
     "pinned", "has_attachments", "content_hash", "headers", "imap_folder_id", "imap_uid",
+)  # fmt: skip
+# given as text (see copy_rows): ids that are the same in every row, and values serialized here once
+_MESSAGE_TEXT_COLUMNS = (
+    "tenant_id", "account_id", "folder_id", "references", "to_addresses", "cc_addresses", "bcc_addresses",
+    "reply_to_addresses", "headers", "imap_folder_id",
+)  # fmt: skip
+_THREAD_COLUMNS = (
+    "id", "tenant_id", "account_id", "subject", "subject_key", "message_count", "first_message_at", "last_message_at",
 )  # fmt: skip
 _ATTACHMENT_COLUMNS = (
     "id", "tenant_id", "message_id", "filename", "content_type", "size",

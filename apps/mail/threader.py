@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 
-from apps.mail.models import MailAccount, Thread
+from apps.mail.models import MailAccount
 from apps.mail.parsing import normalize_subject
+from apps.workspaces.tenancy import new_id
 
 
 def is_reply_subject(subject: str) -> bool:
@@ -30,7 +31,8 @@ class Threader:
 
     account: MailAccount
     window: timedelta
-    new_threads: dict[uuid.UUID, Thread] = field(default_factory=dict)
+    # threads started since the store last saved them: id -> (subject, subject key)
+    new_threads: dict[uuid.UUID, tuple[str, str]] = field(default_factory=dict)
     # thread id -> the thread it was merged into
     merged: dict[uuid.UUID, uuid.UUID] = field(default_factory=dict)
     _by_mention: dict[str, uuid.UUID] = field(default_factory=dict)
@@ -73,16 +75,25 @@ class Threader:
                     for mention in (message_id, *references):
                         if mention:
                             self._by_mention.setdefault(mention, thread_id)
-        keys = {key for key in reply_subjects if key and key not in self._by_subject}
+        keys = [key for key in set(reply_subjects) if key and key not in self._by_subject]
         if keys:
-            threads = (
-                Thread.objects.for_tenant(tenant)
-                .filter(account=self.account, subject_key__in=keys, last_message_at__gte=earliest - self.window)
-                .order_by("last_message_at")
-                .values_list("id", "subject_key", "last_message_at")
-            )
-            for thread_id, key, last in threads:
-                self._by_subject[key] = (thread_id, last)
+            with connection.cursor() as cursor:
+                # one probe of the (account, subject_key) index per key (fenced as above)
+                cursor.execute(
+                    """
+                    SELECT t.id, t.subject_key, t.last_message_at
+                      FROM unnest(%(keys)s::text[]) AS k(key)
+                     CROSS JOIN LATERAL (
+                           SELECT tenant_id, id, subject_key, last_message_at FROM mail_thread
+                            WHERE account_id = %(account)s AND subject_key = k.key AND last_message_at >= %(since)s
+                           OFFSET 0) AS t
+                     WHERE t.tenant_id = %(tenant)s
+                     ORDER BY t.last_message_at
+                    """,
+                    {"keys": keys, "account": self.account.pk, "since": earliest - self.window, "tenant": tenant.pk},
+                )
+                for thread_id, key, last in cursor.fetchall():
+                    self._by_subject[key] = (thread_id, last)
 
     def assign(
         self, *, message_id: str, in_reply_to: str, references: Sequence[str], subject: str, date: datetime
@@ -120,6 +131,6 @@ class Threader:
         return self.resolve(candidate[0])
 
     def _new_thread(self, subject: str, key: str) -> uuid.UUID:
-        thread = Thread(tenant=self.account.tenant, account=self.account, subject=subject, subject_key=key)
-        self.new_threads[thread.id] = thread
-        return thread.id
+        thread_id = new_id()
+        self.new_threads[thread_id] = (subject, key)
+        return thread_id
