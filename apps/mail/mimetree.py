@@ -23,8 +23,8 @@ from typing import Any
 _FIELD = re.compile(rb"[\x21-\x39\x3b-\x7e]*:")
 # A header block of named fields and their continuation lines only, each line ending in \n; and one
 # field of it: the name, and the value without the blanks after the colon or the last line break.
-_PLAIN_BLOCK = re.compile(rb"(?:[\x21-\x39\x3b-\x7e]+:[^\n]*\n(?:[ \t][^\n]*\n)*)+")
-_PLAIN_FIELD = re.compile(rb"^([\x21-\x39\x3b-\x7e]+):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)\n", re.MULTILINE)
+_PLAIN_BLOCK = re.compile(r"(?:[\x21-\x39\x3b-\x7e]+:[^\n]*\n(?:[ \t][^\n]*\n)*)+")
+_PLAIN_FIELD = re.compile(r"^([\x21-\x39\x3b-\x7e]+):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)\n", re.MULTILINE)
 # What may follow the separator on a boundary line: "--" when it closes the multipart, then blanks.
 _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
 # Nesting deeper than this is left to the feedparser (it never occurs in real mail).
@@ -47,10 +47,14 @@ class TreeMessage(EmailMessage):
         return self._first.get(name.lower(), failobj)
 
 
-def build_tree(raw: bytes, policy: EmailPolicy) -> Message | None:
-    """The Message tree BytesParser(policy=policy) builds from raw, or None when only the feedparser can tell."""
+def build_tree(raw: bytes, policy: EmailPolicy, lone_cr: bool | None = None) -> Message | None:
+    """The Message tree BytesParser(policy=policy) builds from raw, or None when only the feedparser can tell.
+
+    `lone_cr`: whether raw has a CR that does not begin a CRLF, when the caller knows already."""
     # The feedparser ends lines at \r too; mail with lone CRs is rare enough to leave to it.
-    if b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n"):
+    if lone_cr is None:
+        lone_cr = b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n")
+    if lone_cr:
         return None
     try:
         return _part(raw, 0, len(raw), policy, 0, strip_eol=False)
@@ -141,12 +145,12 @@ def _headers(raw: bytes, start: int, end: int, msg: Any) -> int:
         separator = 1
     else:
         separator = 2
-    if blank == -1 or not _PLAIN_BLOCK.fullmatch(raw, start, blank + 1):
+    if blank == -1:
         return _header_lines(raw, start, end, msg)
-    msg._headers = [
-        (name.decode("ascii"), value.decode("ascii", "surrogateescape").rstrip("\r\n"))
-        for name, value in _PLAIN_FIELD.findall(raw, start, blank + 1)
-    ]
+    block = raw[start : blank + 1].decode("ascii", "surrogateescape")
+    if not _PLAIN_BLOCK.fullmatch(block):
+        return _header_lines(raw, start, end, msg)
+    msg._headers = [(name, value.rstrip("\r\n")) for name, value in _PLAIN_FIELD.findall(block)]
     return blank + 1 + separator
 
 

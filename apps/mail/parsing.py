@@ -108,7 +108,7 @@ class _Parser:
 
     def parsebytes(self, raw: bytes) -> Message:
         """The tree of raw, as BytesParser(policy).parsebytes(raw) returns it."""
-        return build_tree(raw, self.policy) or self.feedparser.parsebytes(raw)
+        return build_tree(raw, self.policy, lone_cr=_without_cr(raw)[1]) or self.feedparser.parsebytes(raw)
 
 
 # refold_source='none' makes as_bytes() write parsed header lines back unchanged (used for nested messages).
@@ -234,11 +234,9 @@ def parse_message(raw: bytes) -> ParsedMessage:
 
 def content_hash(raw: bytes) -> str:
     """Return a sha256 hex digest of the message that ignores what mail clients rewrite when mail is read."""
-    data = raw
-    if b"\r" in raw:
-        data = raw.replace(b"\r", b"")  # much faster than replacing CRLF, and the same unless a CR stands alone
-        if len(raw) - len(data) != raw.count(b"\r\n"):
-            data = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    data, lone_cr = _without_cr(raw)
+    if lone_cr:
+        data = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     # An mbox envelope line is written by whichever tool stored the message, not by its sender.
     if data.startswith(b"From "):
         newline = data.find(b"\n")
@@ -251,6 +249,24 @@ def content_hash(raw: bytes) -> str:
     return hashlib.sha256((head + body).rstrip()).hexdigest()
 
 
+_last_without_cr: tuple[bytes, bytes, bool] = (b"", b"", False)
+
+
+def _without_cr(raw: bytes) -> tuple[bytes, bool]:
+    """raw without its CRs, and whether some CR does not begin a CRLF (the last answer is kept: parsing a
+    message asks twice)."""
+    global _last_without_cr
+    last = _last_without_cr
+    if last[0] is raw:
+        return last[1], last[2]
+    data = raw.replace(b"\r", b"") if b"\r" in raw else raw  # much faster than replacing CRLF
+    lone_cr = data is not raw and len(raw) - len(data) != raw.count(b"\r\n")
+    _last_without_cr = (raw, data, lone_cr)
+    return data, lone_cr
+
+
+# threading asks for the same subjects (a conversation's) again and again
+@lru_cache(maxsize=4096)
 def normalize_subject(subject: str) -> str:
     """Strip reply/forward prefixes and list tags, collapse whitespace and casefold, for thread matching."""
     text = " ".join(subject.split())
@@ -785,6 +801,13 @@ def _message_ids(value: str, require_at: bool) -> list[str]:
     return tokens[:1]
 
 
+@lru_cache(maxsize=256)
+def _zone_offset(sign: str, hours: str, minutes: str) -> timedelta:
+    """A zone's offset east of UTC (the few zones of a mailbox come back in every date)."""
+    offset = timedelta(hours=int(hours), minutes=int(minutes))
+    return offset if sign == "+" else -offset
+
+
 def _parse_date(value: str) -> datetime | None:
     if not value:
         return None
@@ -792,10 +815,9 @@ def _parse_date(value: str) -> datetime | None:
     match = _SIMPLE_DATE.fullmatch(value)
     if match and (month := _MONTHS.get(match.group(2).lower())):
         day, _, year, hour, minute, second, sign, zone_hours, zone_minutes = match.groups()
-        offset = timedelta(hours=int(zone_hours), minutes=int(zone_minutes))
         try:
             local = datetime(int(year), month, int(day), int(hour), int(minute), int(second or 0), tzinfo=UTC)
-            return local - offset if sign == "+" else local + offset
+            return local - _zone_offset(sign, zone_hours, zone_minutes)
         except (ValueError, OverflowError):
             pass
     try:
@@ -998,7 +1020,9 @@ class _TextExtractor(HTMLParser):
             self._pre_started = False
             self._inline_raw(_normalize_newlines(data))
         else:
-            self._inline(_HTML_SPACE.sub(" ", data))
+            # (most text has single spaces only, which the substitution would leave as they are)
+            collapse = "  " in data or "\n" in data or "\t" in data or "\r" in data or "\f" in data
+            self._inline(_HTML_SPACE.sub(" ", data) if collapse else data)
 
     def _end_link(self) -> None:
         href, start = self._links.pop()
@@ -1023,7 +1047,7 @@ class _TextExtractor(HTMLParser):
                 self._write("| " if self._last == " " else " | ")
                 self._pending_space = False
         if (self._pending_space or text[0] == " ") and self._last not in ("", "\n", " "):
-            self._write(" ")
+            core = " " + core
         self._write(core)
         self._pending_space = text[-1] == " "
 
@@ -1050,21 +1074,26 @@ class _TextExtractor(HTMLParser):
         self._last = text[-1]
 
 
-# Markup that html.parser reads the same way in every Python version: start tags with plain attributes,
-# end tags, doctypes. Anything else (a lone "<", bogus comments, <? ?>, <![ ]]>, unquoted values with
-# quotes or "=", attributes without a blank before them) is left to html.parser itself.
-_PLAIN_TAG = re.compile(
-    r"<(?:([a-zA-Z][a-zA-Z0-9]*)"
-    r"((?:[ \t\n\r\f]+[a-zA-Z_:][-a-zA-Z0-9_:.]*"
-    r"(?:[ \t\n\r\f]*=[ \t\n\r\f]*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*)"
-    r"[ \t\n\r\f]*(/?)>"
-    r"|/([a-zA-Z][a-zA-Z0-9]*)[ \t\n\r\f]*>"
-    r"|![dD][oO][cC][tT][yY][pP][eE][^>]*>)"
+# Markup that html.parser reads the same way in every Python version: text, comments without "--" in them,
+# start tags with plain attributes, end tags, doctypes. Anything else (a lone "<", bogus comments, <? ?>,
+# <![ ]]>, unquoted values with quotes or "=", attributes without a blank before them) matches the last
+# alternative, and the HTML is left to html.parser itself.
+_ATTRIBUTE = (
+    r"""[ \t\n\r\f]+([a-zA-Z_:][-a-zA-Z0-9_:.]*)"""
+    r"""(?:[ \t\n\r\f]*=[ \t\n\r\f]*("[^"]*"|'[^']*'|[^\s"'=<>`]+))?"""
 )
-_PLAIN_ATTR = re.compile(
-    r"[ \t\n\r\f]+([a-zA-Z_:][-a-zA-Z0-9_:.]*)"
-    r"(?:[ \t\n\r\f]*=[ \t\n\r\f]*(\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?"
+_HTML_TOKEN = re.compile(
+    r"([^<]+)"  # 1: text
+    r"|<!--(.*?)-->"  # 2: a comment
+    r"|<([a-zA-Z][a-zA-Z0-9]*)((?:" + _ATTRIBUTE.replace("(", "(?:").replace("(?:?:", "(?:") + r")*)[ \t\n\r\f]*(/?)>"
+    r"|</([a-zA-Z][a-zA-Z0-9]*)[ \t\n\r\f]*>"  # 6: an end tag
+    r"|(<![dD][oO][cC][tT][yY][pP][eE][^>]*>)"  # 7: a doctype
+    r"|(<)",  # 8: anything else
+    re.DOTALL,
 )
+_PLAIN_ATTR = re.compile(_ATTRIBUTE)
+# token.lastindex: the last group that matched (for start tags the always-matching "/?")
+_TEXT, _COMMENT, _START, _END, _DOCTYPE, _OTHER = 1, 2, 5, 6, 7, 8
 # Elements whose content some versions of html.parser read as raw text (not markup, entities kept): read
 # here only when their content is text without markup followed by their end tag, and without entities
 # unless the text is not shown anyway.
@@ -1078,63 +1107,55 @@ def _feed_plain_html(extractor: HTMLParser, html: str) -> bool:
     """Make the handler calls html.parser would make for this HTML, reading it faster; False (having made some
     of them) when the HTML has markup left to html.parser."""
     data, start, end = extractor.handle_data, extractor.handle_starttag, extractor.handle_endtag
-    find, startswith, match = html.find, html.startswith, _PLAIN_TAG.match
-    position, length = 0, len(html)
-    while position < length:
-        bracket = find("<", position)
-        if bracket == -1:
-            bracket = length
-        if position < bracket:
-            text = html[position:bracket]
-            data(unescape(text) if "&" in text else text)
-            if bracket == length:
-                break
-        if startswith("<!--", bracket):
-            close = find("-->", bracket + 4)
-            # html.parser's idea of where a comment ends changed between versions, except for these
-            if close == -1 or "--" in html[bracket + 4 : close] or startswith((">", "->"), bracket + 4):
-                return False
-            position = close + 3
-            continue
-        tag = match(html, bracket)
-        if tag is None:
-            return False
-        name, attributes, closed, end_name = tag.groups()
-        position = tag.end()
-        if end_name is not None:
-            end(end_name.lower())
-        elif name is not None:
-            name = name.lower()
-            attrs: list[tuple[str, str | None]] = []
-            for attribute in _PLAIN_ATTR.finditer(attributes):
-                value: str | None = attribute.group(2)
-                if value is not None and value[:1] in ("'", '"'):
-                    value = value[1:-1]
-                if value:
-                    value = unescape(value)
-                attrs.append((attribute.group(1).lower(), value))
-            if name in _RAW_TEXT_TAGS and not closed:
-                content_end = find("<", position)
-                closing = match(html, content_end) if content_end != -1 else None
-                content = html[position:content_end]
-                if (
-                    name == "plaintext"
-                    or closing is None
-                    or (closing.group(4) or "").lower() != name
-                    or ("&" in content and name not in _UNSHOWN_RAW_TEXT_TAGS)
-                ):
+    raw_text: str | None = None  # inside this raw-text element
+    raw_content = ""
+    for token in _HTML_TOKEN.finditer(html):
+        kind = token.lastindex
+        if raw_text is not None:
+            if kind == _TEXT and not raw_content:
+                raw_content = token.group(1)
+                if "&" in raw_content and raw_text not in _UNSHOWN_RAW_TEXT_TAGS:
                     return False
-                start(name, attrs)
-                if content:
-                    # html.parser passes script and style content as it is, other text unescaped
-                    data(content if name in ("script", "style") else unescape(content))
-                end(name)
-                position = closing.end()
                 continue
+            if kind != _END or token.group(6).lower() != raw_text:
+                return False
+            if raw_content:
+                # html.parser passes script and style content as it is, other text unescaped
+                data(raw_content if raw_text in ("script", "style") else unescape(raw_content))
+            end(raw_text)
+            raw_text = None
+            continue
+        if kind == _TEXT:
+            text = token.group(1)
+            data(unescape(text) if "&" in text else text)
+        elif kind == _START:
+            name = token.group(3).lower()
+            attrs: list[tuple[str, str | None]] = []
+            if token.group(4):
+                for attribute in _PLAIN_ATTR.finditer(token.group(4)):
+                    value: str | None = attribute.group(2)
+                    if value is not None and value[:1] in ("'", '"'):
+                        value = value[1:-1]
+                    if value:
+                        value = unescape(value)
+                    attrs.append((attribute.group(1).lower(), value))
             start(name, attrs)
-            if closed:
+            if token.group(5):
                 end(name)
-    return True
+            elif name in _RAW_TEXT_TAGS:
+                if name == "plaintext":
+                    return False
+                raw_text, raw_content = name, ""
+        elif kind == _END:
+            end(token.group(6).lower())
+        elif kind == _COMMENT:
+            # html.parser's idea of where a comment ends changed between versions, except for these
+            body = token.group(2)
+            if "--" in body or body.startswith((">", "->")):
+                return False
+        elif kind == _OTHER:
+            return False
+    return raw_text is None
 
 
 def _same_target(label: str, href: str) -> bool:
