@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.mail.bulk import copy_rows
+from apps.mail.bulk import copy_rows, text_array
 from apps.mail.models import (
     STANDARD_FOLDERS,
     AccountKind,
@@ -85,11 +85,6 @@ def _addresses_json(addresses: list[Address]) -> str:
 
 def _headers_json(headers: dict[str, str]) -> str:
     return json.dumps({name: _clean(value) for name, value in headers.items()}) if headers else "{}"
-
-
-def _text_array(values: list[str]) -> str:
-    """The PostgreSQL text[] literal of these strings."""
-    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
 def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> MailAccount:
@@ -238,7 +233,7 @@ class MessageStore:
     def _drop_duplicates(
         self, parsed: list[tuple[RawItem, ParsedMessage]]
     ) -> tuple[list[tuple[RawItem, ParsedMessage]], list[tuple[RawItem, ParsedMessage]]]:
-        keys = {(_clean(p.message_id)[:_ID_MAX], p.content_hash) for _, p in parsed}
+        keys = list({(_clean(p.message_id)[:_ID_MAX], p.content_hash) for _, p in parsed})
         with connection.cursor() as cursor:
             # One probe of the unique (account, message_id, content_hash) index per key; the OFFSET 0 fence
             # keeps the planner from reading the whole account (for a new account it expects one row).
@@ -252,7 +247,7 @@ class MessageStore:
                        OFFSET 0) AS m
                  WHERE m.tenant_id = %s
                 """,
-                [[k for k, _ in keys], [h for _, h in keys], self.account.pk, self.tenant.pk],
+                [text_array(k for k, _ in keys), text_array(h for _, h in keys), self.account.pk, self.tenant.pk],
             )
             seen = set(cursor.fetchall())
         fresh, duplicates = [], []
@@ -283,14 +278,12 @@ class MessageStore:
             reply_subjects=(normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)),
             earliest=min(row[-1] for row in rows),
         )
-        # Values PostgreSQL reads in their text form (see copy_rows): ids as strings, JSON and arrays serialized.
-        tenant_id, account_id = str(self.tenant.pk), str(self.account.pk)
+        tenant_id, account_id = self.tenant.pk, self.account.pk
         text_limit = self.bounds["ATTACHMENT_TEXT_MAX_CHARS"]
         messages: list[list[object]] = []
         raws: list[tuple[object, ...]] = []
         attachments: list[tuple[object, ...]] = []
         threads: list[uuid.UUID] = []
-        folder_ids: dict[uuid.UUID | None, str | None] = {None: None}
         for item, p, subject, message_id, in_reply_to, references, date in rows:
             thread_id = self.threader.assign(
                 message_id=message_id,
@@ -302,24 +295,20 @@ class MessageStore:
             pk = new_id()
             threads.append(thread_id)
             folder_id, read, imap_folder_id, imap_uid = self._placement(item)
-            for folder in (folder_id, imap_folder_id):
-                if folder not in folder_ids:
-                    folder_ids[folder] = str(folder)
             messages.append([
-                pk, tenant_id, account_id, folder_ids[folder_id], thread_id, message_id, in_reply_to,
-                _text_array(references), subject,
+                pk, tenant_id, account_id, folder_id, thread_id, message_id, in_reply_to, references, subject,
                 _clean(p.sender.name) if p.sender else "",
                 _clean(p.sender.address)[:320] if p.sender else "",
                 _addresses_json(p.to), _addresses_json(p.cc), _addresses_json(p.bcc), _addresses_json(p.reply_to),
                 date, now, _clean(p.text_body), _clean(p.html_body), _clean(p.snippet)[:200], p.size,
                 read, False, any(not a.inline for a in p.attachments), p.content_hash,
-                _headers_json(p.headers), folder_ids[imap_folder_id], imap_uid,
+                _headers_json(p.headers), imap_folder_id, imap_uid,
             ])  # fmt: skip
-            raws.append((new_id(), self.tenant.pk, pk, item.data))
+            raws.append((new_id(), tenant_id, pk, item.data))
             attachments.extend(
                 (
                     new_id(),
-                    self.tenant.pk,
+                    tenant_id,
                     pk,
                     _clean(a.filename),
                     a.content_type[:255],
@@ -336,9 +325,9 @@ class MessageStore:
             message[4] = thread_id
         dates = [row[-1] for row in rows]
         self._save_threads(threads, dates)
-        copy_rows(Message, _MESSAGE_COLUMNS, messages, text_columns=_MESSAGE_TEXT_COLUMNS)
-        copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws, binary=True)
-        copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments, binary=True)
+        copy_rows(Message, _MESSAGE_COLUMNS, messages)
+        copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws)
+        copy_rows(Attachment, _ATTACHMENT_COLUMNS, attachments)
         merged_into = self._apply_merges()
         if merged_into:
             self._refresh_thread_stats(merged_into)
@@ -352,7 +341,7 @@ class MessageStore:
             entry[0] += 1
             entry[1], entry[2] = min(entry[1], date), max(entry[2], date)
         new = self.threader.new_threads
-        tenant_id, account_id = str(self.tenant.pk), str(self.account.pk)
+        tenant_id, account_id = self.tenant.pk, self.account.pk
         copy_rows(
             Thread,
             _THREAD_COLUMNS,
@@ -361,7 +350,6 @@ class MessageStore:
                 for thread_id in totals
                 if thread_id in new
             ],
-            text_columns=("tenant_id", "account_id"),
         )
         ids = [thread_id for thread_id in totals if thread_id not in new]
         new.clear()
@@ -448,11 +436,6 @@ _MESSAGE_COLUMNS = (
     "subject", "sender_name", "sender_address", "to_addresses", "cc_addresses", "bcc_addresses",
     "reply_to_addresses", "date", "received_at", "text_body", "html_body", "snippet", "size", "read",
     "pinned", "has_attachments", "content_hash", "headers", "imap_folder_id", "imap_uid",
-)  # fmt: skip
-# given as text (see copy_rows): ids that are the same in every row, and values serialized here once
-_MESSAGE_TEXT_COLUMNS = (
-    "tenant_id", "account_id", "folder_id", "references", "to_addresses", "cc_addresses", "bcc_addresses",
-    "reply_to_addresses", "headers", "imap_folder_id",
 )  # fmt: skip
 _THREAD_COLUMNS = (
     "id", "tenant_id", "account_id", "subject", "subject_key", "message_count", "first_message_at", "last_message_at",

@@ -12,14 +12,17 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from django.db import connection
 
+from apps.mail.bulk import text_array
 from apps.mail.models import MailAccount
 from apps.mail.parsing import normalize_subject
 from apps.workspaces.tenancy import new_id
 
 
+@lru_cache(maxsize=4096)
 def is_reply_subject(subject: str) -> bool:
     """The subject carries a reply or forward prefix (Re:, Fwd:, AW:, …)."""
     return normalize_subject(subject) != " ".join(subject.split()).casefold()
@@ -69,7 +72,7 @@ class Threader:
                             WHERE "references" @> ARRAY[w.id] OFFSET 0) AS m
                      WHERE m.tenant_id = %(tenant)s AND m.account_id = %(account)s
                     """,
-                    {"ids": ids, "account": self.account.pk, "tenant": tenant.pk},
+                    {"ids": text_array(ids), "account": self.account.pk, "tenant": tenant.pk},
                 )
                 for thread_id, message_id, references in cursor.fetchall():
                     for mention in (message_id, *references):
@@ -90,7 +93,12 @@ class Threader:
                      WHERE t.tenant_id = %(tenant)s
                      ORDER BY t.last_message_at
                     """,
-                    {"keys": keys, "account": self.account.pk, "since": earliest - self.window, "tenant": tenant.pk},
+                    {
+                        "keys": text_array(keys),
+                        "account": self.account.pk,
+                        "since": earliest - self.window,
+                        "tenant": tenant.pk,
+                    },
                 )
                 for thread_id, key, last in cursor.fetchall():
                     self._by_subject[key] = (thread_id, last)
