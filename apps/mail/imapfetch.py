@@ -23,7 +23,12 @@ from imapclient.response_parser import parse_fetch_response
 _LITERAL = re.compile(rb"\{(\d+)\+?\}\r\n\Z")
 _FETCH_START = re.compile(rb"\* (\d+) FETCH \(")
 _TOKEN = re.compile(rb'[ ]*(?:(\()|(\))|"((?:[^"\\]|\\.)*)"|([^\s()"]+))')
-_LITERAL_MARK = object()
+# A FETCH response of name-value pairs whose values are numbers, atoms, quoted strings without escapes or
+# flat lists, with BODY[] last on the first line (its literal follows) and maybe more pairs after it.
+_VALUE = rb'(?:\([^()"]*\)|"[^"\\]*"|[^\s()"{}]+)'
+_USUAL_HEAD = re.compile(rb"\* \d+ FETCH \(((?:[A-Za-z0-9.-]+ " + _VALUE + rb" )*)BODY\[\] \{\d+\}\r\n")
+_USUAL_TAIL = re.compile(rb"((?: [A-Za-z0-9.-]+ " + _VALUE + rb")*)\)\r\n")
+_ATTRIBUTE = re.compile(rb"([A-Za-z0-9.-]+) (" + _VALUE + rb")")
 # our own tags, never like imaplib's (four capitals and a number)
 _tags = itertools.count(1)
 
@@ -103,6 +108,15 @@ def _read_response(imap: Any) -> list[bytes]:
 
 def _fetched(segments: list[bytes]) -> FetchedMessage | None:
     """The UID, flags and body of one FETCH response, or None when it carries no body (a flag update)."""
+    if len(segments) == 3:
+        # the usual response: flat attributes, BODY[] as the one literal (two regular expressions, no lexing)
+        head, tail = _USUAL_HEAD.fullmatch(segments[0]), _USUAL_TAIL.fullmatch(segments[2])
+        if head is not None and tail is not None:
+            attributes = {name.upper(): value for name, value in _ATTRIBUTE.findall(head.group(1) + tail.group(1))}
+            uid, flags = attributes.get(b"UID", b""), attributes.get(b"FLAGS", b"")
+            if uid.isdigit():
+                flagged = tuple(flags[1:-1].split()) if flags.startswith(b"(") else ()
+                return FetchedMessage(uid=int(uid), flags=flagged, data=segments[1])
     items = _attributes(segments)
     if items is None:  # a shape this reader does not know: imapclient's parser reads anything
         return _fetched_by_imapclient(segments)
