@@ -210,9 +210,17 @@ class MessageStore:
             else:
                 parsed.append((item, outcome))
         with transaction.atomic():
-            # One writer per account at a time: duplicate detection and threading read, then write.
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"import:{self.account.pk}"])
+                # One writer per account at a time: duplicate detection and threading read, then write.
+                # The batch's commit does not wait for its WAL to reach the disk: a database crash can lose
+                # the last batches, never part of one, and the import's or sync's own end (a plain commit)
+                # waits for all of them. A sync fetches lost batches again (the folder's highest UID went
+                # with them); an import counts only what it kept.
+                cursor.execute(
+                    "SELECT set_config('synchronous_commit', 'off', true),"
+                    " pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    [f"import:{self.account.pk}"],
+                )
             fresh, duplicates = self._drop_duplicates(parsed)
             self._store(fresh)
             self._after_batch(items, fresh, duplicates, failures)
