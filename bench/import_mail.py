@@ -100,15 +100,16 @@ def bare_parse(path: Path) -> tuple[int, float]:
     return n, time.perf_counter() - start
 
 
-def fresh_database() -> None:
-    """Import into an empty database each run, so earlier runs' rows do not weigh on the figure."""
+def fresh_database() -> str:
+    """Import into an empty database each run, so earlier runs' rows do not weigh on the figure; returns
+    its name (DATABASE_URL names it too, for Django set up afterwards)."""
     import atexit
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
 
     url = os.environ["DATABASE_URL"]
-    name = f"oaken_bench_{os.getpid()}"
+    name = f"oaken_bench_{os.getpid()}_{time.monotonic_ns()}"
     parts = urlsplit(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -122,6 +123,7 @@ def fresh_database() -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     atexit.register(drop)
+    return name
 
 
 def oaken_import(path: Path) -> tuple[dict[str, int], float]:
