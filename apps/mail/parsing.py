@@ -1107,28 +1107,45 @@ def _feed_plain_html(extractor: HTMLParser, html: str) -> bool:
     """Make the handler calls html.parser would make for this HTML, reading it faster; False (having made some
     of them) when the HTML has markup left to html.parser."""
     data, start, end = extractor.handle_data, extractor.handle_starttag, extractor.handle_endtag
-    raw_text: str | None = None  # inside this raw-text element
-    raw_content = ""
-    for token in _HTML_TOKEN.finditer(html):
-        kind = token.lastindex
-        if raw_text is not None:
-            if kind == _TEXT and not raw_content:
-                raw_content = token.group(1)
-                if "&" in raw_content and raw_text not in _UNSHOWN_RAW_TEXT_TAGS:
+    find, match = html.find, _HTML_TOKEN.match
+    position, length = 0, len(html)
+    while position < length:
+        bracket = find("<", position)
+        if bracket == -1:
+            bracket = length
+        if bracket > position:
+            text = html[position:bracket]
+            data(unescape(text) if "&" in text else text)
+            if bracket == length:
+                break
+        # <name> and </name> are most tags: told apart without the regular expression
+        close = find(">", bracket)
+        inner = html[bracket + 1 : close] if close != -1 else ""
+        if inner.isalnum() and inner.isascii() and inner[0].isalpha():
+            name = inner.lower()
+            start(name, [])
+            position = close + 1
+        elif inner[:1] == "/" and inner[1:].isalnum() and inner.isascii() and inner[1].isalpha():
+            end(inner[1:].lower())
+            position = close + 1
+            continue
+        else:
+            token = match(html, bracket)
+            assert token is not None  # the last alternative matches any "<"
+            kind, position = token.lastindex, token.end()
+            if kind == _END:
+                end(token.group(6).lower())
+                continue
+            if kind == _COMMENT:
+                # html.parser's idea of where a comment ends changed between versions, except for these
+                body = token.group(2)
+                if "--" in body or body.startswith((">", "->")):
                     return False
                 continue
-            if kind != _END or token.group(6).lower() != raw_text:
-                return False
-            if raw_content:
-                # html.parser passes script and style content as it is, other text unescaped
-                data(raw_content if raw_text in ("script", "style") else unescape(raw_content))
-            end(raw_text)
-            raw_text = None
-            continue
-        if kind == _TEXT:
-            text = token.group(1)
-            data(unescape(text) if "&" in text else text)
-        elif kind == _START:
+            if kind != _START:
+                if kind == _OTHER:
+                    return False
+                continue  # a doctype
             name = token.group(3).lower()
             attrs: list[tuple[str, str | None]] = []
             if token.group(4):
@@ -1142,20 +1159,24 @@ def _feed_plain_html(extractor: HTMLParser, html: str) -> bool:
             start(name, attrs)
             if token.group(5):
                 end(name)
-            elif name in _RAW_TEXT_TAGS:
-                if name == "plaintext":
-                    return False
-                raw_text, raw_content = name, ""
-        elif kind == _END:
-            end(token.group(6).lower())
-        elif kind == _COMMENT:
-            # html.parser's idea of where a comment ends changed between versions, except for these
-            body = token.group(2)
-            if "--" in body or body.startswith((">", "->")):
+                continue
+        if name in _RAW_TEXT_TAGS:
+            # the element's text, up to its own end tag
+            if name == "plaintext":
                 return False
-        elif kind == _OTHER:
-            return False
-    return raw_text is None
+            content_end = find("<", position)
+            closing = match(html, content_end) if content_end != -1 else None
+            if closing is None or closing.lastindex != _END or closing.group(6).lower() != name:
+                return False
+            content = html[position:content_end]
+            if "&" in content and name not in _UNSHOWN_RAW_TEXT_TAGS:
+                return False
+            if content:
+                # html.parser passes script and style content as it is, other text unescaped
+                data(content if name in ("script", "style") else unescape(content))
+            end(name)
+            position = closing.end()
+    return True
 
 
 def _same_target(label: str, href: str) -> bool:
