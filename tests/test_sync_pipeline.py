@@ -8,6 +8,7 @@ quoted or NIL bodies, connections dropped mid-literal, BYE) come from a scripted
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imapfetch import FetchedMessage, fetch_messages, uid_set
-from apps.mail.importing import read_ahead
+from apps.mail.importing import long_lived_frozen, read_ahead
 from tests.loopback import free_port
 from tests.mailfactory import raw_message
 from tests.mailservers import ImapServer, imap_server  # noqa: F401 (a fixture)
@@ -227,3 +228,22 @@ def test_read_ahead_stops_its_thread_when_the_taker_fails() -> None:
         take_one_and_fail()
     assert threading.active_count() == before  # the thread was waited for
     assert len(made) <= 3  # and it stopped instead of reading on
+
+
+# -- long_lived_frozen -----------------------------------------------------------------------------------
+
+
+def test_long_lived_objects_are_frozen_only_meanwhile_and_an_outer_freeze_is_left_alone() -> None:
+    assert gc.get_freeze_count() == 0
+    with long_lived_frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000  # Django and the modules, out of every collection
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        outer = gc.get_freeze_count()
+        with long_lived_frozen():
+            assert gc.get_freeze_count() == outer
+        assert gc.get_freeze_count() == outer  # not unfrozen: not ours
+    finally:
+        gc.unfreeze()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -139,6 +140,23 @@ def parse_batch(items: list[RawItem]) -> list[ParsedMessage | str]:
     """Each item parsed, or the reason it cannot be stored."""
     max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
     return [parse_or_reason(item.data, max_bytes) for item in items]
+
+
+@contextmanager
+def long_lived_frozen() -> Iterator[None]:
+    """Leave the objects that exist now (Django, the modules, the caches) out of garbage collection meanwhile.
+
+    A sync or an import makes millions of short-lived objects, enough for full collections, and each one
+    walks every long-lived object again: a third of a second of a 10,000-message sync. Nothing is frozen
+    when something else already froze objects (a server keeping pages shared after fork manages that)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
@@ -469,7 +487,7 @@ def import_mail(
     importer = _Importer(run, account)
     size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
     try:
-        with parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
+        with long_lived_frozen(), parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
             previous: tuple[list[RawItem], Callable[[], list[ParsedMessage | str]]] | None = None
             for batch in _batches(iter_source(path), size):
                 pending = (batch, start_parsing(batch))

@@ -44,7 +44,13 @@ from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.imapfetch import fetch_messages
-from apps.mail.importing import MessageStore, parse_batch, read_ahead, refresh_thread_stats
+from apps.mail.importing import (
+    MessageStore,
+    long_lived_frozen,
+    parse_batch,
+    read_ahead,
+    refresh_thread_stats,
+)
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
@@ -579,8 +585,9 @@ def sync_account(account: MailAccount) -> SyncCounts:
         if condstore and client.has_capability("ENABLE"):
             client.enable("CONDSTORE")
         folders = _sync_folder_list(account, client)
-        for folder in folders:
-            sync_folder(account, client, folder, condstore=condstore, counts=counts)
+        with long_lived_frozen():
+            for folder in folders:
+                sync_folder(account, client, folder, condstore=condstore, counts=counts)
         _settle_missing(account, client, folders, started, counts)
     _forget_empty_gone_folders(account, folders)
     repush_stale_flags(
