@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing
 import os
 import queue
@@ -13,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache, partial
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,15 +36,13 @@ from apps.mail.models import (
     RawMessage,
     Thread,
 )
-from apps.mail.parsing import Address, ParsedMessage, normalize_subject, parse_or_reason
+from apps.mail.parsing import normalize_subject
+from apps.mail.rows import MessageRow, row_or_reason
 from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
 from apps.mail.threader import Threader, is_reply_subject
 from apps.workspaces.models import Tenant, Workspace
 from apps.workspaces.tenancy import new_id
 
-# Keys of btree and GIN indexes must stay well under PostgreSQL's per-entry limit.
-_ID_MAX = 900
-_REFERENCES_MAX = 100
 _PARSE_BATCH_TIMEOUT = 600
 _T = TypeVar("_T")
 
@@ -69,25 +66,6 @@ class ImportCounts:
     failed: int
 
 
-def _clean(text: str) -> str:
-    # PostgreSQL text and jsonb cannot hold NUL characters
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-@lru_cache(maxsize=8192)
-def _address_list_json(addresses: tuple[Address, ...]) -> str:
-    return json.dumps([{"name": _clean(a.name), "address": _clean(a.address)} for a in addresses])
-
-
-def _addresses_json(addresses: list[Address]) -> str:
-    """The JSON of an address list (a mailbox's few correspondents make the same lists again and again)."""
-    return _address_list_json(tuple(addresses)) if addresses else "[]"
-
-
-def _headers_json(headers: dict[str, str]) -> str:
-    return json.dumps({name: _clean(value) for name, value in headers.items()}) if headers else "{}"
-
-
 def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> MailAccount:
     """The workspace's local account with this name, created (with its standard folders) if missing."""
     account = MailAccount.objects.for_tenant(tenant).filter(workspace=workspace, name=name).first()
@@ -108,17 +86,19 @@ def _batches(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
 
 
 @contextmanager
-def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], list[ParsedMessage | str]]]]:
-    """Parsing of batches, started now and collected later, so the next batch parses while one is stored.
+def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[], list[MessageRow | str]]]]:
+    """Parsing of batches into rows, started now and collected later, so the next batch parses while one is stored.
 
     Parsing costs more than storing, so it runs in a pool of processes where it can: not inside a
     daemonic process (a Celery prefork child), which may not have children; there it runs inline.
     """
-    parse = partial(parse_or_reason, max_bytes=max_bytes)
+    parse = partial(
+        row_or_reason, max_bytes=max_bytes, attachment_text_max=settings.OPERATIONS["ATTACHMENT_TEXT_MAX_CHARS"]
+    )
     workers = min(os.cpu_count() or 1, 4)
     if workers < 2 or multiprocessing.current_process().daemon:
 
-        def start_inline(batch: list[RawItem]) -> Callable[[], list[ParsedMessage | str]]:
+        def start_inline(batch: list[RawItem]) -> Callable[[], list[MessageRow | str]]:
             results = [parse(item.data) for item in batch]
             return lambda: results
 
@@ -126,7 +106,7 @@ def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[]
         return
     with multiprocessing.get_context("forkserver").Pool(workers) as pool:
 
-        def start(batch: list[RawItem]) -> Callable[[], list[ParsedMessage | str]]:
+        def start(batch: list[RawItem]) -> Callable[[], list[MessageRow | str]]:
             pending = pool.map_async(
                 parse, [item.data for item in batch], chunksize=max(1, len(batch) // (4 * workers))
             )
@@ -136,10 +116,11 @@ def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[]
         yield start
 
 
-def parse_batch(items: list[RawItem]) -> list[ParsedMessage | str]:
-    """Each item parsed, or the reason it cannot be stored."""
-    max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
-    return [parse_or_reason(item.data, max_bytes) for item in items]
+def parse_batch(items: list[RawItem]) -> list[MessageRow | str]:
+    """Each item parsed into its row, or the reason it cannot be stored."""
+    bounds = settings.OPERATIONS
+    max_bytes, text_max = bounds["IMPORT_MAX_MESSAGE_BYTES"], bounds["ATTACHMENT_TEXT_MAX_CHARS"]
+    return [row_or_reason(item.data, max_bytes, text_max) for item in items]
 
 
 @contextmanager
@@ -218,9 +199,9 @@ class MessageStore:
         self.threader = Threader(account, timedelta(days=self.bounds["THREAD_SUBJECT_WINDOW_DAYS"]))
         self._merged_done: set[uuid.UUID] = set()
 
-    def run_batch(self, items: list[RawItem], outcomes: list[ParsedMessage | str]) -> None:
-        """Store one batch: each item with its parsed message, or the reason it could not be parsed."""
-        parsed: list[tuple[RawItem, ParsedMessage]] = []
+    def run_batch(self, items: list[RawItem], outcomes: list[MessageRow | str]) -> None:
+        """Store one batch: each item with its row, or the reason it could not be parsed."""
+        parsed: list[tuple[RawItem, MessageRow]] = []
         failures: list[tuple[RawItem, str]] = []
         for item, outcome in zip(items, outcomes, strict=True):
             if isinstance(outcome, str):
@@ -250,16 +231,16 @@ class MessageStore:
     def _after_batch(
         self,
         items: list[RawItem],
-        fresh: list[tuple[RawItem, ParsedMessage]],
-        duplicates: list[tuple[RawItem, ParsedMessage]],
+        fresh: list[tuple[RawItem, MessageRow]],
+        duplicates: list[tuple[RawItem, MessageRow]],
         failures: list[tuple[RawItem, str]],
     ) -> None:
         """Bookkeeping in the batch's own transaction (counts, failures, sync state)."""
 
     def _drop_duplicates(
-        self, parsed: list[tuple[RawItem, ParsedMessage]]
-    ) -> tuple[list[tuple[RawItem, ParsedMessage]], list[tuple[RawItem, ParsedMessage]]]:
-        keys = list({(_clean(p.message_id)[:_ID_MAX], p.content_hash) for _, p in parsed})
+        self, parsed: list[tuple[RawItem, MessageRow]]
+    ) -> tuple[list[tuple[RawItem, MessageRow]], list[tuple[RawItem, MessageRow]]]:
+        keys = list({(p.message_id, p.content_hash) for _, p in parsed})
         with connection.cursor() as cursor:
             # One probe of the unique (account, message_id, content_hash) index per key; the OFFSET 0 fence
             # keeps the planner from reading the whole account (for a new account it expects one row).
@@ -278,7 +259,7 @@ class MessageStore:
             seen = set(cursor.fetchall())
         fresh, duplicates = [], []
         for item, p in parsed:
-            key = (_clean(p.message_id)[:_ID_MAX], p.content_hash)
+            key = (p.message_id, p.content_hash)
             if key not in seen:
                 seen.add(key)
                 fresh.append((item, p))
@@ -286,70 +267,42 @@ class MessageStore:
                 duplicates.append((item, p))
         return fresh, duplicates
 
-    def _store(self, batch: list[tuple[RawItem, ParsedMessage]]) -> None:
+    def _store(self, batch: list[tuple[RawItem, MessageRow]]) -> None:
         if not batch:
             return
         now = timezone.now()
-        rows = []
-        for item, p in batch:
-            in_reply_to = _clean(p.in_reply_to)[:_ID_MAX]
-            references = [_clean(r)[:_ID_MAX] for r in p.references[-_REFERENCES_MAX:]]
-            if in_reply_to and in_reply_to not in references:
-                # RFC 5322 §3.6.4: a parent without References is referenced by its In-Reply-To
-                references.append(in_reply_to)
-            ids = (_clean(p.message_id)[:_ID_MAX], in_reply_to, references)
-            rows.append((item, p, _clean(p.subject), *ids, p.date or now))
+        dates = [p.date or now for _, p in batch]
         self.threader.prepare(
-            mentions=(m for *_, mid, irt, refs, _ in rows for m in (mid, irt, *refs)),
-            reply_subjects=(normalize_subject(subject) for _, _, subject, *_ in rows if is_reply_subject(subject)),
-            earliest=min(row[-1] for row in rows),
+            mentions=(m for _, p in batch for m in (p.message_id, p.in_reply_to, *p.references)),
+            reply_subjects=(normalize_subject(p.subject) for _, p in batch if is_reply_subject(p.subject)),
+            earliest=min(dates),
         )
         tenant_id, account_id = self.tenant.pk, self.account.pk
-        text_limit = self.bounds["ATTACHMENT_TEXT_MAX_CHARS"]
         messages: list[list[object]] = []
         raws: list[tuple[object, ...]] = []
         attachments: list[tuple[object, ...]] = []
         threads: list[uuid.UUID] = []
-        for item, p, subject, message_id, in_reply_to, references, date in rows:
-            thread_id = self.threader.assign(
-                message_id=message_id,
-                in_reply_to=in_reply_to,
-                references=references,
-                subject=subject,
+        assign = self.threader.assign
+        for (item, p), date in zip(batch, dates, strict=True):
+            thread_id = assign(
+                message_id=p.message_id, in_reply_to=p.in_reply_to, references=p.references, subject=p.subject,
                 date=date,
-            )
+            )  # fmt: skip
             pk = new_id()
             threads.append(thread_id)
             folder_id, read, imap_folder_id, imap_uid = self._placement(item)
             messages.append([
-                pk, tenant_id, account_id, folder_id, thread_id, message_id, in_reply_to, references, subject,
-                _clean(p.sender.name) if p.sender else "",
-                _clean(p.sender.address)[:320] if p.sender else "",
-                _addresses_json(p.to), _addresses_json(p.cc), _addresses_json(p.bcc), _addresses_json(p.reply_to),
-                date, now, _clean(p.text_body), _clean(p.html_body), _clean(p.snippet)[:200], p.size,
-                read, False, any(not a.inline for a in p.attachments), p.content_hash,
-                _headers_json(p.headers), imap_folder_id, imap_uid,
+                pk, tenant_id, account_id, folder_id, thread_id, p.message_id, p.in_reply_to, p.references,
+                p.subject, *p.people, date, now, *p.content, read, False, p.has_attachments, p.content_hash,
+                p.headers, imap_folder_id, imap_uid,
             ])  # fmt: skip
             raws.append((new_id(), tenant_id, pk, item.data))
-            attachments.extend(
-                (
-                    new_id(),
-                    tenant_id,
-                    pk,
-                    _clean(a.filename),
-                    a.content_type[:255],
-                    a.size,
-                    a.inline,
-                    a.content,
-                    _clean(a.extracted_text[:text_limit]),
-                )
-                for a in p.attachments
-            )
+            if p.attachments:
+                attachments.extend((new_id(), tenant_id, pk, *a) for a in p.attachments)
         # a later message of the batch may have merged an earlier one's thread away
         threads = [self.threader.resolve(t) for t in threads]
         for message, thread_id in zip(messages, threads, strict=True):
             message[4] = thread_id
-        dates = [row[-1] for row in rows]
         self._save_threads(threads, dates)
         copy_rows(Message, _MESSAGE_COLUMNS, messages)
         copy_rows(RawMessage, ("id", "tenant_id", "message_id", "data"), raws)
@@ -443,8 +396,8 @@ class _Importer(MessageStore):
     def _after_batch(
         self,
         items: list[RawItem],
-        fresh: list[tuple[RawItem, ParsedMessage]],
-        duplicates: list[tuple[RawItem, ParsedMessage]],
+        fresh: list[tuple[RawItem, MessageRow]],
+        duplicates: list[tuple[RawItem, MessageRow]],
         failures: list[tuple[RawItem, str]],
     ) -> None:
         ImportFailure.objects.bulk_create(
@@ -488,7 +441,7 @@ def import_mail(
     size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
     try:
         with long_lived_frozen(), parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
-            previous: tuple[list[RawItem], Callable[[], list[ParsedMessage | str]]] | None = None
+            previous: tuple[list[RawItem], Callable[[], list[MessageRow | str]]] | None = None
             for batch in _batches(iter_source(path), size):
                 pending = (batch, start_parsing(batch))
                 if previous is not None:

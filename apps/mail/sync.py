@@ -54,7 +54,7 @@ from apps.mail.importing import (
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
-from apps.mail.parsing import ParsedMessage
+from apps.mail.rows import MessageRow
 from apps.mail.sources import RawItem
 from apps.workspaces.models import Tenant
 
@@ -189,8 +189,8 @@ class _FolderStore(MessageStore):
     def _after_batch(
         self,
         items: list[RawItem],
-        fresh: list[tuple[RawItem, ParsedMessage]],
-        duplicates: list[tuple[RawItem, ParsedMessage]],
+        fresh: list[tuple[RawItem, MessageRow]],
+        duplicates: list[tuple[RawItem, MessageRow]],
         failures: list[tuple[RawItem, str]],
     ) -> None:
         flagged = [item.uid for item, _ in fresh if isinstance(item, ImapItem) and item.flagged]
@@ -206,7 +206,7 @@ class _FolderStore(MessageStore):
         self.folder.imap_last_uid = max(self.folder.imap_last_uid, self.batch_last_uid)
         Folder.objects.for_tenant(self.tenant).filter(pk=self.folder.pk).update(imap_last_uid=self.folder.imap_last_uid)
 
-    def _relocate(self, duplicates: list[tuple[RawItem, ParsedMessage]]) -> None:
+    def _relocate(self, duplicates: list[tuple[RawItem, MessageRow]]) -> None:
         """A message already held turned up at a new UID. Where Oaken had lost its place on the server (a
         UIDVALIDITY change, a move pushed without the new UID, a move by another client whose source folder
         was synced first), it lives here now: never a second copy. Where its place still holds, this is
@@ -361,7 +361,7 @@ def _count_uids(client: IMAPClient, high: int) -> int:
 
 def _fetched_batches(
     client: IMAPClient, folder: Folder, batches: list[list[int]]
-) -> Iterator[tuple[list[int], list[RawItem], list[ParsedMessage | str]]]:
+) -> Iterator[tuple[list[int], list[RawItem], list[MessageRow | str]]]:
     """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed."""
     for uids in batches:
         fetched = fetch_messages(client, uids)
