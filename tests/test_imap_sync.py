@@ -762,3 +762,40 @@ def test_a_change_the_server_refuses_gives_way_to_the_servers_flags(
     assert sync(boxes["alice"]).counts.flags_changed == 1
     message.refresh_from_db()
     assert message.read is False
+
+
+def test_batches_are_bounded_in_bytes_and_a_message_over_the_limit_is_never_fetched(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    imap_server: ImapServer,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    user = boxes["alice_user"]
+    mib = 1024 * 1024
+    settings.OPERATIONS = {
+        **settings.OPERATIONS, "SYNC_BATCH_SIZE": 50, "SYNC_BATCH_MAX_BYTES": mib, "IMPORT_MAX_MESSAGE_BYTES": 2 * mib,
+    }  # fmt: skip
+    sizes = [400_000, 400_000, 400_000, 3 * mib, 100, 1_500_000, 100]  # the fourth is over the limit
+    for i, size in enumerate(sizes):
+        body = ("y" * 76 + "\n") * (size // 77)
+        imap_server.append(user, "INBOX", raw_message(message_id=f"<b-{i}@example.test>", body=body))
+    fetched: list[list[int]] = []
+    original = sync_module.fetch_messages
+
+    def watched(client: IMAPClient, uids: list[int], max_bytes: int | None = None) -> Any:
+        fetched.append(list(uids))
+        return original(client, uids, max_bytes)
+
+    monkeypatch.setattr(sync_module, "fetch_messages", watched)
+    outcome = sync(boxes["alice"])
+    assert (outcome.counts.stored, outcome.counts.failed) == (6, 1)
+    # two of 400 kB fit in 1 MiB and the third starts a batch, which the one over the limit joins without
+    # being fetched, and a small one too; 1.5 MB is a batch of its own, so the last small one starts another
+    assert fetched == [[1, 2], [3, 5], [6], [7]]
+    held = by_message_id(alice, boxes["alice"])
+    assert sorted(held) == [f"b-{i}@example.test" for i in (0, 1, 2, 4, 5, 6)]
+    assert folder(alice, boxes["alice"], "INBOX").imap_last_uid == 7
+    assert sync(boxes["alice"]).counts.failed == 0  # not tried again
+    mallory_unchanged(mallory, boxes, imap_server)

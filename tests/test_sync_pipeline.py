@@ -18,7 +18,7 @@ import pytest
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
-from apps.mail.imapfetch import FetchedMessage, fetch_messages, uid_set
+from apps.mail.imapfetch import FetchedMessage, fetch_messages, fetch_sizes, uid_set
 from apps.mail.importing import long_lived_frozen, read_ahead
 from tests.loopback import free_port
 from tests.mailfactory import raw_message
@@ -247,3 +247,36 @@ def test_long_lived_objects_are_frozen_only_meanwhile_and_an_outer_freeze_is_lef
         assert gc.get_freeze_count() > 1000  # not unfrozen: not ours
     finally:
         gc.unfreeze()
+
+
+def test_a_body_over_the_bound_is_dropped_unread_and_the_connection_goes_on(
+    scripted: Callable[[list[bytes]], ScriptedImap],
+) -> None:
+    big = b"z" * 3_000_000  # more than one piece of the discarding read
+    response = (
+        b"* 1 FETCH (UID 10 FLAGS (\\Seen) BODY[] {%d}\r\n" % len(big) + big + b")\r\n"
+        b"* 2 FETCH (UID 11 FLAGS () BODY[] {5}\r\nsmall)\r\n"
+        b"{tag} OK fetched\r\n"
+    )
+    server = scripted([response, b"* 3 FETCH (UID 12 FLAGS () BODY[] {2}\r\nok)\r\n{tag} OK\r\n", b"{tag} OK\r\n"])
+    with server.client() as client:
+        assert fetch_messages(client, [10, 11], max_bytes=1000) == {
+            10: FetchedMessage(uid=10, flags=(SEEN,), data=b"", too_large=True),
+            11: FetchedMessage(uid=11, flags=(), data=b"small"),
+        }
+        assert fetch_messages(client, [12], max_bytes=1000) == {12: FetchedMessage(uid=12, flags=(), data=b"ok")}
+
+
+def test_sizes_are_those_the_server_gives(imap_server: ImapServer) -> None:  # noqa: F811
+    alice = imap_server.add_user(f"alice-{time.time_ns()}@example.test")
+    mallory = imap_server.add_user(f"mallory-{time.time_ns()}@example.test")
+    imap_server.append(mallory, "INBOX", raw_message(message_id="<mallory@example.test>", body="m" * 9000))
+    for raw in TRICKY:
+        imap_server.append(alice, "INBOX", raw)
+    with imap_server.client(alice) as client:
+        client.select_folder("INBOX", readonly=True)
+        uids = client.search("ALL")
+        expected = {uid: item[b"RFC822.SIZE"] for uid, item in client.fetch(uids, ["RFC822.SIZE"]).items()}
+        assert fetch_sizes(client, [*uids, 999]) == expected
+        assert len(expected) == len(TRICKY) and all(size < 9000 for size in expected.values())
+        assert fetch_sizes(client, []) == {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +33,18 @@ _ATTRIBUTE = re.compile(rb"([A-Za-z0-9.-]+) (" + _VALUE + rb")")
 _tags = itertools.count(1)
 
 
+# a literal over the caller's bound is read off the connection in pieces of this size and dropped
+_DISCARD_CHUNK = 1024 * 1024
+_SIZE_RESPONSE = re.compile(rb"\* \d+ FETCH \(([^(){}\"]*)\)\r\n")
+
+
 @dataclass(frozen=True, slots=True)
 class FetchedMessage:
     uid: int
     flags: tuple[bytes, ...]
     data: bytes
+    # the body was larger than the caller's bound: read off the connection and dropped (data is empty)
+    too_large: bool = False
 
 
 def uid_set(uids: Iterable[int]) -> str:
@@ -56,41 +63,73 @@ def uid_set(uids: Iterable[int]) -> str:
     return ",".join(ranges)
 
 
-def fetch_messages(client: IMAPClient, uids: list[int]) -> dict[int, FetchedMessage]:
+def fetch_messages(client: IMAPClient, uids: list[int], max_bytes: int | None = None) -> dict[int, FetchedMessage]:
     """The raw bytes and flags of these UIDs of the selected folder (a message expunged meanwhile is absent).
+    A body over `max_bytes` is never held in memory: it comes back empty, marked too_large.
 
     Raises IMAPClientError when the server refuses the command, IMAPClientAbortError when the connection
     ends or is unreadable (the connection cannot be used after that)."""
     if not uids:
         return {}
+    wanted = set(uids)
+    found: dict[int, FetchedMessage] = {}
+    command = b"UID FETCH " + uid_set(uids).encode() + b" (UID FLAGS BODY.PEEK[])"
+    for segments, dropped in _command(client, command, max_bytes):
+        message = _fetched(segments)
+        if message is not None and message.uid in wanted:
+            found[message.uid] = FetchedMessage(message.uid, message.flags, b"", too_large=True) if dropped else message
+    return found
+
+
+def fetch_sizes(client: IMAPClient, uids: list[int]) -> dict[int, int]:
+    """The RFC822.SIZE of these UIDs of the selected folder, in octets (a message expunged meanwhile is absent)."""
+    if not uids:
+        return {}
+    wanted = set(uids)
+    sizes: dict[int, int] = {}
+    for segments, _ in _command(client, b"UID FETCH " + uid_set(uids).encode() + b" (UID RFC822.SIZE)", None):
+        usual = _SIZE_RESPONSE.fullmatch(segments[0]) if len(segments) == 1 else None
+        if usual is not None:
+            attributes: dict[bytes, Any] = {name.upper(): value for name, value in _ATTRIBUTE.findall(usual.group(1))}
+        else:
+            attributes = _attributes(segments) or {}
+        uid, size = attributes.get(b"UID"), attributes.get(b"RFC822.SIZE")
+        if not (isinstance(uid, bytes) and uid.isdigit() and isinstance(size, bytes) and size.isdigit()):
+            continue
+        if int(uid) in wanted:
+            sizes[int(uid)] = int(size)
+    return sizes
+
+
+def _command(client: IMAPClient, command: bytes, max_literal: int | None) -> Iterator[tuple[list[bytes], bool]]:
+    """Send a FETCH command and yield each FETCH response of it (its segments, and whether a literal over
+    `max_literal` was dropped) until the tagged answer."""
     imap = client._imap
     tag = b"oaken%d" % next(_tags)
     try:
-        imap.send(tag + b" UID FETCH " + uid_set(uids).encode() + b" (UID FLAGS BODY.PEEK[])\r\n")
+        imap.send(tag + b" " + command + b"\r\n")
     except OSError as exc:
         raise IMAPClientAbortError("socket error") from exc
-    wanted = set(uids)
-    found: dict[int, FetchedMessage] = {}
     while True:
-        segments = _read_response(imap)
+        segments, dropped = _read_response(imap, max_literal)
         first = segments[0]
         if first.startswith(tag + b" "):
-            status = first[len(tag) + 1 :].split(b" ", 1)[0].upper()
+            status = first[len(tag) + 1 :].rstrip(b"\r\n").split(b" ", 1)[0].upper()  # "OK" may end the line
             if status != b"OK":
                 raise IMAPClientError("fetch failed")
-            return found
+            return
         if first.startswith(b"* BYE"):
             raise IMAPClientAbortError("the server closed the connection")
         if _FETCH_START.match(first):
-            message = _fetched(segments)
-            if message is not None and message.uid in wanted:
-                found[message.uid] = message
-        # any other untagged response (EXISTS, EXPUNGE, OK [...]) says nothing this fetch needs
+            yield segments, dropped
+        # any other untagged response (EXISTS, EXPUNGE, OK [...]) says nothing a fetch needs
 
 
-def _read_response(imap: Any) -> list[bytes]:
-    """One response: its lines, with each literal as the element after the line that announced it."""
+def _read_response(imap: Any, max_literal: int | None = None) -> tuple[list[bytes], bool]:
+    """One response: its lines, with each literal as the element after the line that announced it, and
+    whether a literal was over `max_literal` (read and dropped, left empty)."""
     segments: list[bytes] = []
+    dropped = False
     while True:
         line = imap.readline()
         if not line.endswith(b"\r\n"):
@@ -98,8 +137,17 @@ def _read_response(imap: Any) -> list[bytes]:
         segments.append(line)
         literal = _LITERAL.search(line) if line.endswith(b"}\r\n") else None
         if literal is None:
-            return segments
+            return segments, dropped
         size = int(literal.group(1))
+        if max_literal is not None and size > max_literal:
+            dropped = True
+            while size > 0:
+                piece = imap.read(min(size, _DISCARD_CHUNK))
+                if not piece:
+                    raise IMAPClientAbortError("the connection ended in a literal")
+                size -= len(piece)
+            segments.append(b"")
+            continue
         data = imap.read(size)
         if len(data) != size:
             raise IMAPClientAbortError("the connection ended in a literal")

@@ -1189,13 +1189,17 @@ def _same_target(label: str, href: str) -> bool:
     return label in (href, target) or label.rstrip("/") in (href.rstrip("/"), target.rstrip("/"))
 
 
+# the reason given for a message over the import limit (IMPORT_MAX_MESSAGE_BYTES)
+TOO_LARGE = "message larger than the import limit"
+
+
 def parse_or_reason(data: bytes, max_bytes: int) -> ParsedMessage | str:
     """The parsed message, or a fixed reason (never mail content) why it cannot be imported.
 
     Module-level and free of Django so that a pool of parser processes can run it.
     """
     if len(data) > max_bytes:
-        return "message larger than the import limit"
+        return TOO_LARGE
     try:
         return parse_message(data)
     except MessageParseError as exc:

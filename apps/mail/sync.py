@@ -43,7 +43,7 @@ from imapclient.response_parser import parse_fetch_response
 from apps.audit.log import Target, append_event
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
-from apps.mail.imapfetch import fetch_messages
+from apps.mail.imapfetch import fetch_messages, fetch_sizes
 from apps.mail.importing import (
     MessageStore,
     long_lived_frozen,
@@ -54,6 +54,7 @@ from apps.mail.importing import (
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
+from apps.mail.parsing import TOO_LARGE
 from apps.mail.rows import MessageRow
 from apps.mail.sources import RawItem
 from apps.workspaces.models import Tenant
@@ -360,20 +361,47 @@ def _count_uids(client: IMAPClient, high: int) -> int:
 
 
 def _fetched_batches(
-    client: IMAPClient, folder: Folder, batches: list[list[int]]
+    client: IMAPClient, folder: Folder, batches: list[list[int]], too_large: set[int]
 ) -> Iterator[tuple[list[int], list[RawItem], list[MessageRow | str]]]:
-    """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed."""
+    """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed.
+    A message over the size bound is never fetched (nor held, should the server have understated its size):
+    it is there with the reason it cannot be stored."""
+    max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
     for uids in batches:
-        fetched = fetch_messages(client, uids)
-        items: list[RawItem] = [
-            ImapItem(
-                position=f"{folder.pk}:{uid}", data=message.data, uid=uid, seen=SEEN in message.flags,
-                flagged=FLAGGED in message.flags,
-            )
-            for uid in uids
-            if (message := fetched.get(uid)) is not None
-        ]  # fmt: skip
-        yield uids, items, parse_batch(items)
+        fetched = fetch_messages(client, [uid for uid in uids if uid not in too_large], max_bytes)
+        items: list[RawItem] = []
+        refused: list[RawItem] = []
+        for uid in uids:
+            message = fetched.get(uid)
+            if message is None and uid not in too_large:
+                continue
+            item = ImapItem(
+                position=f"{folder.pk}:{uid}", data=message.data if message else b"", uid=uid,
+                seen=bool(message and SEEN in message.flags), flagged=bool(message and FLAGGED in message.flags),
+            )  # fmt: skip
+            (refused if message is None or message.too_large else items).append(item)
+        outcomes: list[MessageRow | str] = [*parse_batch(items), *([TOO_LARGE] * len(refused))]
+        yield uids, [*items, *refused], outcomes
+
+
+def _batched(uids: list[int], sizes: Mapping[int, int], too_large: set[int]) -> list[list[int]]:
+    """The UIDs in batches of at most SYNC_BATCH_SIZE messages and, but for a single message, at most
+    SYNC_BATCH_MAX_BYTES (sizes as the server gave them; one it did not give counts as one over the bound)."""
+    bounds = settings.OPERATIONS
+    count, max_bytes = bounds["SYNC_BATCH_SIZE"], bounds["SYNC_BATCH_MAX_BYTES"]
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    held = 0
+    for uid in uids:
+        size = 0 if uid in too_large else sizes.get(uid, max_bytes)
+        if batch and (len(batch) == count or held + size > max_bytes):
+            batches.append(batch)
+            batch, held = [], 0
+        batch.append(uid)
+        held += size
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def sync_folder(
@@ -425,11 +453,13 @@ def sync_folder(
         .values_list("imap_uid", flat=True)
     )
     wanted = [uid for uid in new if uid not in held]
-    size = settings.OPERATIONS["SYNC_BATCH_SIZE"]
+    # batches bounded in bytes too, so that the memory a sync holds does not grow with the mail's size
+    sizes = fetch_sizes(client, wanted)
+    too_large = {uid for uid, octets in sizes.items() if octets > settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]}
     store = _FolderStore(account, folder, counts)
     # the next batch is fetched and parsed in a thread while this one is stored
-    batches = [wanted[start : start + size] for start in range(0, len(wanted), size)]
-    with read_ahead(_fetched_batches(client, folder, batches)) as fetched:
+    batches = _batched(wanted, sizes, too_large)
+    with read_ahead(_fetched_batches(client, folder, batches, too_large)) as fetched:
         for batch_uids, items, outcomes in fetched:
             store.batch_last_uid = batch_uids[-1]
             store.run_batch(items, outcomes)

@@ -40,6 +40,9 @@ OPERATIONS = {
     # IMAP sync: messages fetched and stored per batch (one transaction each), seconds a mail server may
     # take to answer, and the backoff of a failing account (doubling from the base, capped)
     "SYNC_BATCH_SIZE": env_int("OAKEN_SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
+    # ... and at most this many bytes of mail per batch (a larger message is a batch of its own): with the
+    # batch being stored and the next one read ahead, a sync holds about three batches of mail at a time
+    "SYNC_BATCH_MAX_BYTES": env_int("OAKEN_SYNC_BATCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024 * 1024),
     # how often every connected mailbox that is not backing off is synced
     "SYNC_INTERVAL_SECONDS": env_int("OAKEN_SYNC_INTERVAL_SECONDS", 60, minimum=10),
     "MAIL_SERVER_TIMEOUT_SECONDS": env_int("OAKEN_MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
