@@ -89,10 +89,7 @@ def fetch_sizes(client: IMAPClient, uids: list[int]) -> dict[int, int]:
     sizes: dict[int, int] = {}
     for segments, _ in _command(client, b"UID FETCH " + uid_set(uids).encode() + b" (UID RFC822.SIZE)", None):
         usual = _SIZE_RESPONSE.fullmatch(segments[0]) if len(segments) == 1 else None
-        if usual is not None:
-            attributes: dict[bytes, Any] = {name.upper(): value for name, value in _ATTRIBUTE.findall(usual.group(1))}
-        else:
-            attributes = _attributes(segments) or {}
+        attributes = _flat_attributes(usual.group(1)) if usual is not None else (_attributes(segments) or {})
         uid, size = attributes.get(b"UID"), attributes.get(b"RFC822.SIZE")
         if not (isinstance(uid, bytes) and uid.isdigit() and isinstance(size, bytes) and size.isdigit()):
             continue
@@ -160,7 +157,7 @@ def _fetched(segments: list[bytes]) -> FetchedMessage | None:
         # the usual response: flat attributes, BODY[] as the one literal (two regular expressions, no lexing)
         head, tail = _USUAL_HEAD.fullmatch(segments[0]), _USUAL_TAIL.fullmatch(segments[2])
         if head is not None and tail is not None:
-            attributes = {name.upper(): value for name, value in _ATTRIBUTE.findall(head.group(1) + tail.group(1))}
+            attributes = _flat_attributes(head.group(1) + tail.group(1))
             uid, flags = attributes.get(b"UID", b""), attributes.get(b"FLAGS", b"")
             if uid.isdigit():
                 flagged = tuple(flags[1:-1].split()) if flags.startswith(b"(") else ()
@@ -172,6 +169,12 @@ def _fetched(segments: list[bytes]) -> FetchedMessage | None:
     if not isinstance(uid, bytes) or not uid.isdigit() or not isinstance(body, bytes):
         return None
     return FetchedMessage(uid=int(uid), flags=tuple(flags) if isinstance(flags, list) else (), data=body)
+
+
+def _flat_attributes(text: bytes) -> dict[bytes, Any]:
+    """{NAME: value} of name-value pairs whose values are atoms, numbers, quoted strings or flat lists, as
+    the usual responses' regular expressions matched them (values as they stand in the response)."""
+    return {name.upper(): value for name, value in _ATTRIBUTE.findall(text)}
 
 
 def _attributes(segments: list[bytes]) -> dict[bytes, Any] | None:

@@ -369,19 +369,20 @@ def _fetched_batches(
     max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
     for uids in batches:
         fetched = fetch_messages(client, [uid for uid in uids if uid not in too_large], max_bytes)
-        items: list[RawItem] = []
-        refused: list[RawItem] = []
-        for uid in uids:
-            message = fetched.get(uid)
-            if message is None and uid not in too_large:
-                continue
-            item = ImapItem(
-                position=f"{folder.pk}:{uid}", data=message.data if message else b"", uid=uid,
-                seen=bool(message and SEEN in message.flags), flagged=bool(message and FLAGGED in message.flags),
-            )  # fmt: skip
-            (refused if message is None or message.too_large else items).append(item)
-        outcomes: list[MessageRow | str] = [*parse_batch(items), *([TOO_LARGE] * len(refused))]
-        yield uids, [*items, *refused], outcomes
+        refused = [uid for uid in uids if uid in too_large or (uid in fetched and fetched[uid].too_large)]
+        items: list[RawItem] = [
+            ImapItem(
+                position=f"{folder.pk}:{uid}", data=message.data, uid=uid, seen=SEEN in message.flags,
+                flagged=FLAGGED in message.flags,
+            )
+            for uid in uids
+            if (message := fetched.get(uid)) is not None and not message.too_large
+        ]  # fmt: skip
+        failed: list[RawItem] = [
+            ImapItem(position=f"{folder.pk}:{uid}", data=b"", uid=uid, seen=False, flagged=False) for uid in refused
+        ]
+        outcomes: list[MessageRow | str] = [*parse_batch(items), *([TOO_LARGE] * len(failed))]
+        yield uids, [*items, *failed], outcomes
 
 
 def _batched(uids: list[int], sizes: Mapping[int, int], too_large: set[int]) -> list[list[int]]:
