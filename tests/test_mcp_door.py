@@ -22,6 +22,7 @@ from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.operations.registry import OpClass, registry
 from apps.outbound.models import OutboundRequest
+from apps.workspaces.models import Tenant
 from config.redis_client import redis_client
 from tests.callers import as_person, call, membership
 from tests.conftest import Person
@@ -463,6 +464,10 @@ def test_a_request_a_send_policy_approved_asks_nothing(client: Client, alice: Pe
     assert result["structuredContent"]["state"] == "queued" and result["structuredContent"]["approval_url"] is None
 
 
+def _last_seq(tenant: Tenant) -> int:
+    return AuditEvent.objects.for_tenant(tenant).order_by("-seq").values_list("seq", flat=True).first() or 0
+
+
 def test_a_request_state_counts_only_for_its_caller_its_call_and_a_while(
     client: Client, alice: Person, mallory: Person, outbound: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -486,12 +491,21 @@ def test_a_request_state_counts_only_for_its_caller_its_call_and_a_while(
         (other_key, "send_email", arguments, {"requestState": state}),  # another key of the same person
         (outbound["theirs"], "send_email", arguments, {"requestState": state}),  # another tenant
     ]
+    seen = {t.pk: _last_seq(t) for t in (alice.tenant, mallory.tenant)}
     for key, name, args, params in attempts:
         response = _tool(client, key, name, args, URL_CAPABLE, **params)
         error = response.json()["error"]
         assert response.status_code == 400 and error["code"] == -32602, (name, params)
         text = response.content.decode()
         assert state not in text and tampered not in text and request_id not in text and "Quarterly" not in text
+    # each refusal is audited in the tenant of the caller who sent it, with its code and nothing of what was sent
+    refused = {t.pk: list(AuditEvent.objects.for_tenant(t).filter(seq__gt=seen[t.pk]).order_by("seq"))
+               for t in (alice.tenant, mallory.tenant)}  # fmt: skip
+    theirs = [name for key, name, *_ in attempts if key == outbound["theirs"]]
+    assert [e.operation for e in refused[alice.tenant.pk]] == [n for k, n, *_ in attempts if k != outbound["theirs"]]
+    assert [e.operation for e in refused[mallory.tenant.pk]] == theirs == ["send_email"]
+    for event in refused[alice.tenant.pk] + refused[mallory.tenant.pk]:
+        assert (event.door, event.outcome, event.targets, event.input_digest) == ("mcp", "INVALID_INPUT", [], "")
     assert "requestState" in _tool(client, outbound["key"], "send_email", arguments, URL_CAPABLE,
                                    requestState=tampered).json()["error"]["message"]  # fmt: skip
     # a state is good for MCP_REQUEST_STATE_TTL_SECONDS

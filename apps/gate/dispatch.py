@@ -319,6 +319,12 @@ def _append(
     )
 
 
+def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
+    """Audit a call of `name` that a door refused before it could reach the gate (a repeated call whose
+    state did not hold, say), as the gate audits its own refusals: no input, only the code."""
+    _audit_refusal(caller, door, name if _SAFE_NAME.match(name) else "(invalid name)", code, "")
+
+
 def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:
     with transaction.atomic():
         _append(caller, door.value, operation, code, digest)

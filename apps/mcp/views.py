@@ -20,7 +20,7 @@ from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.gate import payload
 from apps.gate.callers import Caller, Door
-from apps.gate.dispatch import Result, dispatch
+from apps.gate.dispatch import Result, audit_refusal, dispatch
 from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.mcp import elicitation, tools
@@ -210,7 +210,11 @@ def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any],
     op = registry.get(name)
     if modern and params.get("requestState") is not None:
         # the repeat of a call answered with input_required: read the request it made, never make another
-        request_id = elicitation.resumed_request(caller, name, as_sent, params)
+        try:
+            request_id = elicitation.resumed_request(caller, name, as_sent, params)
+        except p.RpcError:
+            audit_refusal(caller, Door.MCP, name, "INVALID_INPUT")
+            raise
         answer = _through_gate(request, caller, op, elicitation.READ_BACK, {"request_id": request_id})
     else:
         token, key = arguments.pop("confirmation_token", None), None
