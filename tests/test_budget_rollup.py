@@ -23,6 +23,9 @@ from config.celery import app
 from config.redis_client import redis_client
 from tests.conftest import Person
 
+# every test here spends or reads the hourly budgets: within one clock hour
+pytestmark = pytest.mark.usefixtures("one_budget_hour")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_pass() -> None:

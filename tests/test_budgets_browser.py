@@ -17,6 +17,9 @@ from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user, request
 from tests.test_console_browser import _sign_in
 
+# every test here spends or reads the hourly budgets: within one clock hour
+pytestmark = pytest.mark.usefixtures("one_budget_hour")
+
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 

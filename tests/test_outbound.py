@@ -124,6 +124,7 @@ def test_a_rejected_request_is_never_sent(alice: Person, world: dict[str, Any], 
     assert delivery.deliver(made["request_id"]) == "not claimed" and smtp_server.connections == 0
 
 
+@pytest.mark.usefixtures("one_budget_hour")
 def test_a_send_policy_approves_what_it_allows(
     alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
 ) -> None:
@@ -298,6 +299,7 @@ def test_three_concurrent_deliveries_make_at_most_one_data(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("one_budget_hour")
 def test_concurrent_requests_never_exceed_the_hourly_budget(
     alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer, settings: Any
 ) -> None:

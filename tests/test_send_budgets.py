@@ -23,6 +23,9 @@ from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user, request
 
+# every test here spends or reads the hourly budgets: within one clock hour
+pytestmark = pytest.mark.usefixtures("one_budget_hour")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_pass() -> None:
