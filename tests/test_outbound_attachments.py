@@ -14,7 +14,7 @@ import pytest
 
 from apps.mail.models import Attachment
 from apps.outbound import delivery
-from apps.outbound.models import OutboundAttachment, OutboundRequest
+from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer
@@ -277,3 +277,22 @@ def test_an_agent_sends_a_file_of_several_megabytes_over_the_mcp_door(
     # the bound on other endpoints stays Django's own: only the operation doors take large bodies
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 2621440
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_forward_is_held_to_the_sending_bounds_when_it_is_written(
+    alice: Person, mallory: Person, world: dict[str, Any], settings: Any
+) -> None:
+    me, invoice = as_person(alice), world["invoice"]
+    forward = {"message_id": str(invoice.message_id), "to": [world["bob"]]}
+    for bounds in ({"SEND_ATTACHMENTS_MAX": 0}, {"SEND_ATTACHMENT_MAX_BYTES": invoice.size - 1},
+                   {"SEND_ATTACHMENTS_TOTAL_MAX_BYTES": invoice.size - 1}):  # fmt: skip
+        settings.OPERATIONS = {**settings.OPERATIONS, **bounds}
+        refused = refusal(me, "forward_message", forward)
+        assert (refused.code, refused.field) == ("LIMIT_EXCEEDED", "attachments"), bounds
+        assert "attachments: false" in refused.message and "invoice" not in refused.message
+        assert not Draft.objects.for_tenant(alice.tenant).exists()
+        # without its files the forward is written, and sent as it is
+        draft = call(me, "forward_message", {**forward, "attachments": False})
+        assert not OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft_id=draft["id"]).exists()
+        Draft.objects.for_tenant(alice.tenant).filter(pk=draft["id"]).delete()
+    assert not Draft.objects.for_tenant(mallory.tenant).exists()

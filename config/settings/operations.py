@@ -69,7 +69,6 @@ OPERATIONS = {
     "SEND_ATTEMPTS_MAX": env_int("OAKEN_SEND_ATTEMPTS_MAX", 5, minimum=1, maximum=50),
     "SEND_RETRY_BASE_SECONDS": env_int("OAKEN_SEND_RETRY_BASE_SECONDS", 60, minimum=1),
     "SEND_RETRY_MAX_SECONDS": env_int("OAKEN_SEND_RETRY_MAX_SECONDS", 3600, minimum=1),
-    "FORWARD_ATTACHMENTS_MAX_BYTES": env_int("OAKEN_FORWARD_ATTACHMENTS_MAX_BYTES", 20 * 1024 * 1024, minimum=0),
     # send budgets rolled up from Redis into PostgreSQL for the console (apps.outbound.rollup): how often, the
     # counters one run reads at most (the next run goes on where it stopped), how long hourly figures are kept
     "BUDGET_ROLLUP_SECONDS": env_int("OAKEN_BUDGET_ROLLUP_SECONDS", 60, minimum=5, maximum=600),

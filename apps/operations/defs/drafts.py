@@ -18,6 +18,7 @@ from apps.operations.defs.mail_read import OptionalAccountIn, account_of, messag
 from apps.operations.defs.shapes import Closed, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, operation
 from apps.outbound.compose import (
+    check_attachment_limits,
     forward_subject,
     normalize_address,
     quoted,
@@ -433,13 +434,17 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
     message = message_of(ctx, data.message_id)
     text = Message.objects.for_tenant(ctx.tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
     found = recipients(data.to, data.cc, [])
-    files = list(Attachment.objects.for_tenant(ctx.tenant).filter(message=message, inline=False).order_by("id"))
-    if not data.attachments:
-        files = []
-    limit = ctx.bounds["FORWARD_ATTACHMENTS_MAX_BYTES"]
-    if sum(f.size for f in files) > limit:
-        raise GateError("LIMIT_EXCEEDED", f"attachments: at most {limit} bytes can be forwarded; forward without "
-                        "them (attachments: false)", field="attachments")  # fmt: skip
+    files = (
+        list(Attachment.objects.for_tenant(ctx.tenant).filter(message=message, inline=False).order_by("id"))
+        if data.attachments
+        else []
+    )
+    try:
+        # the bounds the draft's sending will hold it to: refused now, not after the person wrote to it
+        check_attachment_limits(ctx.bounds, [f.size for f in files], "forwarded")
+    except GateError as error:
+        raise GateError("LIMIT_EXCEEDED", f"attachments: {error.message.removeprefix('forwarded: ')}; forward "
+                        "without them (attachments: false)", field="attachments") from None  # fmt: skip
     note = data.body.rstrip()
     body = (note + "\n\n" if note else "") + _forwarded_block(message, text)
     draft = Draft.objects.create(
