@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from apps.audit.models import AuditEvent
 from apps.mail.models import Attachment
 from apps.outbound import delivery
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
@@ -296,3 +297,73 @@ def test_a_forward_is_held_to_the_sending_bounds_when_it_is_written(
         assert not OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft_id=draft["id"]).exists()
         Draft.objects.for_tenant(alice.tenant).filter(pk=draft["id"]).delete()
     assert not Draft.objects.for_tenant(mallory.tenant).exists()
+
+
+def _draft_files(p: Person, draft_id: str) -> list[tuple[str, str, bytes]]:
+    rows = OutboundAttachment.objects.for_tenant(p.tenant).filter(draft_id=draft_id).order_by("position")
+    return [(a.filename, a.content_type, bytes(a.content)) for a in rows]
+
+
+def test_a_draft_holds_files_an_agent_gave_and_sends_them_byte_for_byte(
+    alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    agent, me = as_agent(alice, scopes=SENDER), as_person(alice)
+    notes = {"filename": "notes.txt", "content_type": "text/plain", "content_base64": _b64(NOTES)}
+    invoice = {"attachment_id": str(world["invoice"].pk)}
+    data = {"account_id": str(world["account"].pk), "to": [world["bob"]], "subject": "Files", "body": "Attached.\n"}
+    draft = call(agent, "create_draft", {**data, "attachments": [notes, invoice]})
+    assert [(f["filename"], f["size"]) for f in draft["attachments"]] == [("notes.txt", len(NOTES)),
+                                                                          ("invoice.pdf", 15)]  # fmt: skip
+    assert _draft_files(alice, draft["id"]) == [("notes.txt", "text/plain", NOTES),
+                                                ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n")]  # fmt: skip
+
+    # left out, the files stay; a list replaces them (here: the picture, then the invoice again)
+    kept = call(agent, "update_draft", {"draft_id": draft["id"], "subject": "Files, again"})
+    assert len(kept["attachments"]) == 2
+    picture = {"filename": "chart.png", "content_type": "image/png", "content_base64": _b64(PICTURE)}
+    call(agent, "update_draft", {"draft_id": draft["id"], "attachments": [picture, invoice]})
+    assert _draft_files(alice, draft["id"]) == [("chart.png", "image/png", PICTURE),
+                                                ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n")]  # fmt: skip
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="update_draft").order_by("seq")
+    assert [e.targets[0]["after"]["changed"] for e in events] == [["subject"], ["attachments"]]
+    assert "chart.png" not in json.dumps([e.targets for e in events])  # the audit names what changed, not the files
+
+    made = call(me, "send_draft", {"draft_id": draft["id"], "idempotency_key": "with-files"}, confirm=True)
+    assert delivery.deliver(made["request_id"]) == "sent"
+    [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
+    parts = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
+    assert [(p.get_filename(), p.get_content_type(), p.get_payload(decode=True)) for p in parts] == [
+        ("chart.png", "image/png", PICTURE), ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
+    ]  # fmt: skip
+    # an empty list takes every file away
+    assert call(agent, "update_draft", {"draft_id": draft["id"], "attachments": []})["attachments"] == []
+    assert not Draft.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_draft_takes_no_file_out_of_reach_and_none_over_the_bounds(
+    alice: Person, mallory: Person, world: dict[str, Any], settings: Any
+) -> None:
+    agent = as_agent(alice, scopes=SENDER)
+    base = {"account_id": str(world["account"].pk), "to": [world["bob"]], "subject": "Files"}
+    theirs = refusal(
+        agent, "create_draft", {**base, "attachments": [{"attachment_id": str(world["their_invoice"].pk)}]}
+    )
+    assert (theirs.code, theirs.field) == ("NOT_FOUND", "attachments.0.attachment_id")
+    broken = refusal(agent, "create_draft", {**base, "attachments": [{"filename": "a.txt", "content_base64": "%%"}]})
+    assert (broken.code, broken.field) == (
+        "INVALID_INPUT",
+        "attachments.0.content_base64",
+    ) and "%%" not in broken.message
+    settings.OPERATIONS = {**settings.OPERATIONS, "SEND_ATTACHMENTS_MAX": 1}
+    two = [{"filename": f"{n}.txt", "content_base64": _b64(NOTES)} for n in ("a", "b")]
+    over = refusal(agent, "create_draft", {**base, "attachments": two})
+    assert (over.code, over.field) == ("LIMIT_EXCEEDED", "attachments")
+    assert not Draft.objects.for_tenant(alice.tenant).exists()
+    draft = call(agent, "create_draft", {**base, "attachments": two[:1]})
+    refused = refusal(agent, "update_draft", {"draft_id": draft["id"], "attachments": two})
+    assert (refused.code, refused.field) == ("LIMIT_EXCEEDED", "attachments")
+    assert [name for name, _, _ in _draft_files(alice, draft["id"])] == ["a.txt"]
+    # mallory's own drafts cannot take alice's files either, and alice's draft is not hers to change
+    hers = as_agent(mallory, scopes=SENDER)
+    assert refusal(hers, "update_draft", {"draft_id": draft["id"], "attachments": []}).code == "NOT_FOUND"
+    assert [name for name, _, _ in _draft_files(alice, draft["id"])] == ["a.txt"]

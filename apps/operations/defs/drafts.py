@@ -14,6 +14,7 @@ from apps.gate.errors import GateError
 from apps.mail.models import Attachment, Message
 from apps.mail.selectors import parse_id
 from apps.operations.context import Context
+from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, operation
@@ -120,17 +121,38 @@ class CreateDraftIn(Closed):
     bcc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
     subject: Subject = ""
     body: str = ""
+    attachments: list[AttachmentIn] = Field(default=[], max_length=100, description=ATTACHMENTS_HELP)
+
+
+Files = tuple[tuple[str, str, bytes], ...]
+
+
+def _draft_files(ctx: Context, items: list[AttachmentIn]) -> Files:
+    # the data-scope check and the handler share one decoding
+    files: Files = ctx.remember(("draft files",), lambda: attached_files(ctx, items))
+    return files
+
+
+def _attach(ctx: Context, draft: Draft, files: Files) -> None:
+    """The files become the draft's, in this order (send_draft sends them as they are)."""
+    OutboundAttachment.objects.bulk_create(
+        OutboundAttachment(tenant=ctx.tenant, draft=draft, filename=name, content_type=ctype, content=data,
+                           sha256=hashlib.sha256(data).hexdigest(), position=i)
+        for i, (name, ctype, data) in enumerate(files)
+    )  # fmt: skip
 
 
 def _create_scope(ctx: Context, data: CreateDraftIn) -> None:
     account_of(ctx, data.account_id)
     recipients(data.to, data.cc, data.bcc)
     _check_body(ctx, data.body)
+    _draft_files(ctx, data.attachments)
 
 
 def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
     found = recipients(data.to, data.cc, data.bcc)
-    return Preview((Change("new draft", None, {"account_id": data.account_id, "recipients": found.count}),))
+    return Preview((Change("new draft", None, {"account_id": data.account_id, "recipients": found.count,
+                                               "attachments": len(data.attachments)}),))  # fmt: skip
 
 
 @operation(
@@ -151,7 +173,9 @@ def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
         tenant=ctx.tenant, account=account, to=found.to, cc=found.cc, bcc=found.bcc, subject=data.subject,
         body=data.body, created_at=ctx.now, updated_at=ctx.now,
     )  # fmt: skip
-    ctx.touch(draft.pk, None, {"draft": "created", "account_id": str(account.pk)})
+    files = _draft_files(ctx, data.attachments)
+    _attach(ctx, draft, files)
+    ctx.touch(draft.pk, None, {"draft": "created", "account_id": str(account.pk), "attachments": len(files)})
     return draft_out(ctx, draft)
 
 
@@ -165,6 +189,11 @@ class UpdateDraftIn(Closed):
     bcc: list[Address] | None = Field(default=None, max_length=ADDRESSES_MAX, description="null: unchanged")
     subject: Subject | None = Field(default=None, description="null: unchanged")
     body: str | None = Field(default=None, description="null: unchanged")
+    attachments: list[AttachmentIn] | None = Field(
+        default=None,
+        max_length=100,
+        description=f"null: unchanged; a list replaces the draft's files ({ATTACHMENTS_HELP})",
+    )
 
 
 _EDITABLE = ("to", "cc", "bcc", "subject", "body")
@@ -174,11 +203,20 @@ def _update_scope(ctx: Context, data: UpdateDraftIn) -> None:
     draft_of(ctx, data.draft_id)
     recipients(data.to or [], data.cc or [], data.bcc or [])
     _check_body(ctx, data.body)
+    if data.attachments is not None:
+        _draft_files(ctx, data.attachments)
 
 
-def _changed_fields(draft: Draft, data: UpdateDraftIn) -> list[str]:
+def _changed_fields(ctx: Context, draft: Draft, data: UpdateDraftIn) -> list[str]:
     new = _updated(draft, data)
-    return [name for name in _EDITABLE if getattr(draft, name) != new[name]]
+    changed = [name for name in _EDITABLE if getattr(draft, name) != new[name]]
+    if data.attachments is not None:
+        held = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
+        given = [(name, ctype, hashlib.sha256(content).hexdigest()) for name, ctype, content in
+                 _draft_files(ctx, data.attachments)]  # fmt: skip
+        if list(held.values_list("filename", "content_type", "sha256")) != given:
+            changed.append("attachments")
+    return changed
 
 
 def _updated(draft: Draft, data: UpdateDraftIn) -> dict[str, Any]:
@@ -196,12 +234,12 @@ def _updated(draft: Draft, data: UpdateDraftIn) -> dict[str, Any]:
 
 def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
     draft = draft_of(ctx, data.draft_id)
-    return Preview((Change(str(draft.pk), None, {"changed": _changed_fields(draft, data)}),))
+    return Preview((Change(str(draft.pk), None, {"changed": _changed_fields(ctx, draft, data)}),))
 
 
 @operation(
     name="update_draft",
-    summary="Change a draft's recipients, subject or body (fields left out stay as they are).",
+    summary="Change a draft's recipients, subject, body or files (fields left out stay as they are).",
     input=UpdateDraftIn,
     output=DraftOut,
     op_class=OpClass.MUTATE,
@@ -213,11 +251,14 @@ def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
 def update_draft(ctx: Context, data: UpdateDraftIn) -> DraftOut:
     draft = Draft.objects.for_tenant(ctx.tenant).select_for_update().get(pk=draft_of(ctx, data.draft_id).pk)
     _agent_may_edit(ctx, draft)
-    changed = _changed_fields(draft, data)
+    changed = _changed_fields(ctx, draft, data)
     for name, value in _updated(draft, data).items():
         setattr(draft, name, value)
     draft.updated_at = ctx.now
     draft.save()
+    if "attachments" in changed:
+        OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).delete()
+        _attach(ctx, draft, _draft_files(ctx, data.attachments or []))
     ctx.touch(draft.pk, None, {"changed": changed})
     return draft_out(ctx, draft)
 
@@ -451,11 +492,6 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
         tenant=ctx.tenant, account=message.account, to=found.to, cc=found.cc, subject=forward_subject(message.subject),
         body=body, source_message=message, created_at=ctx.now, updated_at=ctx.now,
     )  # fmt: skip
-    fit = [stored_attachment(f.filename, f.content_type) for f in files]
-    OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(tenant=ctx.tenant, draft=draft, filename=fit[i][0], content_type=fit[i][1],
-                           content=bytes(f.content), sha256=hashlib.sha256(bytes(f.content)).hexdigest(), position=i)
-        for i, f in enumerate(files)
-    )  # fmt: skip
+    _attach(ctx, draft, tuple((*stored_attachment(f.filename, f.content_type), bytes(f.content)) for f in files))
     ctx.touch(draft.pk, None, {"draft": "created", "forward_of": str(message.pk), "attachments": len(files)})
     return draft_out(ctx, draft)

@@ -1,0 +1,89 @@
+"""The files of an e-mail or a draft as callers give them: new files inline (base64), or attachments of messages
+the caller can read, held to the sending bounds (SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_MAX_BYTES,
+SEND_ATTACHMENTS_TOTAL_MAX_BYTES) before anything is stored or proposed."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from apps.gate.errors import GateError
+from apps.mail.models import Attachment
+from apps.mail.selectors import parse_id
+from apps.operations.context import Context
+from apps.operations.defs.mail_read import message_of
+from apps.operations.defs.shapes import Closed, Id
+from apps.outbound.compose import (
+    attachment_content_type,
+    attachment_filename,
+    check_attachment_limits,
+    decode_base64,
+    stored_attachment,
+)
+
+ATTACHMENTS_HELP = (
+    "files to attach (bounds: SEND_ATTACHMENTS_MAX files, SEND_ATTACHMENT_MAX_BYTES each, "
+    "SEND_ATTACHMENTS_TOTAL_MAX_BYTES in all)"
+)
+
+
+class AttachmentIn(Closed):
+    """One file of an e-mail: either a new file (filename and content_base64, optionally content_type), or an
+    attachment of a message the caller can read (attachment_id alone, as get_message lists it)."""
+
+    filename: str | None = Field(default=None, max_length=255, description="a new file's name, e.g. report.pdf")
+    content_type: str | None = Field(
+        default=None, max_length=255, description="a new file's MIME type, e.g. application/pdf (default: "
+        "application/octet-stream)"
+    )  # fmt: skip
+    content_base64: str | None = Field(
+        default=None, description="a new file's bytes in base64 (RFC 4648, standard alphabet; line breaks allowed)"
+    )
+    attachment_id: Id | None = Field(
+        default=None, description="instead of a new file: the id of an attachment of a message you can read (from "
+        "get_message); its name, type and bytes are sent as they are"
+    )  # fmt: skip
+
+
+def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, bytes]:
+    if item.filename is None:
+        raise GateError.invalid(f"{field}.filename", "is required for a new file (or give attachment_id alone)")
+    if item.content_base64 is None:
+        raise GateError.invalid(f"{field}.content_base64", "is required for a new file (or give attachment_id alone)")
+    name = attachment_filename(item.filename, f"{field}.filename")
+    ctype = attachment_content_type(item.content_type, f"{field}.content_type")
+    return name, ctype, decode_base64(item.content_base64, f"{field}.content_base64",
+                                      ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"])  # fmt: skip
+
+
+def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str, bytes]:
+    """An attachment of a message in the caller's reach: another tenant's id is NOT_FOUND, another workspace's
+    OUT_OF_SCOPE, exactly as for the message itself."""
+    rows = Attachment.objects.for_tenant(ctx.tenant).filter(pk=parse_id(attachment_id, field))
+    found = rows.values_list("message_id", "size").first()
+    if found is None:
+        raise GateError.not_found(field)
+    try:
+        message_of(ctx, str(found[0]))
+    except GateError as error:
+        raise GateError(error.code, error.message.replace("message_id", field), field=field) from None
+    limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
+    if found[1] > limit:
+        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
+    name, ctype, data = rows.values_list("filename", "content_type", "content").get()
+    return (*stored_attachment(name, ctype), bytes(data))
+
+
+def attached_files(ctx: Context, items: list[AttachmentIn]) -> tuple[tuple[str, str, bytes], ...]:
+    """The e-mail's files, in order; the count is refused before anything is decoded or loaded."""
+    check_attachment_limits(ctx.bounds, [0] * len(items), "attachments")
+    files = []
+    for i, item in enumerate(items):
+        field = f"attachments.{i}"
+        if item.attachment_id is not None:
+            if item.filename is not None or item.content_type is not None or item.content_base64 is not None:
+                raise GateError.invalid(field, "give attachment_id alone, or filename and content_base64")
+            files.append(_stored_file(ctx, item.attachment_id, f"{field}.attachment_id"))
+        else:
+            files.append(_new_file(ctx, item, field))
+        check_attachment_limits(ctx.bounds, [len(data) for _, _, data in files], "attachments")
+    return tuple(files)
