@@ -14,7 +14,7 @@ from apps.gate.errors import GateError
 from apps.mail.models import Attachment, Message
 from apps.mail.selectors import parse_id
 from apps.operations.context import Context
-from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, attached_files
+from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, operation
@@ -122,9 +122,6 @@ class CreateDraftIn(Closed):
     subject: Subject = ""
     body: str = ""
     attachments: list[AttachmentIn] = Field(default=[], max_length=100, description=ATTACHMENTS_HELP)
-
-
-Files = tuple[tuple[str, str, bytes], ...]
 
 
 def _draft_files(ctx: Context, items: list[AttachmentIn]) -> Files:

@@ -20,6 +20,9 @@ from apps.outbound.compose import (
     stored_attachment,
 )
 
+# an e-mail's files in order: (file name, content type, bytes)
+Files = tuple[tuple[str, str, bytes], ...]
+
 ATTACHMENTS_HELP = (
     "files to attach (bounds: SEND_ATTACHMENTS_MAX files, SEND_ATTACHMENT_MAX_BYTES each, "
     "SEND_ATTACHMENTS_TOTAL_MAX_BYTES in all)"
@@ -73,7 +76,7 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     return (*stored_attachment(name, ctype), bytes(data))
 
 
-def attached_files(ctx: Context, items: list[AttachmentIn]) -> tuple[tuple[str, str, bytes], ...]:
+def attached_files(ctx: Context, items: list[AttachmentIn]) -> Files:
     """The e-mail's files, in order; the count is refused before anything is decoded or loaded."""
     check_attachment_limits(ctx.bounds, [0] * len(items), "attachments")
     files = []
