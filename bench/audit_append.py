@@ -5,7 +5,7 @@ servers (var/bench). The eight writers are threads with a connection each, all a
 same tenant's chain, so they queue on its chain head: the figure that matters is how many
 events/s that one lock lets through. Afterwards the whole chain is verified (linear: seq 1..N,
 every link intact). Prints both rates, their ratio and the verification rate.
-Target (issue: audit): >= 500 appends/s with 8 writers.
+Change (issue: audit): >= 500 appends/s with 8 writers.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def run_writers(tenant: Tenant, writers: int, per_writer: int) -> float:
     """Seconds for `writers` threads to append `per_writer` events each, one transaction per event."""
     from django.db import connection, transaction
 
-    from apps.audit.log import Target, append_event, input_digest
+    from apps.audit.log import append_event, input_digest
+    from apps.core.changes import Change
 
     ready = threading.Barrier(writers + 1)
     errors: list[BaseException] = []
@@ -66,8 +67,8 @@ def run_writers(tenant: Tenant, writers: int, per_writer: int) -> float:
                         credential_id=f"conn-{n}",
                         credential_kind="oauth",
                         targets=[
-                            Target(id=f"msg-{n}-{i}", before={"folder": "inbox"}, after={"folder": "archive"}),
-                            Target(id=f"thread-{n}-{i}", before={"unread": 2}, after={"unread": 0}),
+                            Change(id=f"msg-{n}-{i}", before={"folder": "inbox"}, after={"folder": "archive"}),
+                            Change(id=f"thread-{n}-{i}", before={"unread": 2}, after={"unread": 0}),
                         ],
                         input_digest=input_digest({"ids": [f"msg-{n}-{i}"], "writer": n}),
                     )

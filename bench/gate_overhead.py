@@ -36,7 +36,8 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from apps.gate.callers import Caller, Door
+    from apps.core.callers import Caller
+    from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
     from apps.mail.importing import import_mail
     from apps.mail.models import Message

@@ -214,7 +214,7 @@ def profile(key: str, message_id: str, calls: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from apps.agents.keys import caller_for_key
-    from apps.gate.callers import Door
+    from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
     from apps.mcp import tools
     from apps.operations.registry import registry

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from apps.gate.callers import Caller, Door, Principal
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door, Principal
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.workspaces.models import DEFAULT_WORKSPACE, Membership
 from tests.conftest import Person
 
@@ -49,9 +50,9 @@ def call(caller: Caller, name: str, input: Any = None, **kw: Any) -> dict[str, A
     return dispatch(caller, door_of(caller), name, {} if input is None else input, **kw).output
 
 
-def refusal(caller: Caller, name: str, input: Any = None, **kw: Any) -> GateError:
+def refusal(caller: Caller, name: str, input: Any = None, **kw: Any) -> OakenError:
     """Dispatch a call that must be refused; the refusal."""
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         call(caller, name, input, **kw)
     return info.value
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from apps.gate.callers import Caller, Principal
+from apps.core.callers import Caller
+from apps.core.kinds import Principal
 from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount
 from tests.callers import call, refusal
 from tests.conftest import Person

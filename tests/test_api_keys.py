@@ -12,9 +12,9 @@ from django.utils import timezone
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Door, Principal
+from apps.core.errors import OakenError
+from apps.core.kinds import Door, Principal
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.gate.models import IdempotencyRecord
 from tests.callers import as_agent, as_person, call, refusal
@@ -99,7 +99,7 @@ def test_bad_input_names_the_field(alice: Person) -> None:
 
 
 def test_a_key_is_never_stored_for_replay(alice: Person) -> None:
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(as_person(alice), Door.UI, "create_api_key", {"scopes": ["read"]}, confirm=True, idempotency_key="k1")
     assert (info.value.code, info.value.field) == ("INVALID_INPUT", "idempotency_key")
     assert not IdempotencyRecord.objects.for_tenant(alice.tenant).exists()

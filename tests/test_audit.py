@@ -16,8 +16,9 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import ProtectedError
 from django.db.transaction import TransactionManagementError
 
-from apps.audit.log import Break, Target, append_event, event_hash, input_digest, verify_all, verify_chain
+from apps.audit.log import Break, append_event, event_hash, input_digest, verify_all, verify_chain
 from apps.audit.models import ZERO_HASH, AuditEvent, AuditImmutableError, ChainHead
+from apps.core.changes import Change
 from apps.workspaces.models import Tenant, Workspace
 from tests.commands import run_json
 from tests.conftest import Person
@@ -35,7 +36,7 @@ def _append(tenant: Tenant, n: int = 1, **overrides: Any) -> list[AuditEvent]:
             "person_id": uuid.uuid4(),
             "credential_id": "conn-1",
             "credential_kind": "oauth",
-            "targets": [Target(id=f"msg-{i}", before={"folder": "inbox"}, after={"folder": "archive"})],
+            "targets": [Change(id=f"msg-{i}", before={"folder": "inbox"}, after={"folder": "archive"})],
             "input_digest": input_digest({"ids": [f"msg-{i}"]}),
         }
         fields.update(overrides)
@@ -72,7 +73,7 @@ def test_an_event_commits_with_the_change_it_records(alice: Person, mallory: Per
             operation="rename_workspace",
             outcome="ok",
             person_id=alice.user.pk,
-            targets=[Target(id=str(alice.workspace.pk), before="default", after="renamed")],
+            targets=[Change(id=str(alice.workspace.pk), before="default", after="renamed")],
         )
     stored = AuditEvent.objects.for_tenant(alice.tenant).get()
     assert stored.pk == event.pk
@@ -238,11 +239,11 @@ def test_concurrent_writers_make_one_linear_chain(alice: Person, mallory: Person
 def test_a_stored_event_hashes_as_it_did_when_appended(alice: Person, mallory: Person) -> None:
     when = datetime(2026, 3, 1, 12, 30, 15, 123457, tzinfo=UTC)
     targets = [
-        Target(id="msg-1", before={"labels": ["b", "a"], "read": False}, after={"labels": [], "read": True}),
+        Change(id="msg-1", before={"labels": ["b", "a"], "read": False}, after={"labels": [], "read": True}),
         # numbers jsonb spells its own way, non-ASCII text, and values JSON has no type for
-        Target(id="n", before={"big": 1e16, "tiny": 1.5e-7, "third": 0.1 + 0.2, "int": 2**62}, after=1.0),
-        Target(id='Fran\u00e7oise \u2603 "q"', before=uuid.UUID(int=7), after=when),
-        Target(id="no floats", before={"z": {"b": None, "a": [1, "\u00e9"]}}, after={1: "int key"}),
+        Change(id="n", before={"big": 1e16, "tiny": 1.5e-7, "third": 0.1 + 0.2, "int": 2**62}, after=1.0),
+        Change(id='Fran\u00e7oise \u2603 "q"', before=uuid.UUID(int=7), after=when),
+        Change(id="no floats", before={"z": {"b": None, "a": [1, "\u00e9"]}}, after={1: "int key"}),
     ]
     appended = []
     for i in range(3):

@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.gate.callers import Door
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.gate.models import ConfirmationToken
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
@@ -32,15 +32,15 @@ def _trashed(p: Person) -> int:
     return Message.objects.for_tenant(p.tenant).filter(folder__kind="trash").count()
 
 
-def _ask(caller: object, data: dict[str, object], **kw: object) -> GateError:
-    with pytest.raises(GateError) as info:
+def _ask(caller: object, data: dict[str, object], **kw: object) -> OakenError:
+    with pytest.raises(OakenError) as info:
         dispatch(caller, Door.MCP, "trash_messages", data, **kw)  # type: ignore[arg-type]
     return info.value
 
 
 def test_a_person_confirms_by_asking_for_exactly_this(alice: Person, mallory: Person, tmp_path: Path) -> None:
     ids = _mail(alice, tmp_path, 11)
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(as_person(alice), Door.UI, "trash_messages", {"message_ids": ids})
     assert info.value.code == "CONFIRMATION_REQUIRED"
     assert info.value.proposal is not None and info.value.proposal["count"] == 11
@@ -118,7 +118,7 @@ def test_a_token_for_another_caller_or_operation_is_refused(alice: Person, mallo
     assert _ask(other_key, {"message_ids": ids}, confirmation_token=token).code == "CONFIRMATION_INVALID"
 
     token = _ask(as_agent(alice), {"message_ids": ids}).proposal["token"]  # type: ignore[index]
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(as_agent(alice), Door.MCP, "mark_read", {"message_ids": ids}, confirmation_token=token)
     assert info.value.code == "CONFIRMATION_INVALID"
 
@@ -153,7 +153,7 @@ def test_twenty_threads_redeeming_one_token_succeed_exactly_once(
         try:
             dispatch(as_agent(alice), Door.MCP, "trash_messages", {"message_ids": ids}, confirmation_token=token)
             outcomes.append("ok")
-        except GateError as error:
+        except OakenError as error:
             outcomes.append(error.code)
         finally:
             connection.close()

@@ -9,9 +9,10 @@ from pydantic import BaseModel, ConfigDict
 
 from apps.accounts.models import User
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Caller, Door
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.gate.models import ExposureSetting
 from apps.operations import plugins
@@ -53,7 +54,7 @@ def test_an_admin_switches_an_operation_off_and_on_for_agents(alice: Person, mal
     assert "search" in _names(as_agent(alice))
     assert _set(alice, "search", "off") == {"target": "search", "level": "off", "previous": "on"}
     assert "search" not in _names(as_agent(alice))
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(as_agent(alice), Door.MCP, "search", {"query": "x"})
     assert info.value.code == "NOT_AVAILABLE"
     # persons are not limited by exposure, and mallory's tenant is unaffected
@@ -68,10 +69,10 @@ def test_an_admin_switches_an_operation_off_and_on_for_agents(alice: Person, mal
 
 
 def test_nothing_raises_an_operation_above_its_ceiling(alice: Person) -> None:
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         _set(alice, "get_raw_message", "on")
     assert (info.value.code, info.value.field) == ("INVALID_INPUT", "level")
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         _set(alice, "no_such_operation", "on")
     assert info.value.code == "NOT_FOUND"
     ExposureSetting.objects.create(tenant=alice.tenant, target="verify_audit", level="on")  # even a forged row
@@ -81,11 +82,11 @@ def test_nothing_raises_an_operation_above_its_ceiling(alice: Person) -> None:
 def test_exposure_changes_are_for_admins_and_persons_only(alice: Person) -> None:
     member = User.objects.create_user(email="member@example.test", password="x")
     Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(Caller.person(Membership.objects.get(user=member)), Door.UI, "set_operation_exposure",
                  {"operation": "search", "level": "off"}, confirm=True)  # fmt: skip
     assert info.value.code == "FORBIDDEN"
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(as_agent(alice), Door.MCP, "set_operation_exposure", {"operation": "search", "level": "off"})
     assert info.value.code == "NOT_AVAILABLE"
     assert not ExposureSetting.objects.for_tenant(alice.tenant).exists()
@@ -105,7 +106,7 @@ def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> Non
 def test_an_allow_list_narrows_what_a_credential_is_offered(alice: Person) -> None:
     narrow = as_agent(alice, allow_list={"list_accounts", "get_message", "get_raw_message"})
     assert _names(narrow) == {"list_accounts", "get_message"}
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         dispatch(narrow, Door.MCP, "search", {"query": "x"})
     assert info.value.code == "NOT_AVAILABLE"
 

@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict
 
 from apps.accounts.models import User
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Caller, Door, DoorMismatchError
+from apps.core.callers import Caller, DoorMismatchError
+from apps.core.errors import NOT_AVAILABLE_MESSAGE, OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import NOT_AVAILABLE_MESSAGE, GateError
 from apps.gate.exposure import offered_operations
 from apps.gate.internal import call_internal
 from apps.gate.models import ExposureSetting
@@ -196,7 +197,7 @@ def test_an_internal_operation_runs_only_on_the_internal_door(alice: Person, bro
 def test_a_persons_only_operation_is_refused_to_agents_and_the_system(alice: Person, broken_ops: None) -> None:
     assert dispatch(as_person(alice), Door.CLI, "test_send_personal", {"message_id": "x"}).output == {"ok": True}
     for caller in (Caller.internal(alice.tenant), as_agent(alice, scopes={"send"})):
-        with pytest.raises(GateError) as info:
+        with pytest.raises(OakenError) as info:
             dispatch(caller, door_of(caller), "test_send_personal", {"message_id": "x"})
         assert info.value.code == "NOT_AVAILABLE"
 
@@ -247,7 +248,7 @@ def test_an_output_that_fails_validation_commits_nothing(alice: Person, tmp_path
 def test_the_internal_door_runs_as_the_system_within_one_tenant(alice: Person, mallory: Person, tmp_path: Path) -> None:
     mine, theirs = _mail(alice, tmp_path), _mail(mallory, tmp_path)
     assert call_internal(alice.tenant, "get_message", {"message_id": mine[0]}).output["message"]["id"] == mine[0]
-    with pytest.raises(GateError) as info:
+    with pytest.raises(OakenError) as info:
         call_internal(alice.tenant, "get_message", {"message_id": theirs[0]})
     assert info.value.code == "NOT_FOUND"
     assert _events(alice)[-1].principal == "internal"
@@ -261,7 +262,7 @@ def test_verify_runs_after_every_check_and_outside_the_transaction(alice: Person
     def verify(ctx: object, data: Nothing) -> None:
         seen.append((data.message_id, connection.in_atomic_block))
         if data.message_id == "refused":
-            raise GateError.invalid("message_id", "the server said no")
+            raise OakenError.invalid("message_id", "the server said no")
 
     def handler(ctx: object, data: Nothing) -> Ok:
         seen.append(("handler", connection.in_atomic_block))

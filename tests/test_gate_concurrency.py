@@ -9,7 +9,7 @@ from django.db import connection
 
 from apps.audit.log import verify_chain
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Door
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
 from tests.callers import as_agent, as_person
 from tests.conftest import Person

@@ -17,7 +17,7 @@ import pytest
 from pytest_django import DjangoDbBlocker, Settings
 
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Caller
+from apps.core.callers import Caller
 from apps.mail.models import Folder, Label, Message, MessageLabel
 from apps.operations.registry import registry
 from tests.mailbox import (

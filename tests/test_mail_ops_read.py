@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pytest_django import DjangoDbBlocker, Settings
 
-from apps.gate.errors import NOT_AVAILABLE_MESSAGE
+from apps.core.errors import NOT_AVAILABLE_MESSAGE
 from apps.mail.models import Message
 from apps.mail.selectors import NAME_AN_ACCOUNT
 from apps.operations.defs.shapes import encode_cursor

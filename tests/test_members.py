@@ -13,9 +13,9 @@ from oauth2_provider.models import Application
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey, Connection
 from apps.audit.models import AuditEvent
-from apps.gate.callers import Door
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.workspaces.models import Membership, Workspace
 from tests.callers import as_person, call, joined, membership, refusal
 from tests.conftest import Person
@@ -34,7 +34,7 @@ def _set_role(by: Person, whom: Person, role: str) -> dict[str, Any]:
     return call(as_person(by), "change_member_role", {"membership_id": _id(whom), "role": role}, confirm=True)
 
 
-def _role_refusal(by: Person, whom: Person, role: str) -> GateError:
+def _role_refusal(by: Person, whom: Person, role: str) -> OakenError:
     return refusal(as_person(by), "change_member_role", {"membership_id": _id(whom), "role": role}, confirm=True)
 
 
@@ -42,7 +42,7 @@ def _remove(by: Person, whom: Person) -> dict[str, Any]:
     return call(as_person(by), "remove_member", {"membership_id": _id(whom)}, confirm=True)
 
 
-def _remove_refusal(by: Person, whom: Person) -> GateError:
+def _remove_refusal(by: Person, whom: Person) -> OakenError:
     return refusal(as_person(by), "remove_member", {"membership_id": _id(whom)}, confirm=True)
 
 
@@ -230,7 +230,7 @@ def _race(people: list[Person], name: str, body: Any) -> list[str]:
         try:
             dispatch(callers[i], Door.UI, name, bodies[i], confirm=True)
             outcomes.append("ok")
-        except GateError as refused:
+        except OakenError as refused:
             outcomes.append(refused.code)
         except BaseException as exc:  # reported by the assertion
             outcomes.append(repr(exc))

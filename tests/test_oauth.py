@@ -17,7 +17,7 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 
 from apps.agents.connections import caller_for_token
 from apps.agents.models import Connection
-from apps.gate.callers import Principal
+from apps.core.kinds import Principal
 from apps.oauth.tasks import forget_unused_clients
 from config.redis_client import redis_client
 from tests.callers import as_person, call, refusal
@@ -175,7 +175,8 @@ def test_unused_registrations_are_forgotten(db: None, browser: Client, settings)
 
 def create_tenant_for(person: Person) -> Any:
     """A second tenant the person belongs to (as OWNER)."""
-    from apps.workspaces.models import Membership, Role, Tenant, Workspace
+    from apps.core.kinds import Role
+    from apps.workspaces.models import Membership, Tenant, Workspace
 
     tenant = Tenant.objects.create(name="Team B")
     Workspace.objects.create(tenant=tenant, name="default")

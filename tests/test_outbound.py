@@ -14,7 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.outbound import delivery
 from apps.outbound import requests as outbound_requests
@@ -81,7 +81,7 @@ def test_an_agent_request_waits_for_a_person_and_is_delivered_once(
 
     # nobody but a person of this tenant decides: not the agent, not the system, not another tenant
     assert refusal(agent, "approve_outbound", {"request_id": made["request_id"]}).code == "NOT_AVAILABLE"
-    with pytest.raises(GateError) as by_the_system:
+    with pytest.raises(OakenError) as by_the_system:
         call_internal(alice.tenant, "approve_outbound", {"request_id": made["request_id"]})
     assert by_the_system.value.code == "NOT_AVAILABLE" and _row(alice, made["request_id"]).state == "awaiting_approval"
     assert refusal(as_person(mallory), "approve_outbound", {"request_id": made["request_id"]}).code == "NOT_FOUND"

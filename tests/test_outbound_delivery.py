@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.audit.log import input_digest
 from apps.audit.models import AuditEvent
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.outbound import delivery
 from apps.outbound import requests as outbound_requests
@@ -191,7 +191,7 @@ def test_nothing_is_retried_once_data_began_whatever_a_worker_reports(alice: Per
     assert (claimed["state"], claimed["attempt"]) == ("sending", 1)
     call_internal(alice.tenant, "begin_outbound_data", {"request_id": rid, "attempt": 1})
     # DATA may begin once per claim
-    with pytest.raises(GateError) as twice:
+    with pytest.raises(OakenError) as twice:
         call_internal(alice.tenant, "begin_outbound_data", {"request_id": rid, "attempt": 1})
     assert twice.value.code == "CONFLICT"
     report = {"request_id": rid, "attempt": 1, "outcome": "temporary", "error": "smtp_deferred"}
@@ -212,7 +212,7 @@ def test_a_claim_taken_back_can_never_begin_data(alice: Person, world: dict[str,
     second = call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid}).output
     assert second["attempt"] == 2
     for name, extra in (("begin_outbound_data", {}), ("record_outbound_outcome", {"outcome": "sent"})):
-        with pytest.raises(GateError) as late:
+        with pytest.raises(OakenError) as late:
             call_internal(alice.tenant, name, {"request_id": rid, "attempt": 1, **extra})
         assert (late.value.code, late.value.field) == ("CONFLICT", "attempt")
     call_internal(alice.tenant, "begin_outbound_data", {"request_id": rid, "attempt": 2})
@@ -244,7 +244,7 @@ def test_the_workers_steps_are_for_the_system_only_on_every_door(
     assert over_mcp["result"]["isError"] is True
     assert json.loads(over_mcp["result"]["content"][0]["text"])["error"]["code"] == "NOT_AVAILABLE"
     # another tenant's system sees alice's request as nonexistent
-    with pytest.raises(GateError) as theirs:
+    with pytest.raises(OakenError) as theirs:
         call_internal(mallory.tenant, "claim_outbound_send", {"request_id": rid})
     assert (theirs.value.code, theirs.value.field) == ("NOT_FOUND", "request_id")
     assert _row(alice, rid).state == "queued" and _row(alice, rid).attempts == 0
@@ -273,7 +273,7 @@ def test_a_person_records_that_an_unknown_request_was_not_sent(
     settle = {"request_id": rid, "outcome": "not_sent"}
     # nobody but a person who can see the request decides: not the agent, not the system, not another tenant
     assert refusal(agent, "settle_outbound_request", settle).code == "NOT_AVAILABLE"
-    with pytest.raises(GateError) as system:
+    with pytest.raises(OakenError) as system:
         call_internal(alice.tenant, "settle_outbound_request", settle)
     assert system.value.code == "NOT_AVAILABLE"
     assert refusal(as_person(mallory), "settle_outbound_request", settle, confirm=True).code == "NOT_FOUND"
@@ -333,14 +333,14 @@ def test_a_workers_late_answer_after_the_sweeper_gave_it_up_is_recorded(
     call_internal(alice.tenant, "begin_outbound_data", {"request_id": rid, "attempt": 1})
     # the sweeper looked just before DATA began: its cut is older than the worker's last step
     looked = (timezone.now() - timedelta(minutes=1)).isoformat()
-    with pytest.raises(GateError) as not_lost:
+    with pytest.raises(OakenError) as not_lost:
         call_internal(alice.tenant, "recover_outbound_send", {"request_id": rid, "attempt": 1, "silent_since": looked})
     assert not_lost.value.code == "CONFLICT" and _row(alice, rid).state == "sending"
     stale = timezone.now() + timedelta(seconds=settings.OPERATIONS["SENDING_STALE_SECONDS"] + 1)
     assert delivery.sweep(stale)["unknown"] == 1
     assert (_row(alice, rid).state, _row(alice, rid).error) == ("unknown", "worker_lost_after_data")
     # another attempt's answer, or one that knows no more, changes nothing
-    with pytest.raises(GateError):
+    with pytest.raises(OakenError):
         call_internal(alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 2, "outcome": "sent"})
     still = call_internal(alice.tenant, "record_outbound_outcome",
                           {"request_id": rid, "attempt": 1, "outcome": "unknown"}).output  # fmt: skip
@@ -351,7 +351,7 @@ def test_a_workers_late_answer_after_the_sweeper_gave_it_up_is_recorded(
             if op == "record_outbound_outcome" and outcome == "ok" and "state" in after] == ["sent"]  # fmt: skip
     # mallory's request, in her own tenant, is untouched by alice's sweep and unreachable from alice's tenant
     assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=theirs["request_id"]).state == "queued"
-    with pytest.raises(GateError) as hidden:
+    with pytest.raises(OakenError) as hidden:
         call_internal(alice.tenant, "claim_outbound_send", {"request_id": theirs["request_id"]})
     assert hidden.value.code == "NOT_FOUND"
 
@@ -365,6 +365,6 @@ def test_a_claim_before_a_retrys_time_is_refused(alice: Person, world: dict[str,
     call_internal(alice.tenant, "record_outbound_outcome",
                   {"request_id": rid, "attempt": 1, "outcome": "temporary", "error": "smtp_unreachable"})  # fmt: skip
     assert _row(alice, rid).state == "queued"
-    with pytest.raises(GateError) as early:
+    with pytest.raises(OakenError) as early:
         call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
     assert early.value.code == "CONFLICT" and (_row(alice, rid).state, _row(alice, rid).attempts) == ("queued", 1)

@@ -10,13 +10,13 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from apps.audit.models import AuditEvent
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.operations.registry import (
     ALWAYS,
     Callers,
     Ceiling,
-    Change,
     DefinitionError,
     OpClass,
     Preview,
@@ -186,7 +186,7 @@ def test_a_persons_decisions_are_for_persons_only() -> None:
 @pytest.mark.django_db
 def test_the_system_cannot_make_a_persons_decision(alice: Person, mallory: Person) -> None:
     for name in PERSON_DECISIONS:
-        with pytest.raises(GateError) as refused:
+        with pytest.raises(OakenError) as refused:
             call_internal(alice.tenant, name, {})
         assert refused.value.code == "NOT_AVAILABLE", name
     assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()

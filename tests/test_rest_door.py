@@ -1,4 +1,4 @@
-"""The REST door: session + CSRF, one POST path per operation, GateErrors as HTTP statuses, Oaken-Tenant."""
+"""The REST door: session + CSRF, one POST path per operation, domain errors as HTTP statuses, Oaken-Tenant."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils.crypto import get_random_string
 
 from apps.accounts.models import User
 from apps.audit.models import AuditEvent
-from apps.gate.errors import NOT_AVAILABLE_MESSAGE
+from apps.core.errors import NOT_AVAILABLE_MESSAGE
 from apps.mail.importing import import_mail
 from apps.mail.models import Label, Message
 from apps.operations.registry import Callers, registry

@@ -8,10 +8,12 @@ import uuid
 import pytest
 
 from apps.accounts.models import User
+from apps.core.ids import new_id
+from apps.core.kinds import Role
 from apps.mail.models import MailAccount, Message
-from apps.workspaces.models import Membership, Role, Workspace
+from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import NotAMemberError, access_membership
-from apps.workspaces.tenancy import UnscopedQueryError, new_id
+from apps.workspaces.tenancy import UnscopedQueryError
 from tests.commands import run_json
 from tests.conftest import Person
 

@@ -9,7 +9,7 @@ from django.contrib.auth.models import PermissionsMixin
 from django.db import models
 from django.utils import timezone
 
-from apps.workspaces.tenancy import new_id
+from apps.core.ids import new_id
 
 
 def normalize_email(email: str) -> str:

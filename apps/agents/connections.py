@@ -10,7 +10,7 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken
 
 from apps.agents.models import Connection, ConnectionToken
-from apps.gate.callers import Caller
+from apps.core.callers import Caller
 from apps.workspaces.models import Membership, current_role
 
 # last-use times are kept to the minute, as for API keys

@@ -10,7 +10,7 @@ from typing import cast
 from django.utils import timezone
 
 from apps.agents.models import ApiKey
-from apps.gate.callers import Caller
+from apps.core.callers import Caller
 from apps.workspaces.models import Membership, current_role
 
 KEY_PREFIX = "oak_"

@@ -1,7 +1,7 @@
 """The REST door for the console: POST /api/v1/ops/<name> per operation, GET /api/v1/ops, OpenAPI 3.1.
 
 A door only translates: it authenticates (session + CSRF), builds the person's Caller,
-hands the JSON body to `dispatch`, and renders the Result or the GateError.
+hands the JSON body to `dispatch`, and renders the Result or the OakenError.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate import payload
-from apps.gate.callers import Caller, Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.operations.registry import Operation
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
@@ -41,7 +42,7 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
-def error_response(error: GateError) -> Response:
+def error_response(error: OakenError) -> Response:
     status = 413 if isinstance(error, payload.BodyTooLargeError) else error.http_status
     response = Response({"error": error.as_dict()}, status=status)
     if error.retry_after is not None:
@@ -51,14 +52,14 @@ def error_response(error: GateError) -> Response:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's own refusals (authentication, CSRF, parsing) in the one error shape."""
-    if isinstance(exc, GateError):
+    if isinstance(exc, OakenError):
         return error_response(exc)
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        return error_response(GateError("UNAUTHENTICATED", "sign in first"))
+        return error_response(OakenError("UNAUTHENTICATED", "sign in first"))
     if isinstance(exc, drf_exceptions.PermissionDenied):
-        return error_response(GateError("FORBIDDEN", "this request was refused (CSRF or permission)"))
+        return error_response(OakenError("FORBIDDEN", "this request was refused (CSRF or permission)"))
     if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
-        return error_response(GateError.invalid("", "the body must be a JSON object"))
+        return error_response(OakenError.invalid("", "the body must be a JSON object"))
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
         return Response({"error": {"code": "INVALID_INPUT", "message": "method not allowed"}}, status=405)
     return None
@@ -76,7 +77,7 @@ def person_caller(request: Request) -> Caller:
     try:
         membership = access_membership(user=request.user, tenant_id=tenant_id)
     except NotAMemberError:
-        raise GateError.not_found("tenant") from None
+        raise OakenError.not_found("tenant") from None
     return Caller.person(membership)
 
 
@@ -114,9 +115,9 @@ def operation_view(op: Operation) -> Any:
 
 
 def call_operation(request: Request, name: str) -> Response:
-    """Dispatch one call of `name` with the JSON body, and render its output or its GateError."""
+    """Dispatch one call of `name` with the JSON body, and render its output or its OakenError."""
     if not isinstance(request.data, dict):
-        return error_response(GateError.invalid("", "the body must be a JSON object"))
+        return error_response(OakenError.invalid("", "the body must be a JSON object"))
     try:
         result = dispatch(
             person_caller(request),
@@ -126,7 +127,7 @@ def call_operation(request: Request, name: str) -> Response:
             confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
-    except GateError as error:
+    except OakenError as error:
         return error_response(error)
     response = Response(result.output)
     if result.replayed:
@@ -161,7 +162,7 @@ class OperationListView(APIView):
     def get(self, request: Request) -> Response:
         try:
             caller = person_caller(request)
-        except GateError as error:
+        except OakenError as error:
             return error_response(error)
         rows = [
             {"name": op.name, "summary": op.summary, "op_class": op.op_class.value, "needs_role": op.role}

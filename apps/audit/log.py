@@ -20,7 +20,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
-from apps.audit.models import ZERO_HASH, AuditEvent, CredentialKind, Door, Principal
+from apps.audit.models import ZERO_HASH, AuditEvent
+from apps.core.changes import Change
+from apps.core.kinds import CredentialKind, Door, Principal
 from apps.workspaces.models import Tenant
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -28,15 +30,6 @@ _PRINCIPALS = frozenset(Principal.values)
 _DOORS = frozenset(Door.values)
 _CREDENTIAL_KINDS = frozenset(CredentialKind.values)
 _WALK_CHUNK = 2000
-
-
-@dataclass(frozen=True)
-class Target:
-    """An id the call touched, with its value before and after where that is useful (never mail text)."""
-
-    id: str
-    before: object = None
-    after: object = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +156,7 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def _stored_form(targets: Sequence[Target]) -> Any:
+def _stored_form(targets: Sequence[Change]) -> Any:
     """The targets exactly as they will read back from the database, which is what gets hashed."""
     value = json.loads(canonical_json([{"id": str(t.id), "before": t.before, "after": t.after} for t in targets]))
     if _has_float(value):
@@ -242,7 +235,7 @@ def append_event(
     person_id: uuid.UUID | None = None,
     credential_id: str = "",
     credential_kind: str = "",
-    targets: Sequence[Target] = (),
+    targets: Sequence[Change] = (),
     input_digest: str = "",
     durable: bool = True,
 ) -> AuditEvent:

@@ -6,6 +6,7 @@ from typing import Any, NoReturn
 
 from django.db import models
 
+from apps.core.kinds import CredentialKind, Door, Principal
 from apps.workspaces.tenancy import TenantManager, TenantQuerySet
 
 ZERO_HASH = "0" * 64
@@ -13,25 +14,6 @@ ZERO_HASH = "0" * 64
 
 class AuditImmutableError(RuntimeError):
     """Audit rows are written once, by apps.audit.log.append_event, and never changed or removed."""
-
-
-class Principal(models.TextChoices):
-    PERSON = "person", "Person"
-    AGENT = "agent", "Agent"
-    INTERNAL = "internal", "Internal"
-
-
-class Door(models.TextChoices):
-    UI = "ui", "Web console"
-    CLI = "cli", "Command line"
-    MCP = "mcp", "MCP"
-    INTERNAL = "internal", "Internal"
-
-
-class CredentialKind(models.TextChoices):
-    NONE = "", "None"
-    OAUTH = "oauth", "OAuth connection"
-    APIKEY = "apikey", "API key"
 
 
 def _refuse_change(what: str) -> NoReturn:

@@ -9,8 +9,8 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from apps.gate.callers import Caller
-from apps.gate.errors import GateError
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
 from apps.gate.models import ConfirmationToken
 
 
@@ -61,11 +61,11 @@ def redeem(*, caller: Caller, token: str, operation: str, digest: str) -> None:
             burned.used_at = now
             burned.save(update_fields=["used_at"])
     if burned is None:
-        raise GateError("CONFIRMATION_INVALID", "confirmation_token is unknown, used or revoked; ask again")
+        raise OakenError("CONFIRMATION_INVALID", "confirmation_token is unknown, used or revoked; ask again")
     if burned.expires_at <= now:
-        raise GateError("CONFIRMATION_INVALID", "confirmation_token has expired; ask again")
+        raise OakenError("CONFIRMATION_INVALID", "confirmation_token has expired; ask again")
     if burned.caller_key != caller.key or burned.operation != operation or burned.input_digest != digest:
-        raise GateError(
+        raise OakenError(
             "CONFIRMATION_INVALID",
             "confirmation_token was issued for another call; it is now spent, ask again",
         )

@@ -17,15 +17,17 @@ from django.db import connection, transaction
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
-from apps.audit.log import Target, append_event, input_digest
+from apps.audit.log import append_event, input_digest
+from apps.core.callers import Caller, DoorMismatchError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.ids import new_id
+from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.gate import confirmation
-from apps.gate.callers import DOORS_OF, Caller, Door, DoorMismatchError, Principal
-from apps.gate.errors import GateError
 from apps.gate.exposure import is_offered, is_permitted
 from apps.gate.models import IdempotencyRecord
 from apps.operations.context import Context
 from apps.operations.registry import OpClass, Operation, Preview, registry
-from apps.workspaces.tenancy import new_id
 
 log = logging.getLogger("oaken.gate")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -40,7 +42,7 @@ class Result:
     replayed: bool = False
 
 
-class _Audited(GateError):
+class _Audited(OakenError):
     """A refusal whose audit event was already written with the change it belongs to."""
 
 
@@ -54,7 +56,7 @@ def dispatch(
     confirmation_token: str | None = None,
     idempotency_key: str | None = None,
 ) -> Result:
-    """Check, run and audit one call of operation `name`; raises GateError on any refusal."""
+    """Check, run and audit one call of operation `name`; raises OakenError on any refusal."""
     door = Door(door)
     if door not in DOORS_OF[caller.principal]:
         raise DoorMismatchError(f"a {caller.principal} cannot call through the {door} door")
@@ -67,7 +69,7 @@ def dispatch(
         digest = input_digest(data.model_dump(mode="json"))
         if idempotency_key is not None and op.returns_secret:
             # a replay would need the secret stored beside the key
-            raise GateError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
+            raise OakenError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
         if idempotency_key is not None:
             # A key that already succeeded answers as it did then, whatever has changed since
             # (the message it deleted is gone, the confirmation it needed was given).
@@ -88,7 +90,7 @@ def dispatch(
         return _run(ctx, op, data, digest, idempotency_key)
     except _Audited:
         raise
-    except GateError as refusal:
+    except OakenError as refusal:
         _audit_refusal(caller, door, op_name, refusal.code, digest)
         raise
 
@@ -96,7 +98,7 @@ def dispatch(
 def _exposure(caller: Caller, name: str) -> Operation:
     op = registry.get(name) if isinstance(name, str) else None
     if op is None or not is_offered(caller, op):
-        raise GateError.not_available()
+        raise OakenError.not_available()
     return op
 
 
@@ -110,19 +112,19 @@ def _authority(caller: Caller, op: Operation) -> None:
             if caller.credential_kind == "apikey"
             else "a person reconnects the assistant and ticks it on the consent screen"
         )
-        raise GateError(
+        raise OakenError(
             "INSUFFICIENT_SCOPE",
             f"this needs the '{label}' permission ({op.scope.value}), which was not granted; to grant it, {how}",
             missing_scope=op.scope.value,
         )
-    raise GateError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
+    raise OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
 
 
 def _parse(op: Operation, raw: Any) -> BaseModel:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise GateError.invalid("", "input must be a JSON object")
+        raise OakenError.invalid("", "input must be a JSON object")
     try:
         return op.input_model.model_validate(raw)
     except ValidationError as exc:
@@ -135,12 +137,12 @@ def _parse(op: Operation, raw: Any) -> BaseModel:
             message = "is not a field of this operation"
         else:
             message = str(first["msg"])
-        raise GateError.invalid(field, message) from None
+        raise OakenError.invalid(field, message) from None
 
 
 def _class(caller: Caller, op: Operation) -> None:
     if op.op_class == OpClass.SEND and caller.principal == Principal.AGENT:
-        raise GateError("FORBIDDEN", "agents cannot send; they request outbound mail, which a person approves")
+        raise OakenError("FORBIDDEN", "agents cannot send; they request outbound mail, which a person approves")
 
 
 def proposal(op: Operation, preview: Preview | None) -> dict[str, Any]:
@@ -165,7 +167,7 @@ def _confirmation(
         if confirm:
             return
         preview = op.preview(ctx, data) if op.preview is not None else None
-        raise GateError(
+        raise OakenError(
             "CONFIRMATION_REQUIRED",
             "confirm this change: repeat the call with confirm set",
             proposal=proposal(op, preview),
@@ -200,7 +202,7 @@ def _limits(op: Operation, data: BaseModel) -> None:
         size = value if isinstance(value, int) else len(value)
         maximum = settings.OPERATIONS[bound.setting]
         if size > maximum:
-            raise GateError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
+            raise OakenError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
 
 
 def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
@@ -209,11 +211,11 @@ def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
     assert op.verify is not None
     try:
         op.verify(ctx, data)
-    except GateError:
+    except OakenError:
         raise
     except Exception as exc:
         log.error("operation %s failed to verify its input: %s", op.name, type(exc).__name__)
-        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 
 def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_key: str | None) -> Result:
@@ -240,21 +242,21 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                     caller_key=caller.key, operation=op.name, key=idempotency_key
                 ).update(response=output)
             _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
-    except GateError:
+    except OakenError:
         raise
     except ValidationError:
         # the handler returned something its output model does not allow: a bug, and nothing commits
         log.error("operation %s returned an invalid output", op.name)
-        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
     except Exception as exc:
         log.error("operation %s failed: %s", op.name, type(exc).__name__)
-        raise GateError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
     return Result(op.name, output)
 
 
 def _check_key(key: str) -> None:
     if not key or len(key) > 255:
-        raise GateError.invalid("idempotency_key", "must be 1 to 255 characters")
+        raise OakenError.invalid("idempotency_key", "must be 1 to 255 characters")
 
 
 def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
@@ -269,7 +271,7 @@ def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> d
     if first is None:
         return None
     if first[0] != digest:
-        raise GateError(
+        raise OakenError(
             "IDEMPOTENCY_MISMATCH", "idempotency_key was already used with a different input", field="idempotency_key"
         )
     return dict(first[1])
@@ -313,7 +315,7 @@ def _append(
         person_id=caller.user.pk if caller.user is not None else None,
         credential_id=caller.credential_id,
         credential_kind=caller.credential_kind,
-        targets=[Target(c.id, c.before, c.after) for c in touched or ()],
+        targets=[Change(c.id, c.before, c.after) for c in touched or ()],
         input_digest=digest,
         durable=durable,
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.db import connection
 
-from apps.gate.callers import Caller, Principal
+from apps.core.callers import Caller
+from apps.core.kinds import Principal, Role
 from apps.operations.registry import Callers, Ceiling, Operation, registry
-from apps.workspaces.models import Role, Tenant
+from apps.workspaces.models import Tenant
 
 
 def tenant_settings(tenant: Tenant) -> dict[str, str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.gate.callers import Caller, Door
+from apps.core.callers import Caller
+from apps.core.kinds import Door
 from apps.gate.dispatch import Result, dispatch
 from apps.workspaces.models import Tenant
 

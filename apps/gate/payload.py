@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 
 JSON_CONTAINERS_MAX = 20_000
 
@@ -24,7 +24,7 @@ class _Readable(Protocol):
     def read(self, size: int = -1) -> bytes: ...
 
 
-class BodyTooLargeError(GateError):
+class BodyTooLargeError(OakenError):
     """LIMIT_EXCEEDED for a whole body: the doors answer it with HTTP 413."""
 
     def __init__(self) -> None:
@@ -56,5 +56,5 @@ def loads(raw: bytes | str) -> Any:
     operation takes; raises ValueError (or RecursionError) when it is not JSON."""
     data = raw.encode() if isinstance(raw, str) else raw
     if data.count(b"{") + data.count(b"[") > JSON_CONTAINERS_MAX:
-        raise GateError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
+        raise OakenError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
     return json.loads(data, parse_constant=_no_constant)

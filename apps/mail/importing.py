@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.ids import new_id
 from apps.mail.bulk import copy_rows, text_array
 from apps.mail.models import (
     STANDARD_FOLDERS,
@@ -41,7 +42,6 @@ from apps.mail.rows import MessageRow, row_or_reason
 from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
 from apps.mail.threader import Threader, is_reply_subject
 from apps.workspaces.models import Tenant, Workspace
-from apps.workspaces.tenancy import new_id
 
 _PARSE_BATCH_TIMEOUT = 600
 _T = TypeVar("_T")

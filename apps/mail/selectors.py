@@ -7,13 +7,13 @@ an id that does not exist; an id in a workspace the caller was not granted is OU
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.mail.models import Folder, Label, MailAccount, Message, Thread
 from apps.workspaces.models import Tenant
 
@@ -42,19 +42,12 @@ class Reach:
     def require_account(self, account_id: str | None) -> None:
         """A call across every account is refused when the reach is restricted."""
         if account_id is None and self.restricted:
-            raise GateError("OUT_OF_SCOPE", NAME_AN_ACCOUNT, field="account_id")
-
-
-def parse_id(value: str, field: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise GateError.not_found(field) from None
+            raise OakenError("OUT_OF_SCOPE", NAME_AN_ACCOUNT, field="account_id")
 
 
 def _in_reach(reach: Reach, workspace_name: str, field: str) -> None:
     if reach.workspaces is not None and workspace_name not in reach.workspaces:
-        raise GateError("OUT_OF_SCOPE", f"{field}: outside the workspaces this connection may reach", field=field)
+        raise OakenError("OUT_OF_SCOPE", f"{field}: outside the workspaces this connection may reach", field=field)
 
 
 def access_account(reach: Reach, account_id: str, field: str = "account_id") -> MailAccount:
@@ -65,7 +58,7 @@ def access_account(reach: Reach, account_id: str, field: str = "account_id") -> 
         .first()
     )
     if account is None:
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     _in_reach(reach, account.workspace.name, field)
     return account
 
@@ -81,7 +74,7 @@ def access_messages(reach: Reach, message_ids: Sequence[str], field: str = "mess
         .defer("text_body", "html_body")
     }
     if len(found) != len(wanted):
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     for message in found.values():
         _in_reach(reach, message.account.workspace.name, field)
     return [found[pk] for pk in wanted]
@@ -95,7 +88,7 @@ def access_message(reach: Reach, message_id: str, field: str = "message_id") -> 
         .first()
     )
     if message is None:
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     _in_reach(reach, message.account.workspace.name, field)
     return message
 
@@ -108,7 +101,7 @@ def access_thread(reach: Reach, thread_id: str, field: str = "thread_id") -> Thr
         .first()
     )
     if thread is None:
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     _in_reach(reach, thread.account.workspace.name, field)
     return thread
 
@@ -120,7 +113,7 @@ def access_labels(reach: Reach, label_ids: Sequence[str], field: str = "label_id
         for label in Label.objects.for_tenant(reach.tenant).filter(pk__in=wanted).select_related("account__workspace")
     }
     if len(found) != len(wanted):
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     for label in found.values():
         _in_reach(reach, label.account.workspace.name, field)
     return [found[pk] for pk in wanted]
@@ -131,5 +124,5 @@ def access_folder(account: MailAccount, folder: str, field: str = "folder") -> F
     folders = Folder.objects.for_tenant(account.tenant).filter(account=account)
     found = folders.filter(kind=folder).exclude(kind="custom").first() or folders.filter(name=folder).first()
     if found is None:
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     return found

@@ -40,7 +40,8 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 from imapclient.response_parser import parse_fetch_response
 
-from apps.audit.log import Target, append_event
+from apps.audit.log import append_event
+from apps.core.changes import Change
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.imapfetch import fetch_messages, fetch_sizes
@@ -106,7 +107,7 @@ def folder_kind(name: str, flags: Sequence[bytes]) -> FolderKind:
     return FolderKind.CUSTOM
 
 
-def _audit(tenant: Tenant, targets: list[Target]) -> None:
+def _audit(tenant: Tenant, targets: list[Change]) -> None:
     """Record what a sync changed in messages people already had (flags, folders, removals), inside the
     transaction that changed it: ids and values, never mail text. Storing new mail is not an event."""
     for start in range(0, len(targets), _AUDIT_TARGETS_MAX):
@@ -116,7 +117,7 @@ def _audit(tenant: Tenant, targets: list[Target]) -> None:
         )  # fmt: skip
 
 
-def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bool]]) -> tuple[list[Target], int]:
+def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bool]]) -> tuple[list[Change], int]:
     """Give these messages the server's (\\Seen, \\Flagged) as (read, pinned), inside the caller's transaction.
 
     A flag that changed in Oaken and is not on the server yet keeps Oaken's (newer) value; the other flag is
@@ -159,7 +160,7 @@ def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bo
             before["read"], after["read"] = not seen, seen
         if pk in pin_changed:
             before["pinned"], after["pinned"] = not flagged, flagged
-        targets.append(Target(str(pk), before, after))
+        targets.append(Change(str(pk), before, after))
     return targets, held_back
 
 
@@ -226,7 +227,7 @@ class _FolderStore(MessageStore):
             .values_list("pk", "message_id", "content_hash", "folder_id", "imap_folder_id", "imap_missing_since")
         }
         flags: dict[uuid.UUID, tuple[bool, bool]] = {}
-        targets: list[Target] = []
+        targets: list[Change] = []
         for item, p in duplicates:
             assert isinstance(item, ImapItem)
             key = (p.message_id.replace("\x00", "\ufffd")[:_ID_MAX], p.content_hash)
@@ -235,7 +236,7 @@ class _FolderStore(MessageStore):
             pk, folder_id, imap_folder_id, _ = held[key]
             update = _relocation(folder_id, imap_folder_id, self.folder) | {"imap_uid": item.uid}
             if "folder" in update:
-                targets.append(Target(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(self.folder.pk)}))
+                targets.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(self.folder.pk)}))
             Message.objects.for_tenant(self.tenant).filter(pk=pk).update(**update)
             held[key] = (pk, self.folder.pk if "folder" in update else folder_id, self.folder.pk, None)
             flags[pk] = (item.seen, item.flagged)
@@ -547,14 +548,14 @@ def _settle_missing(
                             server_size == size):  # fmt: skip
                         found[pk] = (folder, uid)
                         taken.add((folder.pk, uid))
-    moved: list[Target] = []
+    moved: list[Change] = []
     with transaction.atomic():
         rows = {row[0]: row for row in candidates}
         for pk, (folder, uid) in found.items():
             _, _, _, folder_id, imap_folder_id, _ = rows[pk]
             update = _relocation(folder_id, imap_folder_id, folder) | {"imap_uid": uid}
             if "folder" in update:
-                moved.append(Target(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(folder.pk)}))
+                moved.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(folder.pk)}))
             Message.objects.for_tenant(account.tenant).filter(pk=pk, imap_uid__isnull=True).update(**update)
         _audit(account.tenant, moved)
     counts.relocated += len(found)
@@ -579,7 +580,7 @@ def _remove(account: MailAccount, rows: Sequence[tuple[Any, ...]]) -> int:
                 continue
             Message.objects.for_tenant(account.tenant).filter(pk__in=[pk for pk, _, _ in gone]).delete()
             _recount_threads(account, {thread_id for _, _, thread_id in gone})
-            _audit(account.tenant, [Target(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"})
+            _audit(account.tenant, [Change(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"})
                                     for pk, f, _ in gone])  # fmt: skip
             removed += len(gone)
     return removed

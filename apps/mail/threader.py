@@ -16,10 +16,10 @@ from functools import lru_cache
 
 from django.db import connection
 
+from apps.core.ids import new_id
 from apps.mail.bulk import text_array
 from apps.mail.models import MailAccount
 from apps.mail.parsing import normalize_subject
-from apps.workspaces.tenancy import new_id
 
 
 @lru_cache(maxsize=4096)

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core import signing
 
 from apps.audit.log import input_digest
-from apps.gate.callers import Caller
+from apps.core.callers import Caller
 from apps.mcp import protocol as p
 from apps.operations.defs.outbound import RequestOut
 from apps.operations.registry import OpClass, Operation

@@ -7,7 +7,7 @@ import secrets
 from functools import cache
 from typing import Any
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.operations.registry import OpClass, Operation
 
 UNTRUSTED_KEY = "x-untrusted"  # set on output fields holding mail-derived text (shapes.MailText)
@@ -121,7 +121,7 @@ def _fence_strings(value: Any, marker: str, path: str, fields: list[str]) -> Any
     return value
 
 
-def refusal(error: GateError, op: Operation | None = None) -> dict[str, Any]:
+def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
     """A gate refusal as a tool result the model can read and act on. A proposal's before/after values (and a
     summary of its own) may quote a mailbox (folder and label names, recipients, subjects): they are fenced."""
     body: dict[str, Any] = {"error": error.as_dict()}

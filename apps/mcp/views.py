@@ -18,10 +18,11 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate import payload
-from apps.gate.callers import Caller, Door
 from apps.gate.dispatch import Result, audit_refusal, dispatch
-from apps.gate.errors import GateError
 from apps.gate.exposure import offered_operations
 from apps.mcp import elicitation, tools
 from apps.mcp import protocol as p
@@ -123,7 +124,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         body = payload.loads(payload.read_body(request, request.META))
     except payload.BodyTooLargeError as refused:
         return _json({"error": refused.as_dict()}, 413)
-    except GateError as refused:  # more objects and arrays than any call holds: refused before parsing
+    except OakenError as refused:  # more objects and arrays than any call holds: refused before parsing
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, refused.message))
     except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
@@ -221,7 +222,7 @@ def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any],
         if op is not None and not op.idempotent_input:
             key = arguments.pop("idempotency_key", None)
         if not all(value is None or isinstance(value, str) for value in (token, key)):
-            return tools.refusal(GateError.invalid("confirmation_token", "must be a string"))
+            return tools.refusal(OakenError.invalid("confirmation_token", "must be a string"))
         answer = _through_gate(request, caller, op, name, arguments, token, key)
         if modern and isinstance(answer, Result) and op is not None:
             url = elicitation.waiting_approval_url(op, answer.output)
@@ -245,7 +246,7 @@ def _through_gate(
     """One dispatch: its result, or the refusal as a tool result of `op`, or an OAuth step-up challenge."""
     try:
         return dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key)
-    except GateError as error:
+    except OakenError as error:
         if error.code == "INSUFFICIENT_SCOPE" and caller.credential_kind == "oauth" and error.missing_scope:
             wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
             return _challenge(request, error="insufficient_scope", status=403, scope=wanted,

@@ -21,9 +21,10 @@ from oauth2_provider.views.dynamic_client_registration import (
 )
 from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
 
-from apps.gate.callers import Caller, Door
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
@@ -162,7 +163,7 @@ class ConsentView(dot.AuthorizationView):
                 },
                 confirm=True,
             ).output
-        except GateError as refusal:
+        except OakenError as refusal:
             form.add_error(None, refusal.message)
             return self.form_invalid(form)
         credentials = {

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from apps.operations.registry import Change
+from apps.core.changes import Change
 
 if TYPE_CHECKING:
-    from apps.gate.callers import Caller
+    from apps.core.callers import Caller
     from apps.workspaces.models import Tenant
 
 

@@ -19,6 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from apps.core.changes import Change
+from apps.core.kinds import Scope
+
 READ_STATE_SERVICE = "apps.mail.readstate"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")
 
@@ -37,12 +40,6 @@ class Ceiling(StrEnum):
     ON = "on"
 
 
-class Scope(StrEnum):
-    READ = "read"
-    WRITE = "write"
-    SEND = "send"
-
-
 class Callers(StrEnum):
     """Which principals may call an operation at all (agents are further held to the ceiling)."""
 
@@ -59,15 +56,6 @@ class DefinitionError(Exception):
 
 
 In = TypeVar("In", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One thing a mutation would change: an id with its value before and after (never mail text)."""
-
-    id: str
-    before: Any = None
-    after: Any = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import redis
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from config.redis_client import redis_client
 
 WINDOW_SECONDS = 3600
@@ -62,14 +62,14 @@ def index_key(window: int) -> str:
 
 def take(name: str, amount: int, limit: int, now: float) -> int | None:
     """Take `amount` from the hourly budget `name`; the new total, or None when it does not fit.
-    Raises GateError(SERVICE_UNAVAILABLE) when Redis is away."""
+    Raises OakenError(SERVICE_UNAVAILABLE) when Redis is away."""
     key, left = window_key(name, now)
     index = index_key(int(now) // WINDOW_SECONDS)
     keep = (left + KEEP_AFTER_WINDOW_SECONDS, INDEX_KEEP_AFTER_COUNTERS_SECONDS)
     try:
         total = int(redis_client().eval(_TAKE, 2, key, index, amount, limit, *keep))
     except redis.RedisError:
-        raise GateError(
+        raise OakenError(
             "SERVICE_UNAVAILABLE", "sending budgets cannot be checked right now; nothing was sent, try again later"
         ) from None
     return None if total < 0 else total

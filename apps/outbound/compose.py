@@ -19,7 +19,7 @@ from email.utils import format_datetime, getaddresses
 from typing import Any
 
 from apps.audit.log import canonical_json
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.mail.parsing import normalize_subject
 
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$")
@@ -29,11 +29,11 @@ def normalize_address(value: str, field: str) -> str:
     """A bare address with its domain lower-cased; refused (naming the field, never the value) when it is not one."""
     pairs = getaddresses([value])
     if len(pairs) != 1 or not pairs[0][1]:
-        raise GateError.invalid(field, "holds something that is not an e-mail address")
+        raise OakenError.invalid(field, "holds something that is not an e-mail address")
     local, _, domain = pairs[0][1].strip().rpartition("@")
     address = f"{local}@{domain.lower()}"
     if not _ADDRESS.match(address) or len(address) > 320:
-        raise GateError.invalid(field, "holds something that is not an e-mail address")
+        raise OakenError.invalid(field, "holds something that is not an e-mail address")
     return address
 
 
@@ -69,9 +69,9 @@ def recipients(to: Iterable[str], cc: Iterable[str], bcc: Iterable[str]) -> Reci
 
 def check_recipient_limit(found: Recipients, maximum: int) -> None:
     if found.count == 0:
-        raise GateError.invalid("to", "name at least one recipient")
+        raise OakenError.invalid("to", "name at least one recipient")
     if found.count > maximum:
-        raise GateError("LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)",
+        raise OakenError("LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)",
                         field="to")  # fmt: skip
 
 
@@ -93,9 +93,9 @@ def attachment_filename(value: str, field: str) -> str:
     rewritten)."""
     name = value.strip()
     if not name or name in {".", ".."}:
-        raise GateError.invalid(field, "must name the file")
+        raise OakenError.invalid(field, "must name the file")
     if any(_unfit(c) for c in name):
-        raise GateError.invalid(field, "must not contain slashes, control or invisible characters")
+        raise OakenError.invalid(field, "must not contain slashes, control or invisible characters")
     return name
 
 
@@ -117,9 +117,9 @@ def attachment_content_type(value: str | None, field: str) -> str:
         return "application/octet-stream"
     kind = value.strip().lower()
     if not _MIME_TYPE.match(kind):
-        raise GateError.invalid(field, "is not a MIME type such as application/pdf")
+        raise OakenError.invalid(field, "is not a MIME type such as application/pdf")
     if kind.startswith(("multipart/", "message/")):
-        raise GateError.invalid(field, "cannot be a multipart or message type: attach the file as it is")
+        raise OakenError.invalid(field, "cannot be a multipart or message type: attach the file as it is")
     return kind
 
 
@@ -129,11 +129,11 @@ def decode_base64(value: str, field: str, max_bytes: int) -> bytes:
     # 4 characters per 3 bytes, less the padding (at most two "="; more is no base64): a file over the bound is
     # refused without decoding it
     if len(text) // 4 * 3 - min(2, len(text) - len(text.rstrip("="))) > max_bytes:
-        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {max_bytes} bytes per file", field=field)
+        raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {max_bytes} bytes per file", field=field)
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise GateError.invalid(field, "is not base64") from None
+        raise OakenError.invalid(field, "is not base64") from None
 
 
 def check_attachment_limits(bounds: Mapping[str, Any], sizes: Sequence[int], field: str) -> None:
@@ -141,13 +141,13 @@ def check_attachment_limits(bounds: Mapping[str, Any], sizes: Sequence[int], fie
     count, per_file, total = (bounds["SEND_ATTACHMENTS_MAX"], bounds["SEND_ATTACHMENT_MAX_BYTES"],
                               bounds["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"])  # fmt: skip
     if len(sizes) > count:
-        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {count} files per e-mail", field=field)
+        raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {count} files per e-mail", field=field)
     for i, size in enumerate(sizes):
         if size > per_file:
             where = f"{field}.{i}" if field == "attachments" else field
-            raise GateError("LIMIT_EXCEEDED", f"{where}: at most {per_file} bytes per file", field=where)
+            raise OakenError("LIMIT_EXCEEDED", f"{where}: at most {per_file} bytes per file", field=where)
     if sum(sizes) > total:
-        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {total} bytes of files per e-mail", field=field)
+        raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {total} bytes of files per e-mail", field=field)
 
 
 def new_message_id(sender: str) -> str:

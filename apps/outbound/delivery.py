@@ -31,7 +31,7 @@ from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.mail.credentials import CredentialsUnreadableError
 from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_login
@@ -70,7 +70,7 @@ def _credentials(account: Any, kind: str) -> dict[str, Any] | None:
 
 
 def _step(request: OutboundRequest, name: str, **fields: Any) -> dict[str, Any]:
-    """One state change through the gate's internal door (its own transaction, audited); GateError if refused."""
+    """One state change through the gate's internal door (its own transaction, audited); OakenError if refused."""
     return call_internal(request.tenant, name, {"request_id": str(request.pk), **fields}).output
 
 
@@ -208,7 +208,7 @@ def deliver(request_id: Any) -> str:
         return "not claimed"
     try:
         claimed = _step(request, "claim_outbound_send")
-    except GateError:
+    except OakenError:
         return "not claimed"  # not due, or another worker has it (the refusal is audited)
     if claimed["state"] != State.SENDING:
         return str(claimed["state"])  # the content moved after approval: failed, never sent
@@ -221,7 +221,7 @@ def deliver(request_id: Any) -> str:
     try:
         recorded = _step(request, "record_outbound_outcome", attempt=claimed["attempt"], outcome=outcome.kind,
                          error=outcome.error, refused_recipients=outcome.refused)  # fmt: skip
-    except GateError as error:
+    except OakenError as error:
         # the claim stays 'sending': the sweeper settles it (unknown once DATA began, queued again before)
         log.error("outbound request %s: the outcome could not be recorded: %s", request.pk, error.code)
         return State.SENDING
@@ -288,7 +288,7 @@ def reconcile(request_id: Any) -> str:
         return State.UNKNOWN
     try:
         return str(_step(request, "reconcile_outbound")["state"])
-    except GateError:
+    except OakenError:
         return "not unknown"  # settled meanwhile (by a person, or another reconciliation)
 
 
@@ -303,7 +303,7 @@ def release_scheduled(now: Any = None) -> int:
     for request in due.select_related("tenant")[:500]:
         try:
             _step(request, "release_scheduled_send")
-        except GateError:
+        except OakenError:
             continue  # cancelled or claimed meanwhile
         released += 1
     return released
@@ -331,7 +331,7 @@ def sweep(now: Any = None) -> dict[str, int]:
         try:
             step = _step(request, "recover_outbound_send", attempt=request.attempts,
                          silent_since=stale_before.isoformat())  # fmt: skip
-        except GateError:
+        except OakenError:
             continue  # the claim moved on meanwhile
         counts["unknown" if step["state"] == State.UNKNOWN else "reclaimed"] += 1
     return counts

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from django.db.models import F, Q
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.operations.context import Context
 from apps.outbound import requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
@@ -40,7 +40,7 @@ def _held(ctx: Context, request_id: Any, attempt: int, *, or_given_up: bool = Fa
         holding |= Q(state=State.UNKNOWN, error=LOST_AFTER_DATA, smtp_started_at__isnull=False)
     request = _rows(ctx, request_id).select_for_update().filter(holding, attempts=attempt).first()
     if request is None:
-        raise GateError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
+        raise OakenError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
     return request
 
 
@@ -77,11 +77,11 @@ def claim(ctx: Context, request_id: Any) -> OutboundRequest:
         # a queued request's time is checked again once its row is ours: a retry scheduled meanwhile by the
         # attempt before (its outbox row moved with its state) waits for its time (raising undoes the UPDATE)
         if moved and state == State.QUEUED and not available.select_for_update().exists():
-            raise GateError("CONFLICT", "this request's next attempt is not due yet", field="request_id")
+            raise OakenError("CONFLICT", "this request's next attempt is not due yet", field="request_id")
         if moved:
             break
     else:
-        raise GateError("CONFLICT", "this request is not waiting to be sent (not due, or taken)", field="request_id")
+        raise OakenError("CONFLICT", "this request is not waiting to be sent (not due, or taken)", field="request_id")
     request = rows.select_related("account").get()
     ctx.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
     if requests.stored_digest(request) != request.content_hash:
@@ -101,7 +101,7 @@ def begin_data(ctx: Context, request_id: Any, attempt: int) -> None:
         .update(smtp_started_at=ctx.now, updated_at=ctx.now)
     )
     if moved != 1:
-        raise GateError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
+        raise OakenError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
     ctx.touch(request_id, {"data_begun": False}, {"data_begun": True, "attempt": attempt})
 
 
@@ -150,7 +150,7 @@ def record_outcome(
 def release(ctx: Context, request_id: Any) -> OutboundRequest:
     """A scheduled send whose time came (the schedule decides that from send_at): approved → queued, now."""
     if requests.transition(ctx.tenant, request_id, State.APPROVED, State.QUEUED) is None:
-        raise GateError("CONFLICT", "this request is not an approved scheduled send", field="request_id")
+        raise OakenError("CONFLICT", "this request is not an approved scheduled send", field="request_id")
     OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request_id).update(
         available_at=ctx.now, enqueued_at=ctx.now, enqueue_count=F("enqueue_count") + 1
     )
@@ -165,7 +165,7 @@ def recover(ctx: Context, request_id: Any, attempt: int, silent_since: datetime)
     request = _held(ctx, request_id, attempt)
     if request.updated_at >= silent_since:
         # the worker spoke since the sweeper looked (DATA began just then): it is not lost
-        raise GateError("CONFLICT", "this delivery's worker is still at it", field="attempt")
+        raise OakenError("CONFLICT", "this delivery's worker is still at it", field="attempt")
     fields: dict[str, Any]
     if request.smtp_started_at is not None:
         new, fields = State.UNKNOWN, {"error": LOST_AFTER_DATA}
@@ -188,7 +188,7 @@ def reconcile_found(ctx: Context, request_id: Any) -> OutboundRequest:
     moved = requests.transition(ctx.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=ctx.now, error="",
                                 copied_to_sent=True)  # fmt: skip
     if moved is None:
-        raise GateError("CONFLICT", "this request's outcome is not unknown", field="request_id")
+        raise OakenError("CONFLICT", "this request's outcome is not unknown", field="request_id")
     ctx.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
     return _rows(ctx, request_id).get()
 
@@ -201,5 +201,5 @@ def settle(ctx: Context, request: OutboundRequest, sent: bool) -> None:
         settled_at=ctx.now, **({"error": ""} if sent else {"error": "settled_not_sent"}),
     )  # fmt: skip
     if moved is None:
-        raise GateError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
+        raise OakenError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
     ctx.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})

@@ -18,8 +18,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.gate.callers import Principal
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
+from apps.core.kinds import Principal
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.outbound import budget
@@ -104,7 +104,7 @@ def _existing(ctx: Context, key: str, digest: str) -> OutboundRequest | None:
     found = OutboundRequest.objects.for_tenant(ctx.tenant).filter(caller_key=ctx.caller.key, idempotency_key=key)
     first = found.first()
     if first is not None and first.content_hash != digest:
-        raise GateError("IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content",
+        raise OakenError("IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content",
                         field="idempotency_key")  # fmt: skip
     return first
 
@@ -168,7 +168,7 @@ def _spend(ctx: Context, amount: int) -> None:
     limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
     now = time.time()
     if budget.take(budget_name(ctx), amount, limit, now) is None:
-        raise GateError("RATE_LIMITED", f"at most {limit} recipients an hour for this connection or key",
+        raise OakenError("RATE_LIMITED", f"at most {limit} recipients an hour for this connection or key",
                         retry_after=budget.seconds_left(now))  # fmt: skip
 
 
@@ -215,7 +215,7 @@ def approve(
         decided_at=ctx.now, approved_via=via, policy=policy,
     )  # fmt: skip
     if before is None:
-        raise GateError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
+        raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
     ctx.touch(request.pk, {"state": before}, {"state": State.APPROVED, "via": via,
                                               "policy_id": str(policy.pk) if policy else None})  # fmt: skip
     due = request.send_at is None or request.send_at <= ctx.now
@@ -233,7 +233,7 @@ def reject(ctx: Context, request: OutboundRequest) -> None:
     before = transition(ctx.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=ctx.caller.user,
                         decided_at=ctx.now)  # fmt: skip
     if before is None:
-        raise GateError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
+        raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
     ctx.touch(request.pk, {"state": before}, {"state": State.REJECTED})
 
 
@@ -242,7 +242,7 @@ def cancel(ctx: Context, request: OutboundRequest) -> None:
         return
     before = transition(ctx.tenant, request.pk, CANCELLABLE, State.CANCELLED, finished_at=ctx.now)
     if before is None:
-        raise GateError("CONFLICT", "this request can no longer be cancelled: sending has begun or ended",
+        raise OakenError("CONFLICT", "this request can no longer be cancelled: sending has begun or ended",
                         field="request_id")  # fmt: skip
     ctx.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
 

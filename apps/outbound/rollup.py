@@ -28,10 +28,10 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from apps.core.ids import new_id
 from apps.outbound import budget
 from apps.outbound.models import BudgetUsage
 from apps.workspaces.models import Tenant
-from apps.workspaces.tenancy import new_id
 from config.redis_client import redis_client
 
 log = logging.getLogger("oaken.outbound")

@@ -9,27 +9,13 @@ from django.db import models
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from apps.workspaces.tenancy import TenantOwned, new_id
+from apps.core.ids import new_id
+from apps.core.kinds import Role
+from apps.workspaces.tenancy import TenantOwned
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
 
-
-class Role(models.TextChoices):
-    MEMBER = "MEMBER", "Member"
-    ADMIN = "ADMIN", "Admin"
-    OWNER = "OWNER", "Owner"
-
-    @property
-    def rank(self) -> int:
-        return _RANK[self.value]
-
-    def covers(self, required: Role) -> bool:
-        """This role is at least `required`."""
-        return self.rank >= Role(required).rank
-
-
-_RANK = {Role.MEMBER.value: 1, Role.ADMIN.value: 2, Role.OWNER.value: 3}
 
 DEFAULT_WORKSPACE = "default"
 

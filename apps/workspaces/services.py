@@ -12,8 +12,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from apps.accounts.models import User, normalize_email
-from apps.audit.log import Target, append_event
-from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Role, Tenant, Workspace
+from apps.audit.log import append_event
+from apps.core.changes import Change
+from apps.core.kinds import Role
+from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
 from apps.workspaces.selectors import access_invitation_by_token, invitation_token_hash
 
 
@@ -148,9 +150,9 @@ def accept_invitation(*, user: User, token: str, now: datetime) -> AcceptedInvit
     )
     row.accepted_at, row.accepted_by = now, user
     row.save(update_fields=["accepted_at", "accepted_by"])
-    targets = [Target(str(row.pk), {"accepted": False}, {"accepted": True})]
+    targets = [Change(str(row.pk), {"accepted": False}, {"accepted": True})]
     if created:
-        targets.append(Target(str(membership.pk), None, {"person": user.email, "role": membership.role}))
+        targets.append(Change(str(membership.pk), None, {"person": user.email, "role": membership.role}))
     append_event(
         tenant=row.tenant, principal="person", door="ui", operation="accept_invitation", outcome="ok",
         person_id=user.pk, targets=targets,

@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-import uuid
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.db import models
 
+from apps.core.ids import new_id
+
 if TYPE_CHECKING:
     from apps.workspaces.models import Tenant
-
-
-class _RandomPool(threading.local):
-    """OS randomness fetched in blocks: one getrandom() call per id is slow on busy imports."""
-
-    block = 16 * 1024
-
-    def __init__(self) -> None:
-        self.pid, self.buffer, self.offset = 0, b"", 0
-
-    def take(self, n: int) -> bytes:
-        if self.pid != os.getpid() or self.offset + n > len(self.buffer):
-            # a forked child must never reuse its parent's bytes
-            self.pid, self.buffer, self.offset = os.getpid(), os.urandom(self.block), 0
-        chunk = self.buffer[self.offset : self.offset + n]
-        self.offset += n
-        return chunk
-
-
-_random = _RandomPool()
-
-
-def new_id() -> uuid.UUID:
-    """A random UUID whose leading bits are the time (UUIDv7 layout), so new rows index in order."""
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(_random.take(10), "big")
-    value = (millis & ((1 << 48) - 1)) << 80 | rand & ((1 << 80) - 1)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
-    return uuid.UUID(int=value)
 
 
 class UnscopedQueryError(RuntimeError):

@@ -5,7 +5,7 @@ from django.db import migrations, models
 from pgvector.django import VectorExtension
 
 import apps.accounts.models
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,

@@ -4,7 +4,7 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -57,7 +57,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -83,7 +83,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,

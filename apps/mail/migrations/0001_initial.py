@@ -6,8 +6,8 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
+import apps.core.ids
 import apps.mail.credentials
-import apps.workspaces.tenancy
 
 
 class Migration(migrations.Migration):
@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -63,7 +63,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -96,7 +96,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -136,7 +136,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -174,7 +174,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -218,7 +218,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -282,7 +282,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -319,7 +319,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -352,7 +352,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -382,7 +382,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,

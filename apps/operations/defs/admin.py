@@ -10,12 +10,13 @@ from pydantic import Field
 
 from apps.audit.log import verify_chain
 from apps.audit.models import AuditEvent
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
 from apps.gate.exposure import level_for, plugin_target, tenant_settings
 from apps.gate.models import ExposureSetting
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Page, decode_cursor, encode_cursor
-from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, Change, OpClass, Preview, operation, registry
+from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation, registry
 
 # ---------------------------------------------------------------- exposure
 
@@ -36,13 +37,13 @@ class ExposureOut(Closed):
 def _exposure_scope(ctx: Context, data: ExposureIn) -> None:
     if data.operation.startswith("plugin:"):
         if not any(op.plugin == data.operation.removeprefix("plugin:") for op in registry):
-            raise GateError.not_found("operation")
+            raise OakenError.not_found("operation")
         return
     op = registry.get(data.operation)
     if op is None:
-        raise GateError.not_found("operation")
+        raise OakenError.not_found("operation")
     if op.ceiling == Ceiling.NEVER and data.level == "on":
-        raise GateError.invalid("level", "this operation can never be offered to agents")
+        raise OakenError.invalid("level", "this operation can never be offered to agents")
 
 
 def _current(ctx: Context, target: str) -> str:
@@ -160,7 +161,7 @@ def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
     if data.cursor:
         before = decode_cursor(data.cursor, 1)[0]
         if not isinstance(before, int):
-            raise GateError.invalid("cursor", "is not a cursor this service gave out")
+            raise OakenError.invalid("cursor", "is not a cursor this service gave out")
         events = events.filter(seq__lt=before)
     page = list(events.order_by("-seq")[: size + 1])
     return AuditListOut(

@@ -13,11 +13,13 @@ from pydantic import Field
 from apps.agents.connections import revoke_connection
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.kinds import Role
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
-from apps.operations.registry import ALWAYS, Callers, Ceiling, Change, OpClass, Preview, operation, registry
-from apps.workspaces.models import DEFAULT_WORKSPACE, Membership, Role
+from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
+from apps.workspaces.models import DEFAULT_WORKSPACE, Membership
 
 
 class ApiKeyOut(Closed):
@@ -57,9 +59,9 @@ class CreatedKeyOut(Closed):
 def _create_scope(ctx: Context, data: CreateKeyIn) -> None:
     for name in data.operations or ():
         if name not in registry:
-            raise GateError.invalid("operations", "names an operation that does not exist")
+            raise OakenError.invalid("operations", "names an operation that does not exist")
     if any(not w or len(w) > 100 for w in data.workspaces):
-        raise GateError.invalid("workspaces", "workspace names are 1 to 100 characters")
+        raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
@@ -128,11 +130,11 @@ class RevokeKeyIn(Closed):
 
 
 def _key(ctx: Context, key_id: str) -> ApiKey:
-    from apps.mail.selectors import parse_id
+    from apps.core.ids import parse_id
 
     row = _visible(ctx).filter(pk=parse_id(key_id, "api_key_id")).first()  # type: ignore[attr-defined]
     if row is None:
-        raise GateError.not_found("api_key_id")
+        raise OakenError.not_found("api_key_id")
     return row
 
 
@@ -200,14 +202,14 @@ class GrantConnectionIn(Closed):
 def _application(data: GrantConnectionIn) -> Application:
     app = Application.objects.filter(client_id=data.client_id).first()
     if app is None or not app.redirect_uri_allowed(data.redirect_uri):
-        raise GateError.not_found("client_id")
+        raise OakenError.not_found("client_id")
     return app
 
 
 def _grant_scope(ctx: Context, data: GrantConnectionIn) -> None:
     _application(data)
     if any(not w or len(w) > 100 for w in data.workspaces):
-        raise GateError.invalid("workspaces", "workspace names are 1 to 100 characters")
+        raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
 
 
 def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
@@ -276,11 +278,11 @@ class RevokeConnectionIn(Closed):
 
 
 def _connection(ctx: Context, connection_id: str) -> Connection:
-    from apps.mail.selectors import parse_id
+    from apps.core.ids import parse_id
 
     row = _visible_connections(ctx).filter(pk=parse_id(connection_id, "connection_id")).first()
     if row is None:
-        raise GateError.not_found("connection_id")
+        raise OakenError.not_found("connection_id")
     return row
 
 

@@ -21,14 +21,15 @@ from django.db.models.functions import Cast
 from pydantic import Field
 
 from apps.agents.models import ApiKey, Connection
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
+from apps.core.kinds import Role
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Page, decode_cursor, encode_cursor
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.outbound import budget
 from apps.outbound.models import BudgetUsage, SendPolicy
 from apps.outbound.rollup import window_start
-from apps.workspaces.models import Membership, Role
+from apps.workspaces.models import Membership
 
 Kind = Literal["apikey", "oauth", "person", "policy"]
 HISTORY_HOURS = 24
@@ -106,7 +107,7 @@ def _after(cursor: str | None) -> tuple[str, uuid.UUID] | None:
             raise ValueError(kind)
         return kind, uuid.UUID(str(raw))
     except ValueError:
-        raise GateError.invalid("cursor", "is not a cursor this service gave out") from None
+        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
 
 
 def _page(ctx: Context, since: datetime, cursor: str | None, size: int) -> list[tuple[str, uuid.UUID]]:

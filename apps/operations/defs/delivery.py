@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from apps.gate.errors import GateError
-from apps.mail.selectors import parse_id
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Id
 from apps.operations.registry import Callers, Ceiling, OpClass, operation
@@ -57,7 +57,7 @@ def _step(request: OutboundRequest) -> StepOut:
 
 def _in_tenant(ctx: Context, data: RequestRef) -> None:
     if not OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.request_id, "request_id")).exists():
-        raise GateError.not_found("request_id")
+        raise OakenError.not_found("request_id")
 
 
 _INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER, "callers": Callers.INTERNAL,

@@ -9,15 +9,16 @@ from typing import Annotated, Any
 from django.db.models import QuerySet
 from pydantic import Field, StringConstraints
 
-from apps.gate.callers import Principal
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
+from apps.core.kinds import Principal
 from apps.mail.models import Attachment, Message
-from apps.mail.selectors import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailText, cut
-from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, Change, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
 from apps.outbound.compose import (
     check_attachment_limits,
     forward_subject,
@@ -84,21 +85,21 @@ def draft_of(ctx: Context, draft_id: str) -> Draft:
     def load() -> Draft:
         draft = Draft.objects.for_tenant(ctx.tenant).filter(pk=parse_id(draft_id, "draft_id")).first()
         if draft is None:
-            raise GateError.not_found("draft_id")
+            raise OakenError.not_found("draft_id")
         account_of(ctx, str(draft.account_id))  # the workspace check, on the draft's field name
         return draft
 
     try:
         return ctx.remember(("draft", draft_id), load)
-    except GateError as error:
+    except OakenError as error:
         if error.field == "account_id":
-            raise GateError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
+            raise OakenError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
         raise
 
 
 def _check_body(ctx: Context, body: str | None) -> None:
     if body is not None and len(body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise GateError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
                         field="body")  # fmt: skip
 
 
@@ -107,7 +108,7 @@ def _agent_may_edit(ctx: Context, draft: Draft) -> None:
     if ctx.caller.principal != Principal.AGENT:
         return
     if OutboundRequest.objects.for_tenant(ctx.tenant).filter(draft=draft, state__in=OPEN_STATES).exists():
-        raise GateError("CONFLICT", "this draft has a send requested or scheduled: cancel it with "
+        raise OakenError("CONFLICT", "this draft has a send requested or scheduled: cancel it with "
                         "cancel_scheduled_send first", field="draft_id")  # fmt: skip
 
 
@@ -366,7 +367,7 @@ def _reply_recipients(message: Message, reply_all: bool) -> tuple[list[str], lis
         for value in values:
             try:
                 address = normalize_address(value, field)
-            except GateError:
+            except OakenError:
                 continue  # a malformed address in the original is left out, never guessed at
             if address.casefold() != mine:
                 good.append(address)
@@ -480,8 +481,8 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
     try:
         # the bounds the draft's sending will hold it to: refused now, not after the person wrote to it
         check_attachment_limits(ctx.bounds, [f.size for f in files], "forwarded")
-    except GateError as error:
-        raise GateError("LIMIT_EXCEEDED", f"attachments: {error.message.removeprefix('forwarded: ')}; forward "
+    except OakenError as error:
+        raise OakenError("LIMIT_EXCEEDED", f"attachments: {error.message.removeprefix('forwarded: ')}; forward "
                         "without them (attachments: false)", field="attachments") from None  # fmt: skip
     note = data.body.rstrip()
     body = (note + "\n\n" if note else "") + _forwarded_block(message, text)

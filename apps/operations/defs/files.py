@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.mail.models import Attachment
-from apps.mail.selectors import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import message_of
 from apps.operations.defs.shapes import Closed, Id
@@ -49,9 +49,9 @@ class AttachmentIn(Closed):
 
 def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, bytes]:
     if item.filename is None:
-        raise GateError.invalid(f"{field}.filename", "is required for a new file (or give attachment_id alone)")
+        raise OakenError.invalid(f"{field}.filename", "is required for a new file (or give attachment_id alone)")
     if item.content_base64 is None:
-        raise GateError.invalid(f"{field}.content_base64", "is required for a new file (or give attachment_id alone)")
+        raise OakenError.invalid(f"{field}.content_base64", "is required for a new file (or give attachment_id alone)")
     name = attachment_filename(item.filename, f"{field}.filename")
     ctype = attachment_content_type(item.content_type, f"{field}.content_type")
     return name, ctype, decode_base64(item.content_base64, f"{field}.content_base64",
@@ -64,14 +64,14 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     rows = Attachment.objects.for_tenant(ctx.tenant).filter(pk=parse_id(attachment_id, field))
     found = rows.values_list("message_id", "size").first()
     if found is None:
-        raise GateError.not_found(field)
+        raise OakenError.not_found(field)
     try:
         message_of(ctx, str(found[0]))
-    except GateError as error:
-        raise GateError(error.code, error.message.replace("message_id", field), field=field) from None
+    except OakenError as error:
+        raise OakenError(error.code, error.message.replace("message_id", field), field=field) from None
     limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
     if found[1] > limit:
-        raise GateError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
+        raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
     name, ctype, data = rows.values_list("filename", "content_type", "content").get()
     return (*stored_attachment(name, ctype), bytes(data))
 
@@ -84,7 +84,7 @@ def attached_files(ctx: Context, items: list[AttachmentIn]) -> Files:
         field = f"attachments.{i}"
         if item.attachment_id is not None:
             if item.filename is not None or item.content_type is not None or item.content_base64 is not None:
-                raise GateError.invalid(field, "give attachment_id alone, or filename and content_base64")
+                raise OakenError.invalid(field, "give attachment_id alone, or filename and content_base64")
             files.append(_stored_file(ctx, item.attachment_id, f"{field}.attachment_id"))
         else:
             files.append(_new_file(ctx, item, field))

@@ -8,7 +8,8 @@ from typing import Literal
 from django.db import IntegrityError, transaction
 from pydantic import Field
 
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
 from apps.mail import readstate
 from apps.mail.mirror import mirror_flags, mirror_moves
 from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, Message, MessageLabel
@@ -16,18 +17,7 @@ from apps.mail.selectors import access_account, access_folder, access_labels
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out, messages_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailText, MessageIds, Name, folder_label
-from apps.operations.registry import (
-    ALWAYS,
-    NEVER,
-    Bound,
-    Ceiling,
-    Change,
-    OpClass,
-    Preview,
-    above,
-    operation,
-    when,
-)
+from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
 
 _BATCH = Bound("message_ids", "BATCH_MAX")
 
@@ -159,7 +149,7 @@ def _label_scope(ctx: Context, data: LabelMessagesIn) -> None:
     labels = access_labels(reach(ctx), data.label_ids)
     accounts = {m.account_id for m in messages}
     if any(label.account_id not in accounts or len(accounts) > 1 for label in labels):
-        raise GateError.invalid("label_ids", "labels belong to an account: use labels of the messages' own account")
+        raise OakenError.invalid("label_ids", "labels belong to an account: use labels of the messages' own account")
 
 
 def _labels_preview(add: bool):
@@ -278,12 +268,12 @@ def _create_label_preview(ctx: Context, data: CreateLabelIn) -> Preview:
 def create_label(ctx: Context, data: CreateLabelIn) -> LabelResult:
     account = access_account(reach(ctx), data.account_id)
     if Label.objects.for_tenant(ctx.tenant).filter(account=account, name=data.name).exists():
-        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name")
+        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name")
     try:
         with transaction.atomic():
             label = Label.objects.create(tenant=ctx.tenant, account=account, name=data.name, color=data.color)
     except IntegrityError:  # a concurrent call took the name between the check and the insert
-        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name") from None
+        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name") from None
     ctx.touch(label.pk, None, {"name": label.name, "color": label.color})
     return LabelResult(label=label_out(label))
 
@@ -321,14 +311,14 @@ def rename_label(ctx: Context, data: RenameLabelIn) -> LabelResult:
         .exclude(pk=label.pk)
         .exists()
     ):
-        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name")
+        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name")
     ctx.touch(label.pk, {"name": label.name}, {"name": data.name})
     label.name = data.name
     try:
         with transaction.atomic():
             label.save(update_fields=["name"])
     except IntegrityError:
-        raise GateError("CONFLICT", "name: this account already has a label with this name", field="name") from None
+        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name") from None
     return LabelResult(label=label_out(label))
 
 
@@ -396,7 +386,7 @@ def _move_scope(ctx: Context, data: MoveIn) -> None:
     messages = messages_of(ctx, data.message_ids)
     targets = _targets(ctx, messages, data.folder)
     if any(t.kind == FolderKind.TRASH for t in targets.values()):
-        raise GateError.invalid("folder", "use trash_messages to move mail to the trash")
+        raise OakenError.invalid("folder", "use trash_messages to move mail to the trash")
 
 
 def _move_preview(ctx: Context, data: MoveIn) -> Preview:

@@ -11,17 +11,10 @@ from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 from django.db.models import Count, F, Q
 from pydantic import Field
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage
-from apps.mail.selectors import (
-    Reach,
-    access_account,
-    access_folder,
-    access_message,
-    access_messages,
-    access_thread,
-    parse_id,
-)
+from apps.mail.selectors import Reach, access_account, access_folder, access_message, access_messages, access_thread
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -238,14 +231,14 @@ def _list_scope(ctx: Context, data: ListMessagesIn) -> None:
     if data.label_id is not None:
         label = Label.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.label_id, "label_id")).first()
         if label is None:
-            raise GateError.not_found("label_id")
+            raise OakenError.not_found("label_id")
         access_account(reach(ctx), str(label.account_id), "label_id")
     if data.account_id is not None:
         account_of(ctx, data.account_id)
     elif data.label_id is None:
         reach(ctx).require_account(None)
     if data.folder is not None and data.account_id is None:
-        raise GateError.invalid("folder", "needs account_id: folders belong to an account")
+        raise OakenError.invalid("folder", "needs account_id: folders belong to an account")
 
 
 def _keyset(messages: list[Message], size: int) -> str | None:
@@ -262,8 +255,8 @@ def _after(cursor: str | None) -> Q:
     try:
         date = datetime.fromisoformat(date_raw) if date_raw else None
         pk = parse_id(pk_raw, "cursor")
-    except (TypeError, ValueError, GateError):
-        raise GateError.invalid("cursor", "is not a cursor this service gave out") from None
+    except (TypeError, ValueError, OakenError):
+        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
     if date is None:
         return Q(date__isnull=True, pk__lt=pk)
     return Q(date__lt=date) | Q(date=date, pk__lt=pk) | Q(date__isnull=True)
@@ -436,7 +429,7 @@ def _search_offset(cursor: str | None) -> int:
         return 0
     offset = decode_cursor(cursor, 1)[0]
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise GateError.invalid("cursor", "is not a cursor this service gave out")
+        raise OakenError.invalid("cursor", "is not a cursor this service gave out")
     return offset
 
 
@@ -545,7 +538,7 @@ def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
     raw = RawMessage.objects.for_tenant(ctx.tenant).filter(message=message).values_list("data", flat=True).first()
     content = bytes(raw or b"")
     if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
-        raise GateError("LIMIT_EXCEEDED", "the raw message is larger than the raw-message bound")
+        raise OakenError("LIMIT_EXCEEDED", "the raw message is larger than the raw-message bound")
     return RawOut(
         message_id=str(message.pk),
         size=len(content),

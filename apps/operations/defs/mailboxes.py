@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal, cast
 from django.db import transaction
 from pydantic import Field, SecretStr, StringConstraints
 
-from apps.gate.callers import Principal
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.kinds import Principal
 from apps.mail.imap import MailServerError, check_imap, check_smtp
 from apps.mail.models import (
     AccountKind,
@@ -32,7 +33,7 @@ from apps.mail.selectors import access_account
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import reach
 from apps.operations.defs.shapes import Closed, Id, Name
-from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, Change, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 
 Host = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$")]
@@ -113,7 +114,7 @@ def _try_servers(ctx: Context, data: ConnectIn | UpdateCredentialsIn) -> None:
         check_imap(credentials["imap"])
         check_smtp(credentials["smtp"])
     except MailServerError as exc:
-        raise GateError("INVALID_INPUT", exc.message, field=exc.field) from None
+        raise OakenError("INVALID_INPUT", exc.message, field=exc.field) from None
 
 
 def _settings_change(credentials: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -131,7 +132,7 @@ def _sync_after_commit(account: MailAccount, *, force: bool) -> None:
 def _imap_account(ctx: Context, account_id: str) -> MailAccount:
     account = ctx.remember(("account", account_id), lambda: access_account(reach(ctx), account_id))
     if account.kind != AccountKind.IMAP:
-        raise GateError.invalid("account_id", "this is a local (imported) account, not a connected mailbox")
+        raise OakenError.invalid("account_id", "this is a local (imported) account, not a connected mailbox")
     return account
 
 
@@ -149,14 +150,14 @@ class ConnectIn(Closed):
 def _workspace(ctx: Context, name: str) -> Workspace:
     workspace = Workspace.objects.for_tenant(ctx.tenant).filter(name=name).first()
     if workspace is None:
-        raise GateError.not_found("workspace")
+        raise OakenError.not_found("workspace")
     return workspace
 
 
 def _connect_scope(ctx: Context, data: ConnectIn) -> None:
     workspace = _workspace(ctx, data.workspace)
     if MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name).exists():
-        raise GateError("CONFLICT", "account_name: this workspace already has an account with this name",
+        raise OakenError("CONFLICT", "account_name: this workspace already has an account with this name",
                         field="account_name")  # fmt: skip
 
 

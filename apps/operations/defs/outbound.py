@@ -20,27 +20,17 @@ from django.db.models import QuerySet
 from django.db.models.functions import Length
 from pydantic import Field, StringConstraints
 
-from apps.gate.callers import Principal
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
+from apps.core.kinds import Principal, Role, Scope
 from apps.mail.models import AccountKind, MailAccount, Message
-from apps.mail.selectors import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.drafts import Address, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
 from apps.operations.defs.mail_read import account_of, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, cut
-from apps.operations.registry import (
-    ALWAYS,
-    NEVER,
-    Bound,
-    Callers,
-    Ceiling,
-    Change,
-    OpClass,
-    Preview,
-    Scope,
-    operation,
-)
+from apps.operations.registry import ALWAYS, NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.outbound import execution, requests
 from apps.outbound.compose import (
     check_attachment_limits,
@@ -49,7 +39,6 @@ from apps.outbound.compose import (
     recipients,
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
-from apps.workspaces.models import Role
 
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 _KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
@@ -116,14 +105,14 @@ def request_out(request: OutboundRequest) -> RequestOut:
 def _sending_account(ctx: Context, account_id: str) -> MailAccount:
     account = account_of(ctx, account_id)
     if account.kind != AccountKind.IMAP or not account.email_address:
-        raise GateError.invalid("account_id", "this account cannot send mail (it is not connected over IMAP/SMTP)")
+        raise OakenError.invalid("account_id", "this account cannot send mail (it is not connected over IMAP/SMTP)")
     return account
 
 
 def _checked(ctx: Context, content: requests.Content, files_field: str = "attachments") -> requests.Content:
     check_recipient_limit(content.found, ctx.bounds["SEND_RECIPIENTS_MAX"])
     if len(content.body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise GateError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
                         field="body")  # fmt: skip
     check_attachment_limits(ctx.bounds, [len(data) for _, _, data in content.attachments], files_field)
     return content
@@ -168,7 +157,7 @@ def _thread_of(account: MailAccount, in_reply_to: str | None) -> tuple[str, tupl
         return "", ()
     mid = in_reply_to.strip().strip("<>").strip()
     if not mid or any(c in mid for c in " <>\r\n"):
-        raise GateError.invalid("in_reply_to", "is not a Message-ID")
+        raise OakenError.invalid("in_reply_to", "is not a Message-ID")
     parent = Message.objects.for_tenant(account.tenant).filter(account=account, message_id=mid).first()
     references = [r for r in (parent.references if parent else []) if r]
     if not references or references[-1] != mid:
@@ -244,16 +233,16 @@ def _send_draft_content(ctx: Context, data: SendDraftIn) -> requests.Content:
     send_at = getattr(data, "send_at", None)
     if send_at is not None:
         if send_at.tzinfo is None:
-            raise GateError.invalid("send_at", "needs a time zone")
+            raise OakenError.invalid("send_at", "needs a time zone")
         if send_at <= ctx.now:
-            raise GateError.invalid("send_at", "must be in the future")
+            raise OakenError.invalid("send_at", "must be in the future")
         if send_at > ctx.now + timedelta(days=366):
-            raise GateError.invalid("send_at", "must be within a year")
+            raise OakenError.invalid("send_at", "must be within a year")
     try:
         return _draft_content(ctx, draft_of(ctx, data.draft_id), send_at)
-    except GateError as error:
+    except OakenError as error:
         if error.field == "account_id":  # the draft's own account: name the field the caller gave
-            raise GateError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
+            raise OakenError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
         raise
 
 
@@ -324,7 +313,7 @@ def request_of(ctx: Context, request_id: str, *, lock: bool = False) -> Outbound
     rows = visible_requests(ctx).filter(pk=parse_id(request_id, "request_id"))
     found = (rows.select_for_update() if lock else rows).first()
     if found is None:
-        raise GateError.not_found("request_id")
+        raise OakenError.not_found("request_id")
     return found
 
 
@@ -393,7 +382,7 @@ class ApproveIn(RequestIn):
 def _approve_scope(ctx: Context, data: ApproveIn) -> None:
     request = request_of(ctx, data.request_id)
     if data.content_hash is not None and data.content_hash != request.content_hash:
-        raise GateError("CONFLICT", "this request's content is not what was shown: reload it", field="content_hash")
+        raise OakenError("CONFLICT", "this request's content is not what was shown: reload it", field="content_hash")
 
 
 @operation(
@@ -438,7 +427,7 @@ class SettleIn(RequestIn):
 
 def _settle_scope(ctx: Context, data: SettleIn) -> None:
     if request_of(ctx, data.request_id).state != State.UNKNOWN:
-        raise GateError("CONFLICT", "only a request whose outcome is unknown can be settled", field="request_id")
+        raise OakenError("CONFLICT", "only a request whose outcome is unknown can be settled", field="request_id")
 
 
 def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
@@ -591,7 +580,7 @@ def _policy_fields(ctx: Context, data: CreatePolicyIn) -> dict[str, Any]:
     if data.account_id is not None:
         account_of(ctx, data.account_id)
     if not data.allowed_addresses and not data.allowed_domains:
-        raise GateError.invalid("allowed_addresses", "name allowed addresses or domains")
+        raise OakenError.invalid("allowed_addresses", "name allowed addresses or domains")
     addresses = list(dict.fromkeys(normalize_address(a, "allowed_addresses") for a in data.allowed_addresses))
     return {"allowed_addresses": addresses,
             "allowed_domains": list(dict.fromkeys(d.lstrip("@") for d in data.allowed_domains))}  # fmt: skip
@@ -662,7 +651,7 @@ class PolicyIn(Closed):
 def _policy_of(ctx: Context, policy_id: str) -> SendPolicy:
     found = _policies(ctx).filter(pk=parse_id(policy_id, "policy_id")).first()
     if found is None:
-        raise GateError.not_found("policy_id")
+        raise OakenError.not_found("policy_id")
     return found
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from apps.gate.errors import GateError
+from apps.core.errors import OakenError
 from apps.mail.models import Folder, Message
 
 
@@ -90,9 +90,9 @@ def decode_cursor(cursor: str, size: int) -> list[Any]:
     try:
         values = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError):
-        raise GateError.invalid("cursor", "is not a cursor this service gave out") from None
+        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
     if not isinstance(values, list) or len(values) != size:
-        raise GateError.invalid("cursor", "is not a cursor this service gave out")
+        raise OakenError.invalid("cursor", "is not a cursor this service gave out")
     return values
 
 

@@ -25,13 +25,15 @@ from pydantic import Field, StringConstraints
 from apps.accounts.models import User, normalize_email
 from apps.agents.connections import revoke_connection
 from apps.agents.models import ApiKey, Connection
-from apps.gate.errors import GateError
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
+from apps.core.kinds import Role
 from apps.mail.models import MailAccount
-from apps.mail.selectors import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
-from apps.operations.registry import ALWAYS, Callers, Ceiling, Change, OpClass, Preview, operation
-from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Role, Workspace
+from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
+from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Workspace
 from apps.workspaces.services import (
     InvitationTakenError,
     LockedMemberships,
@@ -94,8 +96,8 @@ def list_workspaces(ctx: Context, data: Empty) -> WorkspacesOut:
     return WorkspacesOut(workspaces=[_workspace_out(row, counts.get(row.pk, 0)) for row in rows])
 
 
-def _name_taken() -> GateError:
-    return GateError("CONFLICT", "name: this tenant already has a workspace with this name", field="name")
+def _name_taken() -> OakenError:
+    return OakenError("CONFLICT", "name: this tenant already has a workspace with this name", field="name")
 
 
 def _taken(ctx: Context, name: str) -> bool:
@@ -105,7 +107,7 @@ def _taken(ctx: Context, name: str) -> bool:
 def _check_room(ctx: Context) -> None:
     most = ctx.bounds["WORKSPACES_MAX"]
     if Workspace.objects.for_tenant(ctx.tenant).count() >= most:
-        raise GateError("LIMIT_EXCEEDED", f"a tenant has at most {most} workspaces", field="name")
+        raise OakenError("LIMIT_EXCEEDED", f"a tenant has at most {most} workspaces", field="name")
 
 
 class CreateWorkspaceIn(Closed):
@@ -155,9 +157,9 @@ def _workspace(ctx: Context, workspace_id: str, *, lock: bool = False) -> Worksp
     rows = Workspace.objects.for_tenant(ctx.tenant).filter(pk=parse_id(workspace_id, "workspace_id"))
     row = (rows.select_for_update() if lock else rows).first()
     if row is None:
-        raise GateError.not_found("workspace_id")
+        raise OakenError.not_found("workspace_id")
     if row.name == DEFAULT_WORKSPACE:
-        raise GateError.invalid(
+        raise OakenError.invalid(
             "workspace_id", "the default workspace keeps its name: new keys and connections reach it by it"
         )
     return row
@@ -269,12 +271,12 @@ def list_members(ctx: Context, data: Empty) -> MembersOut:
     return MembersOut(members=[_member_out(ctx, row) for row in members], invitations=invitations)
 
 
-def _only_owners(field: str, what: str) -> GateError:
-    return GateError("FORBIDDEN", f"{field}: only an OWNER can {what}", field=field)
+def _only_owners(field: str, what: str) -> OakenError:
+    return OakenError("FORBIDDEN", f"{field}: only an OWNER can {what}", field=field)
 
 
-def _last_owner() -> GateError:
-    return GateError(
+def _last_owner() -> OakenError:
+    return OakenError(
         "LAST_OWNER",
         "membership_id: the tenant's last OWNER cannot be demoted or removed; make someone else an OWNER first",
         field="membership_id",
@@ -290,16 +292,16 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
     try:
         validate_email(data.email)
     except ValidationError:
-        raise GateError.invalid("email", "is not an e-mail address") from None
+        raise OakenError.invalid("email", "is not an e-mail address") from None
     if data.role == Role.OWNER and _role(ctx) != Role.OWNER:
         raise _only_owners("role", "invite an OWNER")
     email = normalize_email(data.email)
     if Membership.objects.for_tenant(ctx.tenant).filter(user__email=email).exists():
-        raise GateError("CONFLICT", "email: this person is already a member of this tenant", field="email")
+        raise OakenError("CONFLICT", "email: this person is already a member of this tenant", field="email")
     most = ctx.bounds["INVITATIONS_OPEN_MAX"]
     others = [row for row in open_invitations(tenant=ctx.tenant) if row.email != email]
     if len(others) >= most:
-        raise GateError("LIMIT_EXCEEDED", f"a tenant has at most {most} open invitations", field="email")
+        raise OakenError("LIMIT_EXCEEDED", f"a tenant has at most {most} open invitations", field="email")
 
 
 def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
@@ -344,7 +346,7 @@ def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
     locked = _lock(ctx)
     assert locked.person is not None
     if not Role(locked.person.role).covers(Role.ADMIN):
-        raise GateError("FORBIDDEN", "this needs the ADMIN role in this tenant")
+        raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant")
     if data.role == Role.OWNER and locked.person.pk not in locked.owners:
         raise _only_owners("role", "invite an OWNER")
     days = ctx.bounds["INVITATION_TTL_DAYS"]
@@ -354,7 +356,7 @@ def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
             ttl=timedelta(days=days),
         )  # fmt: skip
     except InvitationTakenError:
-        raise GateError(
+        raise OakenError(
             "CONFLICT", "email: this address was invited by a call running at the same time", field="email"
         ) from None
     for old in issued.replaced:
@@ -381,7 +383,7 @@ def _invitation(ctx: Context, invitation_id: str, *, lock: bool = False) -> Invi
     )
     row = (rows.select_for_update() if lock else rows.select_related("invited_by")).first()
     if row is None:
-        raise GateError.not_found("invitation_id")
+        raise OakenError.not_found("invitation_id")
     return row
 
 
@@ -423,7 +425,7 @@ def _member(ctx: Context, membership_id: str) -> Membership:
         .first()
     )
     if row is None:
-        raise GateError.not_found("membership_id")
+        raise OakenError.not_found("membership_id")
     return row
 
 
@@ -431,14 +433,14 @@ def _lock(ctx: Context, *ids: uuid.UUID) -> LockedMemberships:
     """The tenant's owners, the named memberships and the caller's, locked; the caller must still be a member."""
     locked = lock_memberships(tenant=ctx.tenant, ids=ids, person=_user(ctx))
     if locked.person is None:
-        raise GateError("FORBIDDEN", "you are no longer a member of this tenant")
+        raise OakenError("FORBIDDEN", "you are no longer a member of this tenant")
     return locked
 
 
 def _check_role_change(actor: Role, target: Membership, new: str, owners: int) -> None:
     """The rules of change_member_role, for the roles as they stand (checked again under the lock)."""
     if not actor.covers(Role.ADMIN):
-        raise GateError("FORBIDDEN", "this needs the ADMIN role in this tenant")
+        raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant")
     if new == Role.OWNER and actor != Role.OWNER:
         raise _only_owners("role", "make someone an OWNER")
     if target.role == Role.OWNER and actor != Role.OWNER:
@@ -484,7 +486,7 @@ def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
     locked = _lock(ctx, target_id)
     target = locked.named.get(target_id)
     if target is None:
-        raise GateError.not_found("membership_id")
+        raise OakenError.not_found("membership_id")
     assert locked.person is not None
     _check_role_change(Role(locked.person.role), target, data.role, len(locked.owners))
     if target.role != data.role:
@@ -501,7 +503,7 @@ class RemoveMemberIn(Closed):
 def _check_removal(ctx: Context, actor: Role, target: Membership, owners: int) -> None:
     if target.user_id != _user(ctx).pk:
         if not actor.covers(Role.ADMIN):
-            raise GateError("FORBIDDEN", "this needs the ADMIN role in this tenant (anyone may remove themselves)")
+            raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant (anyone may remove themselves)")
         if target.role == Role.OWNER and actor != Role.OWNER:
             raise _only_owners("membership_id", "remove an OWNER")
     if target.role == Role.OWNER and owners <= 1:
@@ -548,7 +550,7 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
     locked = _lock(ctx, target_id)
     target = locked.named.get(target_id)
     if target is None:
-        raise GateError.not_found("membership_id")
+        raise OakenError.not_found("membership_id")
     assert locked.person is not None
     _check_removal(ctx, Role(locked.person.role), target, len(locked.owners))
     removed = _member_out(ctx, target)

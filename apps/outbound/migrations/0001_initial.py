@@ -6,7 +6,7 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -24,9 +24,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 (
                     "to",
@@ -86,9 +84,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 (
                     "state",
@@ -210,9 +206,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 ("filename", models.TextField()),
                 ("content_type", models.CharField(max_length=255)),
@@ -255,9 +249,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 ("available_at", models.DateTimeField()),
                 ("enqueued_at", models.DateTimeField(blank=True, null=True)),
@@ -287,9 +279,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 ("name", models.CharField(max_length=200)),
                 (

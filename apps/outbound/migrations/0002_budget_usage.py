@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -18,9 +18,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 ("kind", models.CharField(max_length=10)),
                 ("budget_id", models.CharField(max_length=100)),

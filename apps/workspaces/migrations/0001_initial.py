@@ -5,7 +5,7 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,
@@ -80,7 +80,7 @@ class Migration(migrations.Migration):
                 (
                     "id",
                     models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id,
+                        default=apps.core.ids.new_id,
                         editable=False,
                         primary_key=True,
                         serialize=False,

@@ -5,7 +5,7 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-import apps.workspaces.tenancy
+import apps.core.ids
 
 
 class Migration(migrations.Migration):
@@ -20,9 +20,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.UUIDField(
-                        default=apps.workspaces.tenancy.new_id, editable=False, primary_key=True, serialize=False
-                    ),
+                    models.UUIDField(default=apps.core.ids.new_id, editable=False, primary_key=True, serialize=False),
                 ),
                 ("email", models.EmailField(max_length=254)),
                 (

@@ -9,10 +9,11 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from apps.agents.models import ApiKey
-from apps.gate.callers import Caller, Door
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
-from apps.mail.selectors import parse_id
 from apps.server.cli import JsonCommand
 from apps.workspaces.models import Membership
 
@@ -62,7 +63,7 @@ class Command(JsonCommand):
     def _revoke(self, key_id: str) -> None:
         try:
             row = ApiKey.objects.unscoped().filter(pk=parse_id(key_id, "id")).select_related("tenant", "user").first()
-        except GateError:
+        except OakenError:
             row = None
         if row is None:
             self.fail("NOT_FOUND", "no such key", "id")
@@ -74,7 +75,7 @@ class Command(JsonCommand):
         try:
             # the person typed exactly this command: that is the confirmation
             result = dispatch(caller, Door.CLI, name, data, confirm=True)
-        except GateError as error:
+        except OakenError as error:
             self.emit({"error": error.as_dict()})
             raise SystemExit(1) from None
         self.emit(result.output)

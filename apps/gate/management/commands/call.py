@@ -7,9 +7,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from apps.gate.callers import Caller, Door
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.errors import GateError
 from apps.server.cli import JsonCommand
 
 
@@ -39,7 +40,7 @@ class Command(JsonCommand):
                 confirm=options["confirm"],
                 idempotency_key=options["idempotency_key"],
             )
-        except GateError as error:
+        except OakenError as error:
             self.emit({"error": error.as_dict()})
             raise SystemExit(1) from None
         self.emit(result.output)

@@ -1,36 +1,16 @@
-"""Who is calling, through which door: the gate's view of a principal."""
+"""Who is calling: a principal in a tenant, with what it was granted. Doors build one; the gate checks it;
+handlers and domain services read it as the actor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from apps.workspaces.models import Role
+from apps.core.kinds import CredentialKind, Principal, Role, granted_scopes
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
     from apps.workspaces.models import Membership, Tenant
-
-
-class Principal(StrEnum):
-    PERSON = "person"
-    AGENT = "agent"
-    INTERNAL = "internal"
-
-
-class Door(StrEnum):
-    UI = "ui"
-    CLI = "cli"
-    MCP = "mcp"
-    INTERNAL = "internal"
-
-
-DOORS_OF = {
-    Principal.PERSON: {Door.UI, Door.CLI},
-    Principal.AGENT: {Door.MCP},
-    Principal.INTERNAL: {Door.INTERNAL},
-}
 
 
 class DoorMismatchError(RuntimeError):
@@ -48,7 +28,7 @@ class Caller:
     workspaces: tuple[str, ...] | None = None
     allow_list: frozenset[str] | None = None
     credential_id: str = ""
-    credential_kind: str = ""  # "oauth" | "apikey"
+    credential_kind: str = CredentialKind.NONE
 
     def has_role(self, role: Role) -> bool:
         """Whether the caller's role in the tenant covers `role` (the system and strangers have none)."""
@@ -69,15 +49,12 @@ class Caller:
         credential_id: str,
         credential_kind: str,
     ) -> Caller:
-        granted = set(scopes) | {"read"}
-        if "send" in granted:
-            granted.add("write")  # Send implies Organize and draft (SPEC §7)
         return cls(
             Principal.AGENT,
             membership.tenant,
             user=membership.user,
             role=Role(membership.role),
-            scopes=frozenset(granted),
+            scopes=granted_scopes(scopes),
             workspaces=tuple(workspaces),
             allow_list=frozenset(allow_list) if allow_list is not None else None,
             credential_id=credential_id,

@@ -1,4 +1,5 @@
-"""One error shape for every door: a stable code, a human message, and details where they help."""
+"""The one domain error: raised by any layer, mapped once per door into one shape (a stable code, a human
+message, and details where they help)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ HTTP_STATUS = {
 }
 
 
-class GateError(Exception):
+class OakenError(Exception):
     """A refusal or failure, with a stable code. Messages never quote submitted values or mail text."""
 
     def __init__(
@@ -64,13 +65,13 @@ class GateError(Exception):
         return data
 
     @classmethod
-    def not_available(cls) -> GateError:
+    def not_available(cls) -> OakenError:
         return cls("NOT_AVAILABLE", NOT_AVAILABLE_MESSAGE)
 
     @classmethod
-    def not_found(cls, field: str) -> GateError:
+    def not_found(cls, field: str) -> OakenError:
         return cls("NOT_FOUND", f"{field}: no such item", field=field)
 
     @classmethod
-    def invalid(cls, field: str, message: str) -> GateError:
+    def invalid(cls, field: str, message: str) -> OakenError:
         return cls("INVALID_INPUT", f"{field}: {message}" if field else message, field=field or None)

@@ -1,0 +1,15 @@
+"""A change as every layer records it: an id with its value before and after (never mail text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing a call changes or would change: its id, and its values before and after where they help."""
+
+    id: str
+    before: Any = None
+    after: Any = None

@@ -1,0 +1,70 @@
+"""The kinds every layer speaks of: who calls (principal), through which door, with which credential,
+granted which scopes, holding which role in a tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import models
+
+
+class Principal(models.TextChoices):
+    PERSON = "person", "Person"
+    AGENT = "agent", "Agent"
+    INTERNAL = "internal", "Internal"
+
+
+class Door(models.TextChoices):
+    UI = "ui", "Web console"
+    CLI = "cli", "Command line"
+    MCP = "mcp", "MCP"
+    INTERNAL = "internal", "Internal"
+
+
+# which doors each principal may come through (SPEC §1)
+DOORS_OF = {
+    Principal.PERSON: frozenset({Door.UI, Door.CLI}),
+    Principal.AGENT: frozenset({Door.MCP}),
+    Principal.INTERNAL: frozenset({Door.INTERNAL}),
+}
+
+
+class CredentialKind(models.TextChoices):
+    NONE = "", "None"
+    OAUTH = "oauth", "OAuth connection"
+    APIKEY = "apikey", "API key"
+
+
+class Scope(models.TextChoices):
+    """The permissions an agent's credential carries (SPEC §7)."""
+
+    READ = "read", "Read"
+    WRITE = "write", "Organize and draft"
+    SEND = "send", "Send"
+
+
+def granted_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """What a credential holding `scopes` may do: Read is always granted, and Send implies Organize and draft.
+
+    Unknown names are dropped, so a stored or requested typo never widens anything."""
+    granted = {Scope.READ.value} | {s for s in scopes if s in Scope.values}
+    if Scope.SEND.value in granted:
+        granted.add(Scope.WRITE.value)
+    return frozenset(granted)
+
+
+class Role(models.TextChoices):
+    MEMBER = "MEMBER", "Member"
+    ADMIN = "ADMIN", "Admin"
+    OWNER = "OWNER", "Owner"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self.value]
+
+    def covers(self, required: Role | str) -> bool:
+        """This role is at least `required`."""
+        return self.rank >= Role(required).rank
+
+
+_RANK = {Role.MEMBER.value: 1, Role.ADMIN.value: 2, Role.OWNER.value: 3}
