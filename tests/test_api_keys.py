@@ -15,8 +15,8 @@ from apps.audit.models import AuditEvent
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal
 from apps.gate.dispatch import dispatch
-from apps.gate.exposure import offered_operations
 from apps.gate.models import IdempotencyRecord
+from apps.operations.exposure import offered_operations
 from tests.callers import as_agent, as_person, call, refusal
 from tests.commands import run_json
 from tests.conftest import Person

@@ -13,8 +13,8 @@ from django.test import Client
 from apps.accounts import signin
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
-from apps.gate.exposure import tenant_settings
 from apps.mail.models import MailAccount, Message
+from apps.operations.exposure import tenant_settings
 from apps.workspaces.models import Membership, Workspace
 from tests.callers import joined
 from tests.conftest import PASSWORD, Person
@@ -262,8 +262,8 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
 ) -> None:  # fmt: skip
     from playwright.sync_api import expect
 
-    from apps.outbound import delivery
     from apps.outbound.models import OutboundRequest
+    from apps.worker import delivery
     from tests.callers import as_agent, as_person
     from tests.outbound_accounts import imap_account, mail_user, request
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from apps.mail.models import Attachment, Folder, MailAccount, Message, Thread
-from apps.outbound import delivery
 from apps.outbound.models import Draft, OutboundRequest
+from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer

@@ -13,9 +13,9 @@ from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.exposure import offered_operations
-from apps.gate.models import ExposureSetting
 from apps.operations import plugins
+from apps.operations.exposure import offered_operations
+from apps.operations.models import ExposureSetting
 from apps.operations.registry import Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
 from tests.callers import as_agent, as_person

@@ -16,11 +16,11 @@ from apps.core.callers import Caller, DoorMismatchError
 from apps.core.errors import NOT_AVAILABLE_MESSAGE, OakenError
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.gate.exposure import offered_operations
 from apps.gate.internal import call_internal
-from apps.gate.models import ExposureSetting
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
+from apps.operations.exposure import offered_operations
+from apps.operations.models import ExposureSetting
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
 from tests.callers import as_agent, as_person, door_of, refusal

@@ -313,7 +313,7 @@ def test_a_password_beyond_ascii_logs_in_as_utf_8_and_a_bad_one_is_never_repeate
 
 def test_delivery_logs_in_beyond_ascii_as_check_smtp_does(smtp_with_auth: tuple[str, int]) -> None:
     """The worker's SMTP login is the one the connect form tried (apps.mail.imap.smtp_login)."""
-    from apps.outbound.delivery import _smtp
+    from apps.worker.delivery import _smtp
 
     host, port = smtp_with_auth
     config = {"host": host, "port": port, "security": "none", "username": "someone@example.test"}

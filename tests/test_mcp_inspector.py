@@ -23,8 +23,8 @@ import pytest
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey
 from apps.audit.models import AuditEvent
-from apps.gate.exposure import offered_operations
 from apps.mail.models import Message
+from apps.operations.exposure import offered_operations
 from apps.operations.registry import OpClass, registry
 from tests.callers import as_agent, as_person, call, membership
 from tests.conftest import Person, make_person

@@ -28,7 +28,7 @@ from pydantic import AnyUrl
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
 from apps.core.callers import Caller
-from apps.gate.exposure import offered_operations
+from apps.operations.exposure import offered_operations
 from apps.outbound.models import OutboundRequest
 from tests.browser import chromium_page
 from tests.callers import as_person, call, membership

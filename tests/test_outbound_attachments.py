@@ -14,8 +14,8 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import Attachment
-from apps.outbound import delivery
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
+from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer

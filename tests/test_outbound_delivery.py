@@ -15,9 +15,9 @@ from apps.audit.log import input_digest
 from apps.audit.models import AuditEvent
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
-from apps.outbound import delivery
 from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest, OutboxEntry
+from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Person
 from tests.loopback import free_port

@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from apps.audit.log import input_digest
 from apps.audit.models import AuditEvent
-from apps.outbound import delivery
 from apps.outbound.models import OutboundRequest
-from apps.outbound.tasks import deliver_task, reconcile_unknown_task
+from apps.worker import delivery
+from apps.worker.tasks import deliver_task, reconcile_unknown_task
 from config.redis_client import redis_client
 from tests.callers import as_agent, as_person
 from tests.celeryworker import worker_process

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.agents.models import ApiKey
 from apps.core.callers import Caller
+from apps.core.kinds import recorded_scopes
 from apps.workspaces.models import Membership, current_role
 
 KEY_PREFIX = "oak_"
@@ -41,7 +42,7 @@ def issue_key(
         name=name,
         prefix=f"{KEY_PREFIX}{public}",
         key_hash=_hash(key),
-        scopes=sorted(set(scopes) | {"read"}),
+        scopes=recorded_scopes(scopes),
         workspaces=workspaces,
         allow_list=allow_list,
         created_by=membership.user,

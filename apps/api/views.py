@@ -20,7 +20,7 @@ from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.gate.exposure import offered_operations
+from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 

@@ -43,11 +43,14 @@ class Scope(models.TextChoices):
     SEND = "send", "Send"
 
 
-def granted_scopes(scopes: Iterable[str]) -> frozenset[str]:
-    """What a credential holding `scopes` may do: Read is always granted, and Send implies Organize and draft.
+def recorded_scopes(scopes: Iterable[str]) -> list[str]:
+    """The scopes a new credential records: Read always, plus the known ones asked for (a typo widens nothing)."""
+    return sorted({Scope.READ.value} | {s for s in scopes if s in Scope.values})
 
-    Unknown names are dropped, so a stored or requested typo never widens anything."""
-    granted = {Scope.READ.value} | {s for s in scopes if s in Scope.values}
+
+def granted_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """What a credential holding `scopes` may do: its recorded scopes, and Send implies Organize and draft."""
+    granted = set(recorded_scopes(scopes))
     if Scope.SEND.value in granted:
         granted.add(Scope.WRITE.value)
     return frozenset(granted)

@@ -24,9 +24,9 @@ from apps.core.errors import OakenError
 from apps.core.ids import new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.gate import confirmation
-from apps.gate.exposure import is_offered, is_permitted
 from apps.gate.models import IdempotencyRecord
 from apps.operations.context import Context
+from apps.operations.exposure import is_offered, is_permitted
 from apps.operations.registry import OpClass, Operation, Preview, registry
 
 log = logging.getLogger("oaken.gate")

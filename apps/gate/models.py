@@ -1,4 +1,4 @@
-"""What the gate keeps: confirmation tokens, exposure settings, idempotency records."""
+"""What the gate keeps: confirmation tokens and idempotency records."""
 
 from __future__ import annotations
 
@@ -26,22 +26,6 @@ class ConfirmationToken(TenantOwned):
             models.Index(fields=["tenant", "caller_key", "created_at"], name="token_by_caller",
                          condition=Q(used_at__isnull=True)),
         ]  # fmt: skip
-
-
-class ExposureLevel(models.TextChoices):
-    OFF = "off", "Off"
-    ON = "on", "On"
-
-
-class ExposureSetting(TenantOwned):
-    """A tenant's choice for one operation (`name`) or a whole plugin (`plugin:<name>`)."""
-
-    target = models.CharField(max_length=200)
-    level = models.CharField(max_length=3, choices=ExposureLevel.choices)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "target"], name="one_exposure_per_target")]
 
 
 class IdempotencyRecord(TenantOwned):

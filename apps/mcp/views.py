@@ -23,11 +23,11 @@ from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import Result, audit_refusal, dispatch
-from apps.gate.exposure import offered_operations
 from apps.mcp import elicitation, tools
 from apps.mcp import protocol as p
 from apps.oauth.resource import mcp_resource, public_origin
 from apps.operations.defs.reference import SECURITY_RULES
+from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation, registry
 from config.redis_client import count_hit
 

@@ -23,14 +23,13 @@ from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
 
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
-from apps.core.kinds import Door
+from apps.core.kinds import Door, recorded_scopes
 from apps.gate.dispatch import dispatch
 from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 from config.redis_client import count_hit
 
-SCOPES = ("read", "write", "send")
 LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
 
 
@@ -142,8 +141,8 @@ class ConsentView(dot.AuthorizationView):
         if not data.get("allow"):
             return super().form_valid(form)  # the toolkit answers the client with access_denied
         requested = set(data["scope"].split())
-        ticked = {"read"} | {name for name in ("write", "send") if data.get(f"grant_{name}")}
-        granted = sorted(({"read"} | (requested & ticked)) & set(SCOPES))
+        ticked = {name for name in ("write", "send") if data.get(f"grant_{name}")}
+        granted = recorded_scopes(requested & ticked)
         resources = canonical_resources((data.get("resource") or "").split(), public_origin(self.request))
         if resources is None:
             error = CustomOAuth2Error(error="invalid_target", description="this server's one resource is /mcp",

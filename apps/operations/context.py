@@ -4,29 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from apps.core.changes import Change
+from django.conf import settings
 
-if TYPE_CHECKING:
-    from apps.core.callers import Caller
-    from apps.workspaces.models import Tenant
+from apps.core.acts import Act
+
+
+def _bounds() -> Mapping[str, Any]:
+    return settings.OPERATIONS
 
 
 @dataclass
-class Context:
-    caller: Caller
-    door: str
-    now: datetime
-    bounds: Mapping[str, Any]
-    touched: list[Change] = field(default_factory=list)
-    # lookups shared by the data-scope check, the preview and the handler of one call
-    memo: dict[Any, Any] = field(default_factory=dict)
+class Context(Act):
+    """An Act (caller, door, clock, the changes recorded) with what only operations need: the bounds, and
+    lookups shared by the data-scope check, the preview and the handler of one call."""
 
-    @property
-    def tenant(self) -> Tenant:
-        return self.caller.tenant
+    bounds: Mapping[str, Any] = field(default_factory=_bounds)
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def workspaces(self) -> tuple[str, ...] | None:
@@ -38,7 +33,3 @@ class Context:
         if key not in self.memo:
             self.memo[key] = load()
         return self.memo[key]
-
-    def touch(self, id: object, before: Any = None, after: Any = None) -> None:
-        """Record an id this call changed, for the audit event (values, never mail text)."""
-        self.touched.append(Change(str(id), before, after))

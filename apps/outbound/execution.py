@@ -15,10 +15,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db.models import F, Q
 
+from apps.core.acts import Act
 from apps.core.errors import OakenError
-from apps.operations.context import Context
 from apps.outbound import requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
 
@@ -26,11 +27,11 @@ Outcome = Literal["sent", "refused", "temporary", "unknown"]
 LOST_AFTER_DATA = "worker_lost_after_data"
 
 
-def _rows(ctx: Context, request_id: Any) -> Any:
-    return OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=request_id)
+def _rows(request_id: Any, *, act: Act) -> Any:
+    return OutboundRequest.objects.for_tenant(act.tenant).filter(pk=request_id)
 
 
-def _held(ctx: Context, request_id: Any, attempt: int, *, or_given_up: bool = False) -> OutboundRequest:
+def _held(request_id: Any, attempt: int, *, act: Act, or_given_up: bool = False) -> OutboundRequest:
     """The request locked, while the claim numbered `attempt` still holds it; CONFLICT otherwise.
 
     `or_given_up`: also when the sweeper gave that claim up as lost after DATA began (unknown), for the
@@ -38,15 +39,15 @@ def _held(ctx: Context, request_id: Any, attempt: int, *, or_given_up: bool = Fa
     holding = Q(state=State.SENDING)
     if or_given_up:
         holding |= Q(state=State.UNKNOWN, error=LOST_AFTER_DATA, smtp_started_at__isnull=False)
-    request = _rows(ctx, request_id).select_for_update().filter(holding, attempts=attempt).first()
+    request = _rows(request_id, act=act).select_for_update().filter(holding, attempts=attempt).first()
     if request is None:
         raise OakenError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
     return request
 
 
-def retry_delay(ctx: Context, attempt: int) -> timedelta:
+def retry_delay(attempt: int) -> timedelta:
     """The wait after a failed attempt: the base, doubling per attempt, capped."""
-    base, cap = ctx.bounds["SEND_RETRY_BASE_SECONDS"], ctx.bounds["SEND_RETRY_MAX_SECONDS"]
+    base, cap = settings.OPERATIONS["SEND_RETRY_BASE_SECONDS"], settings.OPERATIONS["SEND_RETRY_MAX_SECONDS"]
     return timedelta(seconds=min(cap, base * 2 ** max(0, attempt - 1)))
 
 
@@ -59,13 +60,13 @@ def retry_at(request: OutboundRequest) -> datetime | None:
     return first[0] if first else None
 
 
-def claim(ctx: Context, request_id: Any) -> OutboundRequest:
+def claim(request_id: Any, *, act: Act) -> OutboundRequest:
     """Due → sending, as attempt n+1. Content that moved since approval fails here: it is never sent."""
-    rows, now = _rows(ctx, request_id), ctx.now
+    rows, now = _rows(request_id, act=act), act.now
     # every condition on the request's own row, so the UPDATE's WHERE is re-checked on the row it waited for
     # (a join or subquery could be judged on the version before a concurrent claim); the outbox row's time
     # only moves together with the request's state, which the UPDATE guards
-    available = OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request_id, available_at__lte=now)
+    available = OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request_id, available_at__lte=now)
     due = {
         State.QUEUED: rows if available.exists() else rows.none(),
         State.APPROVED: rows.filter(Q(send_at__isnull=True) | Q(send_at__lte=now)),
@@ -83,33 +84,33 @@ def claim(ctx: Context, request_id: Any) -> OutboundRequest:
     else:
         raise OakenError("CONFLICT", "this request is not waiting to be sent (not due, or taken)", field="request_id")
     request = rows.select_related("account").get()
-    ctx.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
+    act.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
     if requests.stored_digest(request) != request.content_hash:
         # what was approved is what is sent
-        requests.transition(ctx.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed",
+        requests.transition(act.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed",
                             finished_at=now)  # fmt: skip
-        ctx.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": "content_changed"})
+        act.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": "content_changed"})
         request.refresh_from_db()
     return request
 
 
-def begin_data(ctx: Context, request_id: Any, attempt: int) -> None:
+def begin_data(request_id: Any, attempt: int, *, act: Act) -> None:
     """Record, before the DATA command, that it began: from now on this request is never retried."""
     moved = (
-        _rows(ctx, request_id)
+        _rows(request_id, act=act)
         .filter(state=State.SENDING, attempts=attempt, smtp_started_at__isnull=True)
-        .update(smtp_started_at=ctx.now, updated_at=ctx.now)
+        .update(smtp_started_at=act.now, updated_at=act.now)
     )
     if moved != 1:
         raise OakenError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
-    ctx.touch(request_id, {"data_begun": False}, {"data_begun": True, "attempt": attempt})
+    act.touch(request_id, {"data_begun": False}, {"data_begun": True, "attempt": attempt})
 
 
 def record_outcome(
-    ctx: Context, request_id: Any, attempt: int, outcome: Outcome, error: str, refused: list[str]
+    request_id: Any, attempt: int, outcome: Outcome, error: str, refused: list[str], *, act: Act
 ) -> OutboundRequest:
     """What the server's answers mean for the request: sent, failed, unknown, or queued for another attempt."""
-    request = _held(ctx, request_id, attempt, or_given_up=True)
+    request = _held(request_id, attempt, or_given_up=True, act=act)
     was = State(request.state)
     data_begun = request.smtp_started_at is not None
     if was == State.UNKNOWN and outcome in ("temporary", "unknown"):
@@ -118,13 +119,13 @@ def record_outcome(
         outcome, error = "unknown", error or "connection_lost_after_data"  # never retried once DATA began
     elif outcome == "unknown" and not data_begun:
         outcome = "temporary"  # DATA never began: certainly nothing was sent
-    now = ctx.now
+    now = act.now
     extra: dict[str, Any] = {"attempt": attempt}
     fields: dict[str, Any]
-    if outcome == "temporary" and attempt < ctx.bounds["SEND_ATTEMPTS_MAX"]:
+    if outcome == "temporary" and attempt < settings.OPERATIONS["SEND_ATTEMPTS_MAX"]:
         new = State.QUEUED
-        available = now + retry_delay(ctx, attempt)
-        OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request.pk).update(
+        available = now + retry_delay(attempt)
+        OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request.pk).update(
             available_at=available, enqueued_at=None
         )
         extra["retry_at"] = available.isoformat()
@@ -137,69 +138,69 @@ def record_outcome(
         if outcome == "temporary":
             extra["attempts_exhausted"] = True
         new, fields = State.FAILED, {"error": error, "finished_at": now, "refused_recipients": refused}
-    requests.transition(ctx.tenant, request.pk, was, new, **fields)
+    requests.transition(act.tenant, request.pk, was, new, **fields)
     if error and new != State.SENT:
         extra["error"] = error
     if refused:
         extra["refused_recipients"] = len(refused)  # how many, never who
-    ctx.touch(request.pk, {"state": was}, {"state": new, **extra})
+    act.touch(request.pk, {"state": was}, {"state": new, **extra})
     request.refresh_from_db()
     return request
 
 
-def release(ctx: Context, request_id: Any) -> OutboundRequest:
+def release(request_id: Any, *, act: Act) -> OutboundRequest:
     """A scheduled send whose time came (the schedule decides that from send_at): approved → queued, now."""
-    if requests.transition(ctx.tenant, request_id, State.APPROVED, State.QUEUED) is None:
+    if requests.transition(act.tenant, request_id, State.APPROVED, State.QUEUED) is None:
         raise OakenError("CONFLICT", "this request is not an approved scheduled send", field="request_id")
-    OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request_id).update(
-        available_at=ctx.now, enqueued_at=ctx.now, enqueue_count=F("enqueue_count") + 1
+    OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request_id).update(
+        available_at=act.now, enqueued_at=act.now, enqueue_count=F("enqueue_count") + 1
     )
-    ctx.touch(request_id, {"state": State.APPROVED}, {"state": State.QUEUED})
+    act.touch(request_id, {"state": State.APPROVED}, {"state": State.QUEUED})
     requests.enqueue_on_commit(request_id)
-    return _rows(ctx, request_id).get()
+    return _rows(request_id, act=act).get()
 
 
-def recover(ctx: Context, request_id: Any, attempt: int, silent_since: datetime) -> OutboundRequest:
+def recover(request_id: Any, attempt: int, silent_since: datetime, *, act: Act) -> OutboundRequest:
     """A claim whose worker went silent (the sweeper judges that from its age): before DATA nothing was sent, so
     it is queued again while attempts are left; after DATA began the outcome is unknown."""
-    request = _held(ctx, request_id, attempt)
+    request = _held(request_id, attempt, act=act)
     if request.updated_at >= silent_since:
         # the worker spoke since the sweeper looked (DATA began just then): it is not lost
         raise OakenError("CONFLICT", "this delivery's worker is still at it", field="attempt")
     fields: dict[str, Any]
     if request.smtp_started_at is not None:
         new, fields = State.UNKNOWN, {"error": LOST_AFTER_DATA}
-    elif attempt < ctx.bounds["SEND_ATTEMPTS_MAX"]:
+    elif attempt < settings.OPERATIONS["SEND_ATTEMPTS_MAX"]:
         new, fields = State.QUEUED, {"error": "worker_lost"}
-        OutboxEntry.objects.for_tenant(ctx.tenant).filter(request_id=request.pk).update(
-            available_at=ctx.now, enqueued_at=ctx.now, enqueue_count=F("enqueue_count") + 1
+        OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request.pk).update(
+            available_at=act.now, enqueued_at=act.now, enqueue_count=F("enqueue_count") + 1
         )
         requests.enqueue_on_commit(request.pk)
     else:
-        new, fields = State.FAILED, {"error": "worker_lost", "finished_at": ctx.now}
-    requests.transition(ctx.tenant, request.pk, State.SENDING, new, **fields)
-    ctx.touch(request.pk, {"state": State.SENDING}, {"state": new, "attempt": attempt, "error": fields["error"]})
+        new, fields = State.FAILED, {"error": "worker_lost", "finished_at": act.now}
+    requests.transition(act.tenant, request.pk, State.SENDING, new, **fields)
+    act.touch(request.pk, {"state": State.SENDING}, {"state": new, "attempt": attempt, "error": fields["error"]})
     request.refresh_from_db()
     return request
 
 
-def reconcile_found(ctx: Context, request_id: Any) -> OutboundRequest:
+def reconcile_found(request_id: Any, *, act: Act) -> OutboundRequest:
     """An unknown outcome whose Message-ID turned up in the account's Sent folder: sent."""
-    moved = requests.transition(ctx.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=ctx.now, error="",
+    moved = requests.transition(act.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=act.now, error="",
                                 copied_to_sent=True)  # fmt: skip
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown", field="request_id")
-    ctx.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
-    return _rows(ctx, request_id).get()
+    act.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
+    return _rows(request_id, act=act).get()
 
 
-def settle(ctx: Context, request: OutboundRequest, sent: bool) -> None:
+def settle(request: OutboundRequest, sent: bool, *, act: Act) -> None:
     """A person records how an unknown outcome ended; either way nothing is ever sent again for it."""
     new = State.SENT if sent else State.FAILED
     moved = requests.transition(
-        ctx.tenant, request.pk, State.UNKNOWN, new, finished_at=ctx.now, settled_by=ctx.caller.user,
-        settled_at=ctx.now, **({"error": ""} if sent else {"error": "settled_not_sent"}),
+        act.tenant, request.pk, State.UNKNOWN, new, finished_at=act.now, settled_by=act.caller.user,
+        settled_at=act.now, **({"error": ""} if sent else {"error": "settled_not_sent"}),
     )  # fmt: skip
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
-    ctx.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})
+    act.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})

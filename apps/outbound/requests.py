@@ -1,7 +1,7 @@
 """Outbound requests: made bound to their content, approved by a person or a send policy, queued through the
 outbox, cancelled or rejected. Every state change is a guarded UPDATE … WHERE state IN (expected), so two
 actors can never both move the same request, and every change is audited by the operation that makes it
-(ctx.touch): a person's or an agent's, or one of the worker's internal operations (apps.outbound.execution)."""
+(act.touch): a person's or an agent's, or one of the worker's internal operations (apps.outbound.execution)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.acts import Act
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.mail.models import MailAccount
-from apps.operations.context import Context
 from apps.outbound import budget
 from apps.outbound.compose import Recipients, content_hash, new_message_id
 from apps.outbound.models import (
@@ -34,6 +35,7 @@ from apps.outbound.models import (
 )
 from apps.workspaces.models import Tenant
 
+DELIVER_TASK = "outbound.deliver"
 log = logging.getLogger("oaken.outbound")
 
 
@@ -92,16 +94,16 @@ def approval_url(request_id: Any) -> str:
     return f"{settings.PUBLIC_URL}/outbound?request={request_id}"
 
 
-def budget_name(ctx: Context) -> str:
+def budget_name(*, act: Act) -> str:
     """Whose hourly budget a request spends: the agent's credential, or the person."""
-    caller = ctx.caller
+    caller = act.caller
     if caller.principal == Principal.AGENT:
-        return f"{ctx.tenant.pk}:{caller.credential_kind}:{caller.credential_id}"
-    return f"{ctx.tenant.pk}:person:{caller.user.pk if caller.user else '-'}"
+        return f"{act.tenant.pk}:{caller.credential_kind}:{caller.credential_id}"
+    return f"{act.tenant.pk}:person:{caller.user.pk if caller.user else '-'}"
 
 
-def _existing(ctx: Context, key: str, digest: str) -> OutboundRequest | None:
-    found = OutboundRequest.objects.for_tenant(ctx.tenant).filter(caller_key=ctx.caller.key, idempotency_key=key)
+def _existing(key: str, digest: str, *, act: Act) -> OutboundRequest | None:
+    found = OutboundRequest.objects.for_tenant(act.tenant).filter(caller_key=act.caller.key, idempotency_key=key)
     first = found.first()
     if first is not None and first.content_hash != digest:
         raise OakenError("IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content",
@@ -109,13 +111,13 @@ def _existing(ctx: Context, key: str, digest: str) -> OutboundRequest | None:
     return first
 
 
-def check_key(ctx: Context, content: Content, *, operation: str, idempotency_key: str) -> None:
+def check_key(content: Content, *, act: Act, operation: str, idempotency_key: str) -> None:
     """Refuse at once (before any proposal) a key already used by this caller for other content."""
-    _existing(ctx, f"{operation}:{idempotency_key}", content.digest())
+    _existing(f"{operation}:{idempotency_key}", content.digest(), act=act)
 
 
 def create_request(
-    ctx: Context, content: Content, *, operation: str, idempotency_key: str, draft_id: Any = None
+    content: Content, *, act: Act, operation: str, idempotency_key: str, draft_id: Any = None
 ) -> tuple[OutboundRequest, bool]:
     """The request for this content (a retry with the same key gets the first one back: (request, False)).
 
@@ -124,50 +126,50 @@ def create_request(
     """
     key = f"{operation}:{idempotency_key}"
     digest = content.digest()
-    first = _existing(ctx, key, digest)
+    first = _existing(key, digest, act=act)
     if first is not None:
         return first, False
-    caller = ctx.caller
+    caller = act.caller
     try:
         with transaction.atomic():
             request = OutboundRequest.objects.create(
-                tenant=ctx.tenant, account=content.account, draft_id=draft_id, state=State.REQUESTED,
+                tenant=act.tenant, account=content.account, draft_id=draft_id, state=State.REQUESTED,
                 sender=content.sender, to=content.found.to, cc=content.found.cc, bcc=content.found.bcc,
                 subject=content.subject, body=content.body, in_reply_to=content.in_reply_to,
                 references=list(content.references), send_at=content.send_at,
                 message_id=new_message_id(content.sender), content_hash=digest,
                 recipient_count=content.found.count, requested_by=caller.user, principal=caller.principal.value,
-                door=ctx.door, credential_id=caller.credential_id, credential_kind=caller.credential_kind,
-                caller_key=caller.key, idempotency_key=key, created_at=ctx.now, updated_at=ctx.now,
+                door=act.door, credential_id=caller.credential_id, credential_kind=caller.credential_kind,
+                caller_key=caller.key, idempotency_key=key, created_at=act.now, updated_at=act.now,
             )  # fmt: skip
     except IntegrityError:
         # the same key committed meanwhile by a concurrent call: that one is the request
-        first = _existing(ctx, key, digest)
+        first = _existing(key, digest, act=act)
         assert first is not None
         return first, False
     OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(tenant=ctx.tenant, request=request, filename=name, content_type=ctype, content=data,
+        OutboundAttachment(tenant=act.tenant, request=request, filename=name, content_type=ctype, content=data,
                            sha256=hashlib.sha256(data).hexdigest(), position=i)
         for i, (name, ctype, data) in enumerate(content.attachments)
     )  # fmt: skip
-    ctx.touch(request.pk, None, {"state": State.REQUESTED, "recipients": request.recipient_count,
+    act.touch(request.pk, None, {"state": State.REQUESTED, "recipients": request.recipient_count,
                                  "account_id": str(content.account.pk)})  # fmt: skip
-    _spend(ctx, request.recipient_count)
+    _spend(request.recipient_count, act=act)
     if caller.principal == Principal.PERSON:
-        approve(ctx, request, via="person", expected=State.REQUESTED)
-    elif (policy := _matching_policy(ctx, request)) is not None:
-        approve(ctx, request, via="policy", policy=policy, expected=State.REQUESTED)
+        approve(request, via="person", expected=State.REQUESTED, act=act)
+    elif (policy := _matching_policy(request, act=act)) is not None:
+        approve(request, via="policy", policy=policy, expected=State.REQUESTED, act=act)
     else:
-        transition(ctx.tenant, request.pk, State.REQUESTED, State.AWAITING_APPROVAL)
-        ctx.touch(request.pk, {"state": State.REQUESTED}, {"state": State.AWAITING_APPROVAL})
+        transition(act.tenant, request.pk, State.REQUESTED, State.AWAITING_APPROVAL)
+        act.touch(request.pk, {"state": State.REQUESTED}, {"state": State.AWAITING_APPROVAL})
     request.refresh_from_db()
     return request, True
 
 
-def _spend(ctx: Context, amount: int) -> None:
-    limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
+def _spend(amount: int, *, act: Act) -> None:
+    limit = settings.OPERATIONS["SEND_RECIPIENTS_PER_HOUR"]
     now = time.time()
-    if budget.take(budget_name(ctx), amount, limit, now) is None:
+    if budget.take(budget_name(act=act), amount, limit, now) is None:
         raise OakenError("RATE_LIMITED", f"at most {limit} recipients an hour for this connection or key",
                         retry_after=budget.seconds_left(now))  # fmt: skip
 
@@ -178,13 +180,13 @@ def _allowed(policy: SendPolicy, addresses: Iterable[str]) -> bool:
     return all(a.casefold() in exact or a.rpartition("@")[2].casefold() in domains for a in addresses)
 
 
-def _matching_policy(ctx: Context, request: OutboundRequest) -> SendPolicy | None:
+def _matching_policy(request: OutboundRequest, *, act: Act) -> SendPolicy | None:
     """A policy of the person this agent acts for that allows every recipient and still has hourly room."""
-    if ctx.caller.user is None:
+    if act.caller.user is None:
         return None
     policies = (
-        SendPolicy.objects.for_tenant(ctx.tenant)
-        .filter(created_by=ctx.caller.user)
+        SendPolicy.objects.for_tenant(act.tenant)
+        .filter(created_by=act.caller.user)
         .filter(Q(account__isnull=True) | Q(account=request.account_id))
         .order_by("created_at")
     )
@@ -193,7 +195,7 @@ def _matching_policy(ctx: Context, request: OutboundRequest) -> SendPolicy | Non
         if (
             _allowed(policy, everyone)
             and budget.take(
-                f"{ctx.tenant.pk}:policy:{policy.pk}", request.recipient_count, policy.recipients_per_hour, time.time()
+                f"{act.tenant.pk}:policy:{policy.pk}", request.recipient_count, policy.recipients_per_hour, time.time()
             )
             is not None
         ):
@@ -202,49 +204,49 @@ def _matching_policy(ctx: Context, request: OutboundRequest) -> SendPolicy | Non
 
 
 def approve(
-    ctx: Context,
     request: OutboundRequest,
     *,
+    act: Act,
     via: str,
     policy: SendPolicy | None = None,
     expected: State | Sequence[State] = (State.REQUESTED, State.AWAITING_APPROVAL),
 ) -> None:
     """Approve and write the outbox row in this same transaction; queue it now unless it is scheduled later."""
     before = transition(
-        ctx.tenant, request.pk, expected, State.APPROVED, decided_by=ctx.caller.user if via == "person" else None,
-        decided_at=ctx.now, approved_via=via, policy=policy,
+        act.tenant, request.pk, expected, State.APPROVED, decided_by=act.caller.user if via == "person" else None,
+        decided_at=act.now, approved_via=via, policy=policy,
     )  # fmt: skip
     if before is None:
         raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
-    ctx.touch(request.pk, {"state": before}, {"state": State.APPROVED, "via": via,
+    act.touch(request.pk, {"state": before}, {"state": State.APPROVED, "via": via,
                                               "policy_id": str(policy.pk) if policy else None})  # fmt: skip
-    due = request.send_at is None or request.send_at <= ctx.now
+    due = request.send_at is None or request.send_at <= act.now
     OutboxEntry.objects.create(
-        tenant=ctx.tenant, request=request, available_at=request.send_at or ctx.now,
-        enqueued_at=ctx.now if due else None, enqueue_count=1 if due else 0, created_at=ctx.now,
+        tenant=act.tenant, request=request, available_at=request.send_at or act.now,
+        enqueued_at=act.now if due else None, enqueue_count=1 if due else 0, created_at=act.now,
     )  # fmt: skip
     if due:
-        transition(ctx.tenant, request.pk, State.APPROVED, State.QUEUED)
-        ctx.touch(request.pk, {"state": State.APPROVED}, {"state": State.QUEUED})
+        transition(act.tenant, request.pk, State.APPROVED, State.QUEUED)
+        act.touch(request.pk, {"state": State.APPROVED}, {"state": State.QUEUED})
         enqueue_on_commit(request.pk)
 
 
-def reject(ctx: Context, request: OutboundRequest) -> None:
-    before = transition(ctx.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=ctx.caller.user,
-                        decided_at=ctx.now)  # fmt: skip
+def reject(request: OutboundRequest, *, act: Act) -> None:
+    before = transition(act.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=act.caller.user,
+                        decided_at=act.now)  # fmt: skip
     if before is None:
         raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
-    ctx.touch(request.pk, {"state": before}, {"state": State.REJECTED})
+    act.touch(request.pk, {"state": before}, {"state": State.REJECTED})
 
 
-def cancel(ctx: Context, request: OutboundRequest) -> None:
+def cancel(request: OutboundRequest, *, act: Act) -> None:
     if request.state == State.CANCELLED:
         return
-    before = transition(ctx.tenant, request.pk, CANCELLABLE, State.CANCELLED, finished_at=ctx.now)
+    before = transition(act.tenant, request.pk, CANCELLABLE, State.CANCELLED, finished_at=act.now)
     if before is None:
         raise OakenError("CONFLICT", "this request can no longer be cancelled: sending has begun or ended",
                         field="request_id")  # fmt: skip
-    ctx.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
+    act.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
 
 
 def enqueue_on_commit(request_id: Any) -> None:
@@ -253,9 +255,8 @@ def enqueue_on_commit(request_id: Any) -> None:
 
 
 def enqueue(request_id: Any) -> None:
-    from apps.outbound.tasks import deliver_task
-
+    # by name: the task lives in the worker door (apps.worker.tasks), above this layer
     try:
-        deliver_task.apply_async(args=(str(request_id),), retry=False)
+        current_app.send_task(DELIVER_TASK, args=(str(request_id),), retry=False)
     except Exception as exc:  # the broker is away: the outbox sweeper hands it over later
         log.warning("could not hand outbound request %s to a worker: %s", request_id, type(exc).__name__)

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "apps.console",
     "apps.oauth",
     "apps.mcp",
+    "apps.worker",
     "oauth2_provider",
     "corsheaders",
     "rest_framework",

@@ -12,10 +12,10 @@ from apps.audit.log import verify_chain
 from apps.audit.models import AuditEvent
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.gate.exposure import level_for, plugin_target, tenant_settings
-from apps.gate.models import ExposureSetting
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Page, decode_cursor, encode_cursor
+from apps.operations.exposure import level_for, plugin_target, tenant_settings
+from apps.operations.models import ExposureSetting
 from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation, registry
 
 # ---------------------------------------------------------------- exposure

@@ -15,7 +15,7 @@ from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Role
+from apps.core.kinds import Role, recorded_scopes
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
@@ -65,7 +65,7 @@ def _create_scope(ctx: Context, data: CreateKeyIn) -> None:
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
-    return Preview((Change("new api key", None, {"scopes": sorted(set(data.scopes) | {"read"}),
+    return Preview((Change("new api key", None, {"scopes": recorded_scopes(data.scopes),
                                                  "workspaces": data.workspaces}),))  # fmt: skip
 
 
@@ -214,7 +214,7 @@ def _grant_scope(ctx: Context, data: GrantConnectionIn) -> None:
 
 def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
     return Preview((Change("new connection", None, {"client": _application(data).name, "lifetime": data.lifetime,
-                                                    "scopes": sorted(set(data.scopes) | {"read"}),
+                                                    "scopes": recorded_scopes(data.scopes),
                                                     "workspaces": data.workspaces}),))  # fmt: skip
 
 
@@ -240,7 +240,7 @@ def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
         application=app,
         client_name=app.name[:255],
         redirect_uri=data.redirect_uri,
-        scopes=sorted(set(data.scopes) | {"read"}),
+        scopes=recorded_scopes(data.scopes),
         workspaces=list(dict.fromkeys(data.workspaces)),
         created_at=ctx.now,
         expires_at=ctx.now + timedelta(hours=hours) if data.lifetime == "24h" else None,

@@ -72,7 +72,7 @@ _INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER,
     **_INTERNAL,
 )
 def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.claim(ctx, data.request_id))
+    return _step(execution.claim(data.request_id, act=ctx))
 
 
 @operation(
@@ -82,7 +82,7 @@ def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
     **_INTERNAL,
 )
 def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
-    execution.begin_data(ctx, data.request_id, data.attempt)
+    execution.begin_data(data.request_id, data.attempt, act=ctx)
     return _step(OutboundRequest.objects.for_tenant(ctx.tenant).get(pk=data.request_id))
 
 
@@ -94,8 +94,8 @@ def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
     **_INTERNAL,
 )
 def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
-    return _step(execution.record_outcome(ctx, data.request_id, data.attempt, data.outcome, data.error,
-                                          list(data.refused_recipients)))  # fmt: skip
+    return _step(execution.record_outcome(data.request_id, data.attempt, data.outcome, data.error,
+                                          list(data.refused_recipients), act=ctx))  # fmt: skip
 
 
 @operation(
@@ -105,7 +105,7 @@ def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
     **_INTERNAL,
 )
 def release_scheduled_send(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.release(ctx, data.request_id))
+    return _step(execution.release(data.request_id, act=ctx))
 
 
 class RecoverIn(AttemptIn):
@@ -120,7 +120,7 @@ class RecoverIn(AttemptIn):
     **_INTERNAL,
 )
 def recover_outbound_send(ctx: Context, data: RecoverIn) -> StepOut:
-    return _step(execution.recover(ctx, data.request_id, data.attempt, data.silent_since))
+    return _step(execution.recover(data.request_id, data.attempt, data.silent_since, act=ctx))
 
 
 @operation(
@@ -130,4 +130,4 @@ def recover_outbound_send(ctx: Context, data: RecoverIn) -> StepOut:
     **_INTERNAL,
 )
 def reconcile_outbound(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.reconcile_found(ctx, data.request_id))
+    return _step(execution.reconcile_found(data.request_id, act=ctx))

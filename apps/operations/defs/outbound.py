@@ -182,7 +182,7 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
 
 
 def _email_scope(ctx: Context, data: SendEmailIn) -> None:
-    requests.check_key(ctx, _email_content(ctx, data), operation="send_email", idempotency_key=data.idempotency_key)
+    requests.check_key(_email_content(ctx, data), operation="send_email", idempotency_key=data.idempotency_key, act=ctx)
 
 
 @operation(
@@ -201,8 +201,8 @@ def _email_scope(ctx: Context, data: SendEmailIn) -> None:
     idempotent_input=True,
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
-    request, _ = requests.create_request(ctx, _email_content(ctx, data), operation="send_email",
-                                         idempotency_key=data.idempotency_key)  # fmt: skip
+    request, _ = requests.create_request(_email_content(ctx, data), operation="send_email",
+                                         idempotency_key=data.idempotency_key, act=ctx)  # fmt: skip
     return request_out(request)
 
 
@@ -248,13 +248,15 @@ def _send_draft_content(ctx: Context, data: SendDraftIn) -> requests.Content:
 
 def _send_draft_scope(ctx: Context, data: SendDraftIn) -> None:
     operation = "schedule_draft" if isinstance(data, ScheduleDraftIn) else "send_draft"
-    requests.check_key(ctx, _send_draft_content(ctx, data), operation=operation, idempotency_key=data.idempotency_key)
+    requests.check_key(
+        _send_draft_content(ctx, data), operation=operation, idempotency_key=data.idempotency_key, act=ctx
+    )
 
 
 def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     content = _send_draft_content(ctx, data)
-    request, _ = requests.create_request(ctx, content, operation=operation, idempotency_key=data.idempotency_key,
-                                         draft_id=draft_of(ctx, data.draft_id).pk)  # fmt: skip
+    request, _ = requests.create_request(content, operation=operation, idempotency_key=data.idempotency_key,
+                                         draft_id=draft_of(ctx, data.draft_id).pk, act=ctx)  # fmt: skip
     return request_out(request)
 
 
@@ -365,7 +367,7 @@ def _cancel_preview(ctx: Context, data: CancelIn) -> Preview:
 )
 def cancel_scheduled_send(ctx: Context, data: CancelIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
-    requests.cancel(ctx, request)
+    requests.cancel(request, act=ctx)
     request.refresh_from_db()
     return request_out(request)
 
@@ -397,7 +399,7 @@ def _approve_scope(ctx: Context, data: ApproveIn) -> None:
 )
 def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
-    requests.approve(ctx, request, via="person", expected=State.AWAITING_APPROVAL)
+    requests.approve(request, via="person", expected=State.AWAITING_APPROVAL, act=ctx)
     request.refresh_from_db()
     return request_out(request)
 
@@ -414,7 +416,7 @@ def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
 )
 def reject_outbound(ctx: Context, data: RequestIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
-    requests.reject(ctx, request)
+    requests.reject(request, act=ctx)
     request.refresh_from_db()
     return request_out(request)
 
@@ -453,7 +455,7 @@ def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
 )
 def settle_outbound_request(ctx: Context, data: SettleIn) -> RequestOut:
     request = request_of(ctx, data.request_id, lock=True)
-    execution.settle(ctx, request, data.outcome == "sent")
+    execution.settle(request, data.outcome == "sent", act=ctx)
     request.refresh_from_db()
     return request_out(request)
 

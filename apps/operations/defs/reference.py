@@ -40,7 +40,7 @@ class ReferenceOut(Closed):
 
 
 def _operations_text(ctx: Context) -> str:
-    from apps.gate.exposure import offered_operations
+    from apps.operations.exposure import offered_operations
 
     lines = [f"{op.name} ({op.op_class.value}): {op.summary}" for op in offered_operations(ctx.caller)]
     return "Operations you may call:\n" + "\n".join(lines)

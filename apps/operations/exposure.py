@@ -1,4 +1,5 @@
-"""Exposure (SPEC §6): which operations a tenant offers its agents, within ceilings fixed in code."""
+"""Exposure (SPEC §6): which operations a tenant offers its agents, within ceilings fixed in code; the gate's first
+two checks (offered, permitted) read it, and so do the tool list and the console."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from django.db import connection
 
 from apps.core.callers import Caller
 from apps.core.kinds import Principal, Role
+from apps.operations.plugins import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Tenant
 
@@ -41,7 +43,7 @@ def is_offered(caller: Caller, op: Operation, settings: dict[str, str] | None = 
         return True
     if level_for(op, tenant_settings(caller.tenant) if settings is None else settings) != "on":
         return False
-    if op.plugin is not None and not _plugin_healthy(op.plugin):
+    if op.plugin is not None and not plugin_health(op.plugin):
         return False
     if caller.allow_list is not None and op.name not in caller.allow_list:
         return False
@@ -61,9 +63,3 @@ def offered_operations(caller: Caller) -> list[Operation]:
     """Every operation this caller may call, in a stable order (what a tool list or console shows)."""
     settings = tenant_settings(caller.tenant)
     return [op for op in registry if is_offered(caller, op, settings) and is_permitted(caller, op)]
-
-
-def _plugin_healthy(plugin: str) -> bool:
-    from apps.operations.plugins import plugin_health
-
-    return plugin_health(plugin)

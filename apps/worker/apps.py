@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class WorkerConfig(AppConfig):
+    name = "apps.worker"
+    label = "worker"
+    verbose_name = "The internal door (Celery tasks through the gate)"
