@@ -138,7 +138,7 @@ def main() -> None:
     now = time.time()
     current = int(now) // budget.WINDOW_SECONDS
     windows = list(range(current - rollup._HOURS_BACK, current + 2))
-    names = [f"{tenants[i % args.tenants].pk}:apikey:bench-{i}" for i in range(args.budgets)]
+    names = [budget.BudgetName(str(tenants[i % args.tenants].pk), "apikey", f"bench-{i}") for i in range(args.budgets)]
     counters = [budget.window_key(name, now)[0] for name in names]
     others = [f"celery-task-meta-{uuid.uuid4()}" for _ in range(args.other_keys)]
     figures: dict[str, dict[str, Any]] = {}
@@ -176,10 +176,10 @@ def main() -> None:
               f"{f['keys']} counters listed in the hours' indexes):".replace("  ", " "))  # fmt: skip
         print(f"  bare SSCAN + MGET of the indexes : {f['keys'] / f['bare']:9.0f} counters/s  ({f['bare']:.2f} s, "
               "best of 3)")  # fmt: skip
-        for name in ("first", "again"):
-            what = "roll-up, first pass   " if name == "first" else "roll-up, again (best) "
-            print(f"  {what}           : {f['keys'] / f[name]:9.0f} counters/s  ({f[name]:.2f} s)  "
-                  f"ratio {f[name] / f['bare']:.1f}x the bare read")  # fmt: skip
+        for phase in ("first", "again"):
+            what = "roll-up, first pass   " if phase == "first" else "roll-up, again (best) "
+            print(f"  {what}           : {f['keys'] / f[phase]:9.0f} counters/s  ({f[phase]:.2f} s)  "
+                  f"ratio {f[phase] / f['bare']:.1f}x the bare read")  # fmt: skip
         print(f"  runs for a pass at the bound     : {f['runs']} (the longest {f['longest_run']:.2f} s)")
         print(f"  before the index, SCAN + MGET    : {f['dbsize']} keys walked for {f['found']} counters "
               f"({f['scan']:.2f} s, ratio {f['scan'] / f['bare']:.1f}x the bare read), "

@@ -73,7 +73,7 @@ def _rows(p: Person) -> set[tuple[str, str, datetime, int]]:
 
 
 def _spend(p: Person, kind: str, budget_id: str, amount: int, now: float) -> None:
-    assert budget.take(f"{p.tenant.pk}:{kind}:{budget_id}", amount, 1000, now) is not None
+    assert budget.take(budget.BudgetName(str(p.tenant.pk), kind, str(budget_id)), amount, 1000, now) is not None
 
 
 def test_two_runs_give_the_same_rows_and_each_tenant_keeps_its_own(alice: Person, mallory: Person) -> None:
@@ -283,19 +283,19 @@ def test_every_counter_is_in_its_hours_index_which_outlives_it(alice: Person, ma
     _spend(alice, "apikey", "key-a", 3, now)
     _spend(alice, "apikey", "key-a", 2, now)
     _spend(mallory, "apikey", "key-m", 1, now)
-    alices = budget.window_key(f"{alice.tenant.pk}:apikey:key-a", now)[0]
-    mallorys = budget.window_key(f"{mallory.tenant.pk}:apikey:key-m", now)[0]
+    alices = budget.window_key(budget.BudgetName(str(alice.tenant.pk), "apikey", "key-a"), now)[0]
+    mallorys = budget.window_key(budget.BudgetName(str(mallory.tenant.pk), "apikey", "key-m"), now)[0]
     assert client.smismember(index, [alices, mallorys]) == [1, 1]
     counter_ttl, index_ttl = client.ttl(alices), client.ttl(index)
     # a little longer (every take here passes the same `now`, so the index's deadline may move by the seconds between)
     assert 0 < counter_ttl <= index_ttl <= counter_ttl + budget.INDEX_KEEP_AFTER_COUNTERS_SECONDS + 60
     # a request refused on a budget it never spent from makes neither a counter nor a member
-    refused = f"{alice.tenant.pk}:apikey:too-much"
+    refused = budget.BudgetName(str(alice.tenant.pk), "apikey", "too-much")
     assert budget.take(refused, 5, 4, now) is None
     assert not client.exists(budget.window_key(refused, now)[0])
     assert not client.sismember(index, budget.window_key(refused, now)[0])
     # a counter made before the index existed (the hour this version arrives) is listed by its next take
-    older = f"{alice.tenant.pk}:apikey:key-older"
+    older = budget.BudgetName(str(alice.tenant.pk), "apikey", "key-older")
     client.set(budget.window_key(older, now)[0], 4, ex=budget.seconds_left(now) + budget.KEEP_AFTER_WINDOW_SECONDS)
     _spend(alice, "apikey", "key-older", 1, now)
     assert client.sismember(index, budget.window_key(older, now)[0])

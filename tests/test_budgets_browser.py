@@ -42,7 +42,10 @@ def test_the_budgets_page_shows_what_a_key_spent(
     assert made["state"] == "awaiting_approval"
     theirs, _ = issue_key(membership=membership(mallory), scopes=["read", "send"], workspaces=["default"],
                           allow_list=None, expires_at=None, name="mallory's secret project")  # fmt: skip
-    assert budget.take(f"{mallory.tenant.pk}:apikey:{theirs.pk}", 9, 200, time.time()) is not None
+    assert (
+        budget.take(budget.BudgetName(str(mallory.tenant.pk), "apikey", str(theirs.pk)), 9, 200, time.time())
+        is not None
+    )
     settings.OPERATIONS = {**settings.OPERATIONS, "PAGE_SIZE_DEFAULT": 1}  # one budget a page: "Show more"
     page = browser_page
     _sign_in(page, alice, live_server.url)

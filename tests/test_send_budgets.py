@@ -51,7 +51,10 @@ def _policy(p: Person, name: str, per_hour: int) -> SendPolicy:
 
 
 def _spend(p: Person, kind: str, budget_id: Any, amount: int, now: float | None = None) -> None:
-    assert budget.take(f"{p.tenant.pk}:{kind}:{budget_id}", amount, 10_000, now or time.time()) is not None
+    assert (
+        budget.take(budget.BudgetName(str(p.tenant.pk), kind, str(budget_id)), amount, 10_000, now or time.time())
+        is not None
+    )
 
 
 def _budgets(p: Person, **input: Any) -> dict[tuple[str, str], dict[str, Any]]:

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.callers import Caller
-from apps.core.errors import OakenError
+from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
@@ -61,7 +61,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
         return error_response(OakenError.invalid("", "the body must be a JSON object"))
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
-        return Response({"error": {"code": "INVALID_INPUT", "message": "method not allowed"}}, status=405)
+        return Response(
+            {"error": OakenError.wrong_method().as_dict()}, status=WRONG_METHOD_STATUS, headers={"Allow": "POST"}
+        )
     return None
 
 

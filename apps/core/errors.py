@@ -9,6 +9,10 @@ from typing import Any
 # switched off, can never be offered, or does not exist, so nothing can be learned from it.
 NOT_AVAILABLE_MESSAGE = "This operation is not available."
 
+# a door answers a wrong HTTP method with this status, an Allow header naming POST, and wrong_method()
+WRONG_METHOD_STATUS = 405
+WRONG_METHOD_MESSAGE = "method not allowed: send a POST"
+
 HTTP_STATUS = {
     "INVALID_INPUT": 400,
     "UNAUTHENTICATED": 401,
@@ -75,3 +79,8 @@ class OakenError(Exception):
     @classmethod
     def invalid(cls, field: str, message: str) -> OakenError:
         return cls("INVALID_INPUT", f"{field}: {message}" if field else message, field=field or None)
+
+    @classmethod
+    def wrong_method(cls) -> OakenError:
+        """A request with any HTTP method but POST, answered alike by every door (with status 405 and Allow)."""
+        return cls.invalid("", WRONG_METHOD_MESSAGE)

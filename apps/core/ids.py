@@ -9,6 +9,9 @@ import uuid
 
 from apps.core.errors import OakenError
 
+# the longest idempotency key a caller may send, on every door (the gate's record keeps it whole)
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+
 
 class _RandomPool(threading.local):
     """OS randomness fetched in blocks: one getrandom() call per id is slow on busy imports."""

@@ -21,7 +21,7 @@ from apps.audit.log import append_event, input_digest
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import new_id
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.gate import confirmation
 from apps.gate.models import IdempotencyRecord
@@ -255,8 +255,8 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
 
 
 def _check_key(key: str) -> None:
-    if not key or len(key) > 255:
-        raise OakenError.invalid("idempotency_key", "must be 1 to 255 characters")
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
+        raise OakenError.invalid("idempotency_key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters")
 
 
 def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any
 
 from apps.core.errors import OakenError
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS
 from apps.operations.registry import OpClass, Operation
 
 UNTRUSTED_KEY = "x-untrusted"  # set on output fields holding mail-derived text (shapes.MailText)
@@ -22,7 +23,7 @@ _CONFIRMATION_TOKEN = {
 }
 _IDEMPOTENCY_KEY = {
     "type": "string",
-    "maxLength": 200,
+    "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
     "description": "any unique string: a retry with the same key and input answers as the first call did",
 }
 _FLAG_SCHEMA = {

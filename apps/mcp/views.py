@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.core.callers import Caller
-from apps.core.errors import OakenError
+from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import Result, audit_refusal, dispatch
@@ -100,8 +100,8 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if request.method == "OPTIONS":  # CORS preflight: answered by the CORS middleware
         return HttpResponse(status=204)
     if request.method != "POST":
-        return _json({"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST JSON-RPC messages; no stream is"
-                                " offered"}}, 405, {"Allow": "POST"})  # fmt: skip
+        # no stream is offered: POST JSON-RPC messages
+        return _json({"error": OakenError.wrong_method().as_dict()}, WRONG_METHOD_STATUS, {"Allow": "POST"})
     if _origin_refused(request):
         return _json({"error": {"code": "FORBIDDEN", "message": "this Origin may not call the endpoint"}}, 403)
     if "token=" in request.META.get("QUERY_STRING", "") or "access_token" in request.GET:

@@ -9,6 +9,8 @@ run unchecked (SPEC §4.7, §10).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import redis
 
 from apps.core.errors import OakenError
@@ -16,7 +18,7 @@ from config.redis_client import redis_client
 
 WINDOW_SECONDS = 3600
 KEY_PREFIX = "oaken:send-budget:"
-# what a budget is named after (requests.budget_name, the policies' own): <tenant>:<kind>:<id>
+# what a budget is named after: an agent's credential, a person, or a send policy
 KINDS = ("apikey", "oauth", "person", "policy")
 # a window's counter outlives its hour this long, so the roll-up (apps.outbound.rollup) reads its final figure
 KEEP_AFTER_WINDOW_SECONDS = 900
@@ -49,7 +51,19 @@ return total
 """
 
 
-def window_key(name: str, now: float) -> tuple[str, int]:
+@dataclass(frozen=True)
+class BudgetName:
+    """Whose hourly budget: a tenant, a kind (KINDS) and that thing's id; spelled `<tenant>:<kind>:<id>`."""
+
+    tenant_id: str
+    kind: str
+    budget_id: str
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}:{self.kind}:{self.budget_id}"
+
+
+def window_key(name: BudgetName, now: float) -> tuple[str, int]:
     """The counter of the current clock hour for `name`, and the seconds until that hour ends."""
     window = int(now) // WINDOW_SECONDS
     return f"{KEY_PREFIX}{name}:{window}", WINDOW_SECONDS - int(now) % WINDOW_SECONDS
@@ -60,7 +74,7 @@ def index_key(window: int) -> str:
     return f"{INDEX_PREFIX}{window}"
 
 
-def take(name: str, amount: int, limit: int, now: float) -> int | None:
+def take(name: BudgetName, amount: int, limit: int, now: float) -> int | None:
     """Take `amount` from the hourly budget `name`; the new total, or None when it does not fit.
     Raises OakenError(SERVICE_UNAVAILABLE) when Redis is away."""
     key, left = window_key(name, now)
@@ -75,15 +89,15 @@ def take(name: str, amount: int, limit: int, now: float) -> int | None:
     return None if total < 0 else total
 
 
-def used_now(names: list[str], now: float) -> list[int]:
+def used_now(names: list[BudgetName], now: float) -> list[int]:
     """What each budget has used in the current hour, in one round trip. Raises redis.RedisError."""
     if not names:
         return []
     return [max(0, int(v or 0)) for v in redis_client().mget([window_key(n, now)[0] for n in names])]
 
 
-def parse_key(key: str) -> tuple[str, str, str, int] | None:
-    """(tenant id, kind, budget id, window) of a counter's key, or None for a key of another shape."""
+def parse_key(key: str) -> tuple[BudgetName, int] | None:
+    """The budget and the window of a counter's key, or None for a key of another shape."""
     if not key.startswith(KEY_PREFIX):
         return None
     tenant, _, rest = key.removeprefix(KEY_PREFIX).partition(":")
@@ -91,7 +105,7 @@ def parse_key(key: str) -> tuple[str, str, str, int] | None:
     budget_id, _, window = rest.rpartition(":")
     if kind not in KINDS or not tenant or not budget_id or not window.isdigit():
         return None
-    return tenant, kind, budget_id, int(window)
+    return BudgetName(tenant, kind, budget_id), int(window)
 
 
 def seconds_left(now: float) -> int:

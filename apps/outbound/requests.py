@@ -94,12 +94,12 @@ def approval_url(request_id: Any) -> str:
     return f"{settings.PUBLIC_URL}/outbound?request={request_id}"
 
 
-def budget_name(*, act: Act) -> str:
+def budget_name(*, act: Act) -> budget.BudgetName:
     """Whose hourly budget a request spends: the agent's credential, or the person."""
     caller = act.caller
     if caller.principal == Principal.AGENT:
-        return f"{act.tenant.pk}:{caller.credential_kind}:{caller.credential_id}"
-    return f"{act.tenant.pk}:person:{caller.user.pk if caller.user else '-'}"
+        return budget.BudgetName(str(act.tenant.pk), caller.credential_kind, caller.credential_id)
+    return budget.BudgetName(str(act.tenant.pk), "person", str(caller.user.pk) if caller.user else "-")
 
 
 def _existing(key: str, digest: str, *, act: Act) -> OutboundRequest | None:
@@ -195,7 +195,10 @@ def _matching_policy(request: OutboundRequest, *, act: Act) -> SendPolicy | None
         if (
             _allowed(policy, everyone)
             and budget.take(
-                f"{act.tenant.pk}:policy:{policy.pk}", request.recipient_count, policy.recipients_per_hour, time.time()
+                budget.BudgetName(str(act.tenant.pk), "policy", str(policy.pk)),
+                request.recipient_count,
+                policy.recipients_per_hour,
+                time.time(),
             )
             is not None
         ):

@@ -118,11 +118,11 @@ def _copy_page(done: dict[str, Any], client: redis.Redis, keys: list[str], oldes
     found: dict[str, tuple[uuid.UUID, str, str, int]] = {}
     for key in keys:
         parsed = budget.parse_key(key)
-        tenant = _uuid(parsed[0]) if parsed else None
-        if parsed is None or tenant is None or not oldest <= parsed[3] <= newest or len(parsed[2]) > 100:
+        tenant = _uuid(parsed[0].tenant_id) if parsed else None
+        if parsed is None or tenant is None or not oldest <= parsed[1] <= newest or len(parsed[0].budget_id) > 100:
             done["ignored"] += 1
             continue
-        found[key] = (tenant, parsed[1], parsed[2], parsed[3])
+        found[key] = (tenant, parsed[0].kind, parsed[0].budget_id, parsed[1])
     if not found:
         return
     names = sorted(found)  # one order for every run: concurrent upserts lock rows alike, so they cannot deadlock

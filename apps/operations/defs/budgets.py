@@ -177,7 +177,7 @@ def list_send_budgets(ctx: Context, data: Page) -> BudgetsOut:
     since = current - timedelta(hours=HISTORY_HOURS)
     found = _page(ctx, since, data.cursor, size)
     page = [(kind, str(bid)) for kind, bid in found[:size]]
-    names = [f"{ctx.tenant.pk}:{kind}:{bid}" for kind, bid in page]
+    names = [budget.BudgetName(str(ctx.tenant.pk), kind, bid) for kind, bid in page]
     try:
         live: list[int] | None = budget.used_now(names, now)
     except redis.RedisError:
