@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from functools import cache
 
 import redis
@@ -21,3 +23,30 @@ def count_hit(key: str, window_seconds: int) -> int:
     pipe.set(key, 0, ex=window_seconds, nx=True)
     pipe.incr(key)
     return int(pipe.execute()[1])
+
+
+class LocalWindowCounter:
+    """Fixed-window counts kept in this process: the fallback of a limit that must hold while Redis is away.
+
+    Each process counts on its own, so with N web processes a credential gets at most N times the limit: looser
+    than the shared count, but a bound all the same, where refusing would black the door out for everyone."""
+
+    def __init__(self, max_keys: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._windows: dict[str, tuple[float, int]] = {}
+        self._max_keys = max_keys
+
+    def hit(self, key: str, window_seconds: int, now: float | None = None) -> int:
+        """Count one event under `key`; the count in its current window."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            started, count = self._windows.get(key, (now, 0))
+            if now - started >= window_seconds:
+                started, count = now, 0
+            if key not in self._windows and len(self._windows) >= self._max_keys:
+                # forget the windows that ended; if none has, the oldest (the memory stays bounded)
+                ended = [k for k, (t, _) in self._windows.items() if now - t >= window_seconds]
+                for k in ended or [min(self._windows, key=lambda k: self._windows[k][0])]:
+                    del self._windows[k]
+            self._windows[key] = (started, count + 1)
+            return count + 1

@@ -29,7 +29,7 @@ from apps.oauth.resource import mcp_resource, public_origin
 from apps.operations.defs.reference import SECURITY_RULES
 from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation, registry
-from config.redis_client import count_hit
+from config.redis_client import LocalWindowCounter, count_hit
 
 SERVER_INFO = {"name": "oaken", "title": "Oaken mail workspace", "version": "0.1.0"}
 INSTRUCTIONS = (
@@ -85,13 +85,20 @@ def _origin_refused(request: HttpRequest) -> bool:
     return "*" not in allowed and origin.rstrip("/") not in allowed and origin.rstrip("/") != public_origin(request)
 
 
+_LOCAL_COUNTS = LocalWindowCounter()
+
+
 def _rate_limited(caller: Caller) -> int | None:
-    """Seconds to wait when this credential used up its requests for the minute, else None."""
+    """Seconds to wait when this credential used up its requests for the minute, else None.
+
+    While Redis is away the minute is counted in this process instead: reads keep working, still bounded, and
+    whatever needs a send budget is refused by its own check (SERVICE_UNAVAILABLE)."""
     limit = settings.OPERATIONS["MCP_REQUESTS_PER_MINUTE"]
+    key = f"mcp-requests:{caller.credential_kind}:{caller.credential_id}"
     try:
-        count = count_hit(f"mcp-requests:{caller.credential_kind}:{caller.credential_id}", 60)
+        count = count_hit(key, 60)
     except redis.RedisError:
-        return 5  # cannot count: refuse briefly rather than serve unlimited
+        count = _LOCAL_COUNTS.hit(key, 60)
     return 60 if count > limit else None
 
 
