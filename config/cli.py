@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -15,7 +16,11 @@ def main(argv: list[str] | None = None) -> None:
     from config import embedded
 
     if len(args) > 1 and args[1] not in {"help", "--help", "-h", "version", "--version"}:
-        embedded.ensure_environment()
+        try:
+            embedded.ensure_environment()
+        except embedded.EmbeddedServerAway as away:
+            print(json.dumps({"error": {"code": "SERVICE_UNAVAILABLE", "message": str(away)}}))
+            sys.exit(1)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(args)

