@@ -368,3 +368,35 @@ def test_a_claim_before_a_retrys_time_is_refused(alice: Person, world: dict[str,
     with pytest.raises(OakenError) as early:
         call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
     assert early.value.code == "CONFLICT" and (_row(alice, rid).state, _row(alice, rid).attempts) == ("queued", 1)
+
+
+# ---------------------------------------------------------------- faults of our own
+
+
+def test_a_message_that_cannot_be_built_fails_once_and_is_never_retried(
+    alice: Person, mallory: Person, world: dict[str, Any], smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[str] = []
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: handed.append(str(request_id)))
+    made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    rid = made["request_id"]
+    theirs = request(as_person(mallory), "send_email", _email(world["theirs"].pk, [world["bob"]]))
+    # a request stored before its subject was checked at input: a header the e-mail library refuses to write
+    row = _row(alice, rid)
+    row.subject = "a\r\nBcc: evil@example.test"
+    row.content_hash = outbound_requests.stored_digest(row)
+    row.save(update_fields=["subject", "content_hash"])
+
+    assert delivery.deliver(rid) == "failed"
+    row.refresh_from_db()
+    assert (row.state, row.error, row.smtp_started_at) == ("failed", "message_could_not_be_built", None)
+    assert smtp_server.connections == 0
+    assert [s[:3] for s in _steps(alice, rid) if s[0] in STEPS] == [
+        ("claim_outbound_send", "internal", "ok"), ("record_outbound_outcome", "internal", "ok")]  # fmt: skip
+    # settled: nothing hands it over or claims it again, and the sweeper has nothing to take back
+    handed.clear()
+    swept = delivery.sweep(timezone.now() + timedelta(hours=1))
+    assert rid not in handed and swept["reclaimed"] == 0 and swept["unknown"] == 0
+    assert delivery.deliver(rid) == "not claimed"
+    assert _row(alice, rid).state == "failed"
+    assert _row(mallory, theirs["request_id"]).state == "queued"  # another tenant's request is untouched

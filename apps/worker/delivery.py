@@ -182,6 +182,11 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
         if data_begun:
             return Outcome("unknown", "connection_lost_after_data")
         return Outcome("refused", "smtp_unsupported")  # e.g. no STARTTLS or no AUTH method in common
+    except Exception as exc:
+        # a fault of ours: it would fault again on every retry, so it settles the request (failed before DATA,
+        # unknown after: the server may have it); only its type is logged, never what it says
+        log.error("outbound request %s: delivery failed: %s", request.pk, type(exc).__name__)
+        return Outcome("unknown", "delivery_failed") if data_begun else Outcome("refused", "delivery_failed")
     finally:
         _quit(smtp)
 
@@ -214,8 +219,14 @@ def deliver(request_id: Any) -> str:
         return str(claimed["state"])  # the content moved after approval: failed, never sent
     request = load(request_id)
     assert request is not None
-    raw = mime_of(request)
-    outcome = _transmit(request, raw, claimed["attempt"])
+    try:
+        raw = mime_of(request)
+    except Exception as exc:
+        # the message cannot be built (a header that cannot be written, say): it never will be, so it fails now
+        log.error("outbound request %s: the message could not be built: %s", request.pk, type(exc).__name__)
+        raw, outcome = b"", Outcome("refused", "message_could_not_be_built")
+    else:
+        outcome = _transmit(request, raw, claimed["attempt"])
     if outcome is None:
         return "not claimed"
     try:
