@@ -219,6 +219,7 @@ def deliver(request_id: Any) -> str:
         return str(claimed["state"])  # the content moved after approval: failed, never sent
     request = load(request_id)
     assert request is not None
+    outcome: Outcome | None
     try:
         raw = mime_of(request)
     except Exception as exc:
