@@ -71,6 +71,58 @@ def test_members_see_the_members_and_admins_also_the_invitations(alice: Person, 
     assert [m["email"] for m in call(as_person(mallory), "list_members")["members"]] == ["mallory@example.test"]
 
 
+EVERY_ROLE = ["MEMBER", "ADMIN", "OWNER"]
+
+
+def _offered(p: Person) -> dict[str, tuple[list[str], bool]]:
+    """What list_members tells `p` they may do to each member: (assignable_roles, can_remove), by address."""
+    rows = call(as_person(p), "list_members")["members"]
+    return {m["email"]: (m["assignable_roles"], m["can_remove"]) for m in rows}
+
+
+def test_each_member_row_says_what_the_caller_may_do_to_it(alice: Person, mallory: Person) -> None:
+    admin = joined(alice, "ada@example.test", "ADMIN")
+    bob = joined(alice, "bob@example.test")
+    joined(mallory, "mel@example.test", "ADMIN")
+    # an OWNER may give anyone any role and remove anyone (the last OWNER leaving is refused as LAST_OWNER)
+    assert _offered(alice) == {
+        "alice@example.test": (EVERY_ROLE, True),
+        "ada@example.test": (EVERY_ROLE, True),
+        "bob@example.test": (EVERY_ROLE, True),
+    }
+    # an ADMIN moves people between MEMBER and ADMIN, and leaves OWNERs alone
+    assert _offered(admin) == {
+        "alice@example.test": ([], False),
+        "ada@example.test": (["MEMBER", "ADMIN"], True),
+        "bob@example.test": (["MEMBER", "ADMIN"], True),
+    }
+    # a MEMBER changes nobody's role and may only leave
+    assert _offered(bob) == {
+        "alice@example.test": ([], False),
+        "ada@example.test": ([], False),
+        "bob@example.test": ([], True),
+    }
+    assert _offered(mallory) == {"mallory@example.test": (EVERY_ROLE, True), "mel@example.test": (EVERY_ROLE, True)}
+
+
+def test_the_rows_offer_exactly_what_the_operations_allow(alice: Person, mallory: Person) -> None:
+    admin = joined(alice, "ada@example.test", "ADMIN")
+    bob = joined(alice, "bob@example.test")
+    people = {p.user.email: p for p in (alice, admin, bob)}
+    # the last OWNER's own demotion or leaving is offered, and refused with the reason when tried
+    allowed = {"CONFIRMATION_REQUIRED", "LAST_OWNER"}
+    for caller in people.values():
+        for email, (roles, removable) in _offered(caller).items():
+            target = {"membership_id": _id(people[email])}
+            for role in EVERY_ROLE:
+                asked = refusal(as_person(caller), "change_member_role", {**target, "role": role})
+                assert (asked.code in allowed) == (role in roles), (caller.user.email, email, role, asked.code)
+            asked = refusal(as_person(caller), "remove_member", target)
+            assert (asked.code in allowed) == removable, (caller.user.email, email, asked.code)
+    assert (_role_of(alice), _role_of(admin), _role_of(bob)) == ("OWNER", "ADMIN", "MEMBER")
+    assert _role_of(mallory) == "OWNER"
+
+
 # ---------------------------------------------------------------- roles
 
 

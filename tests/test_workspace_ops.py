@@ -117,6 +117,27 @@ def test_members_list_but_cannot_create_or_rename(alice: Person, mallory: Person
     assert _names(alice) == ["default", "work"] and _names(mallory) == ["default"]
 
 
+def test_each_workspace_says_whether_the_caller_may_rename_it(alice: Person, mallory: Person) -> None:
+    admin = joined(alice, "ada@example.test", "ADMIN")
+    bob = joined(alice, "bob@example.test")
+    created = _create(alice, "work")
+    assert created["renamable"] is True
+    _create(mallory, "secret")
+
+    def offered(p: Person) -> list[tuple[str, bool]]:
+        return [(w["name"], w["renamable"]) for w in call(as_person(p), "list_workspaces")["workspaces"]]
+
+    assert offered(alice) == offered(admin) == [("default", False), ("work", True)]  # `default` keeps its name
+    assert offered(bob) == [("default", False), ("work", False)]  # a MEMBER renames nothing
+    assert offered(mallory) == [("default", False), ("secret", True)]
+    # exactly what rename_workspace allows: asked without confirming, it proposes or refuses
+    for p in (alice, admin, bob):
+        for w in call(as_person(p), "list_workspaces")["workspaces"]:
+            asked = refusal(as_person(p), "rename_workspace", {"workspace_id": w["id"], "name": "renamed"})
+            assert (asked.code == "CONFIRMATION_REQUIRED") == w["renamable"], (p.user.email, w["name"], asked.code)
+    assert _names(alice) == ["default", "work"] and _names(mallory) == ["default", "secret"]
+
+
 def test_agents_are_never_offered_tenant_administration(alice: Person) -> None:
     agent = as_agent(alice, scopes={"send"}, workspaces=())
     for name in ("list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",

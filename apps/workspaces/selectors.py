@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import QuerySet
+
 from apps.accounts.models import User, normalize_email
+from apps.agents.models import ApiKey, Connection
 from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 
 # The tenant a person chose in the console's switcher, kept in their session; the REST door
@@ -35,6 +39,20 @@ def access_membership(*, user: User, tenant_id: str | None = None) -> Membership
 def access_workspace_by_name(*, tenant: Tenant, name: str) -> Workspace | None:
     """The tenant's workspace with this name, or None."""
     return Workspace.objects.for_tenant(tenant).filter(name=name).first()
+
+
+@dataclass(frozen=True)
+class LiveCredentials:
+    api_keys: QuerySet[ApiKey]
+    connections: QuerySet[Connection]
+
+
+def live_credentials(*, tenant: Tenant, user_id: uuid.UUID) -> LiveCredentials:
+    """The person's API keys and connections in this tenant not yet revoked: what removing them ends."""
+    return LiveCredentials(
+        api_keys=ApiKey.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
+        connections=Connection.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
+    )
 
 
 class InvitationRefusedError(Exception):

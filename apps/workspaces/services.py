@@ -1,4 +1,10 @@
-"""Writes for tenants, memberships and workspaces."""
+"""Writes for tenants, memberships and workspaces, and the membership rules they hold to (SPEC §2).
+
+Roles: MEMBER uses mail; ADMIN manages workspaces, members and invitations; only an OWNER makes or
+unmakes OWNERs, and the tenant's last OWNER can never be demoted or removed. Each rule is written
+once here: the operations enforce it, and their lists tell the console what it allows (which roles
+a person may give, who they may remove, which workspace may be renamed), so no page repeats it.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +18,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from apps.accounts.models import User, normalize_email
+from apps.agents.connections import revoke_connection
 from apps.audit.log import append_event
 from apps.core.changes import Change
+from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
-from apps.workspaces.selectors import access_invitation_by_token, invitation_token_hash
+from apps.workspaces.selectors import access_invitation_by_token, invitation_token_hash, live_credentials
 
 
 class PersonExistsError(Exception):
@@ -51,6 +59,100 @@ def create_person(*, email: str, password: str | None, tenant_name: str | None =
     return NewPerson(user=user, tenant=tenant, workspace=workspace, membership=membership)
 
 
+# ---------------------------------------------------------------- workspaces
+
+
+def is_renamable(*, workspace: Workspace) -> bool:
+    """Whether the workspace may be renamed at all (by an ADMIN): every one but `default`."""
+    return workspace.name != DEFAULT_WORKSPACE
+
+
+def check_renamable(*, workspace: Workspace) -> None:
+    """Refuse renaming the default workspace: new keys and connections reach it by its name."""
+    if not is_renamable(workspace=workspace):
+        raise OakenError.invalid(
+            "workspace_id", "the default workspace keeps its name: new keys and connections reach it by it"
+        )
+
+
+# ---------------------------------------------------------------- membership rules
+#
+# Two kinds of rule: what the actor's role allows (check_role_change, check_removal,
+# check_invitation), decided from the two memberships alone, and that an OWNER stays
+# (check_an_owner_stays), which holds only under the lock on the tenant's OWNERs. The lists
+# report the first kind only: the last OWNER is offered "Leave" and told why it is refused.
+
+
+def _needs_admin(why: str = "") -> OakenError:
+    return OakenError("FORBIDDEN", f"this needs the ADMIN role in this tenant{why}")
+
+
+def _only_owners(field: str, what: str) -> OakenError:
+    return OakenError("FORBIDDEN", f"{field}: only an OWNER can {what}", field=field)
+
+
+def check_role_change(*, actor: Membership, target: Membership, role: str) -> None:
+    """Refuse (FORBIDDEN) giving `target` this role unless `actor`'s role allows it."""
+    mine = Role(actor.role)
+    if not mine.covers(Role.ADMIN):
+        raise _needs_admin()
+    if role == Role.OWNER and mine != Role.OWNER:
+        raise _only_owners("role", "make someone an OWNER")
+    if target.role == Role.OWNER and mine != Role.OWNER:
+        raise _only_owners("membership_id", "change an OWNER's role")
+
+
+def check_removal(*, actor: Membership, target: Membership) -> None:
+    """Refuse (FORBIDDEN) removing `target` unless `actor`'s role allows it; anyone may remove themselves."""
+    if target.user_id == actor.user_id:
+        return
+    mine = Role(actor.role)
+    if not mine.covers(Role.ADMIN):
+        raise _needs_admin(" (anyone may remove themselves)")
+    if target.role == Role.OWNER and mine != Role.OWNER:
+        raise _only_owners("membership_id", "remove an OWNER")
+
+
+def check_invitation(*, actor: Membership, role: str) -> None:
+    """Refuse (FORBIDDEN) inviting someone as `role` unless `actor`'s role allows it."""
+    mine = Role(actor.role)
+    if not mine.covers(Role.ADMIN):
+        raise _needs_admin()
+    if role == Role.OWNER and mine != Role.OWNER:
+        raise _only_owners("role", "invite an OWNER")
+
+
+def check_an_owner_stays(*, target: Membership, role: str | None, owners: int) -> None:
+    """Refuse (LAST_OWNER) leaving the tenant without an OWNER: `role` is target's new role, None when removed."""
+    if target.role == Role.OWNER and role != Role.OWNER and owners <= 1:
+        raise OakenError(
+            "LAST_OWNER",
+            "membership_id: the tenant's last OWNER cannot be demoted or removed; make someone else an OWNER first",
+            field="membership_id",
+        )
+
+
+def assignable_roles(*, actor: Membership, target: Membership) -> list[Role]:
+    """The roles `actor` may give `target` (check_role_change), lowest first; empty when none."""
+    allowed = []
+    for role in Role:
+        try:
+            check_role_change(actor=actor, target=target, role=role)
+        except OakenError:
+            continue
+        allowed.append(role)
+    return allowed
+
+
+def can_remove(*, actor: Membership, target: Membership) -> bool:
+    """Whether `actor` may remove `target` (check_removal)."""
+    try:
+        check_removal(actor=actor, target=target)
+    except OakenError:
+        return False
+    return True
+
+
 # ---------------------------------------------------------------- memberships
 
 
@@ -83,6 +185,86 @@ def lock_memberships(*, tenant: Tenant, ids: Iterable[uuid.UUID], person: User) 
         named={m.pk: m for m in rows if m.pk in ids},
         person=next((m for m in rows if m.user_id == person.pk), None),
     )
+
+
+def _no_longer_member() -> OakenError:
+    return OakenError("FORBIDDEN", "you are no longer a member of this tenant")
+
+
+@dataclass(frozen=True)
+class _Locked:
+    actor: Membership
+    target: Membership
+    owners: int
+
+
+def _lock_target(*, tenant: Tenant, actor: User, membership_id: uuid.UUID) -> _Locked:
+    """The actor's and the target's memberships, locked with the tenant's owners (lock_memberships)."""
+    locked = lock_memberships(tenant=tenant, ids=[membership_id], person=actor)
+    if locked.person is None:
+        raise _no_longer_member()
+    target = locked.named.get(membership_id)
+    if target is None:
+        raise OakenError.not_found("membership_id")
+    return _Locked(actor=locked.person, target=target, owners=len(locked.owners))
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    membership: Membership
+    before: str
+
+
+@transaction.atomic
+def change_role(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, role: str) -> RoleChange:
+    """Give a member a new role, if the actor's role allows it and the tenant keeps an OWNER (under the lock)."""
+    locked = _lock_target(tenant=tenant, actor=actor, membership_id=membership_id)
+    target = locked.target
+    check_role_change(actor=locked.actor, target=target, role=role)
+    check_an_owner_stays(target=target, role=role, owners=locked.owners)
+    before = target.role
+    if before != role:
+        target.role = role
+        target.save(update_fields=["role"])
+    return RoleChange(membership=target, before=before)
+
+
+@dataclass(frozen=True)
+class RemovedMember:
+    """A membership that was removed (its row is gone), with the credentials that ended with it."""
+
+    membership_id: uuid.UUID
+    user: User
+    role: str
+    joined: datetime
+    api_keys: list[uuid.UUID]
+    connections: list[uuid.UUID]
+
+
+@transaction.atomic
+def remove_membership(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, now: datetime) -> RemovedMember:
+    """Remove a member (the actor's role allows it; never the last OWNER), ending their keys and connections here."""
+    locked = _lock_target(tenant=tenant, actor=actor, membership_id=membership_id)
+    target = locked.target
+    check_removal(actor=locked.actor, target=target)
+    check_an_owner_stays(target=target, role=None, owners=locked.owners)
+    # keys and connections would come back to life if the person were ever invited again: end them for good
+    live = live_credentials(tenant=tenant, user_id=target.user_id)
+    keys = []
+    for key in live.api_keys.select_for_update():
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        keys.append(key.pk)
+    connections = []
+    for grant in live.connections:
+        revoke_connection(grant, "member_removed")
+        connections.append(grant.pk)
+    removed = RemovedMember(
+        membership_id=target.pk, user=target.user, role=target.role, joined=target.created_at,
+        api_keys=keys, connections=connections,
+    )  # fmt: skip
+    target.delete()
+    return removed
 
 
 # ---------------------------------------------------------------- invitations
@@ -139,6 +321,21 @@ def issue_invitation(
     except IntegrityError:
         raise InvitationTakenError from None
     return IssuedInvitation(invitation=invitation, token=token, replaced=replaced)
+
+
+@transaction.atomic
+def invite(*, tenant: Tenant, actor: User, email: str, role: str, now: datetime, ttl: timedelta) -> IssuedInvitation:
+    """Invite `email` as `role` if the actor's role allows it (checked again under the lock on the memberships)."""
+    locked = lock_memberships(tenant=tenant, ids=[], person=actor)
+    if locked.person is None:
+        raise _no_longer_member()
+    check_invitation(actor=locked.person, role=role)
+    try:
+        return issue_invitation(tenant=tenant, email=email, role=role, invited_by=actor, now=now, ttl=ttl)
+    except InvitationTakenError:
+        raise OakenError(
+            "CONFLICT", "email: this address was invited by a call running at the same time", field="email"
+        ) from None
 
 
 @transaction.atomic

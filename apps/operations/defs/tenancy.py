@@ -1,9 +1,9 @@
 """Tenant administration by persons only (ceiling never): workspaces, members, roles and invitations (SPEC §2).
 
-Roles: MEMBER lists; ADMIN manages workspaces, members and invitations; only an OWNER makes or
-unmakes OWNERs, and the tenant's last OWNER can never be demoted or removed. Changes that could
-take away an OWNER lock the tenant's OWNER memberships first (services.lock_memberships), so
-two of them running at once cannot both pass the last-owner check.
+The membership rules (who may give which role, who may remove whom, that the last OWNER stays,
+what removing someone ends) live in apps.workspaces.services: the handlers here call them, the
+data-scope checks call them before a proposal is made, and the lists report what they allow
+(`assignable_roles`, `can_remove`, `renamable`), so the console repeats none of them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, cast
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -23,8 +23,7 @@ from django.urls import reverse
 from pydantic import Field, StringConstraints
 
 from apps.accounts.models import User, normalize_email
-from apps.agents.connections import revoke_connection
-from apps.agents.models import ApiKey, Connection
+from apps.agents.models import ApiKey
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -33,13 +32,21 @@ from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
-from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Workspace
+from apps.workspaces.models import Invitation, Membership, Workspace
+from apps.workspaces.selectors import live_credentials
 from apps.workspaces.services import (
-    InvitationTakenError,
-    LockedMemberships,
-    issue_invitation,
-    lock_memberships,
+    assignable_roles,
+    can_remove,
+    change_role,
+    check_an_owner_stays,
+    check_invitation,
+    check_removal,
+    check_renamable,
+    check_role_change,
+    invite,
+    is_renamable,
     open_invitations,
+    remove_membership,
 )
 
 WorkspaceName = Annotated[
@@ -59,6 +66,11 @@ def _user(ctx: Context) -> User:
     return ctx.caller.user
 
 
+def _actor(ctx: Context) -> Membership:
+    """The caller as the membership rules see them (role and person); the services check it again under a lock."""
+    return Membership(tenant=ctx.tenant, user=_user(ctx), role=_role(ctx))
+
+
 # ---------------------------------------------------------------- workspaces
 
 
@@ -67,14 +79,19 @@ class WorkspaceOut(Closed):
     name: str
     created_at: datetime
     mail_accounts: int
+    renamable: bool = Field(description="whether you may rename it: you are an ADMIN or OWNER and it is not `default`")
 
 
 class WorkspacesOut(Closed):
     workspaces: list[WorkspaceOut]
 
 
-def _workspace_out(row: Workspace, accounts: int) -> WorkspaceOut:
-    return WorkspaceOut(id=str(row.pk), name=row.name, created_at=row.created_at, mail_accounts=accounts)
+def _workspace_out(ctx: Context, row: Workspace, accounts: int) -> WorkspaceOut:
+    # the role rename_workspace declares, and the rule its handler holds to
+    renamable = ctx.caller.has_role(Role(rename_workspace.role)) and is_renamable(workspace=row)
+    return WorkspaceOut(
+        id=str(row.pk), name=row.name, created_at=row.created_at, mail_accounts=accounts, renamable=renamable
+    )
 
 
 def _accounts_in(ctx: Context, row: Workspace) -> int:
@@ -83,7 +100,7 @@ def _accounts_in(ctx: Context, row: Workspace) -> int:
 
 @operation(
     name="list_workspaces",
-    summary="The tenant's workspaces, with how many mail accounts each holds.",
+    summary="The tenant's workspaces, with how many mail accounts each holds and whether you may rename it.",
     input=Empty,
     output=WorkspacesOut,
     op_class=OpClass.READ,
@@ -93,7 +110,7 @@ def list_workspaces(ctx: Context, data: Empty) -> WorkspacesOut:
     accounts = MailAccount.objects.for_tenant(ctx.tenant).values_list("workspace_id").annotate(n=Count("pk"))
     counts: dict[uuid.UUID, int] = dict(accounts.order_by())
     rows = Workspace.objects.for_tenant(ctx.tenant).order_by("name")
-    return WorkspacesOut(workspaces=[_workspace_out(row, counts.get(row.pk, 0)) for row in rows])
+    return WorkspacesOut(workspaces=[_workspace_out(ctx, row, counts.get(row.pk, 0)) for row in rows])
 
 
 def _name_taken() -> OakenError:
@@ -145,7 +162,7 @@ def create_workspace(ctx: Context, data: CreateWorkspaceIn) -> WorkspaceOut:
     except IntegrityError:  # a concurrent call took the name between the check and the insert
         raise _name_taken() from None
     ctx.touch(row.pk, None, {"name": row.name})
-    return _workspace_out(row, 0)
+    return _workspace_out(ctx, row, 0)
 
 
 class RenameWorkspaceIn(Closed):
@@ -158,10 +175,7 @@ def _workspace(ctx: Context, workspace_id: str, *, lock: bool = False) -> Worksp
     row = (rows.select_for_update() if lock else rows).first()
     if row is None:
         raise OakenError.not_found("workspace_id")
-    if row.name == DEFAULT_WORKSPACE:
-        raise OakenError.invalid(
-            "workspace_id", "the default workspace keeps its name: new keys and connections reach it by it"
-        )
+    check_renamable(workspace=row)
     return row
 
 
@@ -209,7 +223,7 @@ def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
         except IntegrityError:
             raise _name_taken() from None
         ctx.touch(row.pk, {"name": before}, {"name": row.name})
-    return _workspace_out(row, _accounts_in(ctx, row))
+    return _workspace_out(ctx, row, _accounts_in(ctx, row))
 
 
 # ---------------------------------------------------------------- members and invitations
@@ -233,8 +247,18 @@ class InvitationOut(Closed):
     expired: bool
 
 
+class MemberRow(MemberOut):
+    assignable_roles: list[RoleName] = Field(
+        description="the roles you may give this member (change_member_role), lowest first; empty when none"
+    )
+    can_remove: bool = Field(
+        description="whether you may remove this member (remove_member; yourself: leave); the last OWNER's "
+        "removal is still refused with LAST_OWNER"
+    )
+
+
 class MembersOut(Closed):
-    members: list[MemberOut]
+    members: list[MemberRow]
     invitations: list[InvitationOut] | None = Field(
         description="open invitations (expired ones included); null unless you are an ADMIN or OWNER"
     )
@@ -247,6 +271,14 @@ def _member_out(ctx: Context, row: Membership) -> MemberOut:
     )  # fmt: skip
 
 
+def _member_row(ctx: Context, actor: Membership, row: Membership) -> MemberRow:
+    return MemberRow(
+        **_member_out(ctx, row).model_dump(),
+        assignable_roles=[cast(RoleName, role.value) for role in assignable_roles(actor=actor, target=row)],
+        can_remove=can_remove(actor=actor, target=row),
+    )
+
+
 def _invitation_out(ctx: Context, row: Invitation) -> InvitationOut:
     return InvitationOut(
         id=str(row.pk), email=row.email, role=row.role,
@@ -257,7 +289,8 @@ def _invitation_out(ctx: Context, row: Invitation) -> InvitationOut:
 
 @operation(
     name="list_members",
-    summary="The tenant's members with their roles; ADMINs also see the open invitations.",
+    summary="The tenant's members with their roles, the roles you may give each and whether you may remove them; "
+    "ADMINs also see the open invitations.",
     input=Empty,
     output=MembersOut,
     op_class=OpClass.READ,
@@ -268,19 +301,8 @@ def list_members(ctx: Context, data: Empty) -> MembersOut:
     invitations = None
     if _role(ctx).covers(Role.ADMIN):
         invitations = [_invitation_out(ctx, row) for row in open_invitations(tenant=ctx.tenant)]
-    return MembersOut(members=[_member_out(ctx, row) for row in members], invitations=invitations)
-
-
-def _only_owners(field: str, what: str) -> OakenError:
-    return OakenError("FORBIDDEN", f"{field}: only an OWNER can {what}", field=field)
-
-
-def _last_owner() -> OakenError:
-    return OakenError(
-        "LAST_OWNER",
-        "membership_id: the tenant's last OWNER cannot be demoted or removed; make someone else an OWNER first",
-        field="membership_id",
-    )
+    actor = _actor(ctx)
+    return MembersOut(members=[_member_row(ctx, actor, row) for row in members], invitations=invitations)
 
 
 class InviteIn(Closed):
@@ -293,8 +315,7 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
         validate_email(data.email)
     except ValidationError:
         raise OakenError.invalid("email", "is not an e-mail address") from None
-    if data.role == Role.OWNER and _role(ctx) != Role.OWNER:
-        raise _only_owners("role", "invite an OWNER")
+    check_invitation(actor=_actor(ctx), role=data.role)
     email = normalize_email(data.email)
     if Membership.objects.for_tenant(ctx.tenant).filter(user__email=email).exists():
         raise OakenError("CONFLICT", "email: this person is already a member of this tenant", field="email")
@@ -343,22 +364,10 @@ def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, 
     callers=Callers.PERSONS,
 )
 def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
-    locked = _lock(ctx)
-    assert locked.person is not None
-    if not Role(locked.person.role).covers(Role.ADMIN):
-        raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant")
-    if data.role == Role.OWNER and locked.person.pk not in locked.owners:
-        raise _only_owners("role", "invite an OWNER")
     days = ctx.bounds["INVITATION_TTL_DAYS"]
-    try:
-        issued = issue_invitation(
-            tenant=ctx.tenant, email=data.email, role=data.role, invited_by=_user(ctx), now=ctx.now,
-            ttl=timedelta(days=days),
-        )  # fmt: skip
-    except InvitationTakenError:
-        raise OakenError(
-            "CONFLICT", "email: this address was invited by a call running at the same time", field="email"
-        ) from None
+    issued = invite(
+        tenant=ctx.tenant, actor=_user(ctx), email=data.email, role=data.role, now=ctx.now, ttl=timedelta(days=days)
+    )
     for old in issued.replaced:
         ctx.touch(old.pk, {"open": True}, {"open": False})
     row = issued.invitation
@@ -429,26 +438,6 @@ def _member(ctx: Context, membership_id: str) -> Membership:
     return row
 
 
-def _lock(ctx: Context, *ids: uuid.UUID) -> LockedMemberships:
-    """The tenant's owners, the named memberships and the caller's, locked; the caller must still be a member."""
-    locked = lock_memberships(tenant=ctx.tenant, ids=ids, person=_user(ctx))
-    if locked.person is None:
-        raise OakenError("FORBIDDEN", "you are no longer a member of this tenant")
-    return locked
-
-
-def _check_role_change(actor: Role, target: Membership, new: str, owners: int) -> None:
-    """The rules of change_member_role, for the roles as they stand (checked again under the lock)."""
-    if not actor.covers(Role.ADMIN):
-        raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant")
-    if new == Role.OWNER and actor != Role.OWNER:
-        raise _only_owners("role", "make someone an OWNER")
-    if target.role == Role.OWNER and actor != Role.OWNER:
-        raise _only_owners("membership_id", "change an OWNER's role")
-    if target.role == Role.OWNER and new != Role.OWNER and owners <= 1:
-        raise _last_owner()
-
-
 def _owner_count(ctx: Context) -> int:
     return Membership.objects.for_tenant(ctx.tenant).filter(role=Role.OWNER).count()
 
@@ -459,7 +448,9 @@ class ChangeRoleIn(Closed):
 
 
 def _change_role_scope(ctx: Context, data: ChangeRoleIn) -> None:
-    _check_role_change(_role(ctx), _member(ctx, data.membership_id), data.role, _owner_count(ctx))
+    target = _member(ctx, data.membership_id)
+    check_role_change(actor=_actor(ctx), target=target, role=data.role)
+    check_an_owner_stays(target=target, role=data.role, owners=_owner_count(ctx))
 
 
 def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
@@ -482,51 +473,31 @@ def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
     callers=Callers.PERSONS,
 )
 def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
-    target_id = parse_id(data.membership_id, "membership_id")
-    locked = _lock(ctx, target_id)
-    target = locked.named.get(target_id)
-    if target is None:
-        raise OakenError.not_found("membership_id")
-    assert locked.person is not None
-    _check_role_change(Role(locked.person.role), target, data.role, len(locked.owners))
-    if target.role != data.role:
-        ctx.touch(target.pk, {"role": target.role}, {"role": data.role})
-        target.role = data.role
-        target.save(update_fields=["role"])
-    return _member_out(ctx, target)
+    changed = change_role(
+        tenant=ctx.tenant, actor=_user(ctx), membership_id=parse_id(data.membership_id, "membership_id"),
+        role=data.role,
+    )  # fmt: skip
+    if changed.before != data.role:
+        ctx.touch(changed.membership.pk, {"role": changed.before}, {"role": data.role})
+    return _member_out(ctx, changed.membership)
 
 
 class RemoveMemberIn(Closed):
     membership_id: Id
 
 
-def _check_removal(ctx: Context, actor: Role, target: Membership, owners: int) -> None:
-    if target.user_id != _user(ctx).pk:
-        if not actor.covers(Role.ADMIN):
-            raise OakenError("FORBIDDEN", "this needs the ADMIN role in this tenant (anyone may remove themselves)")
-        if target.role == Role.OWNER and actor != Role.OWNER:
-            raise _only_owners("membership_id", "remove an OWNER")
-    if target.role == Role.OWNER and owners <= 1:
-        raise _last_owner()
-
-
 def _remove_scope(ctx: Context, data: RemoveMemberIn) -> None:
-    _check_removal(ctx, _role(ctx), _member(ctx, data.membership_id), _owner_count(ctx))
-
-
-def _live_keys(ctx: Context, target: Membership) -> Any:
-    return ApiKey.objects.for_tenant(ctx.tenant).filter(user_id=target.user_id, revoked_at__isnull=True)
-
-
-def _live_connections(ctx: Context, target: Membership) -> Any:
-    return Connection.objects.for_tenant(ctx.tenant).filter(user_id=target.user_id, revoked_at__isnull=True)
+    target = _member(ctx, data.membership_id)
+    check_removal(actor=_actor(ctx), target=target)
+    check_an_owner_stays(target=target, role=None, owners=_owner_count(ctx))
 
 
 def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
     row = _member(ctx, data.membership_id)
     changes = [Change(str(row.pk), {"person": row.user.email, "role": row.role}, None)]
-    changes += [Change(str(key.pk), {"revoked": False}, {"revoked": True}) for key in _live_keys(ctx, row)]
-    changes += [Change(str(c.pk), {"revoked": False}, {"revoked": True}) for c in _live_connections(ctx, row)]
+    live = live_credentials(tenant=ctx.tenant, user_id=row.user_id)
+    changes += [Change(str(key.pk), {"revoked": False}, {"revoked": True}) for key in live.api_keys]
+    changes += [Change(str(c.pk), {"revoked": False}, {"revoked": True}) for c in live.connections]
     return Preview(
         tuple(changes), f"{row.user.email} leaves this tenant; their API keys and connections here are revoked."
     )
@@ -546,22 +517,15 @@ def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
     callers=Callers.PERSONS,
 )
 def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
-    target_id = parse_id(data.membership_id, "membership_id")
-    locked = _lock(ctx, target_id)
-    target = locked.named.get(target_id)
-    if target is None:
-        raise OakenError.not_found("membership_id")
-    assert locked.person is not None
-    _check_removal(ctx, Role(locked.person.role), target, len(locked.owners))
-    removed = _member_out(ctx, target)
-    # keys and connections would come back to life if the person were ever invited again: end them for good
-    for key in _live_keys(ctx, target).select_for_update():
-        key.revoked_at = ctx.now
-        key.save(update_fields=["revoked_at"])
-        ctx.touch(key.pk, {"revoked": False}, {"revoked": True})
-    for grant in _live_connections(ctx, target):
-        revoke_connection(grant, "member_removed")
-        ctx.touch(grant.pk, {"revoked": False}, {"revoked": True})
-    ctx.touch(target.pk, {"person": target.user.email, "role": target.role}, None)
-    target.delete()
-    return removed
+    removed = remove_membership(
+        tenant=ctx.tenant, actor=_user(ctx), membership_id=parse_id(data.membership_id, "membership_id"), now=ctx.now
+    )
+    for key_id in removed.api_keys:
+        ctx.touch(key_id, {"revoked": False}, {"revoked": True})
+    for connection_id in removed.connections:
+        ctx.touch(connection_id, {"revoked": False}, {"revoked": True})
+    ctx.touch(removed.membership_id, {"person": removed.user.email, "role": removed.role}, None)
+    return MemberOut(
+        membership_id=str(removed.membership_id), email=removed.user.email, role=removed.role,
+        joined=removed.joined, you=removed.user.pk == _user(ctx).pk,
+    )  # fmt: skip
