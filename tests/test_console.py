@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urljoin
+
 import pytest
 from django.test import Client
 
@@ -12,6 +15,7 @@ from tests.conftest import Person
 from tests.test_rest_door import api_client, error_of, post
 
 PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/mailboxes", "/budgets"]
+MODULE_PAGES = ["keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets"]
 
 
 def _signed_in(p: Person) -> Client:
@@ -26,7 +30,9 @@ def test_a_page_renders_for_a_signed_in_person(path: str, alice: Person, mallory
     page = response.content.decode()
     assert response.status_code == 200
     assert "Alice&#x27;s tenant" in page and "Mallory" not in page
-    assert '<script src="/static/console/console.js" defer></script>' in page
+    assert '<script type="module" src="/static/console/nav.js"></script>' in page
+    if path != "/":
+        assert f'<script type="module" src="/static/console/pages{path}.js"></script>' in page
     assert '<meta name="csrf-token"' in page and 'href="/exposure"' in page
     assert "<script>" not in page and " onclick=" not in page  # no inline scripts: a strict CSP can come
 
@@ -38,13 +44,33 @@ def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
     assert response["Location"] == f"/accounts/sign-in?next={path}"
 
 
+def _modules(client: Client, html: str) -> dict[str, str]:
+    """The script modules a page loads, and those they import, by URL (each must be served)."""
+    found: dict[str, str] = {}
+    todo = re.findall(r'<script type="module" src="([^"]+)"></script>', html)
+    while todo:
+        url = todo.pop()
+        if url in found:
+            continue
+        response = client.get(url)
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/javascript"), url
+        found[url] = response.content.decode()
+        todo += [urljoin(url, spec) for spec in re.findall(r'^import .* from "([^"]+)";$', found[url], re.M)]
+    return found
+
+
 def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
     client = _signed_in(alice)
     for page in ("keys", "members", "exposure", "mailboxes", "budgets"):
         path = f"/{page}"
         html = client.get(path).content.decode()
         assert f'data-page="{page}" data-role="OWNER"' in html
-    script = client.get("/static/console/console.js").content.decode()
+    modules: dict[str, str] = {}
+    for page in MODULE_PAGES:
+        loaded = _modules(client, client.get(f"/{page}").content.decode())
+        assert {f"/static/console/pages/{page}.js", "/static/console/lib.js"} <= set(loaded), page
+        modules |= loaded
+    script = "\n".join(modules.values())
     for op in ("create_api_key", "list_api_keys", "revoke_api_key", "list_connections", "revoke_connection",
                "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
                "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
@@ -52,15 +78,23 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
                "remove_mailbox", "list_send_budgets", "list_outbound", "approve_outbound", "reject_outbound",
                "settle_outbound_request"):  # fmt: skip
         assert f'"{op}"' in script, op
+    # text only, and no rule of their own: what a person may do comes with the rows
+    for url, text in modules.items():
+        assert "innerHTML" not in text and "insertAdjacentHTML" not in text, url
+        assert not re.search(r"\b(OWNER|ADMIN|MEMBER)\b|dataset\.role", text), url
 
 
 def test_the_console_files_are_served_without_a_static_server(db: None) -> None:
-    script = Client().get("/static/console/console.js")
+    script = Client().get("/static/console/lib.js")
     assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
     assert b"CONFIRMATION_REQUIRED" in script.content
+    for name in ("nav.js", *(f"pages/{page}.js" for page in MODULE_PAGES)):
+        module = Client().get(f"/static/console/{name}")
+        assert module.status_code == 200 and module["Content-Type"].startswith("text/javascript"), name
     style = Client().get("/static/console/console.css")
     assert style.status_code == 200 and style["Content-Type"].startswith("text/css")
-    assert Client().get("/static/console/other.js").status_code == 404
+    for missing in ("other.js", "pages/other.js", "pages/../lib.js", "../../config/settings/base.py", "lib.js.map"):
+        assert Client().get(f"/static/console/{missing}").status_code == 404, missing
 
 
 def test_a_member_sees_no_admin_forms(alice: Person) -> None:

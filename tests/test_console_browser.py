@@ -189,6 +189,62 @@ def test_the_admin_pages_work_in_a_browser(
 
 
 @pytest.mark.slow
+def test_the_pages_offer_an_admin_and_a_member_only_what_their_role_allows(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    page = browser_page
+    admin = joined(alice, "ada@example.test", "ADMIN")
+    bob = joined(alice, "bob@example.test")
+    joined(mallory, "mel@example.test")
+    Workspace.objects.create(tenant=alice.tenant, name="work")
+    MailAccount.objects.create(tenant=alice.tenant, workspace=alice.workspace, name="Shared inbox")
+
+    def act_in_alices_tenant(p: Person) -> None:
+        page.context.clear_cookies()
+        _sign_in(page, p, live_server.url)
+        page.goto("/")  # their own tenant first; picking another in the switcher moves there at once
+        page.select_option("#tenant-switch", str(alice.tenant.pk))
+        expect(page.locator(".tenant-switch option:checked")).to_contain_text("Alice's tenant")
+
+    def member_row(email: str) -> Any:
+        return page.locator("#members-list tr[data-membership-id]", has_text=email)
+
+    act_in_alices_tenant(admin)
+    page.goto("/members")
+    expect(page.locator("#members-list tr[data-membership-id]")).to_have_count(3)
+    expect(page.locator("#members-list")).not_to_contain_text("mel@example.test")
+    # an OWNER's row is only shown to an ADMIN; others can be moved between MEMBER and ADMIN
+    expect(member_row("alice@example.test").locator("select, button")).to_have_count(0)
+    expect(member_row("alice@example.test")).to_contain_text("OWNER")
+    expect(member_row("bob@example.test").locator("select option")).to_have_text(["MEMBER", "ADMIN"])
+    expect(member_row("bob@example.test").locator("button[data-action=remove]")).to_have_text("Remove")
+    expect(member_row("ada@example.test").locator("select option")).to_have_text(["MEMBER", "ADMIN"])
+    expect(member_row("ada@example.test").locator("button[data-action=remove]")).to_have_text("Leave")
+    page.goto("/workspaces")
+    expect(page.locator("#workspaces-list tr", has_text="default").locator("input")).to_have_count(0)
+    expect(page.locator("#workspaces-list tr", has_text="work").locator("input")).to_have_count(1)
+    page.goto("/mailboxes")
+    expect(page.locator("#accounts-list tr[data-account-id] button[data-action=remove]")).to_have_count(1)
+
+    act_in_alices_tenant(bob)
+    page.goto("/members")
+    expect(page.locator("#members-list tr[data-membership-id]")).to_have_count(3)
+    expect(page.locator("#members-list select")).to_have_count(0)
+    expect(page.locator("#members-list button")).to_have_count(1)
+    expect(member_row("bob@example.test").locator("button[data-action=remove]")).to_have_text("Leave")
+    page.goto("/workspaces")
+    expect(page.locator("#workspaces-list tr[data-workspace-id]")).to_have_count(2)
+    expect(page.locator("#workspaces-list input")).to_have_count(0)
+    page.goto("/mailboxes")
+    expect(page.locator("#accounts-list tr[data-account-id]")).to_contain_text("Shared inbox")
+    expect(page.locator("#accounts-list button[data-action=remove]")).to_have_count(0)
+    assert Membership.objects.for_tenant(alice.tenant).count() == 3
+    assert Membership.objects.for_tenant(mallory.tenant).count() == 2
+
+
+@pytest.mark.slow
 @pytest.mark.usefixtures("eager")
 def test_a_person_connects_a_mailbox_in_a_browser(
     browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,

@@ -1,6 +1,7 @@
-"""Console pages: server-rendered shells whose actions call the operations over the REST door (console.js).
+"""Console pages: server-rendered shells whose actions call the operations over the REST door.
 
-The views here only choose the tenant, render pages and serve the console's two static files;
+Each page loads one small script module (static/console/pages/<page>.js) on top of the shared
+static/console/lib.js. The views here only choose the tenant, render pages and serve those files;
 what a page shows and changes comes from the operations, the same ones the API documents.
 The one exception is accepting an invitation: its person is not yet a member of the tenant,
 so no operation can be called for them there (see workspaces.services.accept_invitation).
@@ -8,6 +9,7 @@ so no operation can be called for them there (see workspaces.services.accept_inv
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from django.contrib.auth.decorators import login_required
@@ -54,7 +56,7 @@ def current_membership(request: HttpRequest) -> Membership | None:
 
 @login_required
 def page(request: HttpRequest, name: str) -> HttpResponse:
-    """A console page: a shell whose script lists and changes things through the operations (console.js)."""
+    """A console page: a shell whose script module lists and changes things through the operations."""
     return render(request, f"console/{name}.html", {"membership": current_membership(request)})
 
 
@@ -107,15 +109,18 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     return render(request, "console/invitation.html", {"invitation": row, "role": row.get_role_display()})
 
 
-_ASSETS = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+# the console's own files only: a style sheet, the shared modules and one module per page (no "..")
+_ASSET = re.compile(r"(?:pages/)?[a-z_]+\.(js|css)")
+_CONTENT_TYPES = {"js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
 
 
 def asset(request: HttpRequest, name: str) -> HttpResponse:
-    """The console's script and style sheet, for servers that do not serve /static/ themselves (gunicorn)."""
-    found = finders.find(f"console/{name}") if name in _ASSETS else None
-    if not found or isinstance(found, list):
+    """The console's scripts and style sheet, for servers that do not serve /static/ themselves (gunicorn)."""
+    matched = _ASSET.fullmatch(name)
+    found = finders.find(f"console/{name}") if matched else None
+    if not matched or not found or isinstance(found, list):
         raise Http404
     with open(found, "rb") as file:
-        response = HttpResponse(file.read(), content_type=_ASSETS[name])
+        response = HttpResponse(file.read(), content_type=_CONTENT_TYPES[matched.group(1)])
     response["Cache-Control"] = "no-cache"
     return response

@@ -1,0 +1,30 @@
+// /connections: the assistants the person connected through the consent screen.
+import { button, el, list, load, perform, row, table, when } from "../lib.js";
+
+const refresh = () =>
+  load("list_connections", "connections-list", (out) =>
+    out.connections.length
+      ? table(
+          ["Assistant", "Returns to", "Permissions", "Workspaces", "Connected", "Ends", "Last used", "Status", ""],
+          out.connections.map((c) =>
+            row({ "data-connection-id": c.id }, [
+              c.client_name || "—",
+              c.redirect_host || "—",
+              list(c.scopes),
+              list(c.workspaces, "every workspace"),
+              when(c.created_at),
+              c.expires_at ? when(c.expires_at) : "when revoked",
+              c.last_used_at ? when(c.last_used_at) : "never",
+              c.revoked ? el("span", { class: "status-revoked" }, "revoked") : "active",
+              c.revoked ? "" : button("Revoke", () => revoke(c), { "data-action": "revoke" }),
+            ]),
+          ),
+        )
+      : el("p", { class: "hint" }, "No assistant is connected."),
+  );
+
+const revoke = async (c) => {
+  if (await perform("revoke_connection", { connection_id: c.id }, "The connection is revoked.")) refresh();
+};
+
+refresh();

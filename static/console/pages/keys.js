@@ -1,0 +1,76 @@
+// /keys: the person's API keys; a new key is shown once, right after it is created.
+import { button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
+
+const status = (k) => {
+  if (k.revoked) return el("span", { class: "status-revoked" }, "revoked");
+  if (k.expires_at && new Date(k.expires_at) <= new Date()) return el("span", { class: "status-expired" }, "expired");
+  return "active";
+};
+
+const refresh = () =>
+  load("list_api_keys", "keys-list", (out) =>
+    out.api_keys.length
+      ? table(
+          ["Name", "Prefix", "Permissions", "Workspaces", "Operations", "Created", "Expires", "Last used", "Status", ""],
+          out.api_keys.map((k) =>
+            row({ "data-key-id": k.id, "data-prefix": k.prefix }, [
+              k.name || "—",
+              el("code", {}, `${k.prefix}_…`),
+              list(k.scopes),
+              list(k.workspaces, "every workspace"),
+              k.operations ? list(k.operations, "none") : "all its permissions allow",
+              when(k.created_at),
+              k.expires_at ? when(k.expires_at) : "never",
+              k.last_used_at ? when(k.last_used_at) : "never",
+              status(k),
+              k.revoked ? "" : button("Revoke", () => revoke(k), { "data-action": "revoke" }),
+            ]),
+          ),
+        )
+      : el("p", { class: "hint" }, "No keys yet."),
+  );
+
+const revoke = async (k) => {
+  if (await perform("revoke_api_key", { api_key_id: k.id }, `Key ${k.prefix} is revoked.`)) refresh();
+};
+
+const shown = document.getElementById("new-key");
+const value = document.getElementById("new-key-value");
+
+document.getElementById("copy-key").addEventListener("click", async () => {
+  const result = document.getElementById("copy-result");
+  try {
+    await navigator.clipboard.writeText(value.textContent);
+    result.textContent = "Copied.";
+  } catch (_) {
+    const range = document.createRange();
+    range.selectNodeContents(value);
+    window.getSelection().removeAllRanges();
+    window.getSelection().addRange(range);
+    result.textContent = "Selected: press Ctrl+C (⌘C) to copy.";
+  }
+});
+
+onSubmit("create-key", async (form) => {
+  const data = new FormData(form);
+  const body = {
+    name: (data.get("name") || "").trim(),
+    scopes: [...form.querySelectorAll('input[name="scopes"]:checked')].map((i) => i.value),
+    workspaces: names(data.get("workspaces") || ""),
+  };
+  const operations = names(data.get("operations") || "");
+  if (operations.length) body.operations = operations;
+  const days = (data.get("expires_in_days") || "").trim();
+  if (days) body.expires_in_days = Number(days);
+  const out = await perform("create_api_key", body);
+  if (!out) return;
+  value.textContent = out.key;
+  shown.hidden = false;
+  document.getElementById("copy-result").textContent = "";
+  form.reset();
+  notice(`Key ${out.api_key.prefix} is created.`);
+  shown.scrollIntoView();
+  refresh();
+});
+
+refresh();

@@ -1,0 +1,86 @@
+// /mailboxes: the tenant's mail accounts, sync on demand, removal, and connecting an IMAP mailbox.
+import { button, call, el, load, notice, onSubmit, perform, row, table, when } from "../lib.js";
+
+// the page says whether this person may remove accounts (the server renders it, from their role)
+const mayRemove = document.getElementById("accounts-list").hasAttribute("data-can-remove");
+
+const lastSync = (a) => (a.kind === "imap" ? (a.last_synced_at ? when(a.last_synced_at) : "not yet") : "—");
+
+const actions = (a) => {
+  const buttons = [];
+  if (a.kind === "imap") buttons.push(button("Sync now", () => syncNow(a), { "data-action": "sync" }));
+  if (mayRemove) buttons.push(button("Remove", () => remove(a), { "data-action": "remove" }));
+  return el("span", {}, buttons.flatMap((b, i) => (i ? [" ", b] : [b])));
+};
+
+const refresh = () =>
+  load("list_accounts", "accounts-list", (out) =>
+    out.accounts.length
+      ? table(
+          ["Name", "Kind", "Address", "Workspace", "Last sync", "Sync error", ""],
+          out.accounts.map((a) =>
+            row({ "data-account-id": a.id }, [
+              a.name,
+              a.kind === "imap" ? "IMAP/SMTP" : "imported",
+              a.email_address || "—",
+              a.workspace,
+              lastSync(a),
+              a.sync_error ? el("span", { class: "errors", "data-sync-error": true }, a.sync_error) : "",
+              actions(a),
+            ]),
+          ),
+        )
+      : el("p", { class: "hint" }, "No mail accounts yet."),
+  );
+
+const syncNow = async (a) => {
+  if (await perform("sync_mailbox", { account_id: a.id }, `${a.name}: a sync is on its way.`)) refresh();
+};
+
+const remove = async (a) => {
+  const out = await perform("remove_mailbox", { account_id: a.id });
+  if (!out) return;
+  notice(`${a.name} is removed with the ${out.messages_removed} messages Oaken held for it.`);
+  refresh();
+};
+
+const form = document.getElementById("connect-mailbox");
+if (form) {
+  const select = document.getElementById("mailbox-workspace");
+  call("list_workspaces", {}).then(
+    (out) => select.replaceChildren(...out.workspaces.map((w) => el("option", { value: w.name, selected: w.name === "default" }, w.name))),
+    () => {}, // the "default" option stays
+  );
+  const slots = [...form.querySelectorAll("[data-error-for]")];
+  const clearErrors = () => slots.forEach((slot) => { slot.textContent = ""; slot.hidden = true; });
+  const showError = (error) => {
+    const slot = slots.find((s) => s.dataset.errorFor === error.field);
+    if (!slot) return;
+    slot.textContent = error.message || error.code;
+    slot.hidden = false;
+    const input = form.elements.namedItem(error.field);
+    if (input && input.focus) input.focus();
+  };
+  onSubmit("connect-mailbox", async () => {
+    clearErrors();
+    const value = (name) => (form.elements.namedItem(name).value || "").trim();
+    const server = (part) => {
+      const settings = { host: value(`${part}.host`), security: value(`${part}.security`) };
+      if (value(`${part}.port`)) settings.port = Number(value(`${part}.port`));
+      if (value(`${part}.username`)) settings.username = value(`${part}.username`);
+      const password = form.elements.namedItem(`${part}.password`).value; // passwords are sent as typed
+      if (password) settings.password = password;
+      return settings;
+    };
+    const body = { account_name: value("account_name"), workspace: value("workspace"), imap: server("imap"), smtp: server("smtp") };
+    if (value("email_address")) body.email_address = value("email_address");
+    for (const part of ["imap", "smtp"]) form.elements.namedItem(`${part}.password`).value = ""; // never kept in the page
+    const out = await perform("connect_mailbox", body, null, showError);
+    if (!out) return;
+    form.reset();
+    notice(`${out.name} is connected; its mail is syncing.`);
+    refresh();
+  });
+}
+
+refresh();
