@@ -23,7 +23,7 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
-from apps.gate import confirmation
+from apps.gate import confirmation, payload
 from apps.gate.models import IdempotencyRecord
 from apps.operations.context import Context
 from apps.operations.exposure import is_offered, is_permitted
@@ -93,6 +93,12 @@ def dispatch(
     except OakenError as refusal:
         _audit_refusal(caller, door, op_name, refusal.code, digest)
         raise
+    except Exception as exc:
+        # a bug in a step before the handler (resolving targets, a preview, a confirmation): answered and audited
+        # like a failing handler, its message never repeated (it could quote the input)
+        log.error("operation %s failed before it ran: %s", op_name, type(exc).__name__)
+        _audit_refusal(caller, door, op_name, "INTERNAL_ERROR", digest)
+        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 
 def _exposure(caller: Caller, name: str) -> Operation:
@@ -125,6 +131,7 @@ def _parse(op: Operation, raw: Any) -> BaseModel:
         raw = {}
     if not isinstance(raw, dict):
         raise OakenError.invalid("", "input must be a JSON object")
+    payload.check_storable(raw)
     try:
         return op.input_model.model_validate(raw)
     except ValidationError as exc:

@@ -10,6 +10,7 @@ is refused before it is parsed (a brace inside a string counts too: real input h
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -58,3 +59,31 @@ def loads(raw: bytes | str) -> Any:
     if data.count(b"{") + data.count(b"[") > JSON_CONTAINERS_MAX:
         raise OakenError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
     return json.loads(data, parse_constant=_no_constant)
+
+
+# Characters no text column can hold: NUL (PostgreSQL refuses it in text) and lone surrogates (not UTF-8 at all).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+NESTING_MAX = 32
+
+
+def check_storable(raw: Any) -> None:
+    """Refuse input holding text that cannot be stored, or nested deeper than any operation takes, naming the
+    field (never the value) before the input is parsed: INVALID_INPUT instead of a database error later."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(raw, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > NESTING_MAX:
+            raise OakenError.invalid(".".join(path[:NESTING_MAX]), "is nested too deeply")
+        if isinstance(value, str):
+            if _UNSTORABLE.search(value):
+                raise OakenError.invalid(
+                    ".".join(path), "holds a character that cannot be stored (NUL or a lone surrogate)"
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = str(key)
+                if _UNSTORABLE.search(name):
+                    raise OakenError.invalid(".".join(path), "names a field with a character that cannot be stored")
+                stack.append((item, (*path, name)))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, (*path, str(i))) for i, item in enumerate(value))
