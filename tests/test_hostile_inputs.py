@@ -176,11 +176,11 @@ def test_hostile_input_is_refused_in_the_error_shape_or_served(
     caller, door = _caller(op, alice)
     before, theirs = _events(alice), _events(mallory)
     answer: dict[str, Any]
+    code = None
     try:
         answer = dispatch(caller, door, op.name, raw, confirm=True).output
     except OakenError as refusal:
-        answer = {"error": refusal.as_dict()}
-    code = answer.get("error", {}).get("code")
+        answer, code = refusal.as_dict(), refusal.code
     assert code is None or code in DOCUMENTED, (op.name, answer)
     json.dumps(answer)
     assert _events(alice) == before + 1
