@@ -120,3 +120,22 @@ def test_a_local_account_cannot_send(alice: Person, box: dict[str, Any]) -> None
     refused = refusal(as_person(alice), "send_email", {"account_id": str(local.pk), "to": ["a@example.test"],
                                                        "idempotency_key": "x"}, confirm=True)  # fmt: skip
     assert (refused.code, refused.field) == ("INVALID_INPUT", "account_id")
+
+
+def test_a_subject_that_would_break_its_header_is_refused_and_nothing_is_written(
+    alice: Person, mallory: Person, box: dict[str, Any]
+) -> None:
+    agent, me = as_agent(alice, scopes={"read", "write", "send"}), as_person(alice)
+    account = str(box["account"].pk)
+    for subject in ("a\r\nBcc: evil@example.test", "a\nb", "a\u2028b"):
+        made = refusal(agent, "create_draft", {"account_id": account, "to": [box["bob"]], "subject": subject})
+        assert (made.code, made.field) == ("INVALID_INPUT", "subject") and "evil" not in made.message
+        sent = refusal(me, "send_email", {"account_id": account, "to": [box["bob"]], "subject": subject, "body": "x",
+                                          "idempotency_key": "k"}, confirm=True)  # fmt: skip
+        assert (sent.code, sent.field) == ("INVALID_INPUT", "subject")
+    draft = call(agent, "create_draft", {"account_id": account, "to": [box["bob"]], "subject": "fine"})
+    changed = refusal(agent, "update_draft", {"draft_id": draft["id"], "subject": "x\r\nTo: evil@example.test"})
+    assert (changed.code, changed.field) == ("INVALID_INPUT", "subject")
+    assert list(Draft.objects.for_tenant(alice.tenant).values_list("subject", flat=True)) == ["fine"]
+    assert not OutboundRequest.objects.for_tenant(alice.tenant).exists()
+    assert not Draft.objects.for_tenant(mallory.tenant).exists()

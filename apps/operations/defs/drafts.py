@@ -17,7 +17,7 @@ from apps.mail.models import Attachment, Message
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
-from apps.operations.defs.shapes import Closed, Id, MailText, cut
+from apps.operations.defs.shapes import Closed, HeaderText, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
 from apps.outbound.compose import (
     check_attachment_limits,
@@ -33,7 +33,7 @@ from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, Sta
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
 ADDRESSES_MAX = 500
 Address = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=320)]
-Subject = Annotated[str, StringConstraints(max_length=2000)]
+Subject = Annotated[HeaderText, StringConstraints(max_length=2000)]
 OPEN_STATES = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED, State.SENDING)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from apps.core.errors import OakenError
 from apps.mail.models import Folder, Message
@@ -21,6 +22,19 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 # Text taken from mail (written by strangers): the MCP door fences it as data, never instructions (SPEC §14).
 MailText = Annotated[str, WithJsonSchema({"type": "string", "x-untrusted": True})]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+# every character Python's str.splitlines() breaks at: a header value holding one would break the header it is in
+_LINE_BREAK = re.compile("[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _one_line(value: str) -> str:
+    if _LINE_BREAK.search(value):
+        raise ValueError("must be one line (a header value holds no line break)")
+    return value
+
+
+# Text that goes into a mail header (a subject): one line, so it can never start another header.
+HeaderText = Annotated[str, AfterValidator(_one_line)]
 
 
 class Empty(Closed):
