@@ -20,6 +20,7 @@ from typing import Any
 
 from apps.audit.log import canonical_json
 from apps.core.errors import OakenError
+from apps.mail.mediatypes import MEDIA_TYPE
 from apps.mail.parsing import normalize_subject
 
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$")
@@ -75,7 +76,6 @@ def check_recipient_limit(found: Recipients, maximum: int) -> None:
                         field="to")  # fmt: skip
 
 
-_MIME_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 _BASE64_SPACE = re.compile(r"\s+")
 
 
@@ -106,7 +106,7 @@ def stored_attachment(filename: str, content_type: str) -> tuple[str, str]:
     name = "".join("_" if c in "/\\" else c for c in filename if unicodedata.category(c) not in _HIDDEN_CATEGORIES)
     name = name.strip() or "attachment"
     kind = content_type.strip().lower()
-    if not _MIME_TYPE.match(kind) or kind.startswith(("multipart/", "message/")):
+    if not MEDIA_TYPE.match(kind) or kind.startswith(("multipart/", "message/")):
         kind = "application/octet-stream"
     return name[:255], kind
 
@@ -116,7 +116,7 @@ def attachment_content_type(value: str | None, field: str) -> str:
     if value is None:
         return "application/octet-stream"
     kind = value.strip().lower()
-    if not _MIME_TYPE.match(kind):
+    if not MEDIA_TYPE.match(kind):
         raise OakenError.invalid(field, "is not a MIME type such as application/pdf")
     if kind.startswith(("multipart/", "message/")):
         raise OakenError.invalid(field, "cannot be a multipart or message type: attach the file as it is")

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
+from apps.mail.mediatypes import media_type
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage
 from apps.mail.selectors import Reach, access_account, access_folder, access_message, access_messages, access_thread
 from apps.operations.context import Context
@@ -303,7 +304,7 @@ class MessageIn(Closed):
 class AttachmentOut(Closed):
     id: str
     filename: MailText
-    content_type: str
+    content_type: MailText
     size: int
     inline: bool
 
@@ -359,7 +360,8 @@ def get_message(ctx: Context, data: MessageIn) -> MessageOut:
             truncated=truncated,
             text_length=length,
             attachments=[
-                AttachmentOut(id=str(i), filename=f, content_type=t, size=s, inline=n) for i, f, t, s, n in attachments
+                AttachmentOut(id=str(i), filename=f, content_type=media_type(t), size=s, inline=n)
+                for i, f, t, s, n in attachments
             ],
         )
     )
