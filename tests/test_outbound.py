@@ -423,3 +423,26 @@ def test_the_console_page_lists_and_approves_over_the_rest_door(
     assert error_of(stale)["code"] == "CONFLICT"
     approved = post(mine, "approve_outbound", {"request_id": made["request_id"], "content_hash": made["content_hash"]})
     assert approved.json()["state"] == "queued"
+
+
+def test_the_from_display_name_is_fixed_at_the_request_and_bound_to_its_hash(
+    alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
+    world["account"].name = "Alice mail"
+    world["account"].save(update_fields=["name"])
+    made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    assert _row(alice, made["request_id"]).sender_name == "Alice mail"
+    # renaming the account after approval changes nothing that was approved
+    world["account"].name = "Renamed"
+    world["account"].save(update_fields=["name"])
+    assert delivery.deliver(made["request_id"]) == "sent"
+    [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
+    assert message_from_bytes(raw)["From"] == f"Alice mail <{world['me']}>"
+    # a display name changed behind the operations' back is content that moved: never sent
+    other = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    OutboundRequest.objects.for_tenant(alice.tenant).filter(pk=other["request_id"]).update(sender_name="Your bank")
+    assert delivery.deliver(other["request_id"]) == "failed"
+    assert _row(alice, other["request_id"]).error == "content_changed" and smtp_server.data_commands == 1
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

@@ -156,10 +156,16 @@ def new_message_id(sender: str) -> str:
     return f"oaken.{uuid.uuid4().hex}@{domain}"
 
 
+def sender_name_of(account_name: str) -> str:
+    """The From header's display name for an account: its name, unless that is an address (then none)."""
+    return "" if "@" in account_name else " ".join(account_name.split())[:200]
+
+
 def content_hash(
     *,
     account_id: str,
     sender: str,
+    sender_name: str,
     found: Recipients,
     subject: str,
     body: str,
@@ -169,23 +175,23 @@ def content_hash(
     attachments: Sequence[tuple[str, str, str]],
 ) -> str:
     """sha256 over exactly what would be sent: what a person approves is bound to this."""
-    return hashlib.sha256(
-        canonical_json(
-            {
-                "account": account_id,
-                "sender": sender,
-                "to": found.to,
-                "cc": found.cc,
-                "bcc": found.bcc,
-                "subject": subject,
-                "body": body,
-                "in_reply_to": in_reply_to,
-                "references": list(references),
-                "send_at": send_at.isoformat(timespec="microseconds") if send_at else None,
-                "attachments": [list(a) for a in attachments],
-            }
-        ).encode("utf-8", "surrogatepass")
-    ).hexdigest()
+    content = {
+        "account": account_id,
+        "sender": sender,
+        "to": found.to,
+        "cc": found.cc,
+        "bcc": found.bcc,
+        "subject": subject,
+        "body": body,
+        "in_reply_to": in_reply_to,
+        "references": list(references),
+        "send_at": send_at.isoformat(timespec="microseconds") if send_at else None,
+        "attachments": [list(a) for a in attachments],
+    }
+    if sender_name:
+        # only when there is one, so a request made before display names were hashed keeps its digest
+        content["sender_name"] = sender_name
+    return hashlib.sha256(canonical_json(content).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def reply_subject(subject: str) -> str:

@@ -59,6 +59,8 @@ class OutboundRequest(TenantOwned):
     state = models.CharField(max_length=20, choices=State.choices, default=State.REQUESTED)
     # the content, fixed at creation
     sender = models.CharField(max_length=320)
+    # the From header's display name, as sent (empty: the address alone)
+    sender_name = models.CharField(max_length=200, blank=True, default="")
     to = ArrayField(models.CharField(max_length=320), default=list, blank=True)
     cc = ArrayField(models.CharField(max_length=320), default=list, blank=True)
     bcc = ArrayField(models.CharField(max_length=320), default=list, blank=True)

@@ -24,7 +24,7 @@ from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.mail.models import MailAccount
 from apps.outbound import budget
-from apps.outbound.compose import Recipients, content_hash, new_message_id
+from apps.outbound.compose import Recipients, content_hash, new_message_id, sender_name_of
 from apps.outbound.models import (
     CANCELLABLE,
     OutboundAttachment,
@@ -57,18 +57,29 @@ class Content:
     def sender(self) -> str:
         return self.account.email_address
 
+    @property
+    def sender_name(self) -> str:
+        return sender_name_of(self.account.name)
+
     def digest(self) -> str:
         return content_hash(
-            account_id=str(self.account.pk), sender=self.sender, found=self.found, subject=self.subject,
-            body=self.body, in_reply_to=self.in_reply_to, references=self.references, send_at=self.send_at,
+            account_id=str(self.account.pk),
+            sender=self.sender,
+            sender_name=self.sender_name,
+            found=self.found,
+            subject=self.subject,
+            body=self.body,
+            in_reply_to=self.in_reply_to,
+            references=self.references,
+            send_at=self.send_at,
             attachments=[(n, t, hashlib.sha256(c).hexdigest()) for n, t, c in self.attachments],
-        )  # fmt: skip
+        )
 
 
 def stored_digest(request: OutboundRequest) -> str:
     """The content hash recomputed from what is stored now (delivery refuses a request whose content moved)."""
     return content_hash(
-        account_id=str(request.account_id), sender=request.sender,
+        account_id=str(request.account_id), sender=request.sender, sender_name=request.sender_name,
         found=Recipients(list(request.to), list(request.cc), list(request.bcc)), subject=request.subject,
         body=request.body, in_reply_to=request.in_reply_to, references=list(request.references),
         send_at=request.send_at,
@@ -134,7 +145,8 @@ def create_request(
         with transaction.atomic():
             request = OutboundRequest.objects.create(
                 tenant=act.tenant, account=content.account, draft_id=draft_id, state=State.REQUESTED,
-                sender=content.sender, to=content.found.to, cc=content.found.cc, bcc=content.found.bcc,
+                sender=content.sender, sender_name=content.sender_name, to=content.found.to, cc=content.found.cc,
+                bcc=content.found.bcc,
                 subject=content.subject, body=content.body, in_reply_to=content.in_reply_to,
                 references=list(content.references), send_at=content.send_at,
                 message_id=new_message_id(content.sender), content_hash=digest,

@@ -194,7 +194,7 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
 def mime_of(request: OutboundRequest) -> bytes:
     attachments = [(a.filename, a.content_type, bytes(a.content)) for a in request.attachments.order_by("position")]
     return build_mime(
-        sender=request.sender, sender_name=request.account.name if "@" not in request.account.name else "",
+        sender=request.sender, sender_name=request.sender_name,
         to=request.to, cc=request.cc, subject=request.subject, body=request.body, message_id=request.message_id,
         in_reply_to=request.in_reply_to, references=request.references, date=request.created_at,
         attachments=attachments,
