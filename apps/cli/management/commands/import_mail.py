@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from apps.cli.command import JsonCommand
 from apps.mail.importing import ImportRefusedError, import_mail
-from apps.server.cli import JsonCommand
 from apps.workspaces.models import DEFAULT_WORKSPACE
 from apps.workspaces.selectors import access_workspace_by_name
 

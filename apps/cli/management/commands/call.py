@@ -7,11 +7,11 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from apps.cli.command import JsonCommand
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.server.cli import JsonCommand
 
 
 class Command(JsonCommand):

@@ -9,12 +9,12 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from apps.agents.models import ApiKey
+from apps.cli.command import JsonCommand
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.server.cli import JsonCommand
 from apps.workspaces.models import Membership
 
 _DAYS = re.compile(r"^(\d{1,4})d$")
