@@ -55,4 +55,13 @@ def render() -> str:
             f"| `{op.name}` | {op.op_class.value} | {op.scope.value} | {op.ceiling.value} | {op.role} | "
             f"{op.callers.value} | {_confirmation(op)} | {_fields(op)} | {op.summary} |"
         )
+    lines += [
+        "",
+        "## Internal events",
+        "",
+        "Audit events the system appends outside the gate, under these names only (`apps/audit/events.py`);",
+        "no operation takes them.",
+        "",
+    ]
+    lines += [f"- `{name}`: {what}" for name, what in sorted(registry.internal_events.items())]
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from apps.audit.events import INTERNAL_EVENTS
 from apps.core.changes import Change
 from apps.core.kinds import Scope
 
@@ -173,6 +174,11 @@ class Registry:
         """Forget an operation (tests that define throwaway operations clean up after themselves)."""
         self._ops.pop(name, None)
 
+    @property
+    def internal_events(self) -> Mapping[str, str]:
+        """The events the system appends outside the gate (apps.audit.events), name -> what they record."""
+        return INTERNAL_EVENTS
+
 
 registry = Registry()
 
@@ -205,6 +211,8 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
         raise DefinitionError(f"{op.name!r}: names are snake_case (plugins: <plugin>.<name>)")
     if op.name in existing:
         raise DefinitionError(f"{op.name!r}: an operation with this name is already defined")
+    if op.name in INTERNAL_EVENTS:
+        raise DefinitionError(f"{op.name!r}: an internal audit event has this name (apps.audit.events)")
     for model in (op.input_model, op.output_model):
         if not (isinstance(model, type) and issubclass(model, BaseModel)) or not _closed(model):
             raise DefinitionError(f"{op.name!r}: input and output models must forbid extra fields")
