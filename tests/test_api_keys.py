@@ -114,11 +114,32 @@ def test_the_cli_creates_and_revokes(alice: Person, mallory: Person) -> None:
     expires = ApiKey.objects.for_tenant(alice.tenant).get().expires_at
     assert expires is not None and timedelta(days=29) < expires - timezone.now() <= timedelta(days=30)
     assert caller_for_key(created["key"]) is not None
-    code, revoked = _cli("revoke", created["api_key"]["id"])
+    code, revoked = _cli("revoke", created["api_key"]["id"], "--user", alice.user.email)
     assert code == 0 and revoked["revoked"] is True
     assert caller_for_key(created["key"]) is None
     code, error = _cli("create", "--user", alice.user.email, "--scopes", "read", "--expires-in", "soon")
     assert code == 1 and error["error"]["field"] == "expires_in"
-    code, error = _cli("revoke", "not-an-id")
+    code, error = _cli("revoke", "not-an-id", "--user", alice.user.email)
     assert code == 1 and error["error"]["code"] == "NOT_FOUND"
     assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_the_cli_revokes_only_keys_the_person_may_see_in_their_tenant(alice: Person, mallory: Person) -> None:
+    """`oaken apikey revoke` goes through revoke_api_key as the named person: another tenant's key, or another
+    member's for a MEMBER, does not exist for them."""
+    from tests.callers import joined
+
+    alices = _create(alice)["api_key"]["id"]  # type: ignore[index]
+    code, error = _cli("revoke", str(alices), "--user", mallory.user.email)
+    assert code == 1 and error["error"] == {"code": "NOT_FOUND", "message": "api_key_id: no such item",
+                                            "field": "api_key_id"}  # fmt: skip
+    bob = joined(alice, "bob@example.test", "MEMBER")
+    code, error = _cli("revoke", str(alices), "--user", bob.user.email, "--tenant", str(alice.tenant.pk))
+    assert code == 1 and error["error"]["code"] == "NOT_FOUND"
+    assert ApiKey.objects.for_tenant(alice.tenant).get().revoked_at is None
+    refused = AuditEvent.objects.for_tenant(mallory.tenant).get(operation="revoke_api_key")
+    assert (refused.outcome, refused.door, refused.person_id) == ("NOT_FOUND", "cli", mallory.user.pk)
+    code, revoked = _cli("revoke", str(alices), "--user", alice.user.email)
+    assert code == 0 and revoked["revoked"] is True
+    done = AuditEvent.objects.for_tenant(alice.tenant).get(operation="revoke_api_key", outcome="ok")
+    assert (done.door, done.person_id) == ("cli", alice.user.pk)

@@ -16,7 +16,15 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import ProtectedError
 from django.db.transaction import TransactionManagementError
 
-from apps.audit.log import Break, append_event, event_hash, input_digest, verify_all, verify_chain
+from apps.audit.log import (
+    Break,
+    append_event,
+    append_internal_event,
+    event_hash,
+    input_digest,
+    verify_all,
+    verify_chain,
+)
 from apps.audit.models import ZERO_HASH, AuditEvent, AuditImmutableError, ChainHead
 from apps.core.changes import Change
 from apps.workspaces.models import Tenant, Workspace
@@ -493,3 +501,18 @@ def test_the_database_refuses_raw_changes(alice: Person, mallory: Person, sql: s
     assert ChainHead.objects.get(tenant=alice.tenant).seq == 2
     assert verify_chain(alice.tenant.pk) == (2, None)
     assert verify_chain(mallory.tenant.pk) == (1, None)
+
+
+def test_an_internal_event_is_appended_only_under_a_documented_name(alice: Person, mallory: Person) -> None:
+    """The system's own work outside the gate (the IMAP sync) is audited under a name apps.audit.events lists,
+    so the chain holds no operation name nobody defined."""
+    with transaction.atomic():
+        event = append_internal_event(
+            "imap_sync", tenant=alice.tenant, targets=[Change("msg-1", {"read": False}, {"read": True})]
+        )
+    assert (event.principal, event.door, event.operation, event.outcome) == ("internal", "internal", "imap_sync", "ok")
+    with pytest.raises(ValueError, match="internal event"), transaction.atomic():
+        append_internal_event("imap_sink", tenant=alice.tenant, targets=[])
+    assert list(AuditEvent.objects.for_tenant(alice.tenant).values_list("operation", flat=True)) == ["imap_sync"]
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()
+    assert verify_chain(alice.tenant.pk) == (1, None)

@@ -202,3 +202,13 @@ def test_ops_docs_writes_the_reference_and_check_tells_when_it_is_stale(
 
     target.write_text(docs.render().replace("| `", "| `x", 1))
     assert run("ops", "docs", "--check")[0] == 1
+
+
+def test_every_door_command_lives_in_the_cli_app() -> None:
+    """The cli door is one app: no domain app holds a command; serving is process management, not a door."""
+    from django.core.management import get_commands
+
+    commands = get_commands()
+    for name in ("apikey", "audit", "call", "import_mail", "ops", "user"):
+        assert commands[name] == "apps.cli", name
+    assert commands["serve"] == "apps.server"

@@ -153,6 +153,8 @@ def ids(alice: Person, mallory: Person, tmp_path: Path) -> list[str]:
 def _caller(op: Operation, alice: Person) -> tuple[Caller, Door]:
     if op.callers == Callers.INTERNAL:
         return Caller.internal(alice.tenant), Door.INTERNAL
+    if op.callers == Callers.SERVER:  # the server's own side: a person at its command line
+        return as_person(alice), Door.CLI
     return as_person(alice), Door.UI
 
 

@@ -63,14 +63,22 @@ def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
 
 
 def _served() -> list[Operation]:
-    """What the REST door serves: every operation but the system's own (internal door only)."""
-    return [op for op in registry if op.callers != Callers.INTERNAL]
+    """What the REST door serves: every operation but the system's own (internal door only) and the server's own
+    side's (cli and internal doors only)."""
+    return [op for op in registry if op.callers not in (Callers.INTERNAL, Callers.SERVER)]
 
 
 def test_the_systems_own_operations_have_no_path(document: dict[str, Any]) -> None:
     internal = [op.name for op in registry if op.callers == Callers.INTERNAL]
     assert "claim_outbound_send" in internal
     assert not {f"{OPS_PREFIX}{name}" for name in internal} & set(document["paths"])
+
+
+def test_the_server_sides_own_operations_have_no_path(document: dict[str, Any]) -> None:
+    """import_mail names a file on the server: no door over the network may name one."""
+    server = [op.name for op in registry if op.callers == Callers.SERVER]
+    assert "import_mail" in server
+    assert not {f"{OPS_PREFIX}{name}" for name in server} & set(document["paths"])
 
 
 def test_one_post_path_per_registered_operation(document: dict[str, Any]) -> None:

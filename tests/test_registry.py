@@ -118,7 +118,7 @@ def test_plugin_operations_are_namespaced_never_on_and_never_mark_read() -> None
 
 
 def test_operations_for_persons_or_the_system_only_are_never_offered_to_agents() -> None:
-    for callers in (Callers.INTERNAL, Callers.PERSONS):
+    for callers in (Callers.INTERNAL, Callers.PERSONS, Callers.SERVER):
         for ceiling in (Ceiling.ON, Ceiling.OFF):
             with pytest.raises(DefinitionError, match="never be offered to agents"):
                 define(Registry(), op_class=OpClass.SEND, ceiling=ceiling, callers=callers)
@@ -190,3 +190,11 @@ def test_the_system_cannot_make_a_persons_decision(alice: Person, mallory: Perso
             call_internal(alice.tenant, name, {})
         assert refused.value.code == "NOT_AVAILABLE", name
     assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_the_registry_knows_the_internal_events_and_no_operation_takes_their_names() -> None:
+    """The sync's changes are audited as `imap_sync`, appended outside the gate: a name the registry documents."""
+    assert "imap_sync" in registry.internal_events
+    assert "imap_sync" not in registry
+    with pytest.raises(DefinitionError, match="internal audit event"):
+        define(Registry(), name="imap_sync")

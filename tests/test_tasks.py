@@ -8,7 +8,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from apps.mail.models import Message
-from apps.mail.tasks import import_mail_task
+from apps.worker.tasks import import_mail_task
 from config.celery import app
 from tests.conftest import Person
 from tests.mailfactory import conversation, write_mbox

@@ -168,6 +168,6 @@ class OperationListView(APIView):
             return error_response(error)
         rows = [
             {"name": op.name, "summary": op.summary, "op_class": op.op_class.value, "needs_role": op.role}
-            for op in offered_operations(caller)
+            for op in offered_operations(caller, door=Door.UI)
         ]
         return Response({"operations": rows})

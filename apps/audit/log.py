@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
+from apps.audit.events import INTERNAL_EVENTS
 from apps.audit.models import ZERO_HASH, AuditEvent
 from apps.core.changes import Change
 from apps.core.kinds import CredentialKind, Door, Principal
@@ -308,6 +309,16 @@ def append_event(
     event._state.adding = False
     event._state.db = connection.alias
     return event
+
+
+def append_internal_event(kind: str, *, tenant: Tenant, targets: Sequence[Change]) -> AuditEvent:
+    """Append an event of the system's own work outside the gate (apps.audit.events), inside the transaction of
+    the change it records; a name not documented there is refused, so no unregistered name reaches a chain."""
+    if kind not in INTERNAL_EVENTS:
+        raise ValueError("not an internal event kind: add it to apps.audit.events.INTERNAL_EVENTS")
+    return append_event(
+        tenant=tenant, principal="internal", door="internal", operation=kind, outcome="ok", targets=targets
+    )
 
 
 _WALK = """

@@ -63,7 +63,7 @@ def dispatch(
     digest = ""
     op_name = name if isinstance(name, str) and _SAFE_NAME.match(name) else "(invalid name)"
     try:
-        op = _exposure(caller, name)
+        op = _exposure(caller, door, name)
         _authority(caller, op)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
@@ -101,9 +101,9 @@ def dispatch(
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 
-def _exposure(caller: Caller, name: str) -> Operation:
+def _exposure(caller: Caller, door: Door, name: str) -> Operation:
     op = registry.get(name) if isinstance(name, str) else None
-    if op is None or not is_offered(caller, op):
+    if op is None or not is_offered(caller, op, door=door):
         raise OakenError.not_available()
     return op
 
@@ -225,7 +225,20 @@ def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 
+def _output(op: Operation, produced: Any) -> dict[str, Any]:
+    """The handler's result as JSON; anything but an instance of the declared model (validated when it was built)
+    is checked against it (a ValidationError here is the handler's bug)."""
+    if type(produced) is not op.output_model:
+        produced = op.output_model.model_validate(
+            produced.model_dump() if isinstance(produced, BaseModel) else produced
+        )
+    output: dict[str, Any] = produced.model_dump(mode="json")
+    return output
+
+
 def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_key: str | None) -> Result:
+    if op.commits_in_batches:
+        return _run_in_batches(ctx, op, data, digest)
     caller = ctx.caller
     try:
         with transaction.atomic():
@@ -237,13 +250,7 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
             if op.op_class != OpClass.READ:
                 # a change works from what it reads inside its own transaction, not from the checks' reads
                 ctx.memo.clear()
-            produced = op.handler(ctx, data)
-            if type(produced) is not op.output_model:
-                # anything but an instance of the declared model (validated when it was built) is checked
-                produced = op.output_model.model_validate(
-                    produced.model_dump() if isinstance(produced, BaseModel) else produced
-                )
-            output = produced.model_dump(mode="json")
+            output = _output(op, op.handler(ctx, data))
             if idempotency_key is not None:
                 IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
                     caller_key=caller.key, operation=op.name, key=idempotency_key
@@ -258,6 +265,25 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
     except Exception as exc:
         log.error("operation %s failed: %s", op.name, type(exc).__name__)
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+    return Result(op.name, output)
+
+
+def _run_in_batches(ctx: Context, op: Operation, data: BaseModel, digest: str) -> Result:
+    """An operation that commits its own batches (an import) runs outside a transaction: its progress shows
+    while it runs, and a failure keeps the batches it finished. Its one event follows in a transaction of its
+    own, with what the handler recorded, whether it finished or failed."""
+    caller = ctx.caller
+    try:
+        output = _output(op, op.handler(ctx, data))
+    except OakenError:
+        raise
+    except Exception as exc:
+        log.error("operation %s failed: %s", op.name, type(exc).__name__)
+        with transaction.atomic():
+            _append(caller, ctx.door, op.name, "INTERNAL_ERROR", digest, ctx.touched, durable=True)
+        raise _Audited("INTERNAL_ERROR", "the operation failed; the batches it had finished are kept") from None
+    with transaction.atomic():
+        _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=True)
     return Result(op.name, output)
 
 

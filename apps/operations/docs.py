@@ -45,7 +45,9 @@ def render() -> str:
         "Ceilings: `never` (not offered to agents whatever the settings), `off` (offered once an ADMIN",
         "switches it on), `on` (offered by default). Agents also need the scope and the person's role.",
         "Callers: `any` (persons, agents within the ceiling, the system), `persons` (people only), `internal`",
-        "(the system's own Celery tasks on the internal door: refused to persons and agents, no REST path).",
+        "(the system's own Celery tasks on the internal door: refused to persons and agents, no REST path),",
+        "`server` (the server's own side: a person at its command line, `oaken`, and the system's tasks; no REST",
+        "path, for inputs that name the server's files).",
         "",
         "| operation | class | scope | ceiling | role | callers | confirmation | input | summary |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -55,4 +57,13 @@ def render() -> str:
             f"| `{op.name}` | {op.op_class.value} | {op.scope.value} | {op.ceiling.value} | {op.role} | "
             f"{op.callers.value} | {_confirmation(op)} | {_fields(op)} | {op.summary} |"
         )
+    lines += [
+        "",
+        "## Internal events",
+        "",
+        "Audit events the system appends outside the gate, under these names only (`apps/audit/events.py`);",
+        "no operation takes them.",
+        "",
+    ]
+    lines += [f"- `{name}`: {what}" for name, what in sorted(registry.internal_events.items())]
     return "\n".join(lines) + "\n"

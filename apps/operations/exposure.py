@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import connection
 
 from apps.core.callers import Caller
-from apps.core.kinds import Principal, Role
+from apps.core.kinds import Door, Principal, Role
 from apps.operations.plugins import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Tenant
@@ -32,11 +32,15 @@ def level_for(op: Operation, settings: dict[str, str]) -> str:
     return settings.get(op.name, op.default_level)
 
 
-def is_offered(caller: Caller, op: Operation, settings: dict[str, str] | None = None) -> bool:
-    """The operation is offered to this caller: who may call it at all; for agents also exposure, plugin health,
-    allow-list and the person-bound rule."""
+def is_offered(
+    caller: Caller, op: Operation, settings: dict[str, str] | None = None, *, door: Door | None = None
+) -> bool:
+    """The operation is offered to this caller through `door` (None: a door over the network): who may call it
+    at all; for agents also exposure, plugin health, allow-list and the person-bound rule."""
     if op.callers == Callers.INTERNAL:
         return caller.principal == Principal.INTERNAL
+    if op.callers == Callers.SERVER:
+        return caller.principal == Principal.INTERNAL or (caller.principal == Principal.PERSON and door == Door.CLI)
     if op.callers == Callers.PERSONS:
         return caller.principal == Principal.PERSON
     if caller.principal != Principal.AGENT:
@@ -59,7 +63,8 @@ def is_permitted(caller: Caller, op: Operation) -> bool:
     return caller.principal != Principal.AGENT or op.scope.value in caller.scopes
 
 
-def offered_operations(caller: Caller) -> list[Operation]:
-    """Every operation this caller may call, in a stable order (what a tool list or console shows)."""
+def offered_operations(caller: Caller, *, door: Door | None = None) -> list[Operation]:
+    """Every operation this caller may call through `door` (None: over the network), in a stable order (what a
+    tool list or console shows)."""
     settings = tenant_settings(caller.tenant)
-    return [op for op in registry if is_offered(caller, op, settings) and is_permitted(caller, op)]
+    return [op for op in registry if is_offered(caller, op, settings, door=door) and is_permitted(caller, op)]

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from apps.audit.events import INTERNAL_EVENTS
 from apps.core.changes import Change
 from apps.core.kinds import Scope
 
@@ -46,6 +47,9 @@ class Callers(StrEnum):
     ANY = "any"  # persons, agents within the ceiling, and the system
     PERSONS = "persons"  # people only (ui, cli): never an agent, never a task
     INTERNAL = "internal"  # the system only: Celery tasks and schedules on the internal door
+    # the server's own side: persons at its command line (cli door) and the system (internal door), never a
+    # door over the network, for inputs that name the server's own files
+    SERVER = "server"
 
 
 _SCOPE_OF_CLASS = {OpClass.READ: Scope.READ, OpClass.MUTATE: Scope.WRITE, OpClass.SEND: Scope.SEND}
@@ -141,6 +145,9 @@ class Operation:
     # its output holds a secret shown once (a new API key): never stored, so never replayed
     returns_secret: bool = False
     callers: Callers = Callers.ANY
+    # the handler commits its work in batches of its own (an import): the gate runs it outside a transaction,
+    # so its progress shows and a failure keeps the batches it finished, and audits it after it returns
+    commits_in_batches: bool = False
     description: str = field(default="", compare=False)
 
     @property
@@ -172,6 +179,11 @@ class Registry:
     def remove(self, name: str) -> None:
         """Forget an operation (tests that define throwaway operations clean up after themselves)."""
         self._ops.pop(name, None)
+
+    @property
+    def internal_events(self) -> Mapping[str, str]:
+        """The events the system appends outside the gate (apps.audit.events), name -> what they record."""
+        return INTERNAL_EVENTS
 
 
 registry = Registry()
@@ -205,6 +217,8 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
         raise DefinitionError(f"{op.name!r}: names are snake_case (plugins: <plugin>.<name>)")
     if op.name in existing:
         raise DefinitionError(f"{op.name!r}: an operation with this name is already defined")
+    if op.name in INTERNAL_EVENTS:
+        raise DefinitionError(f"{op.name!r}: an internal audit event has this name (apps.audit.events)")
     for model in (op.input_model, op.output_model):
         if not (isinstance(model, type) and issubclass(model, BaseModel)) or not _closed(model):
             raise DefinitionError(f"{op.name!r}: input and output models must forbid extra fields")
@@ -227,6 +241,13 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: plugin operations are for every caller their ceiling allows")
         if op.callers == Callers.INTERNAL and (op.person_bound or op.idempotent_input or op.returns_secret):
             raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
+    if op.commits_in_batches:
+        if op.op_class == OpClass.READ:
+            raise DefinitionError(f"{op.name!r}: a read commits nothing, in batches or otherwise")
+        if op.ceiling != Ceiling.NEVER:
+            raise DefinitionError(f"{op.name!r}: an operation that commits in batches can never be offered to agents")
+        if op.idempotent_input:
+            raise DefinitionError(f"{op.name!r}: an idempotency key is claimed in the call's one transaction")
     if op.plugin is not None:
         if not op.name.startswith(op.plugin + "."):
             raise DefinitionError(f"{op.name!r}: plugin operations are named <plugin>.<name>")
@@ -259,6 +280,7 @@ def operation(
     idempotent_input: bool = False,
     returns_secret: bool = False,
     callers: Callers = Callers.ANY,
+    commits_in_batches: bool = False,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -285,6 +307,7 @@ def operation(
             idempotent_input=idempotent_input,
             returns_secret=returns_secret,
             callers=callers,
+            commits_in_batches=commits_in_batches,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

@@ -1,12 +1,18 @@
-"""Celery tasks that enter through the internal door: thin interfaces over apps.worker.delivery."""
+"""Celery tasks that enter through the internal door: thin interfaces over apps.worker.delivery, and the import,
+which runs the operation `import_mail` so the work it starts is checked and audited as any call is."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
+from apps.core.errors import OakenError
+from apps.gate.internal import call_internal
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
 from apps.worker import delivery
+from apps.workspaces.models import Tenant
 
 
 @shared_task(name=DELIVER_TASK, acks_late=True)
@@ -33,3 +39,15 @@ def reconcile_unknown_task() -> dict[str, int]:
     for request_id in list(ids):
         found["sent" if delivery.reconcile(request_id) == State.SENT else "unknown"] += 1
     return found
+
+
+@shared_task(name="mail.import_mail")
+def import_mail_task(*, tenant_id: str, workspace_id: str, account_name: str, path: str) -> dict[str, Any]:
+    """Run an import in a worker, as the system (the operation `import_mail`): the counts, or {"error": {...}}
+    in the one error shape when the gate refused it (an unknown workspace, a path that is no mail source)."""
+    tenant = Tenant.objects.get(pk=tenant_id)
+    data = {"path": path, "workspace_id": workspace_id, "account_name": account_name}
+    try:
+        return call_internal(tenant, "import_mail", data).output
+    except OakenError as error:
+        return {"error": error.as_dict()}

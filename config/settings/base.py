@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "apps.console",
     "apps.oauth",
     "apps.mcp",
+    "apps.cli",
     "apps.worker",
     "oauth2_provider",
     "corsheaders",

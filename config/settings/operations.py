@@ -4,82 +4,100 @@ from __future__ import annotations
 
 from config.env import env_int
 
+# name -> (default, minimum, maximum) of every bound below, for the start-up check (apps.operations.checks)
+OPERATIONS_RANGES: dict[str, tuple[int, int | None, int | None]] = {}
+
+
+def _tunable(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """A bound: OAKEN_<name> from the environment, within its range, else the default."""
+    OPERATIONS_RANGES[name] = (default, minimum, maximum)
+    return env_int(f"OAKEN_{name}", default, minimum=minimum, maximum=maximum)
+
+
 OPERATIONS = {
     # import
-    "IMPORT_BATCH_SIZE": env_int("OAKEN_IMPORT_BATCH_SIZE", 500, minimum=1, maximum=5000),
-    "IMPORT_MAX_MESSAGE_BYTES": env_int("OAKEN_IMPORT_MAX_MESSAGE_BYTES", 50 * 1024 * 1024, minimum=1024),
+    "IMPORT_BATCH_SIZE": _tunable("IMPORT_BATCH_SIZE", 500, minimum=1, maximum=5000),
+    "IMPORT_MAX_MESSAGE_BYTES": _tunable("IMPORT_MAX_MESSAGE_BYTES", 50 * 1024 * 1024, minimum=1024),
     # threading: a reply-prefixed subject joins an earlier thread with the same subject this recent
-    "THREAD_SUBJECT_WINDOW_DAYS": env_int("OAKEN_THREAD_SUBJECT_WINDOW_DAYS", 60, minimum=0),
+    "THREAD_SUBJECT_WINDOW_DAYS": _tunable("THREAD_SUBJECT_WINDOW_DAYS", 60, minimum=0),
     # text kept for search from a text attachment
-    "ATTACHMENT_TEXT_MAX_CHARS": env_int("OAKEN_ATTACHMENT_TEXT_MAX_CHARS", 200_000, minimum=0),
+    "ATTACHMENT_TEXT_MAX_CHARS": _tunable("ATTACHMENT_TEXT_MAX_CHARS", 200_000, minimum=0),
     # lists: a page is at most this long; a larger `limit` is refused, never cut
-    "PAGE_SIZE_DEFAULT": env_int("OAKEN_PAGE_SIZE_DEFAULT", 50, minimum=1),
-    "PAGE_SIZE_MAX": env_int("OAKEN_PAGE_SIZE_MAX", 200, minimum=1),
+    "PAGE_SIZE_DEFAULT": _tunable("PAGE_SIZE_DEFAULT", 50, minimum=1),
+    "PAGE_SIZE_MAX": _tunable("PAGE_SIZE_MAX", 200, minimum=1),
     # batches: ids per call
-    "BATCH_MAX": env_int("OAKEN_BATCH_MAX", 500, minimum=1),
-    "LABELS_PER_CALL_MAX": env_int("OAKEN_LABELS_PER_CALL_MAX", 20, minimum=1),
-    "SUMMARIZE_MAX": env_int("OAKEN_SUMMARIZE_MAX", 20, minimum=1),
-    "THREAD_MAX_MESSAGES": env_int("OAKEN_THREAD_MAX_MESSAGES", 200, minimum=1),
+    "BATCH_MAX": _tunable("BATCH_MAX", 500, minimum=1),
+    "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),
+    "SUMMARIZE_MAX": _tunable("SUMMARIZE_MAX", 20, minimum=1),
+    "THREAD_MAX_MESSAGES": _tunable("THREAD_MAX_MESSAGES", 200, minimum=1),
     # texts: cut, and the answer says so (truncated + full length)
-    "TEXT_MAX_CHARS": env_int("OAKEN_TEXT_MAX_CHARS", 20_000, minimum=100),
-    "SUMMARY_MAX_CHARS": env_int("OAKEN_SUMMARY_MAX_CHARS", 400, minimum=50),
-    "QUERY_MAX_CHARS": env_int("OAKEN_QUERY_MAX_CHARS", 500, minimum=10),
-    "RAW_MESSAGE_MAX_BYTES": env_int("OAKEN_RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
+    "TEXT_MAX_CHARS": _tunable("TEXT_MAX_CHARS", 20_000, minimum=100),
+    "SUMMARY_MAX_CHARS": _tunable("SUMMARY_MAX_CHARS", 400, minimum=50),
+    "QUERY_MAX_CHARS": _tunable("QUERY_MAX_CHARS", 500, minimum=10),
+    "RAW_MESSAGE_MAX_BYTES": _tunable("RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
     # confirmation: small reversible changes up to this many items pass unconfirmed
-    "CONFIRM_FREE_MAX": env_int("OAKEN_CONFIRM_FREE_MAX", 10, minimum=0),
-    "CONFIRMATION_TTL_SECONDS": env_int("OAKEN_CONFIRMATION_TTL_SECONDS", 120, minimum=10),
-    "CONFIRMATION_TOKENS_PER_CALLER": env_int("OAKEN_CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
+    "CONFIRM_FREE_MAX": _tunable("CONFIRM_FREE_MAX", 10, minimum=0),
+    "CONFIRMATION_TTL_SECONDS": _tunable("CONFIRMATION_TTL_SECONDS", 120, minimum=10),
+    "CONFIRMATION_TOKENS_PER_CALLER": _tunable("CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
     # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works
-    "WORKSPACES_MAX": env_int("OAKEN_WORKSPACES_MAX", 100, minimum=1),
-    "INVITATIONS_OPEN_MAX": env_int("OAKEN_INVITATIONS_OPEN_MAX", 100, minimum=1),
-    "INVITATION_TTL_DAYS": env_int("OAKEN_INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
+    "WORKSPACES_MAX": _tunable("WORKSPACES_MAX", 100, minimum=1),
+    "INVITATIONS_OPEN_MAX": _tunable("INVITATIONS_OPEN_MAX", 100, minimum=1),
+    "INVITATION_TTL_DAYS": _tunable("INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
     # requests one agent credential (API key or connection) may make to /mcp per minute
-    "MCP_REQUESTS_PER_MINUTE": env_int("OAKEN_MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
+    "MCP_REQUESTS_PER_MINUTE": _tunable("MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
     # how long the requestState of an MCP input_required answer (URL elicitation) may come back with the repeat
-    "MCP_REQUEST_STATE_TTL_SECONDS": env_int("OAKEN_MCP_REQUEST_STATE_TTL_SECONDS", 600, minimum=10, maximum=86400),
+    "MCP_REQUEST_STATE_TTL_SECONDS": _tunable("MCP_REQUEST_STATE_TTL_SECONDS", 600, minimum=10, maximum=86400),
     # IMAP sync: messages fetched and stored per batch (one transaction each), seconds a mail server may
     # take to answer, and the backoff of a failing account (doubling from the base, capped)
-    "SYNC_BATCH_SIZE": env_int("OAKEN_SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
+    "SYNC_BATCH_SIZE": _tunable("SYNC_BATCH_SIZE", 200, minimum=1, maximum=5000),
     # ... and at most this many bytes of mail per batch (a larger message is a batch of its own): with the
     # batch being stored and the next one read ahead, a sync holds about three batches of mail at a time
-    "SYNC_BATCH_MAX_BYTES": env_int("OAKEN_SYNC_BATCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024 * 1024),
+    "SYNC_BATCH_MAX_BYTES": _tunable("SYNC_BATCH_MAX_BYTES", 32 * 1024 * 1024, minimum=1024 * 1024),
     # how often every connected mailbox that is not backing off is synced
-    "SYNC_INTERVAL_SECONDS": env_int("OAKEN_SYNC_INTERVAL_SECONDS", 60, minimum=10),
-    "MAIL_SERVER_TIMEOUT_SECONDS": env_int("OAKEN_MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
-    "SYNC_BACKOFF_BASE_SECONDS": env_int("OAKEN_SYNC_BACKOFF_BASE_SECONDS", 60, minimum=1),
-    "SYNC_BACKOFF_MAX_SECONDS": env_int("OAKEN_SYNC_BACKOFF_MAX_SECONDS", 3600, minimum=1),
+    "SYNC_INTERVAL_SECONDS": _tunable("SYNC_INTERVAL_SECONDS", 60, minimum=10),
+    "MAIL_SERVER_TIMEOUT_SECONDS": _tunable("MAIL_SERVER_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
+    "SYNC_BACKOFF_BASE_SECONDS": _tunable("SYNC_BACKOFF_BASE_SECONDS", 60, minimum=1),
+    "SYNC_BACKOFF_MAX_SECONDS": _tunable("SYNC_BACKOFF_MAX_SECONDS", 3600, minimum=1),
     # a message the server no longer has (deleted there) is removed from Oaken when a complete sync still
     # cannot find it this long after it went missing (a move by another client is found well within it);
     # flags changed in Oaken whose push has not reached the server after this long are pushed again
-    "SYNC_MISSING_GRACE_SECONDS": env_int("OAKEN_SYNC_MISSING_GRACE_SECONDS", 3600, minimum=0),
-    "SYNC_FLAGS_REPUSH_SECONDS": env_int("OAKEN_SYNC_FLAGS_REPUSH_SECONDS", 900, minimum=60),
+    "SYNC_MISSING_GRACE_SECONDS": _tunable("SYNC_MISSING_GRACE_SECONDS", 3600, minimum=0),
+    "SYNC_FLAGS_REPUSH_SECONDS": _tunable("SYNC_FLAGS_REPUSH_SECONDS", 900, minimum=60),
     # idempotency keys are kept at least this long
-    "IDEMPOTENCY_RETENTION_HOURS": env_int("OAKEN_IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
+    "IDEMPOTENCY_RETENTION_HOURS": _tunable("IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
     # outbound mail (SPEC §10): recipients per e-mail (to + cc + bcc, de-duplicated), recipients an hour per
     # connection or API key (a person's own sends count per person), SMTP timeout, and when the outbox
     # sweeper hands a queued request to a worker again or gives up waiting on a claimed one
-    "SEND_RECIPIENTS_MAX": env_int("OAKEN_SEND_RECIPIENTS_MAX", 50, minimum=1),
-    "SEND_RECIPIENTS_PER_HOUR": env_int("OAKEN_SEND_RECIPIENTS_PER_HOUR", 200, minimum=1),
-    "SEND_BODY_MAX_CHARS": env_int("OAKEN_SEND_BODY_MAX_CHARS", 500_000, minimum=1000),
-    "SMTP_TIMEOUT_SECONDS": env_int("OAKEN_SMTP_TIMEOUT_SECONDS", 30, minimum=1),
-    "OUTBOX_REQUEUE_SECONDS": env_int("OAKEN_OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
-    "SENDING_STALE_SECONDS": env_int("OAKEN_SENDING_STALE_SECONDS", 900, minimum=60),
+    "SEND_RECIPIENTS_MAX": _tunable("SEND_RECIPIENTS_MAX", 50, minimum=1),
+    "SEND_RECIPIENTS_PER_HOUR": _tunable("SEND_RECIPIENTS_PER_HOUR", 200, minimum=1),
+    "SEND_BODY_MAX_CHARS": _tunable("SEND_BODY_MAX_CHARS", 500_000, minimum=1000),
+    "SMTP_TIMEOUT_SECONDS": _tunable("SMTP_TIMEOUT_SECONDS", 30, minimum=1),
+    "OUTBOX_REQUEUE_SECONDS": _tunable("OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
+    "SENDING_STALE_SECONDS": _tunable("SENDING_STALE_SECONDS", 900, minimum=60),
     # a delivery that certainly sent nothing (no connection, a 4xx before DATA) is tried again, at most this many
     # attempts in all, waiting the base doubling per attempt up to the cap; nothing is retried once DATA began
-    "SEND_ATTEMPTS_MAX": env_int("OAKEN_SEND_ATTEMPTS_MAX", 5, minimum=1, maximum=50),
-    "SEND_RETRY_BASE_SECONDS": env_int("OAKEN_SEND_RETRY_BASE_SECONDS", 60, minimum=1),
-    "SEND_RETRY_MAX_SECONDS": env_int("OAKEN_SEND_RETRY_MAX_SECONDS", 3600, minimum=1),
+    "SEND_ATTEMPTS_MAX": _tunable("SEND_ATTEMPTS_MAX", 5, minimum=1, maximum=50),
+    "SEND_RETRY_BASE_SECONDS": _tunable("SEND_RETRY_BASE_SECONDS", 60, minimum=1),
+    "SEND_RETRY_MAX_SECONDS": _tunable("SEND_RETRY_MAX_SECONDS", 3600, minimum=1),
     # send budgets rolled up from Redis into PostgreSQL for the console (apps.outbound.rollup): how often, the
     # counters one run reads at most (the next run goes on where it stopped), how long hourly figures are kept
-    "BUDGET_ROLLUP_SECONDS": env_int("OAKEN_BUDGET_ROLLUP_SECONDS", 60, minimum=5, maximum=600),
-    "BUDGET_ROLLUP_MAX_KEYS": env_int("OAKEN_BUDGET_ROLLUP_MAX_KEYS", 10_000, minimum=1),
-    "BUDGET_HISTORY_HOURS": env_int("OAKEN_BUDGET_HISTORY_HOURS", 48, minimum=25),
+    "BUDGET_ROLLUP_SECONDS": _tunable("BUDGET_ROLLUP_SECONDS", 60, minimum=5, maximum=600),
+    "BUDGET_ROLLUP_MAX_KEYS": _tunable("BUDGET_ROLLUP_MAX_KEYS", 10_000, minimum=1),
+    "BUDGET_HISTORY_HOURS": _tunable("BUDGET_HISTORY_HOURS", 48, minimum=25),
     # attachments of one outgoing e-mail (send_email's files, a draft's files): how many, bytes per file, bytes
     # in all; more is refused with LIMIT_EXCEEDED, never cut
-    "SEND_ATTACHMENTS_MAX": env_int("OAKEN_SEND_ATTACHMENTS_MAX", 20, minimum=0, maximum=100),
-    "SEND_ATTACHMENT_MAX_BYTES": env_int("OAKEN_SEND_ATTACHMENT_MAX_BYTES", 10 << 20, minimum=1),
-    "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": env_int("OAKEN_SEND_ATTACHMENTS_TOTAL_MAX_BYTES", 20 << 20, minimum=1),
+    "SEND_ATTACHMENTS_MAX": _tunable("SEND_ATTACHMENTS_MAX", 20, minimum=0, maximum=100),
+    "SEND_ATTACHMENT_MAX_BYTES": _tunable("SEND_ATTACHMENT_MAX_BYTES", 10 << 20, minimum=1),
+    "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": _tunable("SEND_ATTACHMENTS_TOTAL_MAX_BYTES", 20 << 20, minimum=1),
 }
+
+# Pairs (smaller, larger) the start-up check holds in order: a default page within the largest page, a backoff
+# or retry that starts within its cap
+OPERATIONS_ORDERED = (
+    ("PAGE_SIZE_DEFAULT", "PAGE_SIZE_MAX"),
+    ("SYNC_BACKOFF_BASE_SECONDS", "SYNC_BACKOFF_MAX_SECONDS"),
+    ("SEND_RETRY_BASE_SECONDS", "SEND_RETRY_MAX_SECONDS"),
+)
 
 # A body at the operation doors (REST, MCP; apps.gate.payload) must hold the largest e-mail the bounds allow:
 # its files in base64 (4 characters per 3 bytes) and its body JSON-escaped (at most 6 characters per

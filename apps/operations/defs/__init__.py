@@ -12,6 +12,7 @@ MODULES = (
     "apps.operations.defs.budgets",
     "apps.operations.defs.delivery",
     "apps.operations.defs.mailboxes",
+    "apps.operations.defs.importing",
     "apps.operations.defs.admin",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",

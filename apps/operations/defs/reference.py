@@ -40,9 +40,11 @@ class ReferenceOut(Closed):
 
 
 def _operations_text(ctx: Context) -> str:
+    from apps.core.kinds import Door
     from apps.operations.exposure import offered_operations
 
-    lines = [f"{op.name} ({op.op_class.value}): {op.summary}" for op in offered_operations(ctx.caller)]
+    offered = offered_operations(ctx.caller, door=Door(ctx.door))
+    lines = [f"{op.name} ({op.op_class.value}): {op.summary}" for op in offered]
     return "Operations you may call:\n" + "\n".join(lines)
 
 

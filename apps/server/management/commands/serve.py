@@ -36,7 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--worker-concurrency", type=int, default=env_int("OAKEN_WORKER_CONCURRENCY", 2, minimum=1))
 
     def handle(self, *args: Any, **options: Any) -> None:
-        call_command("migrate", interactive=False, verbosity=0)
+        # with the system checks, which call_command skips unless asked: a setting an operation names wrongly
+        # stops the start here (apps.operations.checks)
+        call_command("migrate", interactive=False, verbosity=0, skip_checks=False)
         host, port = options["bind"], options["port"]
         python = sys.executable
         children = [

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.core.validators import validate_email
 
-from apps.server.cli import JsonCommand
+from apps.cli.command import JsonCommand
 from apps.workspaces.services import PersonExistsError, create_person
 
 

@@ -1,4 +1,4 @@
-"""What every `oaken` command shares: JSON out, and one error shape with a stable code."""
+"""What every `oaken` command shares: JSON out, one error shape with a stable code, and the way through the gate."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.core.management.base import BaseCommand
+
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
+from apps.gate.dispatch import dispatch
 
 if TYPE_CHECKING:
     from apps.workspaces.models import Membership
@@ -37,3 +42,27 @@ class JsonCommand(BaseCommand):
             return access_membership(user=user, tenant_id=tenant_id)
         except NotAMemberError:
             self.fail("NOT_FOUND", "no such tenant for this person", "tenant")
+
+    def call(
+        self,
+        membership: Membership,
+        operation: str,
+        data: Any,
+        *,
+        confirm: bool = False,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Call `operation` as this person through the cli door; print its output, or its refusal and exit 1."""
+        try:
+            result = dispatch(
+                Caller.person(membership),
+                Door.CLI,
+                operation,
+                data,
+                confirm=confirm,
+                idempotency_key=idempotency_key,
+            )
+        except OakenError as error:
+            self.emit({"error": error.as_dict()})
+            raise SystemExit(1) from None
+        self.emit(result.output)

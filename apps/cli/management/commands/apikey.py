@@ -1,5 +1,6 @@
 """`oaken apikey create --user EMAIL --scopes read,write[,send] [--workspaces a,b] [--ops x,y] [--expires-in 30d]`
-and `oaken apikey revoke ID`: through the gate, as the person (the cli door)."""
+and `oaken apikey revoke ID --user EMAIL`: through the gate, as the person (the cli door), with the operations the
+console uses."""
 
 from __future__ import annotations
 
@@ -8,14 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from apps.agents.models import ApiKey
-from apps.core.callers import Caller
-from apps.core.errors import OakenError
-from apps.core.ids import parse_id
-from apps.core.kinds import Door
-from apps.gate.dispatch import dispatch
-from apps.server.cli import JsonCommand
-from apps.workspaces.models import Membership
+from apps.cli.command import JsonCommand
 
 _DAYS = re.compile(r"^(\d{1,4})d$")
 
@@ -30,24 +24,24 @@ class Command(JsonCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="Create a key; it is printed once.")
-        create.add_argument("--user", required=True)
-        create.add_argument("--tenant")
+        create.add_argument("--user", required=True, help="the person the key acts for")
+        create.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
         create.add_argument("--scopes", required=True, help="read,write,send")
         create.add_argument("--workspaces", help="comma-separated names (default: default; '' for every workspace)")
         create.add_argument("--ops", help="comma-separated operation allow-list")
         create.add_argument("--expires-in", help="e.g. 30d")
         create.add_argument("--name", default="")
-        revoke = sub.add_parser("revoke", help="Revoke a key by id.")
+        revoke = sub.add_parser("revoke", help="Revoke a key by id, as a person who may (its holder, or an ADMIN).")
         revoke.add_argument("id")
+        revoke.add_argument("--user", required=True, help="the person revoking it")
+        revoke.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["action"] == "create":
-            self._create(options)
-        else:
-            self._revoke(options["id"])
-
-    def _create(self, options: dict[str, Any]) -> None:
         membership = self.membership(options["user"], options["tenant"])
+        # the person typed exactly this command: that is the confirmation
+        if options["action"] == "revoke":
+            self.call(membership, "revoke_api_key", {"api_key_id": options["id"]}, confirm=True)
+            return
         data: dict[str, Any] = {"name": options["name"], "scopes": _names(options["scopes"])}
         if options["workspaces"] is not None:
             data["workspaces"] = _names(options["workspaces"])
@@ -58,24 +52,4 @@ class Command(JsonCommand):
             if match is None:
                 self.fail("INVALID_INPUT", "expires-in is a number of days, like 30d", "expires_in")
             data["expires_in_days"] = int(match.group(1))
-        self._call(Caller.person(membership), "create_api_key", data)
-
-    def _revoke(self, key_id: str) -> None:
-        try:
-            row = ApiKey.objects.unscoped().filter(pk=parse_id(key_id, "id")).select_related("tenant", "user").first()
-        except OakenError:
-            row = None
-        if row is None:
-            self.fail("NOT_FOUND", "no such key", "id")
-        # revoked as the person who holds it: the server's operator acts through the owner's door
-        membership = Membership.objects.for_user(row.user).select_related("tenant", "user").get(tenant=row.tenant)
-        self._call(Caller.person(membership), "revoke_api_key", {"api_key_id": str(row.pk)})
-
-    def _call(self, caller: Caller, name: str, data: dict[str, Any]) -> None:
-        try:
-            # the person typed exactly this command: that is the confirmation
-            result = dispatch(caller, Door.CLI, name, data, confirm=True)
-        except OakenError as error:
-            self.emit({"error": error.as_dict()})
-            raise SystemExit(1) from None
-        self.emit(result.output)
+        self.call(membership, "create_api_key", data, confirm=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from apps.cli.command import JsonCommand
 from apps.operations import docs
 from apps.operations.registry import registry
-from apps.server.cli import JsonCommand
 
 
 class Command(JsonCommand):

@@ -7,11 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from apps.core.callers import Caller
-from apps.core.errors import OakenError
-from apps.core.kinds import Door
-from apps.gate.dispatch import dispatch
-from apps.server.cli import JsonCommand
+from apps.cli.command import JsonCommand
 
 
 class Command(JsonCommand):
@@ -31,16 +27,10 @@ class Command(JsonCommand):
             raw = json.loads(options["input"])
         except ValueError:
             self.fail("INVALID_INPUT", "input is not valid JSON", "input")
-        try:
-            result = dispatch(
-                Caller.person(membership),
-                Door.CLI,
-                options["operation"],
-                raw,
-                confirm=options["confirm"],
-                idempotency_key=options["idempotency_key"],
-            )
-        except OakenError as error:
-            self.emit({"error": error.as_dict()})
-            raise SystemExit(1) from None
-        self.emit(result.output)
+        self.call(
+            membership,
+            options["operation"],
+            raw,
+            confirm=options["confirm"],
+            idempotency_key=options["idempotency_key"],
+        )

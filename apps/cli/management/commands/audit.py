@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from apps.audit.log import UnknownTenantError, verify_all
-from apps.server.cli import JsonCommand
+from apps.cli.command import JsonCommand
 
 
 class Command(JsonCommand):
