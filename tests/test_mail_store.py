@@ -16,7 +16,8 @@ from pathlib import Path
 
 from apps.mail.importing import import_mail
 from apps.mail.models import Attachment, Message, RawMessage, Thread
-from apps.mail.parsing import Address, parse_message
+from apps.mail.parsing.headers import Address
+from apps.mail.parsing.message import parse_message
 from apps.workspaces.models import Tenant
 from bench.import_mail import make_message
 from tests.conftest import Person

@@ -37,7 +37,7 @@ from apps.mail.models import (
     RawMessage,
     Thread,
 )
-from apps.mail.parsing import normalize_subject
+from apps.mail.parsing.headers import normalize_subject
 from apps.mail.rows import MessageRow, row_or_reason
 from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
 from apps.mail.threader import Threader, is_reply_subject

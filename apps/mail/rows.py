@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from apps.mail.parsing import Address, parse_or_reason
+from apps.mail.parsing.headers import Address
+from apps.mail.parsing.message import parse_or_reason
 
 # Keys of btree and GIN indexes must stay well under PostgreSQL's per-entry limit.
 ID_MAX = 900

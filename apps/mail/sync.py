@@ -55,7 +55,7 @@ from apps.mail.importing import (
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
-from apps.mail.parsing import TOO_LARGE
+from apps.mail.parsing.message import TOO_LARGE
 from apps.mail.rows import MessageRow
 from apps.mail.sources import RawItem
 from apps.workspaces.models import Tenant
