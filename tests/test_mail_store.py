@@ -1,4 +1,4 @@
-"""What the shared store (apps.mail.importing.MessageStore) writes, column by column, for imports and sync.
+"""What the shared store (apps.mail.store.MessageStore) writes, column by column, for imports and sync.
 
 Rows go by binary COPY with JSON serialized once per distinct value and ids of odd shapes passed to the
 duplicate, mention and subject probes as array literals: every stored value is checked against what the

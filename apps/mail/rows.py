@@ -1,6 +1,6 @@
 """What a parsed message becomes in the store's tables, worked out where it is parsed.
 
-The store (apps.mail.importing.MessageStore) writes messages a batch at a time, and what it does there is
+The store (apps.mail.store.MessageStore) writes messages a batch at a time, and what it does there is
 only what needs the database or the whole batch: duplicates, threads, ids, placement. Everything else a
 row holds (cleaned text, serialized address lists and headers, the References to keep, the attachment
 rows) is computed here, beside the parsing: in the thread that fetches and parses the next batch, or in
