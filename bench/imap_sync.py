@@ -139,17 +139,17 @@ class Stages:
 @contextmanager
 def observed(stages: Stages) -> Iterator[None]:
     """Count the CPU time of each stage of the sync (wrappers around three functions, called once a batch)."""
-    from apps.mail import importing, sync
+    from apps.mail import store, sync
 
-    originals = (sync.fetch_messages, sync.parse_batch, importing.MessageStore.run_batch)
+    originals = (sync.fetch_messages, sync.parse_batch, store.MessageStore.run_batch)
     sync.fetch_messages = stages.timed("fetch", originals[0])
     sync.parse_batch = stages.timed("parse", originals[1])
-    importing.MessageStore.run_batch = stages.timed("store", originals[2])  # type: ignore[method-assign]
+    store.MessageStore.run_batch = stages.timed("store", originals[2])  # type: ignore[method-assign]
     try:
         yield
     finally:
         sync.fetch_messages, sync.parse_batch = originals[0], originals[1]
-        importing.MessageStore.run_batch = originals[2]  # type: ignore[method-assign]
+        store.MessageStore.run_batch = originals[2]  # type: ignore[method-assign]
 
 
 def setup_django() -> None:

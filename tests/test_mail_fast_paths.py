@@ -20,14 +20,15 @@ from unittest import mock
 
 import pytest
 
-from apps.mail import parsing
 from apps.mail.mimetree import build_tree
-from apps.mail.parsing import MessageParseError, ParsedMessage
+from apps.mail.parsing import html_text
+from apps.mail.parsing import message as message_parsing
+from apps.mail.parsing.message import MessageParseError, ParsedMessage
 from bench.import_mail import make_message
 from tests.mailfactory import conversation, raw_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"
-FEEDPARSER = BytesParser(policy=parsing._POLICY)
+FEEDPARSER = BytesParser(policy=message_parsing._POLICY)
 
 EDGE_CASES = [
     # header blocks
@@ -159,15 +160,15 @@ def _full_path(raw: bytes) -> ParsedMessage | str:
     """parse_message as it was: the feedparser's tree, and html.parser for HTML."""
 
     def parse() -> ParsedMessage:
-        parsing._check_looks_like_message(raw)
+        message_parsing._check_looks_like_message(raw)
         try:
-            return parsing._build_message(FEEDPARSER.parsebytes(raw), raw)
+            return message_parsing._build_message(FEEDPARSER.parsebytes(raw), raw)
         except MessageParseError:
             raise
         except Exception as exc:
             raise MessageParseError(f"parser error: {type(exc).__name__}") from exc
 
-    with mock.patch.object(parsing, "_feed_plain_html", return_value=False):  # html.parser for all HTML
+    with mock.patch.object(html_text, "_feed_plain_html", return_value=False):  # html.parser for all HTML
         return _outcome(parse)
 
 
@@ -175,7 +176,7 @@ def test_the_fast_tree_is_the_feedparsers_tree() -> None:
     built = 0
     inputs = [*corpus(), *variants(3000)]
     for raw in inputs:
-        tree = build_tree(raw, parsing._POLICY)
+        tree = build_tree(raw, message_parsing._POLICY)
         if tree is not None:
             built += 1
             assert _tree(tree) == _tree(FEEDPARSER.parsebytes(raw)), raw
@@ -186,14 +187,14 @@ def test_the_fast_tree_is_the_feedparsers_tree() -> None:
 def test_the_fast_tree_is_taken_for_ordinary_mail() -> None:
     ordinary = [*_bench_messages(), *conversation(3), (FIXTURES / "alternative.eml").read_bytes()]
     for raw in ordinary:
-        assert build_tree(raw, parsing._POLICY) is not None, raw
+        assert build_tree(raw, message_parsing._POLICY) is not None, raw
 
 
 @pytest.mark.parametrize("source", ["corpus", "variants"])
 def test_parse_message_gives_what_the_general_path_gives(source: str) -> None:
     inputs = corpus() if source == "corpus" else list(variants(3000))
     for raw in inputs:
-        assert _outcome(lambda raw=raw: parsing.parse_message(raw)) == _full_path(raw), raw
+        assert _outcome(lambda raw=raw: message_parsing.parse_message(raw)) == _full_path(raw), raw
 
 
 # -- HTML ------------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ HTML_CASES = [
 
 
 def _html_reference(html: str) -> str:
-    extractor = parsing._TextExtractor()
+    extractor = html_text._TextExtractor()
     extractor.feed(html)
     extractor.close()
     return extractor.text()
@@ -279,12 +280,12 @@ def test_html_to_text_gives_what_html_parser_gives(source: str) -> None:
         documents = [_damaged_html(rng.choice(documents), rng) for _ in range(4000)]
     fast = 0
     for html in documents:
-        assert parsing.html_to_text(html) == _html_reference(html), html
-        fast += parsing._feed_plain_html(parsing._TextExtractor(), html)
+        assert html_text.html_to_text(html) == _html_reference(html), html
+        fast += html_text._feed_plain_html(html_text._TextExtractor(), html)
     # the fast reader did read a good share of them (damage often sends HTML to html.parser)
     assert fast > len(documents) * (0.5 if source == "corpus" else 0.2)
 
 
 def test_html_to_text_reads_ordinary_html_without_html_parser() -> None:
     for html in _html_corpus()[:3]:
-        assert parsing._feed_plain_html(parsing._TextExtractor(), html), html
+        assert html_text._feed_plain_html(html_text._TextExtractor(), html), html

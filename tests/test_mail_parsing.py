@@ -6,16 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.mail import parsing
-from apps.mail.parsing import (
-    Address,
-    MessageParseError,
-    ParsedMessage,
-    content_hash,
-    html_to_text,
-    normalize_subject,
-    parse_message,
-)
+from apps.mail.parsing.headers import Address, normalize_subject
+from apps.mail.parsing.html_text import html_to_text
+from apps.mail.parsing.message import MessageParseError, ParsedMessage, content_hash, parse_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"
 
@@ -384,7 +377,7 @@ def test_a_parser_failure_names_only_the_exception_type(monkeypatch: pytest.Monk
         def parsebytes(self, raw: bytes) -> None:
             raise UnicodeDecodeError("utf-8", raw, 0, 1, "secret mail content")
 
-    monkeypatch.setattr(parsing, "_PARSER", FailingParser())
+    monkeypatch.setattr("apps.mail.parsing.message._PARSER", FailingParser())
 
     with pytest.raises(MessageParseError) as caught:
         parse_message(b"Subject: secret mail content\n\nsecret\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.mail.parsing import parse_message
+from apps.mail.parsing.message import parse_message
 from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"

@@ -1,4 +1,4 @@
-"""What the shared store (apps.mail.importing.MessageStore) writes, column by column, for imports and sync.
+"""What the shared store (apps.mail.store.MessageStore) writes, column by column, for imports and sync.
 
 Rows go by binary COPY with JSON serialized once per distinct value and ids of odd shapes passed to the
 duplicate, mention and subject probes as array literals: every stored value is checked against what the
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from apps.mail.importing import import_mail
 from apps.mail.models import Attachment, Message, RawMessage, Thread
-from apps.mail.parsing import Address, parse_message
+from apps.mail.parsing.headers import Address
+from apps.mail.parsing.message import parse_message
 from apps.workspaces.models import Tenant
 from bench.import_mail import make_message
 from tests.conftest import Person

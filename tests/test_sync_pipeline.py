@@ -1,5 +1,5 @@
 """How the sync reads mail: apps.mail.imapfetch (UID FETCH read straight off the connection) and
-importing.read_ahead (the next batch fetched and parsed in a thread while one is stored).
+pipeline.read_ahead (the next batch fetched and parsed in a thread while one is stored).
 
 The reader is checked against imapclient on a real Dovecot, including bodies that look like IMAP syntax
 and a second user whose mail must never come back; responses Dovecot never sends (other item orders,
@@ -19,7 +19,7 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imapfetch import FetchedMessage, fetch_messages, fetch_sizes, uid_set
-from apps.mail.importing import long_lived_frozen, read_ahead
+from apps.mail.pipeline import long_lived_frozen, read_ahead
 from tests.loopback import free_port
 from tests.mailfactory import raw_message
 from tests.mailservers import ImapServer, imap_server  # noqa: F401 (a fixture)

@@ -5,3 +5,8 @@ class MailConfig(AppConfig):
     name = "apps.mail"
     label = "mail"
     verbose_name = "Mail"
+
+    def ready(self) -> None:
+        # Register the mail tasks with Celery in every process, not only in workers (whose autodiscovery
+        # finds them): the mail services queue them by name (apps.mail.mirror) instead of importing them.
+        from apps.mail import tasks  # noqa: F401

@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 
+from celery import current_app
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -42,6 +43,9 @@ FLAGGED = b"\\Flagged"
 # each flag Oaken mirrors: its bit in flags_pending, the IMAP flag, the Message field
 FLAGS = ((FLAG_SEEN, SEEN, "read"), (FLAG_FLAGGED, FLAGGED, "pinned"))
 _LOCK_WAIT_SECONDS = 30.0
+# the names of the tasks (apps.mail.tasks) that run push_flags and push_moves
+PUSH_FLAGS_TASK = "mail.push_flags"
+PUSH_MOVES_TASK = "mail.push_moves"
 
 
 class MirrorBusyError(Exception):
@@ -54,9 +58,9 @@ def mirror_lock(account_id: uuid.UUID | str, *, wait: float = _LOCK_WAIT_SECONDS
 
 
 def _enqueue(task_name: str, tenant: Tenant, message_ids: Sequence[uuid.UUID]) -> None:
-    from apps.mail import tasks
-
-    task = getattr(tasks, task_name)
+    # By name from the Celery app's registry (MailConfig.ready registers the mail tasks in every process):
+    # apps.mail.tasks is the thin interface over this module and sync, and importing it here closed a circle.
+    task = current_app.tasks[task_name]
     ids = [str(pk) for pk in message_ids]
     transaction.on_commit(partial(task.delay, tenant_id=str(tenant.pk), message_ids=ids))
 
@@ -73,7 +77,7 @@ def mirror_flags(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str], flag
         Message.objects.for_tenant(tenant).filter(id__in=ids).update(
             flags_pending=F("flags_pending").bitor(flags), flags_pending_at=timezone.now()
         )
-        _enqueue("push_flags_task", tenant, ids)
+        _enqueue(PUSH_FLAGS_TASK, tenant, ids)
 
 
 def mirror_moves(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str]) -> None:
@@ -84,7 +88,7 @@ def mirror_moves(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str]) -> N
         .values_list("id", flat=True)
     )
     if ids:
-        _enqueue("push_moves_task", tenant, ids)
+        _enqueue(PUSH_MOVES_TASK, tenant, ids)
 
 
 def _accounts_of(tenant: Tenant, message_ids: Sequence[str]) -> list[uuid.UUID]:
@@ -201,7 +205,7 @@ def repush_stale_flags(*, account: MailAccount, older_than: datetime) -> int:
     ids = list(rows.values_list("id", flat=True)[:1000])
     if ids:
         Message.objects.for_tenant(account.tenant).filter(id__in=ids).update(flags_pending_at=timezone.now())
-        _enqueue("push_flags_task", account.tenant, ids)
+        _enqueue(PUSH_FLAGS_TASK, account.tenant, ids)
     return len(ids)
 
 

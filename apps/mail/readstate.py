@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from django.db.models import F
 
+from apps.mail.mirror import mirror_flags
 from apps.mail.models import FLAG_SEEN, Message
 from apps.workspaces.models import Tenant
 
@@ -32,8 +33,6 @@ def set_read(*, tenant: Tenant, message_ids: Sequence[uuid.UUID], read: bool) ->
     if rows:
         changed = [r[0] for r in rows]
         Message.objects.for_tenant(tenant).filter(id__in=changed).update(read=read)
-        from apps.mail.mirror import mirror_flags
-
         mirror_flags(tenant=tenant, message_ids=changed, flags=FLAG_SEEN)
     return rows
 

@@ -1,6 +1,6 @@
 """What a parsed message becomes in the store's tables, worked out where it is parsed.
 
-The store (apps.mail.importing.MessageStore) writes messages a batch at a time, and what it does there is
+The store (apps.mail.store.MessageStore) writes messages a batch at a time, and what it does there is
 only what needs the database or the whole batch: duplicates, threads, ids, placement. Everything else a
 row holds (cleaned text, serialized address lists and headers, the References to keep, the attachment
 rows) is computed here, beside the parsing: in the thread that fetches and parses the next batch, or in
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from apps.mail.parsing import Address, parse_or_reason
+from apps.mail.parsing.headers import Address
+from apps.mail.parsing.message import parse_or_reason
 
 # Keys of btree and GIN indexes must stay well under PostgreSQL's per-entry limit.
 ID_MAX = 900

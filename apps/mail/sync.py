@@ -45,19 +45,14 @@ from apps.core.changes import Change
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.imapfetch import fetch_messages, fetch_sizes
-from apps.mail.importing import (
-    MessageStore,
-    long_lived_frozen,
-    parse_batch,
-    read_ahead,
-    refresh_thread_stats,
-)
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
-from apps.mail.parsing import TOO_LARGE
+from apps.mail.parsing.message import TOO_LARGE
+from apps.mail.pipeline import long_lived_frozen, parse_batch, read_ahead
 from apps.mail.rows import MessageRow
 from apps.mail.sources import RawItem
+from apps.mail.store import MessageStore, refresh_thread_stats
 from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.mail.sync")

@@ -6,7 +6,7 @@ from celery import shared_task
 from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
-from apps.mail.mirror import MirrorBusyError, push_flags, push_moves
+from apps.mail.mirror import PUSH_FLAGS_TASK, PUSH_MOVES_TASK, MirrorBusyError, push_flags, push_moves
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant
 
@@ -31,13 +31,13 @@ def sync_due_accounts_task() -> int:
 _RETRY_ON = (MailServerError, IMAPClientError, OSError, MirrorBusyError)
 
 
-@shared_task(name="mail.push_flags", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
+@shared_task(name=PUSH_FLAGS_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
 def push_flags_task(*, tenant_id: str, message_ids: list[str]) -> int:
     """Set \\Seen and \\Flagged on the server to match Oaken's read and pinned state for these messages."""
     return push_flags(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
 
 
-@shared_task(name="mail.push_moves", autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
+@shared_task(name=PUSH_MOVES_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
 def push_moves_task(*, tenant_id: str, message_ids: list[str]) -> int:
     """Move these messages on the server to the folders they are in within Oaken."""
     return push_moves(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)

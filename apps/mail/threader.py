@@ -19,7 +19,7 @@ from django.db import connection
 from apps.core.ids import new_id
 from apps.mail.bulk import text_array
 from apps.mail.models import MailAccount
-from apps.mail.parsing import normalize_subject
+from apps.mail.parsing.headers import normalize_subject
 
 
 @lru_cache(maxsize=4096)

@@ -21,7 +21,7 @@ from typing import Any
 from apps.audit.log import canonical_json
 from apps.core.errors import OakenError
 from apps.mail.mediatypes import MEDIA_TYPE
-from apps.mail.parsing import normalize_subject
+from apps.mail.parsing.headers import normalize_subject
 
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$")
 
