@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from config.embedded import data_dir
-from config.env import env_bool, env_list, env_str
+from config.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = data_dir()
@@ -46,6 +46,15 @@ ENCRYPTION_KEYS = env_list("OAKEN_ENCRYPTION_KEYS") or [
 DEBUG = env_bool("OAKEN_DEBUG", False)
 ALLOWED_HOSTS = env_list("OAKEN_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("OAKEN_CSRF_TRUSTED_ORIGINS")
+
+# Where people reach this service. Every absolute URL (links in mail, the approval page handed to agents, the
+# OAuth issuer) follows one rule, apps.core.links.public_origin: OAKEN_PUBLIC_URL when set, else the origin of
+# the request being answered, else (no request: a Celery task) where `oaken serve` listens.
+PUBLIC_URL = env_str("OAKEN_PUBLIC_URL").rstrip("/")
+if PUBLIC_URL and not PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
+SERVE_BIND = env_str("OAKEN_BIND", "127.0.0.1")
+SERVE_PORT = env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535)
 
 SECURE_COOKIES = env_bool("OAKEN_SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
@@ -89,6 +98,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
