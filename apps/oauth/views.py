@@ -22,27 +22,17 @@ from oauth2_provider.views.dynamic_client_registration import (
 from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
 
 from apps.core.callers import Caller
+from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, recorded_scopes
+from apps.core.links import public_origin
 from apps.gate.dispatch import dispatch
-from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
+from apps.oauth.resource import canonical_resources, mcp_resource
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 from config.redis_client import count_hit
 
 LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
-
-
-def _client_address(request: HttpRequest) -> str:
-    """The address registrations are counted by: IPv6 by its /64 (one host usually holds a whole /64)."""
-    address = str(request.META.get("REMOTE_ADDR", ""))
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if parsed.version == 6:
-        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
-    return address
 
 
 class ConsentForm(AllowForm):
@@ -233,7 +223,7 @@ class RegistrationView(DynamicClientRegistrationView):
         if len(request.body) > 20_000:
             return _registration_error("invalid_client_metadata", "the registration is too large", 400)
         try:
-            count = count_hit(f"oauth-registrations:{_client_address(request)}", 3600)
+            count = count_hit(f"oauth-registrations:{client_address(request)}", 3600)
             everyone = count_hit("oauth-registrations-all", 3600)
         except redis.RedisError:
             return _registration_error("temporarily_unavailable", "registration is unavailable, retry later", 503)
