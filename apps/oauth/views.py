@@ -5,12 +5,14 @@ from __future__ import annotations
 import ipaddress
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+from csp.decorators import csp_replace
 from django import forms
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import method_decorator
 from oauth2_provider import views as dot
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
@@ -19,7 +21,7 @@ from oauth2_provider.views.dynamic_client_registration import (
     DynamicClientRegistrationManagementView,
     DynamicClientRegistrationView,
 )
-from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
 from apps.core.callers import Caller
 from apps.core.clients import client_address
@@ -57,6 +59,16 @@ class ConsentForm(AllowForm):
         return data
 
 
+def _with_issuer(uri: str, issuer: str) -> str:
+    """`uri` with the one `iss` parameter naming this server (any the client's URI carried is dropped)."""
+    parts = urlsplit(uri)
+    query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "iss"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("iss", issuer)])))
+
+
+# Allow and Deny send the person on to the client's redirect URI (any registered scheme), and Chromium holds
+# that redirect to form-action: on this page alone the directive is lifted. Its form posts to itself all the same.
+@method_decorator(csp_replace({"form-action": None}), name="dispatch")
 class ConsentView(dot.AuthorizationView):
     """The consent screen (SPEC §7). What is granted is decided here, on the server: the scopes the client
     asked for intersected with what the person ticked (Read always), the workspaces they picked, a lifetime.
@@ -64,6 +76,23 @@ class ConsentView(dot.AuthorizationView):
 
     template_name = "oauth/consent.html"
     form_class = ConsentForm
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        """The toolkit's checks, and PKCE S256 only: `plain` (or no method, which means plain) is refused before
+        the page renders, not after the person clicked Allow."""
+        scopes, credentials = super().validate_authorization_request(request)
+        if credentials.get("code_challenge_method") != "S256":
+            error = InvalidRequestError(description='PKCE code_challenge_method must be "S256"',
+                                        state=credentials.get("state"))  # fmt: skip
+            raise OAuthToolkitError(error=error, redirect_uri=credentials["redirect_uri"])
+        return scopes, credentials
+
+    def error_response(self, error: OAuthToolkitError, application: Any, **kwargs: Any) -> HttpResponse:
+        """An error sent back to the client names this server as its issuer, as a success does (RFC 9207 §2)."""
+        response = super().error_response(error, application, **kwargs)
+        if response.status_code == 302:
+            response["Location"] = _with_issuer(response["Location"], public_origin(self.request))
+        return response
 
     def _membership(self) -> Membership:
         """GET: the tenant chosen in the console (else the first). POST: the tenant the page showed, which the
@@ -91,6 +120,8 @@ class ConsentView(dot.AuthorizationView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         form = context["form"]
+        if "application" not in context:  # the page shown again after a form error: the client is the form's
+            context["application"] = Application.objects.filter(client_id=form["client_id"].value() or "-").first()
         requested = set((form["scope"].value() or "").split())
         context.update(
             requested_write="write" in requested,
