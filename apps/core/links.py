@@ -34,6 +34,15 @@ def public_origin(request: HttpRequest | None = None) -> str:
     return f"http://{host}:{settings.SERVE_PORT}"
 
 
+# the one protected resource Oaken's tokens are for, named by its canonical URL (mcp_resource)
+MCP_PATH = "/mcp"
+
+
+def mcp_resource(request: HttpRequest | None = None) -> str:
+    """The canonical /mcp URL (RFC 8707 resource indicator, RFC 9728 `resource`): no trailing slash."""
+    return public_origin(request) + MCP_PATH
+
+
 def absolute_url(path: str, request: HttpRequest | None = None) -> str:
     """`path` (starting with /) on this service's public origin."""
     if not path.startswith("/"):

@@ -1,17 +1,8 @@
-"""The one protected resource Oaken's tokens are for: the MCP endpoint, named by its canonical URL."""
+"""Resource indicators a client sends, mapped onto the one resource Oaken has (its /mcp endpoint)."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest
-
-from apps.core.links import public_origin
-
-MCP_PATH = "/mcp"
-
-
-def mcp_resource(request: HttpRequest) -> str:
-    """The canonical /mcp URL (RFC 8707 resource indicator, RFC 9728 `resource`): no trailing slash."""
-    return public_origin(request) + MCP_PATH
+from apps.core.links import MCP_PATH
 
 
 def canonical_resources(values: list[str], origin: str) -> list[str] | None:
