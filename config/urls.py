@@ -1,10 +1,10 @@
 """URL routes."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from apps.api.urls import operation_urls
-from apps.api.views import OperationListView
+from apps.api.views import ApiDocsView, OperationListView
 from apps.mcp.views import endpoint as mcp_endpoint
 from config import health
 
@@ -16,7 +16,7 @@ urlpatterns = [
     path("api/v1/ops", OperationListView.as_view(), name="operations"),
     *operation_urls(),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("", include("apps.accounts.urls")),
     path("", include("apps.console.urls")),
     path("", include("apps.oauth.urls")),

@@ -161,3 +161,24 @@ def test_a_tenant_the_person_left_is_refused_until_a_page_drops_it(alice: Person
     page = client.get("/members").content.decode()
     assert "Alice" not in page and SESSION_TENANT_KEY not in client.session
     assert post(client, "status").json()["tenant"] == "bob@example.test's own tenant"
+
+
+@pytest.mark.parametrize("path", ["/no-such-page", "/accounts/nothing", "/api/v2/x", "/static/console/missing.css"])
+def test_an_unknown_address_is_a_404_in_the_consoles_layout(path: str, alice: Person, mallory: Person) -> None:
+    anonymous = Client().get(path)
+    assert anonymous.status_code == 404 and anonymous["Content-Type"].startswith("text/html")
+    page = anonymous.content.decode()
+    assert "There is nothing here" in page and '<a href="/">Go to the start page</a>' in page
+    assert 'href="/static/console/console.css"' in page and "Not Found</h1>" not in page
+    signed_in = _signed_in(alice).get(path)
+    assert signed_in.status_code == 404
+    assert 'href="/exposure"' in signed_in.content.decode()  # the console's navigation, for a signed-in person
+    assert "Alice&#x27;s tenant" in signed_in.content.decode() and "Mallory" not in signed_in.content.decode()
+
+
+def test_every_page_links_the_favicon_it_serves(alice: Person) -> None:
+    for path in ("/", "/accounts/sign-in", "/no-such-page"):
+        page = _signed_in(alice).get(path).content.decode()
+        assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page, path
+    icon = Client().get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"

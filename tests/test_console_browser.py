@@ -10,12 +10,13 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from apps.accounts import signin
+from apps.accounts import mailbound, signin
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
 from apps.mail.models import MailAccount, Message
 from apps.operations.exposure import tenant_settings
 from apps.workspaces.models import Membership, Workspace
+from config.redis_client import redis_client
 from tests.callers import joined
 from tests.conftest import PASSWORD, Person
 from tests.imapbox import eager  # noqa: F401 (a fixture)
@@ -32,6 +33,8 @@ EMAIL = "carol@example.test"
 @pytest.fixture(autouse=True)
 def _no_lockouts() -> None:
     signin.clear(EMAIL)
+    for key in redis_client().scan_iter(mailbound.KEY_PREFIX + "*"):  # sign-up mail is bounded per client
+        redis_client().delete(key)
 
 
 def _link(body: str) -> str:

@@ -39,6 +39,13 @@ def test_compose_file_validates_and_has_the_production_services(tmp_path: Path) 
     assert "beat" in services["beat"]["command"]
 
 
+def test_every_role_is_told_where_people_reach_oaken() -> None:
+    # the worker and beat answer no request, so their links (invitations) start with OAKEN_PUBLIC_URL
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("web", "worker", "beat"):
+        assert services[name]["environment"]["OAKEN_PUBLIC_URL"] == "${OAKEN_PUBLIC_URL:-}", name
+
+
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()

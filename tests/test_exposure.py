@@ -16,7 +16,7 @@ from apps.gate.dispatch import dispatch
 from apps.operations import plugins
 from apps.operations.exposure import offered_operations
 from apps.operations.models import ExposureSetting
-from apps.operations.registry import Ceiling, OpClass, operation, registry
+from apps.operations.registry import Callers, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
 from tests.callers import as_agent, as_person
 from tests.conftest import Person
@@ -100,7 +100,9 @@ def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> Non
     assert rows["search"] == {"name": "search", "op_class": "read", "ceiling": "on", "plugin": None, "setting": "off",
                               "offered_to_agents": False}  # fmt: skip
     assert rows["get_raw_message"]["ceiling"] == "never" and not rows["get_raw_message"]["offered_to_agents"]
-    assert set(rows) == {op.name for op in registry}
+    # every operation a person or an agent can call; the system's own (claim_outbound_send…) are nobody's to offer
+    assert set(rows) == {op.name for op in registry if op.callers != Callers.INTERNAL}
+    assert "claim_outbound_send" not in rows and rows["create_api_key"]["ceiling"] == "never"
 
 
 def test_an_allow_list_narrows_what_a_credential_is_offered(alice: Person) -> None:

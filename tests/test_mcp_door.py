@@ -385,7 +385,7 @@ def test_a_waiting_request_asks_a_url_capable_client_to_open_its_console_page(
     assert state == "awaiting_approval" and _rows(mallory) == []
     assert set(asked) == {"resultType", "inputRequests", "requestState"} and asked["resultType"] == "input_required"
     [(name, elicit)] = asked["inputRequests"].items()
-    url = f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+    url = f"http://testserver/outbound?request={request_id}"
     assert elicit["method"] == "elicitation/create" and elicit["params"]["mode"] == "url"
     assert elicit["params"]["url"] == url and "approve" in elicit["params"]["message"]
     assert not {"Quarterly", "totals", outbound["bob"]} & set(re.findall(r"[\w.@-]+", json.dumps(elicit)))
@@ -436,8 +436,27 @@ def test_without_the_url_capability_the_result_is_unchanged(
     assert result.get("resultType", "complete") == "complete" and ("resultType" in result) is (envelope is not None)
     content = result["structuredContent"]
     assert (content["request_id"], content["state"]) == (request_id, "awaiting_approval")
-    assert content["approval_url"] == f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+    assert content["approval_url"] == f"http://testserver/outbound?request={request_id}"
     assert "approval_url" in content["next"]
+
+
+@pytest.mark.parametrize(
+    ("public_url", "expected"), [("", "http://127.0.0.1:8765"), ("https://oaken.example", "https://oaken.example")]
+)
+def test_the_approval_url_points_where_the_agent_reached_oaken(
+    client: Client, alice: Person, outbound: dict[str, Any], settings, public_url: str, expected: str
+) -> None:
+    settings.PUBLIC_URL = public_url
+    settings.SERVE_PORT = 8000  # outside a request links would point here: this one came in on 8765
+    arguments = _email(outbound)
+    proposal = post(client, rpc("tools/call", {"name": "send_email", "arguments": arguments}),
+                    token=outbound["key"], Host="127.0.0.1:8765", **{"MCP-Protocol-Version": LEGACY})  # fmt: skip
+    token = json.loads(proposal.json()["result"]["content"][0]["text"])["error"]["proposal"]["token"]
+    made = post(client, rpc("tools/call", {"name": "send_email", "arguments": {**arguments,
+                "confirmation_token": token}}), token=outbound["key"], Host="127.0.0.1:8765",
+                **{"MCP-Protocol-Version": LEGACY}).json()["result"]["structuredContent"]  # fmt: skip
+    [(request_id, _)] = _rows(alice)
+    assert made["approval_url"] == f"{expected}/outbound?request={request_id}"
 
 
 def test_a_retry_with_the_same_key_asks_again_and_makes_no_second_request(
@@ -448,7 +467,7 @@ def test_a_retry_with_the_same_key_asks_again_and_makes_no_second_request(
     again, sent = _confirmed(client, outbound["key"], arguments, URL_CAPABLE)
     [(request_id, _)] = _rows(alice)
     urls = [a["inputRequests"]["approve_outbound_request"]["params"]["url"] for a in (first, again)]
-    assert urls == [f"{settings.PUBLIC_URL}/outbound?request={request_id}"] * 2
+    assert urls == [f"http://testserver/outbound?request={request_id}"] * 2
     repeat = _tool(client, outbound["key"], "send_email", sent, URL_CAPABLE,
                    requestState=again["requestState"]).json()["result"]  # fmt: skip
     assert repeat["structuredContent"]["request_id"] == request_id

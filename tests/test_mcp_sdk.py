@@ -229,7 +229,7 @@ def test_a_url_capable_client_is_asked_to_open_the_approval_page_where_only_a_pe
 
     made, version = _session(live_url, mode, send, key=key, elicitation_callback=open_page)
     [request] = OutboundRequest.objects.for_tenant(alice.tenant)
-    url = f"{settings.PUBLIC_URL}/outbound?request={request.pk}"
+    url = f"{live_url}/outbound?request={request.pk}"  # the origin the agent reached
     # the agent's result is the same either way: the request, waiting, with the page where a person decides
     assert made.is_error is False and made.structured_content["request_id"] == str(request.pk)
     assert made.structured_content["state"] == "awaiting_approval" and made.structured_content["approval_url"] == url

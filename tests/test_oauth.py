@@ -312,6 +312,35 @@ def test_pkce_plain_is_refused(db: None, browser: Client) -> None:
     assert params["error"] == "invalid_request" and "code" not in params
 
 
+@pytest.mark.parametrize("method", ["plain", None])  # no method means plain (RFC 7636 §4.3)
+def test_pkce_plain_is_refused_before_the_consent_page_renders(
+    db: None, browser: Client, alice: Person, method: str | None
+) -> None:
+    auth = start(browser)
+    response = browser.get(auth.url(code_challenge=auth.verifier, code_challenge_method=method))
+    assert response.status_code == 302 and response["Location"].startswith(REDIRECT + "?")
+    params = redirect_params(response)
+    assert params["error"] == "invalid_request" and "S256" in params["error_description"]
+    assert params["state"] == auth.state and params["iss"] == ORIGIN and "code" not in params
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
+
+
+def test_every_error_sent_back_to_the_client_names_the_issuer(db: None, browser: Client) -> None:
+    auth = start(browser)
+    missing = redirect_params(browser.get(auth.url(code_challenge=None, code_challenge_method=None)))
+    denied = redirect_params(consent(browser, auth, allow=False))
+    for params in (missing, denied):
+        assert params["iss"] == ORIGIN and params["state"] == auth.state and "code" not in params
+    assert (missing["error"], denied["error"]) == ("invalid_request", "access_denied")
+
+
+def test_after_a_form_error_the_consent_page_still_names_the_client(db: None, browser: Client) -> None:
+    auth = start(browser)
+    page = consent(browser, auth, workspaces=()).content.decode()
+    assert "Pick at least one workspace" in page
+    assert "Connect Test Assistant?" in page and "unnamed" not in page
+
+
 def test_a_request_without_a_challenge_is_refused(db: None, browser: Client) -> None:
     auth = start(browser)
     response = browser.get(auth.url(code_challenge=None, code_challenge_method=None))
@@ -324,6 +353,19 @@ def test_a_wrong_verifier_or_none_is_refused(db: None, browser: Client) -> None:
     code = redirect_params(consent(browser, auth))["code"]
     assert exchange(browser, auth, code, code_verifier=None).status_code == 400
     assert exchange(browser, auth, code, code_verifier="x" * 50).status_code == 400
+
+
+def test_a_wrong_verifier_does_not_burn_the_code(db: None, browser: Client, alice: Person) -> None:
+    # Whoever presents a wrong verifier never had it; spending the code on their attempt would only let anyone
+    # who saw the code (a log, a referrer) stop the real client from finishing. The code still works once.
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    wrong = exchange(browser, auth, code, code_verifier="x" * 50)
+    assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_grant"
+    assert Connection.objects.for_tenant(alice.tenant).get().revoked_at is None
+    right = exchange(browser, auth, code)
+    assert right.status_code == 200 and right.json()["access_token"]
+    assert exchange(browser, auth, code).status_code == 400  # and only once
 
 
 def test_a_reused_code_fails_and_revokes_what_it_issued(db: None, browser: Client, alice: Person) -> None:

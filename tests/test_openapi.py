@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from apps.operations.registry import Callers, Operation, registry
@@ -146,3 +147,25 @@ def test_the_api_docs_page_answers_html(alice: Person) -> None:
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
     assert b"/api/schema" in response.content
+
+
+def test_the_document_and_the_docs_are_public_and_the_same_for_everyone(
+    document: dict[str, Any], alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    give_mail(alice, tmp_path, "alice")
+    anonymous = Client().get("/api/schema", {"format": "json"})
+    assert anonymous.status_code == 200 and anonymous["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    assert anonymous.json() == document  # nothing in it depends on who asks
+    assert api_client(mallory.user).get("/api/schema", {"format": "json"}).json() == document
+    assert not anonymous.cookies  # no session was read or made
+    docs = Client().get("/api/docs")
+    assert docs.status_code == 200 and b"/api/schema" in docs.content
+    # only the operations the REST door serves to persons; nothing about any tenant
+    assert {p.removeprefix(OPS_PREFIX) for p in document["paths"] if p.startswith(OPS_PREFIX)} == {
+        op.name for op in _served()
+    }
+    text = anonymous.content.decode()
+    for person in (alice, mallory):
+        secrets = [str(person.tenant.pk), person.tenant.name, person.user.email, str(person.user.pk),
+                   str(person.workspace.pk)]  # fmt: skip
+        assert not [s for s in secrets if s in text]

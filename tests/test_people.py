@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+import statistics
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
 
-from apps.accounts import signin
+from apps.accounts import mailbound, signin
+from apps.accounts.mail import verification_token
 from apps.accounts.models import User
-from apps.accounts.views import verification_token
 from apps.workspaces.models import Membership, Workspace
 from tests.conftest import PASSWORD, Person
 
@@ -20,8 +22,9 @@ NEW_PASSWORD = "a brand new passphrase 42"
 
 @pytest.fixture(autouse=True)
 def _no_lockouts() -> None:
-    for key in signin._client().scan_iter("signin-failures:*"):
-        signin._client().delete(key)
+    for pattern in ("signin-failures:*", mailbound.KEY_PREFIX + "*"):
+        for key in signin._client().scan_iter(pattern):
+            signin._client().delete(key)
 
 
 def _link(message: str) -> str:
@@ -31,8 +34,8 @@ def _link(message: str) -> str:
     return urlsplit(found.group(0)).path
 
 
-def _sign_up(client: Client, email: str = "new@example.test", password: str = PASSWORD) -> Any:
-    return client.post("/accounts/sign-up", {"email": email, "password": password, "tenant": "New Co"})
+def _sign_up(client: Client, email: str = "new@example.test", password: str = PASSWORD, **extra: Any) -> Any:
+    return client.post("/accounts/sign-up", {"email": email, "password": password, "tenant": "New Co"}, **extra)
 
 
 def test_sign_up_sends_a_link_that_verifies_and_signs_in(
@@ -144,3 +147,113 @@ def test_password_reset_by_mail(db: None, client: Client, mailoutbox: list, alic
     assert User.objects.get(pk=mallory.user.pk).check_password(PASSWORD)
     # the link works once
     assert "does not work" in client.get(link, follow=True).content.decode()
+
+
+def test_a_completed_password_reset_lifts_the_sign_in_lock(
+    db: None, client: Client, mailoutbox: list, alice: Person, mallory: Person, settings
+) -> None:
+    _verified(alice)
+    _verified(mallory)
+    for who in (alice, mallory):
+        for _ in range(settings.SIGN_IN_MAX_FAILURES):
+            client.post("/accounts/sign-in", {"username": who.user.email, "password": "wrong"})
+    assert signin.locked(alice.user.email) and signin.locked(mallory.user.email)
+    client.post("/accounts/password-reset", {"email": alice.user.email})
+    form = client.get(_link(mailoutbox[-1].body), follow=True)
+    assert signin.locked(alice.user.email)  # asking for the link lifts nothing: anyone can ask
+    client.post(form.redirect_chain[-1][0], {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD})
+    assert not signin.locked(alice.user.email)
+    assert signin.locked(mallory.user.email)  # only the address whose password was reset
+    signed_in = client.post("/accounts/sign-in", {"username": alice.user.email, "password": NEW_PASSWORD})
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/"
+
+
+def test_signing_up_with_a_known_address_takes_as_long_as_with_a_new_one(
+    db: None, client: Client, mailoutbox: list, alice: Person
+) -> None:
+    known, new = [], []
+    for i in range(5):  # interleaved, so a busy machine slows both alike
+        started = time.perf_counter()
+        assert _sign_up(client, email=alice.user.email).status_code == 302
+        known.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        assert _sign_up(client, email=f"new{i}@example.test").status_code == 302
+        new.append(time.perf_counter() - started)
+        for key in signin._client().scan_iter(mailbound.KEY_PREFIX + "*"):
+            signin._client().delete(key)
+    # a new address costs one password hash and one mail; a known one must cost as much (it was 30 times less)
+    assert statistics.median(known) > 0.5 * statistics.median(new), (known, new)
+    assert [m.to for m in mailoutbox] == [to for i in range(5) for to in ([alice.user.email], [f"new{i}@example.test"])]
+
+
+def test_reset_mail_is_bounded_per_address_with_the_same_answer(
+    db: None, client: Client, mailoutbox: list, alice: Person, mallory: Person, settings
+) -> None:
+    _verified(alice)
+    answers = {client.post("/accounts/password-reset", {"email": alice.user.email})["Location"] for _ in range(15)}
+    assert answers == {"/accounts/password-reset/sent"}
+    assert len(mailoutbox) == settings.ACCOUNT_MAIL_PER_ADDRESS  # 15 asked, the bound sent
+    # another address is not held back by alice's bound, from the same client
+    client.post("/accounts/password-reset", {"email": mallory.user.email})
+    assert [m.to for m in mailoutbox[settings.ACCOUNT_MAIL_PER_ADDRESS :]] == [[mallory.user.email]]
+
+
+def test_account_mail_is_bounded_per_client_address(
+    db: None, client: Client, mailoutbox: list, alice: Person, settings
+) -> None:
+    settings.ACCOUNT_MAIL_PER_CLIENT = 4
+    for i in range(6):
+        response = _sign_up(client, email=f"someone{i}@example.test")
+        assert response.status_code == 302 and response["Location"] == "/accounts/check-mail"
+    reset = client.post("/accounts/password-reset", {"email": alice.user.email})
+    assert reset["Location"] == "/accounts/password-reset/sent"
+    assert len(mailoutbox) == 4  # sign-ups and resets share the client's bound
+    assert not User.objects.filter(email="someone5@example.test").exists()  # and nothing is half made
+    # another client is not held back
+    other = Client(REMOTE_ADDR="198.51.100.7")
+    _verified(alice)
+    assert other.post("/accounts/password-reset", {"email": alice.user.email}).status_code == 302
+    assert len(mailoutbox) == 5 and mailoutbox[-1].to == [alice.user.email]
+
+
+def test_without_redis_no_account_mail_is_sent_and_the_page_says_so(
+    db: None, client: Client, mailoutbox: list, alice: Person, settings
+) -> None:
+    _verified(alice)
+    settings.REDIS_URL = "unix:///nonexistent/redis.sock"
+    signin._client.cache_clear()
+    try:
+        pages = [
+            _sign_up(client, email=alice.user.email),
+            _sign_up(client, email="fresh@example.test"),
+            client.post("/accounts/password-reset", {"email": alice.user.email}),
+            client.post("/accounts/password-reset", {"email": "nobody@example.test"}),
+        ]
+    finally:
+        signin._client.cache_clear()
+    assert {p.status_code for p in pages} == {503}
+    assert len({p.content for p in pages}) == 1  # the same page whoever the address belongs to
+    assert all("cannot send mail right now" in p.content.decode() for p in pages)
+    assert mailoutbox == [] and not User.objects.filter(email="fresh@example.test").exists()
+
+
+def test_mailed_links_follow_the_public_url_when_it_is_set(
+    db: None, client: Client, mailoutbox: list, alice: Person, settings
+) -> None:
+    _verified(alice)
+    settings.PUBLIC_URL = "https://oaken.example"
+    _sign_up(client, email="new@example.test")
+    client.post("/accounts/password-reset", {"email": alice.user.email})
+    assert [m.body.split("https://oaken.example/")[1].split("/")[0] for m in mailoutbox] == ["accounts"] * 2
+    assert all("testserver" not in m.body for m in mailoutbox)
+
+
+def test_mailed_links_follow_the_request_without_a_public_url(
+    db: None, client: Client, mailoutbox: list, alice: Person, settings
+) -> None:
+    _verified(alice)
+    settings.PUBLIC_URL = ""
+    _sign_up(client, email="new@example.test", HTTP_HOST="127.0.0.1:8765")
+    client.post("/accounts/password-reset", {"email": alice.user.email}, HTTP_HOST="127.0.0.1:8765")
+    assert len(mailoutbox) == 2
+    assert all(re.search(r"http://127\.0\.0\.1:8765/accounts/\S+", m.body) for m in mailoutbox)

@@ -46,6 +46,14 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
             time.sleep(0.5)
         assert status == 200, "serve did not answer /health"
         assert body == {"status": "ok"}
+        # the API docs and their files come from gunicorn itself, under the strict CSP
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(base + "/api/docs", timeout=5) as docs:  # noqa: S310 (loopback)
+            assert "script-src 'self'" in docs.headers["Content-Security-Policy"]
+            assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in docs.read().decode()
+        bundle = base + "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        with urllib.request.urlopen(bundle, timeout=5) as script:  # noqa: S310 (loopback)
+            assert script.headers["Content-Type"].startswith("text/javascript") and b"SwaggerUIBundle" in script.read()
 
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [" ".join(c.cmdline()) for c in children]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
 
 from apps.accounts.models import User
 from apps.core.ids import new_id
@@ -40,6 +43,43 @@ def test_user_create_makes_person_tenant_and_default_workspace(db: None) -> None
     assert membership.tenant.name == "Bob Co"
     workspaces = list(Workspace.objects.for_tenant(membership.tenant).values_list("id", "name"))
     assert workspaces == [(uuid.UUID(data["workspace_id"]), "default")]
+
+
+def test_a_person_the_operator_creates_can_sign_in_at_once(db: None, mallory: Person, mailoutbox: list) -> None:
+    code, data = run_json("user", "create", "--email", "bob@example.test", "--password", "a long enough secret 1")
+    assert code == 0 and data["email_confirmed"] is True
+    assert User.objects.get(pk=data["user_id"]).email_verified_at is not None
+    assert mailoutbox == []  # the operator vouched for the address: nothing to confirm
+    form = {"username": "bob@example.test", "password": "a long enough secret 1"}
+    signed_in = Client().post("/accounts/sign-in", form)
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/"
+    assert User.objects.get(pk=mallory.user.pk).email_verified_at is None  # nobody else is touched
+
+
+def test_user_create_can_mail_the_confirmation_link_instead(db: None, mailoutbox: list, settings) -> None:
+    settings.PUBLIC_URL = ""
+    settings.SERVE_BIND, settings.SERVE_PORT = "0.0.0.0", 8765  # noqa: S104 (as `oaken serve --bind 0.0.0.0`)
+    code, data = run_json("user", "create", "--email", "carol@example.test", "--password", "a long enough secret 1",
+                          "--send-confirmation")  # fmt: skip
+    assert code == 0 and data["email_confirmed"] is False
+    assert User.objects.get(pk=data["user_id"]).email_verified_at is None
+    [sent] = mailoutbox
+    assert sent.to == ["carol@example.test"] and "a long enough secret 1" not in sent.body
+    link = re.search(r"http://127\.0\.0\.1:8765(/accounts/verify/\S+)", sent.body)
+    assert link is not None, sent.body  # no request to follow: where `oaken serve` listens
+    browser = Client()
+    form = {"username": "carol@example.test", "password": "a long enough secret 1"}
+    refused = browser.post("/accounts/sign-in", form)
+    assert "Confirm your e-mail address" in refused.content.decode()
+    assert browser.get(link.group(1))["Location"] == "/"
+    assert User.objects.get(pk=data["user_id"]).email_verified_at is not None
+
+
+def test_user_create_help_says_what_happens_to_the_address(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        call_command("user", "create", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--send-confirmation" in text and "marked confirmed" in text
 
 
 def test_user_create_refuses_a_second_signup_with_the_same_address(alice: Person) -> None:

@@ -1,7 +1,7 @@
 """Routes for people in the browser."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path, reverse_lazy
+from django.urls import path
 
 from apps.accounts import views
 from apps.accounts.forms import SignInForm
@@ -18,12 +18,7 @@ urlpatterns = [
     path("accounts/sign-out", auth_views.LogoutView.as_view(), name="sign-out"),
     path(
         "accounts/password-reset",
-        auth_views.PasswordResetView.as_view(
-            template_name="accounts/password_reset.html",
-            email_template_name="accounts/password_reset_email.txt",
-            subject_template_name="accounts/password_reset_subject.txt",
-            success_url=reverse_lazy("password-reset-sent"),
-        ),
+        views.PasswordResetView.as_view(),
         name="password-reset",
     ),
     path(
@@ -33,9 +28,7 @@ urlpatterns = [
     ),
     path(
         "accounts/password-reset/<uidb64>/<token>",
-        auth_views.PasswordResetConfirmView.as_view(
-            template_name="accounts/password_reset_confirm.html", success_url=reverse_lazy("password-reset-done")
-        ),
+        views.PasswordResetConfirmView.as_view(),
         name="password-reset-confirm",
     ),
     path(

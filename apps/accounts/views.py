@@ -4,56 +4,84 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import PasswordResetForm, SetPasswordForm
+from django.contrib.auth.hashers import make_password
 from django.core import signing
-from django.core.mail import send_mail
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from apps.accounts import mail, mailbound, signin
 from apps.accounts.forms import SignUpForm
 from apps.accounts.models import User
-from apps.workspaces.services import create_person
-
-_VERIFY_SALT = "oaken.accounts.verify-email"
-
-
-def verification_token(user: User) -> str:
-    """A signed, expiring token naming the user and the address being confirmed."""
-    return signing.TimestampSigner(salt=_VERIFY_SALT).sign_object({"user": str(user.pk), "email": user.email})
+from apps.core.links import public_origin
+from apps.workspaces.services import PersonExistsError, create_person
 
 
-def _send_verification(request: HttpRequest, user: User) -> None:
-    link = request.build_absolute_uri(reverse("verify-email", args=[verification_token(user)]))
-    send_mail(
-        "Confirm your e-mail address for Oaken",
-        f"Follow this link to confirm your address and sign in:\n\n{link}\n\nIt works for three days.",
-        settings.DEFAULT_FROM_EMAIL,
-        [user.email],
-    )
+def _mail_unavailable(request: HttpRequest) -> HttpResponse:
+    return render(request, "accounts/mail_unavailable.html", status=503)
 
 
 @require_http_methods(["GET", "POST"])
 def sign_up(request: HttpRequest) -> HttpResponse:
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        email = form.cleaned_data["email"]
-        if getattr(form, "existing", False):
-            # Same answer as a new sign-up, so nobody learns which addresses have accounts;
-            # the owner of the address hears about it instead.
-            send_mail(
-                "Someone tried to sign up to Oaken with your address",
-                "You already have an account: sign in, or reset your password if you forgot it.",
-                settings.DEFAULT_FROM_EMAIL,
-                [email],
-            )
+        email, password = form.cleaned_data["email"], form.cleaned_data["password"]
+        try:
+            allowed = mailbound.may_send(request, email)
+        except mailbound.MailUncountableError:
+            return _mail_unavailable(request)
+        # Every answer is the same page after the same work (one password hash, one mail), so neither the
+        # wording nor the time it takes tells which addresses have accounts; the owner of a known address
+        # hears about the attempt instead.
+        if not allowed:
+            make_password(password)
+        elif getattr(form, "existing", False):
+            make_password(password)
+            mail.send(email, *mail.ALREADY_SIGNED_UP)
         else:
-            person = create_person(email=email, password=form.cleaned_data["password"],
-                                   tenant_name=form.cleaned_data["tenant"])  # fmt: skip
-            _send_verification(request, person.user)
+            try:
+                person = create_person(email=email, password=password, tenant_name=form.cleaned_data["tenant"])
+            except PersonExistsError:  # signed up a moment ago, by another request
+                mail.send(email, *mail.ALREADY_SIGNED_UP)
+            else:
+                mail.send(email, *mail.verification(person.user, request))
         return redirect("check-mail")
     return render(request, "accounts/sign_up.html", {"form": form}, status=400 if form.errors else 200)
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's reset by mail, its mail bounded per address and client, its link on this service's origin."""
+
+    template_name = "accounts/password_reset.html"
+    email_template_name = "accounts/password_reset_email.txt"
+    subject_template_name = "accounts/password_reset_subject.txt"
+    success_url = reverse_lazy("password-reset-sent")
+
+    def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        try:
+            allowed = mailbound.may_send(self.request, form.cleaned_data["email"])
+        except mailbound.MailUncountableError:
+            return _mail_unavailable(self.request)
+        if not allowed:  # the same page as a sent link: nothing tells whether the address has an account
+            return HttpResponseRedirect(self.get_success_url())
+        self.extra_email_context = {"origin": public_origin(self.request)}
+        return super().form_valid(form)
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Choosing the new password also lifts the sign-in lock of the address (the lock message offers this)."""
+
+    template_name = "accounts/password_reset_confirm.html"
+    success_url = reverse_lazy("password-reset-done")
+
+    def form_valid(self, form: SetPasswordForm) -> HttpResponse:
+        response = super().form_valid(form)
+        signin.clear(form.user.email)
+        return response
 
 
 def check_mail(request: HttpRequest) -> HttpResponse:
@@ -62,7 +90,7 @@ def check_mail(request: HttpRequest) -> HttpResponse:
 
 def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     try:
-        claim = signing.TimestampSigner(salt=_VERIFY_SALT).unsign_object(
+        claim = signing.TimestampSigner(salt=mail.VERIFY_SALT).unsign_object(
             token, max_age=settings.EMAIL_VERIFICATION_MAX_AGE_SECONDS
         )
         user = User.objects.get(pk=claim["user"], email=claim["email"], is_active=True)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from pydantic import BaseModel, ConfigDict
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.request import Request
@@ -171,3 +173,17 @@ class OperationListView(APIView):
             for op in offered_operations(caller, door=Door.UI)
         ]
         return Response({"operations": rows})
+
+
+class ApiDocsView(SpectacularSwaggerSplitView):
+    """Swagger UI for the OpenAPI document, fit for the strict CSP: its files come from drf-spectacular-sidecar,
+    its start-up script is this same page asked for with ?script (never inline), its few rules a style sheet."""
+
+    template_name = "api/docs.html"
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        response: Response = super().get(request, *args, **kwargs)
+        if request.GET.get("script") is None:
+            response.data["schema_path"] = reverse("schema")
+        return response

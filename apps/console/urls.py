@@ -17,5 +17,5 @@ urlpatterns = [
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route
-    path("static/console/<path:name>", views.asset, name="console-asset"),
+    path("static/<path:path>", views.asset, name="static-asset"),
 ]

@@ -1,7 +1,7 @@
 """Console pages: server-rendered shells whose actions call the operations over the REST door.
 
 Each page loads one small script module (static/console/pages/<page>.js) on top of the shared
-static/console/lib.js. The views here only choose the tenant, render pages and serve those files;
+static/console/lib.js. The views here only choose the tenant, render pages and serve the static files;
 what a page shows and changes comes from the operations, the same ones the API documents.
 The one exception is accepting an invitation: its person is not yet a member of the tenant,
 so no operation can be called for them there (see workspaces.services.accept_invitation).
@@ -9,7 +9,7 @@ so no operation can be called for them there (see workspaces.services.accept_inv
 
 from __future__ import annotations
 
-import re
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from django.contrib.auth.decorators import login_required
@@ -109,18 +109,25 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     return render(request, "console/invitation.html", {"invitation": row, "role": row.get_role_display()})
 
 
-# the console's own files only: a style sheet, the shared modules and one module per page (no "..")
-_ASSET = re.compile(r"(?:pages/)?[a-z_]+\.(js|css)")
-_CONTENT_TYPES = {"js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+# what may be served from the static folders, and as what; anything else is a 404
+_STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
 
 
-def asset(request: HttpRequest, name: str) -> HttpResponse:
-    """The console's scripts and style sheet, for servers that do not serve /static/ themselves (gunicorn)."""
-    matched = _ASSET.fullmatch(name)
-    found = finders.find(f"console/{name}") if matched else None
-    if not matched or not found or isinstance(found, list):
+def asset(request: HttpRequest, path: str) -> HttpResponse:
+    """A static file (the console's, the favicon, the API docs' from drf-spectacular-sidecar), for servers that
+    do not serve /static/ themselves (gunicorn)."""
+    suffix = PurePosixPath(path).suffix
+    if suffix not in _STATIC_TYPES or any(part in {"", ".", ".."} for part in path.split("/")):
+        raise Http404
+    found = finders.find(path)
+    if not found or isinstance(found, list):
         raise Http404
     with open(found, "rb") as file:
-        response = HttpResponse(file.read(), content_type=_CONTENT_TYPES[matched.group(1)])
+        response = HttpResponse(file.read(), content_type=_STATIC_TYPES[suffix])
     response["Cache-Control"] = "no-cache"
     return response

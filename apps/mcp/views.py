@@ -21,11 +21,11 @@ from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.core.callers import Caller
 from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
+from apps.core.links import mcp_resource, public_origin
 from apps.gate import payload
 from apps.gate.dispatch import Result, audit_refusal, dispatch
 from apps.mcp import elicitation, tools
 from apps.mcp import protocol as p
-from apps.oauth.resource import mcp_resource, public_origin
 from apps.operations.defs.reference import SECURITY_RULES
 from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation, registry

@@ -21,7 +21,8 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from apps.agents.connections import revoke_connection
 from apps.agents.models import Connection, ConnectionToken
-from apps.oauth.resource import canonical_resources, origin_of
+from apps.core.links import public_origin
+from apps.oauth.resource import canonical_resources
 
 
 def _digest(value: str) -> str:
@@ -82,7 +83,7 @@ class OakenValidator(OAuth2Validator):
         if isinstance(requested, str):
             requested = [value for key, value in (getattr(request, "decoded_body", None) or []) if key == "resource"]
         if requested:
-            canonical = canonical_resources(list(requested), origin_of(request.headers))
+            canonical = canonical_resources(list(requested), public_origin())
             if canonical is None:
                 raise errors.CustomOAuth2Error(
                     error="invalid_target", description="this server has one resource: its /mcp endpoint",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ipaddress
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+from csp.decorators import csp_replace
 from django import forms
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import method_decorator
 from oauth2_provider import views as dot
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
@@ -19,30 +21,20 @@ from oauth2_provider.views.dynamic_client_registration import (
     DynamicClientRegistrationManagementView,
     DynamicClientRegistrationView,
 )
-from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
 from apps.core.callers import Caller
+from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, recorded_scopes
+from apps.core.links import mcp_resource, public_origin
 from apps.gate.dispatch import dispatch
-from apps.oauth.resource import canonical_resources, mcp_resource, public_origin
+from apps.oauth.resource import canonical_resources
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 from config.redis_client import count_hit
 
 LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
-
-
-def _client_address(request: HttpRequest) -> str:
-    """The address registrations are counted by: IPv6 by its /64 (one host usually holds a whole /64)."""
-    address = str(request.META.get("REMOTE_ADDR", ""))
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if parsed.version == 6:
-        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
-    return address
 
 
 class ConsentForm(AllowForm):
@@ -67,6 +59,16 @@ class ConsentForm(AllowForm):
         return data
 
 
+def _with_issuer(uri: str, issuer: str) -> str:
+    """`uri` with the one `iss` parameter naming this server (any the client's URI carried is dropped)."""
+    parts = urlsplit(uri)
+    query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "iss"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("iss", issuer)])))
+
+
+# Allow and Deny send the person on to the client's redirect URI (any registered scheme), and Chromium holds
+# that redirect to form-action: on this page alone the directive is lifted. Its form posts to itself all the same.
+@method_decorator(csp_replace({"form-action": None}), name="dispatch")
 class ConsentView(dot.AuthorizationView):
     """The consent screen (SPEC §7). What is granted is decided here, on the server: the scopes the client
     asked for intersected with what the person ticked (Read always), the workspaces they picked, a lifetime.
@@ -74,6 +76,23 @@ class ConsentView(dot.AuthorizationView):
 
     template_name = "oauth/consent.html"
     form_class = ConsentForm
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        """The toolkit's checks, and PKCE S256 only: `plain` (or no method, which means plain) is refused before
+        the page renders, not after the person clicked Allow."""
+        scopes, credentials = super().validate_authorization_request(request)
+        if credentials.get("code_challenge_method") != "S256":
+            error = InvalidRequestError(description='PKCE code_challenge_method must be "S256"',
+                                        state=credentials.get("state"))  # fmt: skip
+            raise OAuthToolkitError(error=error, redirect_uri=credentials["redirect_uri"])
+        return scopes, credentials
+
+    def error_response(self, error: OAuthToolkitError, application: Any, **kwargs: Any) -> HttpResponse:
+        """An error sent back to the client names this server as its issuer, as a success does (RFC 9207 §2)."""
+        response = super().error_response(error, application, **kwargs)
+        if response.status_code == 302:
+            response["Location"] = _with_issuer(response["Location"], public_origin(self.request))
+        return response
 
     def _membership(self) -> Membership:
         """GET: the tenant chosen in the console (else the first). POST: the tenant the page showed, which the
@@ -101,6 +120,8 @@ class ConsentView(dot.AuthorizationView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         form = context["form"]
+        if "application" not in context:  # the page shown again after a form error: the client is the form's
+            context["application"] = Application.objects.filter(client_id=form["client_id"].value() or "-").first()
         requested = set((form["scope"].value() or "").split())
         context.update(
             requested_write="write" in requested,
@@ -233,7 +254,7 @@ class RegistrationView(DynamicClientRegistrationView):
         if len(request.body) > 20_000:
             return _registration_error("invalid_client_metadata", "the registration is too large", 400)
         try:
-            count = count_hit(f"oauth-registrations:{_client_address(request)}", 3600)
+            count = count_hit(f"oauth-registrations:{client_address(request)}", 3600)
             everyone = count_hit("oauth-registrations-all", 3600)
         except redis.RedisError:
             return _registration_error("temporarily_unavailable", "registration is unavailable, retry later", 503)

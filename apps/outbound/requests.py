@@ -22,6 +22,7 @@ from django.utils import timezone
 from apps.core.acts import Act
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
+from apps.core.links import absolute_url
 from apps.mail.models import MailAccount
 from apps.outbound import budget
 from apps.outbound.compose import Recipients, content_hash, new_message_id, sender_name_of
@@ -102,7 +103,7 @@ def transition(
 
 
 def approval_url(request_id: Any) -> str:
-    return f"{settings.PUBLIC_URL}/outbound?request={request_id}"
+    return absolute_url(f"/outbound?request={request_id}")
 
 
 def budget_name(*, act: Act) -> budget.BudgetName:

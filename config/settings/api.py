@@ -18,6 +18,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The document and the docs are public (SPEC §19): clients are generated from them before anyone signs in.
+    # They read no session, so nothing in them can depend on who asks (the operations are the same for all).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files from the installed drf-spectacular-sidecar, served by Oaken (the CSP allows no other);
+    # no validator badge, which would fetch an image from elsewhere
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"validatorUrl": None, "deepLinking": True},
 }

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.fernet import Fernet
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.embedded import data_dir
-from config.env import env_bool, env_list, env_str
+from config.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = data_dir()
@@ -47,6 +48,15 @@ DEBUG = env_bool("OAKEN_DEBUG", False)
 ALLOWED_HOSTS = env_list("OAKEN_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("OAKEN_CSRF_TRUSTED_ORIGINS")
 
+# Where people reach this service. Every absolute URL (links in mail, the approval page handed to agents, the
+# OAuth issuer) follows one rule, apps.core.links.public_origin: OAKEN_PUBLIC_URL when set, else the origin of
+# the request being answered, else (no request: a Celery task) where `oaken serve` listens.
+PUBLIC_URL = env_str("OAKEN_PUBLIC_URL").rstrip("/")
+if PUBLIC_URL and not PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
+SERVE_BIND = env_str("OAKEN_BIND", "127.0.0.1")
+SERVE_PORT = env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535)
+
 SECURE_COOKIES = env_bool("OAKEN_SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
@@ -55,6 +65,27 @@ SESSION_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
+# secure cookies mean the service is reached over HTTPS: browsers are told to keep to it (sent on HTTPS answers)
+SECURE_HSTS_SECONDS = env_int("OAKEN_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if SECURE_COOKIES else 0
+# Every page's scripts, styles and images come from Oaken itself (the API docs' assets too, from
+# drf-spectacular-sidecar): no inline script or style, nothing from elsewhere, never framed. Chromium applies
+# form-action to the redirect after a form is sent, so the OAuth consent page, which sends the person on to
+# the client's redirect URI, lifts that one directive (apps.oauth.views.ConsentView).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [NONE],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],  # the API docs' style sheet carries small images as data: URLs
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "manifest-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+    }
+}
 if env_bool("OAKEN_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     USE_X_FORWARDED_HOST = True
@@ -85,10 +116,13 @@ INSTALLED_APPS = [
     "corsheaders",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ImproperlyConfigured
-
 from config.embedded import data_dir
 from config.env import env_bool, env_int, env_str
 
@@ -15,11 +13,6 @@ EMAIL_HOST_USER = env_str("OAKEN_SMTP_USER")
 EMAIL_HOST_PASSWORD = env_str("OAKEN_SMTP_PASSWORD")
 EMAIL_USE_TLS = env_bool("OAKEN_SMTP_STARTTLS", True)
 DEFAULT_FROM_EMAIL = env_str("OAKEN_FROM_EMAIL", "Oaken <no-reply@localhost>")
-# where people reach this service: links in mail sent outside a request (invitations) start with it
-PUBLIC_URL = env_str("OAKEN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-if not PUBLIC_URL.startswith(("http://", "https://")):
-    raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
-
 # connected mailboxes may use servers on loopback or private networks (tests; self-hosting beside the mail
 # server). Off for a hosted service: a mailbox must not reach into Oaken's own network.
 MAIL_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_MAIL_ALLOW_PRIVATE_HOSTS", False)
@@ -31,3 +24,8 @@ LOGOUT_REDIRECT_URL = "/accounts/sign-in"
 SIGN_IN_MAX_FAILURES = env_int("OAKEN_SIGN_IN_MAX_FAILURES", 5, minimum=1)
 SIGN_IN_WINDOW_SECONDS = env_int("OAKEN_SIGN_IN_WINDOW_SECONDS", 900, minimum=60)
 EMAIL_VERIFICATION_MAX_AGE_SECONDS = env_int("OAKEN_EMAIL_VERIFICATION_MAX_AGE", 3 * 24 * 3600, minimum=600)
+# mail sent on request (sign-up, password reset): at most this many per address, and per client address, within
+# the window; past either bound the page answers as usual and nothing is sent
+ACCOUNT_MAIL_PER_ADDRESS = env_int("OAKEN_ACCOUNT_MAIL_PER_ADDRESS", 3, minimum=1)
+ACCOUNT_MAIL_PER_CLIENT = env_int("OAKEN_ACCOUNT_MAIL_PER_CLIENT", 20, minimum=1)
+ACCOUNT_MAIL_WINDOW_SECONDS = env_int("OAKEN_ACCOUNT_MAIL_WINDOW_SECONDS", 3600, minimum=60)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_int, env_list
+from config.settings.base import PUBLIC_URL
 
-# OAKEN_PUBLIC_URL (settings.PUBLIC_URL, see mail.py), when it is set, names the issuer and the /mcp resource
-# tokens are bound to; when it is not, both are taken from each request's host (development, tests).
-OAUTH_ORIGIN = env_str("OAKEN_PUBLIC_URL").rstrip("/")
+# OAKEN_PUBLIC_URL, when it is set, names the issuer and the /mcp resource tokens are bound to; when it is not,
+# both follow each request's origin (apps.core.links.public_origin; the toolkit derives the issuer the same way).
 
 # Connections (SPEC §7): an access token lives at most this long; a connection at most its chosen lifetime.
 OAUTH_ACCESS_TOKEN_SECONDS = env_int("OAKEN_OAUTH_ACCESS_TOKEN_SECONDS", 3600, minimum=60, maximum=3600)
@@ -46,7 +46,7 @@ OAUTH2_PROVIDER = {
     "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Oaken MCP",
-    "OIDC_ISS_ENDPOINT": OAUTH_ORIGIN,
+    "OIDC_ISS_ENDPOINT": PUBLIC_URL,
     "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
     "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,

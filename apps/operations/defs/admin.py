@@ -93,7 +93,7 @@ class ExposureListOut(Closed):
 
 @operation(
     name="list_operation_exposure",
-    summary="Every operation with its ceiling, this tenant's setting and whether agents are offered it.",
+    summary="Every operation but the system's own, with its ceiling, this tenant's setting and whether agents get it.",
     input=Empty,
     output=ExposureListOut,
     op_class=OpClass.READ,
@@ -103,7 +103,8 @@ class ExposureListOut(Closed):
 def list_operation_exposure(ctx: Context, data: Empty) -> ExposureListOut:
     settings = tenant_settings(ctx.tenant)
     rows = []
-    for op in registry:
+    # the system's own operations (Celery's) are nobody's to offer or call: nothing for a person to see here
+    for op in (op for op in registry if op.callers != Callers.INTERNAL):
         rows.append(
             ExposureRow(
                 name=op.name,

@@ -28,6 +28,7 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Role
+from apps.core.links import absolute_url
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
@@ -338,7 +339,7 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
 
 
 def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int) -> None:
-    link = settings.PUBLIC_URL + reverse("invitation", args=[token])
+    link = absolute_url(reverse("invitation", args=[token]))
     tenant = " ".join(tenant_name.split())  # one line, whatever the name holds
     send_mail(
         f"Invitation to join {tenant} on Oaken",

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from config.env import env_int, env_str
+from config.env import env_int
 
 STOP_GRACE_SECONDS = 20
 
@@ -30,8 +30,9 @@ class Command(BaseCommand):
     help = "Serve the whole product: web (gunicorn), Celery worker and Celery beat."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535))
-        parser.add_argument("--bind", default=env_str("OAKEN_BIND", "127.0.0.1"))
+        # settings read OAKEN_PORT and OAKEN_BIND: links made outside a request point there (apps.core.links)
+        parser.add_argument("--port", type=int, default=settings.SERVE_PORT)
+        parser.add_argument("--bind", default=settings.SERVE_BIND)
         parser.add_argument("--web-workers", type=int, default=env_int("OAKEN_WEB_WORKERS", 2, minimum=1))
         parser.add_argument("--worker-concurrency", type=int, default=env_int("OAKEN_WORKER_CONCURRENCY", 2, minimum=1))
 
