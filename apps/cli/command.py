@@ -6,7 +6,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 
 class JsonCommand(BaseCommand):
     """A command that prints one JSON document: the result (exit 0) or {"error": {...}} (exit 1)."""
+
+    @staticmethod
+    def add_person_arguments(parser: CommandParser, who: str = "the person's e-mail address") -> None:
+        """--user and --tenant: the person a command acts as, in which of their tenants (see membership())."""
+        parser.add_argument("--user", required=True, help=who)
+        parser.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
 
     def emit(self, payload: Any) -> None:
         self.stdout.write(json.dumps(payload, default=str, sort_keys=True))

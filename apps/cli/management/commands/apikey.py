@@ -24,8 +24,7 @@ class Command(JsonCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="Create a key; it is printed once.")
-        create.add_argument("--user", required=True, help="the person the key acts for")
-        create.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
+        self.add_person_arguments(create, "the person the key acts for")
         create.add_argument("--scopes", required=True, help="read,write,send")
         create.add_argument("--workspaces", help="comma-separated names (default: default; '' for every workspace)")
         create.add_argument("--ops", help="comma-separated operation allow-list")
@@ -33,8 +32,7 @@ class Command(JsonCommand):
         create.add_argument("--name", default="")
         revoke = sub.add_parser("revoke", help="Revoke a key by id, as a person who may (its holder, or an ADMIN).")
         revoke.add_argument("id")
-        revoke.add_argument("--user", required=True, help="the person revoking it")
-        revoke.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
+        self.add_person_arguments(revoke, "the person revoking it")
 
     def handle(self, *args: Any, **options: Any) -> None:
         membership = self.membership(options["user"], options["tenant"])

@@ -15,8 +15,7 @@ class Command(JsonCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("operation")
-        parser.add_argument("--user", required=True, help="the person's e-mail address")
-        parser.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
+        self.add_person_arguments(parser)
         parser.add_argument("--input", default="{}", help="the input as a JSON object")
         parser.add_argument("--confirm", action="store_true", help="I asked for exactly this change")
         parser.add_argument("--idempotency-key")

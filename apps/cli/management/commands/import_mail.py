@@ -16,8 +16,7 @@ class Command(JsonCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path")
-        parser.add_argument("--user", required=True, help="the person's e-mail address (an ADMIN of the tenant)")
-        parser.add_argument("--tenant", help="tenant id (default: the person's first tenant)")
+        self.add_person_arguments(parser, "the person's e-mail address (an ADMIN of the tenant)")
         parser.add_argument("--workspace", default=DEFAULT_WORKSPACE)
         parser.add_argument("--account", default="Imported", help="local account name (created if missing)")
 
