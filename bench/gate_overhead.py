@@ -70,7 +70,10 @@ def main() -> None:
         for _ in range(args.samples):
             began = time.perf_counter()
             ctx = Context(caller=caller, door="mcp", now=timezone.now(), bounds=settings.OPERATIONS)
-            op.output_model.model_validate(op.handler(ctx, op.input_model.model_validate(data))).model_dump(mode="json")
+            parsed = op.input_model.model_validate(data)
+            # the handler's own lookups: what the input names, resolved once, as the gate does
+            ctx.targets = op.targets(ctx, parsed) if op.targets is not None else None
+            op.output_model.model_validate(op.handler(ctx, parsed)).model_dump(mode="json")
             direct.append(time.perf_counter() - began)
             began = time.perf_counter()
             dispatch(caller, Door.MCP, name, data)

@@ -18,9 +18,9 @@ import pytest
 from pytest_django import DjangoDbBlocker, Settings
 
 from apps.core.errors import NOT_AVAILABLE_MESSAGE
+from apps.core.pages import encode_cursor
 from apps.mail.models import Message
 from apps.mail.selectors import NAME_AN_ACCOUNT
-from apps.operations.defs.shapes import encode_cursor
 from apps.operations.registry import Ceiling, OpClass, registry
 from tests.mailbox import (
     LONG_BODY,

@@ -3,16 +3,55 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
-from apps.workspaces.tenancy import TenantOwned
+from apps.workspaces.tenancy import TenantManager, TenantOwned, TenantQuerySet
+
+if TYPE_CHECKING:
+    from apps.workspaces.models import Tenant
+
+_C = TypeVar("_C", bound=models.Model)
 
 
-class ApiKey(TenantOwned):
+class CredentialQuerySet(TenantQuerySet[_C]):
+    def live(self, now: datetime) -> Self:
+        """Credentials that still work at `now` (the rule of Credential.is_live, in SQL)."""
+        return self.filter(Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+
+
+class CredentialManager(TenantManager):
+    _queryset_class = CredentialQuerySet
+
+    def for_tenant(self, tenant: Tenant) -> CredentialQuerySet[Any]:
+        return cast(CredentialQuerySet[Any], super().for_tenant(tenant))
+
+
+class Credential(TenantOwned):
+    """What lets an agent act for one person (`user`) in one tenant, until it is revoked or its deadline passes."""
+
+    owner_field: ClassVar[str] = "user"
+    objects: ClassVar[CredentialManager] = CredentialManager()
+
+    # the fields every credential has (each model declares them, so their migrations stay as they are)
+    revoked_at: Any
+    expires_at: Any
+
+    class Meta:
+        abstract = True
+
+    def is_live(self, now: datetime | None = None) -> bool:
+        """Not revoked, and not past its deadline (none: until revoked)."""
+        moment = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > moment)
+
+
+class ApiKey(Credential):
     """A scoped API key: shown once, stored only as a hash, with a visible prefix."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
@@ -34,12 +73,8 @@ class ApiKey(TenantOwned):
     def __str__(self) -> str:
         return self.prefix
 
-    def is_live(self, now: datetime | None = None) -> bool:
-        moment = now or timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > moment)
 
-
-class Connection(TenantOwned):
+class Connection(Credential):
     """An OAuth grant (SPEC §7): one person let one client act in one tenant, with these scopes and workspaces,
     until a deadline fixed at consent (none: until revoked). Every token issued for it hangs off it."""
 
@@ -63,10 +98,6 @@ class Connection(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.client_name or self.application_id} for {self.user_id}"
-
-    def is_live(self, now: datetime | None = None) -> bool:
-        moment = now or timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > moment)
 
 
 class ConnectionToken(models.Model):

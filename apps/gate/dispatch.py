@@ -79,8 +79,8 @@ def dispatch(
                     _append(caller, door.value, op.name, "REPLAYED", digest)
                 return Result(op.name, stored, replayed=True)
         ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=settings.OPERATIONS)
-        if op.data_scope is not None:
-            op.data_scope(ctx, data)
+        if op.targets is not None:
+            ctx.targets = op.targets(ctx, data)
         _class(caller, op)
         if op.op_class == OpClass.MUTATE:
             _confirmation(ctx, op, data, digest, confirm=confirm, token=confirmation_token)
@@ -247,9 +247,10 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 if stored is not None:
                     _append(caller, ctx.door, op.name, "REPLAYED", digest)
                     return Result(op.name, stored, replayed=True)
-            if op.op_class != OpClass.READ:
+            ctx.in_transaction = True
+            if op.op_class != OpClass.READ and op.targets is not None:
                 # a change works from what it reads inside its own transaction, not from the checks' reads
-                ctx.memo.clear()
+                ctx.targets = op.targets(ctx, data)
             output = _output(op, op.handler(ctx, data))
             if idempotency_key is not None:
                 IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
@@ -274,6 +275,9 @@ def _run_in_batches(ctx: Context, op: Operation, data: BaseModel, digest: str) -
     own, with what the handler recorded, whether it finished or failed."""
     caller = ctx.caller
     try:
+        if op.targets is not None:
+            # no transaction to resolve them in: as near to the work as the gate gets, after the checks
+            ctx.targets = op.targets(ctx, data)
         output = _output(op, op.handler(ctx, data))
     except OakenError:
         raise

@@ -1,14 +1,15 @@
 """Reads of the mail store, always within a tenant and, for agents, within granted workspaces (SPEC §8).
 
-Every access function takes the caller's reach (tenant + workspace names or None) and raises
-the gate's errors: an id of another tenant, or one that is malformed, is NOT_FOUND exactly like
-an id that does not exist; an id in a workspace the caller was not granted is OUT_OF_SCOPE.
+Every access_<thing>_by_<key> function takes the caller's reach (tenant + workspace names or None) as a
+keyword and raises the one domain error: an id of another tenant, or one that is malformed, is NOT_FOUND
+exactly like an id that does not exist; an id in a workspace the caller was not granted is OUT_OF_SCOPE.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.db.models import QuerySet
 
@@ -16,6 +17,8 @@ from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.mail.models import Folder, Label, MailAccount, Message, Thread
 from apps.workspaces.models import Tenant
+
+_Row = TypeVar("_Row", MailAccount, Message, Thread, Label)
 
 NAME_AN_ACCOUNT = "this connection may only reach some workspaces: name an account_id in scope (see list_accounts)"
 
@@ -50,76 +53,62 @@ def _in_reach(reach: Reach, workspace_name: str, field: str) -> None:
         raise OakenError("OUT_OF_SCOPE", f"{field}: outside the workspaces this connection may reach", field=field)
 
 
-def access_account(reach: Reach, account_id: str, field: str = "account_id") -> MailAccount:
-    account = (
-        MailAccount.objects.for_tenant(reach.tenant)
-        .filter(pk=parse_id(account_id, field))
-        .select_related("workspace")
-        .first()
-    )
-    if account is None:
+def _account_workspace(row: Message | Thread | Label) -> str:
+    return row.account.workspace.name
+
+
+def _one(rows: QuerySet[_Row], value: str, *, reach: Reach, field: str, workspace: Callable[[_Row], str]) -> _Row:
+    """One of the tenant's rows by id, in the caller's reach."""
+    found = rows.filter(pk=parse_id(value, field)).first()
+    if found is None:
         raise OakenError.not_found(field)
-    _in_reach(reach, account.workspace.name, field)
-    return account
+    _in_reach(reach, workspace(found), field)
+    return found
 
 
-def access_messages(reach: Reach, message_ids: Sequence[str], field: str = "message_ids") -> list[Message]:
-    """The messages, in the order asked, each checked; duplicates collapse."""
-    wanted = list(dict.fromkeys(parse_id(m, field) for m in message_ids))
-    found = {
-        m.pk: m
-        for m in Message.objects.for_tenant(reach.tenant)
-        .filter(pk__in=wanted)
+def _each(
+    rows: QuerySet[_Row], values: Sequence[str], *, reach: Reach, field: str, workspace: Callable[[_Row], str]
+) -> list[_Row]:
+    """The tenant's rows by id, in the order asked, each in the caller's reach; duplicates collapse."""
+    wanted = list(dict.fromkeys(parse_id(value, field) for value in values))
+    found = {row.pk: row for row in rows.filter(pk__in=wanted)}
+    if len(found) != len(wanted):
+        raise OakenError.not_found(field)
+    for row in found.values():
+        _in_reach(reach, workspace(row), field)
+    return [found[pk] for pk in wanted]
+
+
+def access_account_by_id(account_id: str, *, reach: Reach, field: str = "account_id") -> MailAccount:
+    rows = MailAccount.objects.for_tenant(reach.tenant).select_related("workspace")
+    return _one(rows, account_id, reach=reach, field=field, workspace=lambda account: account.workspace.name)
+
+
+def access_messages_by_ids(message_ids: Sequence[str], *, reach: Reach, field: str = "message_ids") -> list[Message]:
+    rows = (
+        Message.objects.for_tenant(reach.tenant)
         .select_related("account__workspace", "folder")
         .defer("text_body", "html_body")
-    }
-    if len(found) != len(wanted):
-        raise OakenError.not_found(field)
-    for message in found.values():
-        _in_reach(reach, message.account.workspace.name, field)
-    return [found[pk] for pk in wanted]
-
-
-def access_message(reach: Reach, message_id: str, field: str = "message_id") -> Message:
-    message = (
-        Message.objects.for_tenant(reach.tenant)
-        .filter(pk=parse_id(message_id, field))
-        .select_related("account__workspace", "folder")
-        .first()
     )
-    if message is None:
-        raise OakenError.not_found(field)
-    _in_reach(reach, message.account.workspace.name, field)
-    return message
+    return _each(rows, message_ids, reach=reach, field=field, workspace=_account_workspace)
 
 
-def access_thread(reach: Reach, thread_id: str, field: str = "thread_id") -> Thread:
-    thread = (
-        Thread.objects.for_tenant(reach.tenant)
-        .filter(pk=parse_id(thread_id, field))
-        .select_related("account__workspace")
-        .first()
-    )
-    if thread is None:
-        raise OakenError.not_found(field)
-    _in_reach(reach, thread.account.workspace.name, field)
-    return thread
+def access_message_by_id(message_id: str, *, reach: Reach, field: str = "message_id") -> Message:
+    rows = Message.objects.for_tenant(reach.tenant).select_related("account__workspace", "folder")
+    return _one(rows, message_id, reach=reach, field=field, workspace=_account_workspace)
 
 
-def access_labels(reach: Reach, label_ids: Sequence[str], field: str = "label_ids") -> list[Label]:
-    wanted = list(dict.fromkeys(parse_id(x, field) for x in label_ids))
-    found = {
-        label.pk: label
-        for label in Label.objects.for_tenant(reach.tenant).filter(pk__in=wanted).select_related("account__workspace")
-    }
-    if len(found) != len(wanted):
-        raise OakenError.not_found(field)
-    for label in found.values():
-        _in_reach(reach, label.account.workspace.name, field)
-    return [found[pk] for pk in wanted]
+def access_thread_by_id(thread_id: str, *, reach: Reach, field: str = "thread_id") -> Thread:
+    rows = Thread.objects.for_tenant(reach.tenant).select_related("account__workspace")
+    return _one(rows, thread_id, reach=reach, field=field, workspace=_account_workspace)
 
 
-def access_folder(account: MailAccount, folder: str, field: str = "folder") -> Folder:
+def access_labels_by_ids(label_ids: Sequence[str], *, reach: Reach, field: str = "label_ids") -> list[Label]:
+    rows = Label.objects.for_tenant(reach.tenant).select_related("account__workspace")
+    return _each(rows, label_ids, reach=reach, field=field, workspace=_account_workspace)
+
+
+def access_folder_by_name(folder: str, *, account: MailAccount, field: str = "folder") -> Folder:
     """A folder of the account by kind (inbox, archive, …) or by its name."""
     folders = Folder.objects.for_tenant(account.tenant).filter(account=account)
     found = folders.filter(kind=folder).exclude(kind="custom").first() or folders.filter(name=folder).first()

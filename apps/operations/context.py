@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,19 +17,15 @@ def _bounds() -> Mapping[str, Any]:
 
 @dataclass
 class Context(Act):
-    """An Act (caller, door, clock, the changes recorded) with what only operations need: the bounds, and
-    lookups shared by the data-scope check, the preview and the handler of one call."""
+    """An Act (caller, door, clock, the changes recorded) with what only operations need: the bounds, and the
+    targets the operation's input names, resolved by the gate (apps.operations.registry explains when)."""
 
     bounds: Mapping[str, Any] = field(default_factory=_bounds)
-    memo: dict[Any, Any] = field(default_factory=dict)
+    targets: Any = None
+    # the call's own transaction is open: targets resolved now are what the change works from (and may lock)
+    in_transaction: bool = False
 
     @property
     def workspaces(self) -> tuple[str, ...] | None:
         """Workspace names the caller's mail is limited to; None for every workspace."""
         return self.caller.workspace_filter
-
-    def remember(self, key: Any, load: Callable[[], Any]) -> Any:
-        """load() once per call for `key`."""
-        if key not in self.memo:
-            self.memo[key] = load()
-        return self.memo[key]

@@ -4,6 +4,18 @@ An operation is data: a frozen `Operation` with typed input and output models, a
 ceiling for agents, the lowest role, a preview and confirmation rule for mutations, and a
 handler. The REST API, the OpenAPI document, the MCP tool list, the CLI and the console are
 all generated from this registry. Definitions that break a rule of SPEC §3 raise at import.
+
+Targets. What an input names (ids, accounts, a draft, an e-mail's decoded content) is resolved
+once, by the operation's `targets(ctx, data)`: it looks each one up within the caller's reach
+and raises NOT_FOUND, OUT_OF_SCOPE (or the input's own refusal) exactly where the gate checks
+data scope (step 4, before class, confirmation and limits). The gate puts what it returns on
+`ctx.targets`, where the preview and the handler read it; neither looks it up again. For a
+mutation or a send the gate resolves the targets again inside the handler's transaction, with
+`ctx.in_transaction` set (a resolver locks there the rows the change moves): a change works
+from what it reads in its own transaction, never from what the checks read before it began.
+A read is answered from the one resolution. An operation that commits in batches has no
+transaction of its own: the gate resolves its targets again just before its handler starts.
+An operation whose input names nothing to look up declares no targets (`ctx.targets` is None).
 """
 
 from __future__ import annotations
@@ -130,8 +142,8 @@ class Operation:
     scope: Scope
     preview: Callable[..., Preview] | None = None
     confirm: ConfirmRule[Any] = NEVER
-    # checks that every id and account in the input lies in the caller's reach (gate step 4)
-    data_scope: Callable[..., None] | None = None
+    # resolves what the input names within the caller's reach, onto ctx.targets (gate step 4; see above)
+    targets: Callable[..., Any] | None = None
     # checks against the world outside the database (a mail server's login): run after every other check and
     # before the handler's transaction opens, so no transaction stays open waiting on the network
     verify: Callable[..., None] | None = None
@@ -271,7 +283,7 @@ def operation(
     scope: Scope | None = None,
     preview: Callable[..., Preview] | None = None,
     confirm: ConfirmRule[Any] = NEVER,
-    data_scope: Callable[..., None] | None = None,
+    targets: Callable[..., Any] | None = None,
     verify: Callable[..., None] | None = None,
     bounds: tuple[Bound, ...] = (),
     changes_read_state: bool = False,
@@ -298,7 +310,7 @@ def operation(
             scope=scope or _SCOPE_OF_CLASS[op_class],
             preview=preview,
             confirm=confirm,
-            data_scope=data_scope,
+            targets=targets,
             verify=verify,
             bounds=bounds,
             changes_read_state=changes_read_state,

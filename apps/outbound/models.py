@@ -7,6 +7,8 @@ time) bound to `content_hash`; only its state moves, always by a guarded UPDATE 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -54,6 +56,8 @@ CANCELLABLE = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.Q
 
 
 class OutboundRequest(TenantOwned):
+    owner_field: ClassVar[str] = "requested_by"
+
     account = models.ForeignKey("mail.MailAccount", on_delete=models.PROTECT, related_name="+")
     draft = models.ForeignKey(Draft, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     state = models.CharField(max_length=20, choices=State.choices, default=State.REQUESTED)
@@ -147,6 +151,8 @@ class OutboxEntry(TenantOwned):
 class SendPolicy(TenantOwned):
     """Authority a person gave in advance: requests made for them whose every recipient is allowed, up to
     a number of recipients an hour, are approved without asking."""
+
+    owner_field: ClassVar[str] = "created_by"
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=200)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.core.ids import new_id
 from apps.core.kinds import Role
-from apps.workspaces.tenancy import TenantOwned
+from apps.workspaces.tenancy import PersonalQuerySet, TenantOwned
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
@@ -29,7 +29,7 @@ class Tenant(models.Model):
         return self.name
 
 
-class MembershipQuerySet(models.QuerySet["Membership"]):
+class MembershipQuerySet(PersonalQuerySet["Membership"]):
     def for_user(self, user: User) -> MembershipQuerySet:
         """The tenants this person belongs to."""
         return self.filter(user=user)
@@ -45,6 +45,7 @@ class Membership(models.Model):
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(default=timezone.now)
 
+    owner_field: ClassVar[str] = "user"
     objects = MembershipQuerySet.as_manager()
 
     class Meta:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from django.db import models
 
 from apps.core.ids import new_id
+from apps.core.kinds import Role
 
 if TYPE_CHECKING:
+    from apps.core.callers import Caller
     from apps.workspaces.models import Tenant
 
 
@@ -19,8 +21,21 @@ class UnscopedQueryError(RuntimeError):
 _M = TypeVar("_M", bound=models.Model)
 
 
-class TenantQuerySet(models.QuerySet[_M], Generic[_M]):
-    def for_tenant(self, tenant: Tenant) -> TenantQuerySet[_M]:
+class PersonalQuerySet(models.QuerySet[_M], Generic[_M]):
+    """Rows each of which belongs to one person of the tenant: the model names the field (`owner_field`)."""
+
+    def visible_to(self, actor: Caller) -> Self:
+        """Mine unless ADMIN: the actor's tenant's rows for an ADMIN or OWNER, the actor's own rows otherwise."""
+        owner = getattr(self.model, "owner_field", None)
+        if owner is None:
+            raise TypeError(f"{self.model.__name__} rows belong to no person: the model names no owner_field")
+        # the actor's tenant always, so even a queryset that did not start from for_tenant() stays in it
+        rows = self.filter(tenant=actor.tenant)
+        return rows if actor.has_role(Role.ADMIN) else rows.filter(**{owner: actor.user})
+
+
+class TenantQuerySet(PersonalQuerySet[_M], Generic[_M]):
+    def for_tenant(self, tenant: Tenant) -> Self:
         """Rows of this tenant only."""
         if tenant is None or getattr(tenant, "pk", None) is None:
             raise UnscopedQueryError("for_tenant() needs a saved tenant")
@@ -32,7 +47,7 @@ _UNSCOPED_ENTRY_POINTS = (
     "all", "filter", "exclude", "get", "get_or_create", "update_or_create", "count", "exists",
     "first", "last", "iterator", "values", "values_list", "aggregate", "annotate", "alias",
     "order_by", "in_bulk", "update", "delete", "select_related", "prefetch_related", "only",
-    "defer", "distinct", "latest", "earliest", "bulk_update", "raw", "select_for_update",
+    "defer", "distinct", "latest", "earliest", "bulk_update", "raw", "select_for_update", "visible_to",
 )  # fmt: skip
 
 

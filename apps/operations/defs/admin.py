@@ -12,11 +12,22 @@ from apps.audit.log import verify_chain
 from apps.audit.models import AuditEvent
 from apps.core.changes import Change
 from apps.core.errors import OakenError
+from apps.core.pages import cut_page, read_cursor
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Empty, Page, decode_cursor, encode_cursor
+from apps.operations.defs.shapes import Closed, Empty, Page
 from apps.operations.exposure import level_for, plugin_target, tenant_settings
 from apps.operations.models import ExposureSetting
-from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation, registry
+from apps.operations.registry import (
+    ALWAYS,
+    Bound,
+    Callers,
+    Ceiling,
+    OpClass,
+    Operation,
+    Preview,
+    operation,
+    registry,
+)
 
 # ---------------------------------------------------------------- exposure
 
@@ -34,26 +45,28 @@ class ExposureOut(Closed):
     previous: str
 
 
-def _exposure_scope(ctx: Context, data: ExposureIn) -> None:
+def _exposed(ctx: Context, data: ExposureIn) -> Operation | None:
+    """The operation named, or None for a whole plugin (one that offers at least one operation)."""
     if data.operation.startswith("plugin:"):
         if not any(op.plugin == data.operation.removeprefix("plugin:") for op in registry):
             raise OakenError.not_found("operation")
-        return
+        return None
     op = registry.get(data.operation)
     if op is None:
         raise OakenError.not_found("operation")
     if op.ceiling == Ceiling.NEVER and data.level == "on":
         raise OakenError.invalid("level", "this operation can never be offered to agents")
+    return op
 
 
-def _current(ctx: Context, target: str) -> str:
+def _current(ctx: Context, data: ExposureIn) -> str:
     settings = tenant_settings(ctx.tenant)
-    op = registry.get(target)
-    return level_for(op, settings) if op is not None else settings.get(target, "on")
+    op: Operation | None = ctx.targets
+    return level_for(op, settings) if op is not None else settings.get(data.operation, "on")
 
 
 def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:
-    return Preview((Change(data.operation, {"level": _current(ctx, data.operation)}, {"level": data.level}),))
+    return Preview((Change(data.operation, {"level": _current(ctx, data)}, {"level": data.level}),))
 
 
 @operation(
@@ -66,11 +79,11 @@ def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:
     role="ADMIN",
     preview=_exposure_preview,
     confirm=ALWAYS,
-    data_scope=_exposure_scope,
+    targets=_exposed,
     callers=Callers.PERSONS,
 )
 def set_operation_exposure(ctx: Context, data: ExposureIn) -> ExposureOut:
-    previous = _current(ctx, data.operation)
+    previous = _current(ctx, data)
     ExposureSetting.objects.for_tenant(ctx.tenant).update_or_create(
         tenant=ctx.tenant, target=data.operation, defaults={"level": data.level, "updated_at": ctx.now}
     )
@@ -144,6 +157,13 @@ class AuditListOut(Closed):
     next_cursor: str | None
 
 
+def _seq(seq: object) -> int:
+    """The log pages newest first: its cursor is the sequence number of the last event shown."""
+    if not isinstance(seq, int):
+        raise ValueError("not a sequence number")
+    return seq
+
+
 @operation(
     name="list_audit_events",
     summary="The tenant's audit log, newest first. Never offered to agents.",
@@ -155,16 +175,14 @@ class AuditListOut(Closed):
     bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
 )
 def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
-    size = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    size = data.size(ctx.bounds)
     events = AuditEvent.objects.for_tenant(ctx.tenant)
     if data.operation:
         events = events.filter(operation=data.operation)
-    if data.cursor:
-        before = decode_cursor(data.cursor, 1)[0]
-        if not isinstance(before, int):
-            raise OakenError.invalid("cursor", "is not a cursor this service gave out")
+    before = read_cursor(data.cursor or None, 1, _seq)
+    if before is not None:
         events = events.filter(seq__lt=before)
-    page = list(events.order_by("-seq")[: size + 1])
+    page, next_cursor = cut_page(events.order_by("-seq")[: size + 1], size, lambda e: [e.seq])
     return AuditListOut(
         events=[
             AuditEventOut(
@@ -180,9 +198,9 @@ def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
                 input_digest=e.input_digest,
                 hash=e.hash,
             )
-            for e in page[:size]
+            for e in page
         ],
-        next_cursor=encode_cursor([page[size - 1].seq]) if len(page) > size else None,
+        next_cursor=next_cursor,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -13,9 +13,15 @@ from pydantic import Field
 from apps.agents.connections import revoke_connection
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
+from apps.agents.selectors import (
+    access_api_key_by_id,
+    access_connection_by_id,
+    visible_api_keys,
+    visible_connections,
+)
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Role, recorded_scopes
+from apps.core.kinds import recorded_scopes
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
@@ -56,12 +62,14 @@ class CreatedKeyOut(Closed):
     key: str = Field(description="the key itself: shown this once, never stored")
 
 
-def _create_scope(ctx: Context, data: CreateKeyIn) -> None:
+def _allow_list(ctx: Context, data: CreateKeyIn) -> list[str] | None:
+    """The operations the key may call, each one that exists (None: every one its scopes allow)."""
     for name in data.operations or ():
         if name not in registry:
             raise OakenError.invalid("operations", "names an operation that does not exist")
     if any(not w or len(w) > 100 for w in data.workspaces):
         raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
+    return sorted(set(data.operations)) if data.operations is not None else None
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
@@ -83,7 +91,7 @@ def _membership(ctx: Context) -> Membership:
     ceiling=Ceiling.NEVER,
     preview=_create_preview,
     confirm=ALWAYS,
-    data_scope=_create_scope,
+    targets=_allow_list,
     returns_secret=True,
     callers=Callers.PERSONS,
 )
@@ -93,7 +101,7 @@ def create_api_key(ctx: Context, data: CreateKeyIn) -> CreatedKeyOut:
         membership=_membership(ctx),
         scopes=list(data.scopes),
         workspaces=list(dict.fromkeys(data.workspaces)),
-        allow_list=sorted(set(data.operations)) if data.operations is not None else None,
+        allow_list=ctx.targets,
         expires_at=expires,
         name=data.name,
         created_via=ctx.door,
@@ -106,13 +114,6 @@ class KeysOut(Closed):
     api_keys: list[ApiKeyOut]
 
 
-def _visible(ctx: Context) -> object:
-    keys = ApiKey.objects.for_tenant(ctx.tenant)
-    if not ctx.caller.has_role(Role.ADMIN):
-        keys = keys.filter(user=ctx.caller.user)
-    return keys
-
-
 @operation(
     name="list_api_keys",
     summary="Your API keys (an ADMIN sees the tenant's), with prefix and last use; never the keys themselves.",
@@ -122,28 +123,20 @@ def _visible(ctx: Context) -> object:
     ceiling=Ceiling.NEVER,
 )
 def list_api_keys(ctx: Context, data: Empty) -> KeysOut:
-    return KeysOut(api_keys=[key_out(row) for row in _visible(ctx).order_by("-created_at")])  # type: ignore[attr-defined]
+    keys = visible_api_keys(tenant=ctx.tenant, actor=ctx.caller).order_by("-created_at")
+    return KeysOut(api_keys=[key_out(row) for row in keys])
 
 
 class RevokeKeyIn(Closed):
     api_key_id: Id
 
 
-def _key(ctx: Context, key_id: str) -> ApiKey:
-    from apps.core.ids import parse_id
-
-    row = _visible(ctx).filter(pk=parse_id(key_id, "api_key_id")).first()  # type: ignore[attr-defined]
-    if row is None:
-        raise OakenError.not_found("api_key_id")
-    return row
+def _the_key(ctx: Context, data: RevokeKeyIn) -> ApiKey:
+    return access_api_key_by_id(data.api_key_id, tenant=ctx.tenant, actor=ctx.caller)
 
 
-def _revoke_scope(ctx: Context, data: RevokeKeyIn) -> None:
-    _key(ctx, data.api_key_id)
-
-
-def _revoke_preview(ctx: Context, data: RevokeKeyIn) -> Preview:
-    row = _key(ctx, data.api_key_id)
+def _revoke_preview(ctx: Context, data: RevokeKeyIn | RevokeConnectionIn) -> Preview:
+    row: ApiKey | Connection = ctx.targets
     return Preview((Change(str(row.pk), {"revoked": row.revoked_at is not None}, {"revoked": True}),))
 
 
@@ -156,11 +149,11 @@ def _revoke_preview(ctx: Context, data: RevokeKeyIn) -> Preview:
     ceiling=Ceiling.NEVER,
     preview=_revoke_preview,
     confirm=ALWAYS,
-    data_scope=_revoke_scope,
+    targets=_the_key,
     callers=Callers.PERSONS,
 )
 def revoke_api_key(ctx: Context, data: RevokeKeyIn) -> ApiKeyOut:
-    row = _key(ctx, data.api_key_id)
+    row: ApiKey = ctx.targets
     if row.revoked_at is None:
         ctx.touch(row.pk, {"revoked": False}, {"revoked": True})
         row.revoked_at = ctx.now
@@ -206,14 +199,16 @@ def _application(data: GrantConnectionIn) -> Application:
     return app
 
 
-def _grant_scope(ctx: Context, data: GrantConnectionIn) -> None:
-    _application(data)
+def _grantee(ctx: Context, data: GrantConnectionIn) -> Application:
+    """The client asking, at a redirect address it registered."""
+    app = _application(data)
     if any(not w or len(w) > 100 for w in data.workspaces):
         raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
+    return app
 
 
 def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
-    return Preview((Change("new connection", None, {"client": _application(data).name, "lifetime": data.lifetime,
+    return Preview((Change("new connection", None, {"client": ctx.targets.name, "lifetime": data.lifetime,
                                                     "scopes": recorded_scopes(data.scopes),
                                                     "workspaces": data.workspaces}),))  # fmt: skip
 
@@ -227,12 +222,12 @@ def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
     ceiling=Ceiling.NEVER,
     preview=_grant_preview,
     confirm=ALWAYS,
-    data_scope=_grant_scope,
+    targets=_grantee,
     callers=Callers.PERSONS,
 )
 def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
     assert ctx.caller.user is not None
-    app = _application(data)
+    app: Application = ctx.targets
     hours = settings.OAUTH_CONNECTION_DEFAULT_HOURS
     row = Connection.objects.create(
         tenant=ctx.tenant,
@@ -254,13 +249,6 @@ class ConnectionsOut(Closed):
     connections: list[ConnectionOut]
 
 
-def _visible_connections(ctx: Context) -> Any:
-    rows = Connection.objects.for_tenant(ctx.tenant).filter(activated_at__isnull=False)
-    if not ctx.caller.has_role(Role.ADMIN):
-        rows = rows.filter(user=ctx.caller.user)
-    return rows
-
-
 @operation(
     name="list_connections",
     summary="Your OAuth connections (an ADMIN sees the tenant's): client, scopes, workspaces, deadline, last use.",
@@ -270,29 +258,16 @@ def _visible_connections(ctx: Context) -> Any:
     ceiling=Ceiling.NEVER,
 )
 def list_connections(ctx: Context, data: Empty) -> ConnectionsOut:
-    return ConnectionsOut(connections=[connection_out(r) for r in _visible_connections(ctx).order_by("-created_at")])
+    rows = visible_connections(tenant=ctx.tenant, actor=ctx.caller).order_by("-created_at")
+    return ConnectionsOut(connections=[connection_out(r) for r in rows])
 
 
 class RevokeConnectionIn(Closed):
     connection_id: Id
 
 
-def _connection(ctx: Context, connection_id: str) -> Connection:
-    from apps.core.ids import parse_id
-
-    row = _visible_connections(ctx).filter(pk=parse_id(connection_id, "connection_id")).first()
-    if row is None:
-        raise OakenError.not_found("connection_id")
-    return row
-
-
-def _revoke_connection_scope(ctx: Context, data: RevokeConnectionIn) -> None:
-    _connection(ctx, data.connection_id)
-
-
-def _revoke_connection_preview(ctx: Context, data: RevokeConnectionIn) -> Preview:
-    row = _connection(ctx, data.connection_id)
-    return Preview((Change(str(row.pk), {"revoked": row.revoked_at is not None}, {"revoked": True}),))
+def _the_connection(ctx: Context, data: RevokeConnectionIn) -> Connection:
+    return access_connection_by_id(data.connection_id, tenant=ctx.tenant, actor=ctx.caller)
 
 
 @operation(
@@ -302,13 +277,13 @@ def _revoke_connection_preview(ctx: Context, data: RevokeConnectionIn) -> Previe
     output=ConnectionOut,
     op_class=OpClass.MUTATE,
     ceiling=Ceiling.NEVER,
-    preview=_revoke_connection_preview,
+    preview=_revoke_preview,
     confirm=ALWAYS,
-    data_scope=_revoke_connection_scope,
+    targets=_the_connection,
     callers=Callers.PERSONS,
 )
 def revoke_connection_op(ctx: Context, data: RevokeConnectionIn) -> ConnectionOut:
-    row = _connection(ctx, data.connection_id)
+    row: Connection = ctx.targets
     if row.revoked_at is None:
         ctx.touch(row.pk, {"revoked": False}, {"revoked": True})
     revoke_connection(row, "revoked_by_person")

@@ -21,14 +21,15 @@ from django.db.models.functions import Cast
 from pydantic import Field
 
 from apps.agents.models import ApiKey, Connection
-from apps.core.errors import OakenError
-from apps.core.kinds import Role
+from apps.agents.selectors import visible_api_keys, visible_connections
+from apps.core.pages import cut_page, read_cursor
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Page, decode_cursor, encode_cursor
+from apps.operations.defs.shapes import Closed, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.outbound import budget
 from apps.outbound.models import BudgetUsage, SendPolicy
 from apps.outbound.rollup import window_start
+from apps.outbound.selectors import visible_send_policies
 from apps.workspaces.models import Membership
 
 Kind = Literal["apikey", "oauth", "person", "policy"]
@@ -68,10 +69,6 @@ class BudgetsOut(Closed):
     next_cursor: str | None
 
 
-def _admin(ctx: Context) -> bool:
-    return ctx.caller.has_role(Role.ADMIN)
-
-
 def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -> Exists:
     return Exists(BudgetUsage.objects.for_tenant(ctx.tenant).filter(
         kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since))  # fmt: skip
@@ -79,17 +76,13 @@ def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -
 
 def _spines(ctx: Context, since: datetime) -> dict[str, QuerySet[Any]]:
     """Per kind, the budgets this caller may see: (kind, id) rows in id order."""
-    mine = not _admin(ctx)
-    live = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True) | Q(expires_at__gt=ctx.now))
-    keys = ApiKey.objects.for_tenant(ctx.tenant)
-    connections = Connection.objects.for_tenant(ctx.tenant).filter(activated_at__isnull=False)
-    policies = SendPolicy.objects.for_tenant(ctx.tenant)
-    people = Membership.objects.for_tenant(ctx.tenant)
-    if mine:
-        keys, connections = keys.filter(user=ctx.caller.user), connections.filter(user=ctx.caller.user)
-        policies, people = policies.filter(created_by=ctx.caller.user), people.filter(user=ctx.caller.user)
-    keys = keys.filter(live | _used_lately(ctx, "apikey", since))
-    connections = connections.filter(live | _used_lately(ctx, "oauth", since))
+    keys = visible_api_keys(tenant=ctx.tenant, actor=ctx.caller)
+    connections = visible_connections(tenant=ctx.tenant, actor=ctx.caller)
+    # a key or connection that can no longer be used is listed while it has used something lately
+    keys = keys.live(ctx.now) | keys.filter(_used_lately(ctx, "apikey", since))
+    connections = connections.live(ctx.now) | connections.filter(_used_lately(ctx, "oauth", since))
+    policies = visible_send_policies(tenant=ctx.tenant, actor=ctx.caller)
+    people = Membership.objects.for_tenant(ctx.tenant).visible_to(ctx.caller)
     return {
         "apikey": keys.annotate(kind=Value("apikey"), bid=F("pk")),
         "oauth": connections.annotate(kind=Value("oauth"), bid=F("pk")),
@@ -98,21 +91,15 @@ def _spines(ctx: Context, since: datetime) -> dict[str, QuerySet[Any]]:
     }
 
 
-def _after(cursor: str | None) -> tuple[str, uuid.UUID] | None:
-    if cursor is None:
-        return None
-    kind, raw = decode_cursor(cursor, 2)
-    try:
-        if kind not in budget.KINDS:
-            raise ValueError(kind)
-        return kind, uuid.UUID(str(raw))
-    except ValueError:
-        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
+def _after(kind: object, raw: object) -> tuple[str, uuid.UUID]:
+    if kind not in budget.KINDS:
+        raise ValueError("not a kind of budget")
+    return str(kind), uuid.UUID(str(raw))
 
 
 def _page(ctx: Context, since: datetime, cursor: str | None, size: int) -> list[tuple[str, uuid.UUID]]:
-    """One page of (kind, id), ordered by kind then id, after the cursor: one UNION query."""
-    after = _after(cursor)
+    """One page of (kind, id) and the row after it, ordered by kind then id, after the cursor: one UNION query."""
+    after = read_cursor(cursor, 2, _after)
     parts = []
     for kind, rows in sorted(_spines(ctx, since).items()):
         if after is not None and kind < after[0]:
@@ -171,18 +158,18 @@ def _rolled_up(ctx: Context, page: list[tuple[str, str]], since: datetime) -> di
     bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
 )
 def list_send_budgets(ctx: Context, data: Page) -> BudgetsOut:
-    size = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    size = data.size(ctx.bounds)
     now = ctx.now.timestamp()
     current = window_start(int(now) // budget.WINDOW_SECONDS)
     since = current - timedelta(hours=HISTORY_HOURS)
-    found = _page(ctx, since, data.cursor, size)
-    page = [(kind, str(bid)) for kind, bid in found[:size]]
+    found, next_cursor = cut_page(_page(ctx, since, data.cursor, size), size, lambda row: [row[0], str(row[1])])
+    page = [(kind, str(bid)) for kind, bid in found]
     names = [budget.BudgetName(str(ctx.tenant.pk), kind, bid) for kind, bid in page]
     try:
         live: list[int] | None = budget.used_now(names, now)
     except redis.RedisError:
         live = None
-    described, history = _describe(ctx, found[:size]), _rolled_up(ctx, page, since)
+    described, history = _describe(ctx, found), _rolled_up(ctx, page, since)
     budgets = []
     for i, (kind, bid) in enumerate(page):
         what = described.get((kind, bid))
@@ -201,6 +188,4 @@ def list_send_budgets(ctx: Context, data: Page) -> BudgetsOut:
             last_24_hours=[HourOut(starts_at=r.window_start, used=r.used) for r in earlier],
             used_last_24_hours=sum(r.used for r in earlier),
         ))  # fmt: skip
-    more = len(found) > size
-    return BudgetsOut(budgets=budgets, live=live is not None,
-                      next_cursor=encode_cursor([page[-1][0], page[-1][1]]) if more else None)  # fmt: skip
+    return BudgetsOut(budgets=budgets, live=live is not None, next_cursor=next_cursor)

@@ -9,6 +9,7 @@ door has no path for them. What each step may do is decided in apps.outbound.exe
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -55,13 +56,16 @@ def _step(request: OutboundRequest) -> StepOut:
                    retry_at=execution.retry_at(request))  # fmt: skip
 
 
-def _in_tenant(ctx: Context, data: RequestRef) -> None:
-    if not OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.request_id, "request_id")).exists():
+def _the_request(ctx: Context, data: RequestRef) -> uuid.UUID:
+    """The id of the tenant's request named (each step moves it by a guarded UPDATE of its own)."""
+    request_id = parse_id(data.request_id, "request_id")
+    if not OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=request_id).exists():
         raise OakenError.not_found("request_id")
+    return request_id
 
 
 _INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER, "callers": Callers.INTERNAL,
-             "data_scope": _in_tenant, "output": StepOut}  # fmt: skip
+             "targets": _the_request, "output": StepOut}  # fmt: skip
 
 
 @operation(
@@ -72,7 +76,7 @@ _INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER,
     **_INTERNAL,
 )
 def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.claim(data.request_id, act=ctx))
+    return _step(execution.claim(ctx.targets, act=ctx))
 
 
 @operation(
@@ -82,8 +86,8 @@ def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
     **_INTERNAL,
 )
 def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
-    execution.begin_data(data.request_id, data.attempt, act=ctx)
-    return _step(OutboundRequest.objects.for_tenant(ctx.tenant).get(pk=data.request_id))
+    execution.begin_data(ctx.targets, data.attempt, act=ctx)
+    return _step(OutboundRequest.objects.for_tenant(ctx.tenant).get(pk=ctx.targets))
 
 
 @operation(
@@ -94,7 +98,7 @@ def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
     **_INTERNAL,
 )
 def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
-    return _step(execution.record_outcome(data.request_id, data.attempt, data.outcome, data.error,
+    return _step(execution.record_outcome(ctx.targets, data.attempt, data.outcome, data.error,
                                           list(data.refused_recipients), act=ctx))  # fmt: skip
 
 
@@ -105,7 +109,7 @@ def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
     **_INTERNAL,
 )
 def release_scheduled_send(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.release(data.request_id, act=ctx))
+    return _step(execution.release(ctx.targets, act=ctx))
 
 
 class RecoverIn(AttemptIn):
@@ -120,7 +124,7 @@ class RecoverIn(AttemptIn):
     **_INTERNAL,
 )
 def recover_outbound_send(ctx: Context, data: RecoverIn) -> StepOut:
-    return _step(execution.recover(data.request_id, data.attempt, data.silent_since, act=ctx))
+    return _step(execution.recover(ctx.targets, data.attempt, data.silent_since, act=ctx))
 
 
 @operation(
@@ -130,4 +134,4 @@ def recover_outbound_send(ctx: Context, data: RecoverIn) -> StepOut:
     **_INTERNAL,
 )
 def reconcile_outbound(ctx: Context, data: RequestRef) -> StepOut:
-    return _step(execution.reconcile_found(data.request_id, act=ctx))
+    return _step(execution.reconcile_found(ctx.targets, act=ctx))

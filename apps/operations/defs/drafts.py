@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
-from django.db.models import QuerySet
 from pydantic import Field, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import parse_id
 from apps.core.kinds import Principal
-from apps.mail.models import Attachment, Message
+from apps.mail.models import Attachment, MailAccount, Message
+from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
-from apps.operations.defs.mail_read import OptionalAccountIn, account_of, message_of, reach
+from apps.operations.defs.mail_read import OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
 from apps.outbound.compose import (
+    Recipients,
     check_attachment_limits,
     forward_subject,
     normalize_address,
@@ -29,6 +29,7 @@ from apps.outbound.compose import (
     stored_attachment,
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, State
+from apps.outbound.selectors import access_draft_by_id, drafts_in_reach
 
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
 ADDRESSES_MAX = 500
@@ -75,26 +76,8 @@ def draft_out(ctx: Context, draft: Draft) -> DraftOut:
     )  # fmt: skip
 
 
-def drafts_in_reach(ctx: Context) -> QuerySet[Draft]:
-    return Draft.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-
-
 def draft_of(ctx: Context, draft_id: str) -> Draft:
-    """The draft, checked like a message: another tenant's id is NOT_FOUND, another workspace's OUT_OF_SCOPE."""
-
-    def load() -> Draft:
-        draft = Draft.objects.for_tenant(ctx.tenant).filter(pk=parse_id(draft_id, "draft_id")).first()
-        if draft is None:
-            raise OakenError.not_found("draft_id")
-        account_of(ctx, str(draft.account_id))  # the workspace check, on the draft's field name
-        return draft
-
-    try:
-        return ctx.remember(("draft", draft_id), load)
-    except OakenError as error:
-        if error.field == "account_id":
-            raise OakenError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
-        raise
+    return access_draft_by_id(draft_id, reach=reach(ctx))
 
 
 def _check_body(ctx: Context, body: str | None) -> None:
@@ -125,12 +108,6 @@ class CreateDraftIn(Closed):
     attachments: list[AttachmentIn] = Field(default=[], max_length=100, description=ATTACHMENTS_HELP)
 
 
-def _draft_files(ctx: Context, items: list[AttachmentIn]) -> Files:
-    # the data-scope check and the handler share one decoding
-    files: Files = ctx.remember(("draft files",), lambda: attached_files(ctx, items))
-    return files
-
-
 def _attach(ctx: Context, draft: Draft, files: Files) -> None:
     """The files become the draft's, in this order (send_draft sends them as they are)."""
     OutboundAttachment.objects.bulk_create(
@@ -140,16 +117,22 @@ def _attach(ctx: Context, draft: Draft, files: Files) -> None:
     )  # fmt: skip
 
 
-def _create_scope(ctx: Context, data: CreateDraftIn) -> None:
-    account_of(ctx, data.account_id)
-    recipients(data.to, data.cc, data.bcc)
+class NewDraft(NamedTuple):
+    account: MailAccount
+    found: Recipients
+    files: Files
+
+
+def _new_draft(ctx: Context, data: CreateDraftIn) -> NewDraft:
+    account = account_of(ctx, data.account_id)
+    found = recipients(data.to, data.cc, data.bcc)
     _check_body(ctx, data.body)
-    _draft_files(ctx, data.attachments)
+    return NewDraft(account, found, attached_files(ctx, data.attachments))
 
 
 def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
-    found = recipients(data.to, data.cc, data.bcc)
-    return Preview((Change("new draft", None, {"account_id": data.account_id, "recipients": found.count,
+    new: NewDraft = ctx.targets
+    return Preview((Change("new draft", None, {"account_id": data.account_id, "recipients": new.found.count,
                                                "attachments": len(data.attachments)}),))  # fmt: skip
 
 
@@ -162,16 +145,14 @@ def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_create_preview,
     confirm=NEVER,
-    data_scope=_create_scope,
+    targets=_new_draft,
 )
 def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
-    account = account_of(ctx, data.account_id)
-    found = recipients(data.to, data.cc, data.bcc)
+    account, found, files = ctx.targets
     draft = Draft.objects.create(
         tenant=ctx.tenant, account=account, to=found.to, cc=found.cc, bcc=found.bcc, subject=data.subject,
         body=data.body, created_at=ctx.now, updated_at=ctx.now,
     )  # fmt: skip
-    files = _draft_files(ctx, data.attachments)
     _attach(ctx, draft, files)
     ctx.touch(draft.pk, None, {"draft": "created", "account_id": str(account.pk), "attachments": len(files)})
     return draft_out(ctx, draft)
@@ -197,21 +178,26 @@ class UpdateDraftIn(Closed):
 _EDITABLE = ("to", "cc", "bcc", "subject", "body")
 
 
-def _update_scope(ctx: Context, data: UpdateDraftIn) -> None:
-    draft_of(ctx, data.draft_id)
+class DraftEdit(NamedTuple):
+    draft: Draft
+    files: Files | None  # None: the draft keeps its files
+
+
+def _draft_edit(ctx: Context, data: UpdateDraftIn) -> DraftEdit:
+    # in the change's transaction, the draft is held until it commits
+    draft = access_draft_by_id(data.draft_id, reach=reach(ctx), lock=ctx.in_transaction)
     recipients(data.to or [], data.cc or [], data.bcc or [])
     _check_body(ctx, data.body)
-    if data.attachments is not None:
-        _draft_files(ctx, data.attachments)
+    return DraftEdit(draft, attached_files(ctx, data.attachments) if data.attachments is not None else None)
 
 
-def _changed_fields(ctx: Context, draft: Draft, data: UpdateDraftIn) -> list[str]:
+def _changed_fields(ctx: Context, edit: DraftEdit, data: UpdateDraftIn) -> list[str]:
+    draft = edit.draft
     new = _updated(draft, data)
     changed = [name for name in _EDITABLE if getattr(draft, name) != new[name]]
-    if data.attachments is not None:
+    if edit.files is not None:
         held = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
-        given = [(name, ctype, hashlib.sha256(content).hexdigest()) for name, ctype, content in
-                 _draft_files(ctx, data.attachments)]  # fmt: skip
+        given = [(name, ctype, hashlib.sha256(content).hexdigest()) for name, ctype, content in edit.files]
         if list(held.values_list("filename", "content_type", "sha256")) != given:
             changed.append("attachments")
     return changed
@@ -231,8 +217,8 @@ def _updated(draft: Draft, data: UpdateDraftIn) -> dict[str, Any]:
 
 
 def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
-    draft = draft_of(ctx, data.draft_id)
-    return Preview((Change(str(draft.pk), None, {"changed": _changed_fields(ctx, draft, data)}),))
+    edit: DraftEdit = ctx.targets
+    return Preview((Change(str(edit.draft.pk), None, {"changed": _changed_fields(ctx, edit, data)}),))
 
 
 @operation(
@@ -244,19 +230,20 @@ def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_update_preview,
     confirm=NEVER,
-    data_scope=_update_scope,
+    targets=_draft_edit,
 )
 def update_draft(ctx: Context, data: UpdateDraftIn) -> DraftOut:
-    draft = Draft.objects.for_tenant(ctx.tenant).select_for_update().get(pk=draft_of(ctx, data.draft_id).pk)
+    edit: DraftEdit = ctx.targets
+    draft = edit.draft
     _agent_may_edit(ctx, draft)
-    changed = _changed_fields(ctx, draft, data)
+    changed = _changed_fields(ctx, edit, data)
     for name, value in _updated(draft, data).items():
         setattr(draft, name, value)
     draft.updated_at = ctx.now
     draft.save()
     if "attachments" in changed:
         OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).delete()
-        _attach(ctx, draft, _draft_files(ctx, data.attachments or []))
+        _attach(ctx, draft, edit.files or ())
     ctx.touch(draft.pk, None, {"changed": changed})
     return draft_out(ctx, draft)
 
@@ -273,12 +260,12 @@ class DraftDeletedOut(Closed):
     deleted: bool
 
 
-def _draft_scope(ctx: Context, data: DraftIn) -> None:
-    draft_of(ctx, data.draft_id)
+def _the_draft(ctx: Context, data: DraftIn) -> Draft:
+    return draft_of(ctx, data.draft_id)
 
 
 def _delete_preview(ctx: Context, data: DraftIn) -> Preview:
-    draft = draft_of(ctx, data.draft_id)
+    draft: Draft = ctx.targets
     return Preview((Change(str(draft.pk), {"draft": "exists"}, {"draft": "deleted"}),), summary="delete a draft")
 
 
@@ -291,10 +278,10 @@ def _delete_preview(ctx: Context, data: DraftIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_delete_preview,
     confirm=ALWAYS,
-    data_scope=_draft_scope,
+    targets=_the_draft,
 )
 def delete_draft(ctx: Context, data: DraftIn) -> DraftDeletedOut:
-    draft = draft_of(ctx, data.draft_id)
+    draft: Draft = ctx.targets
     _agent_may_edit(ctx, draft)
     deleted, _ = Draft.objects.for_tenant(ctx.tenant).filter(pk=draft.pk).delete()
     if deleted:
@@ -313,13 +300,6 @@ class DraftsOut(Closed):
     drafts: list[DraftOut]
 
 
-def _list_scope(ctx: Context, data: ListDraftsIn) -> None:
-    if data.account_id is not None:
-        account_of(ctx, data.account_id)
-    else:
-        reach(ctx).require_account(None)
-
-
 @operation(
     name="list_drafts",
     summary="List drafts, newest first (of one account, or of every account in reach).",
@@ -327,13 +307,14 @@ def _list_scope(ctx: Context, data: ListDraftsIn) -> None:
     output=DraftsOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_list_scope,
+    targets=an_account,
     bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
 )
 def list_drafts(ctx: Context, data: ListDraftsIn) -> DraftsOut:
-    drafts = drafts_in_reach(ctx)
-    if data.account_id is not None:
-        drafts = drafts.filter(account_id=account_of(ctx, data.account_id).pk)
+    account: MailAccount | None = ctx.targets
+    drafts = drafts_in_reach(reach=reach(ctx))
+    if account is not None:
+        drafts = drafts.filter(account_id=account.pk)
     limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
     return DraftsOut(drafts=[draft_out(ctx, d) for d in drafts.order_by("-updated_at")[:limit]])
 
@@ -376,13 +357,15 @@ def _reply_recipients(message: Message, reply_all: bool) -> tuple[list[str], lis
     return found.to, found.cc
 
 
-def _message_scope(ctx: Context, data: ReplyIn | ForwardIn) -> None:
-    message_of(ctx, data.message_id)
+def _source(ctx: Context, data: ReplyIn | ForwardIn) -> Message:
+    """The message replied to or forwarded."""
+    message = access_message_by_id(data.message_id, reach=reach(ctx))
     _check_body(ctx, data.body)
+    return message
 
 
 def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
-    message = message_of(ctx, data.message_id)
+    message: Message = ctx.targets
     to, cc = _reply_recipients(message, data.reply_all)
     return Preview((Change("new draft", None, {"reply_to": str(message.pk), "recipients": len(to) + len(cc)}),))
 
@@ -397,10 +380,10 @@ def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_reply_preview,
     confirm=NEVER,
-    data_scope=_message_scope,
+    targets=_source,
 )
 def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
-    message = message_of(ctx, data.message_id)
+    message: Message = ctx.targets
     text = Message.objects.for_tenant(ctx.tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
     to, cc = _reply_recipients(message, data.reply_all)
     body = data.body
@@ -431,14 +414,18 @@ class ForwardIn(Closed):
     attachments: bool = Field(default=True, description="forward the original's attachments")
 
 
-def _forward_scope(ctx: Context, data: ForwardIn) -> None:
-    _message_scope(ctx, data)
-    recipients(data.to, data.cc, [])
+class Forward(NamedTuple):
+    message: Message
+    found: Recipients
+
+
+def _forward(ctx: Context, data: ForwardIn) -> Forward:
+    message = _source(ctx, data)
+    return Forward(message, recipients(data.to, data.cc, []))
 
 
 def _forward_preview(ctx: Context, data: ForwardIn) -> Preview:
-    message = message_of(ctx, data.message_id)
-    found = recipients(data.to, data.cc, [])
+    message, found = ctx.targets
     return Preview((Change("new draft", None, {"forward_of": str(message.pk), "recipients": found.count}),))
 
 
@@ -467,12 +454,11 @@ def _forwarded_block(message: Message, text: str) -> str:
     ceiling=Ceiling.ON,
     preview=_forward_preview,
     confirm=NEVER,
-    data_scope=_forward_scope,
+    targets=_forward,
 )
 def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
-    message = message_of(ctx, data.message_id)
+    message, found = ctx.targets
     text = Message.objects.for_tenant(ctx.tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
-    found = recipients(data.to, data.cc, [])
     files = (
         list(Attachment.objects.for_tenant(ctx.tenant).filter(message=message, inline=False).order_by("id"))
         if data.attachments

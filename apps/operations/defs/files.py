@@ -9,8 +9,9 @@ from pydantic import Field
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.mail.models import Attachment
+from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import message_of
+from apps.operations.defs.mail_read import reach
 from apps.operations.defs.shapes import Closed, Id
 from apps.outbound.compose import (
     attachment_content_type,
@@ -65,10 +66,7 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     found = rows.values_list("message_id", "size").first()
     if found is None:
         raise OakenError.not_found(field)
-    try:
-        message_of(ctx, str(found[0]))
-    except OakenError as error:
-        raise OakenError(error.code, error.message.replace("message_id", field), field=field) from None
+    access_message_by_id(str(found[0]), reach=reach(ctx), field=field)
     limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
     if found[1] > limit:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)

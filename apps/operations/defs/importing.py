@@ -66,11 +66,13 @@ def _workspace(ctx: Context, data: ImportIn) -> Workspace:
     return workspace
 
 
-def _import_scope(ctx: Context, data: ImportIn) -> None:
+def _destination(ctx: Context, data: ImportIn) -> Workspace:
+    """The workspace the mail goes to, where the account named is a local one (or not there yet)."""
     workspace = _workspace(ctx, data)
     named = MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name)
     if named.exclude(kind=AccountKind.LOCAL).exists():
         raise OakenError.invalid("account_name", "mail can only be imported into a local account")
+    return workspace
 
 
 def _readable(ctx: Context, data: ImportIn) -> None:
@@ -90,7 +92,7 @@ def _readable(ctx: Context, data: ImportIn) -> None:
     ceiling=Ceiling.NEVER,
     role="ADMIN",
     confirm=NEVER,
-    data_scope=_import_scope,
+    targets=_destination,
     verify=_readable,
     callers=Callers.SERVER,
     commits_in_batches=True,
@@ -100,7 +102,7 @@ def import_mail_op(ctx: Context, data: ImportIn) -> ImportOut:
     one that cannot be parsed is recorded with its position and a reason, and the import goes on."""
     try:
         counts = import_mail(
-            tenant=ctx.tenant, workspace=_workspace(ctx, data), account_name=data.account_name, path=Path(data.path)
+            tenant=ctx.tenant, workspace=ctx.targets, account_name=data.account_name, path=Path(data.path)
         )
     except ImportRefusedError as refused:
         # the checks ran a moment ago: the path or the account changed since

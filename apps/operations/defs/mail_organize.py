@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from django.db import IntegrityError, transaction
 from pydantic import Field
@@ -12,10 +12,10 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail import readstate
 from apps.mail.mirror import mirror_flags, mirror_moves
-from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, Message, MessageLabel
-from apps.mail.selectors import access_account, access_folder, access_labels
+from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, MailAccount, Message, MessageLabel
+from apps.mail.selectors import access_account_by_id, access_folder_by_name, access_labels_by_ids
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import LabelOut, label_out, messages_of, reach
+from apps.operations.defs.mail_read import LabelOut, label_out, reach, the_messages
 from apps.operations.defs.shapes import Closed, Id, MailText, MessageIds, Name, folder_label
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
 
@@ -29,10 +29,6 @@ def _small(data: MessageIds) -> int:
 SMALL_CHANGE = above("CONFIRM_FREE_MAX", _small)
 
 
-def _messages_scope(ctx: Context, data: MessageIds) -> None:
-    messages_of(ctx, data.message_ids)
-
-
 class ChangedOut(Closed):
     changed: int
     message_ids: list[str]
@@ -43,7 +39,7 @@ class ChangedOut(Closed):
 
 def _read_preview(value: bool):
     def preview(ctx: Context, data: MessageIds) -> Preview:
-        messages = messages_of(ctx, data.message_ids)
+        messages: list[Message] = ctx.targets
         return Preview(
             tuple(Change(str(m.pk), {"read": m.read}, {"read": value}) for m in messages if m.read != value),
             summary=f"mark {'read' if value else 'unread'}",
@@ -52,8 +48,8 @@ def _read_preview(value: bool):
     return preview
 
 
-def _set_read(ctx: Context, data: MessageIds, value: bool) -> ChangedOut:
-    messages = messages_of(ctx, data.message_ids)
+def _set_read(ctx: Context, value: bool) -> ChangedOut:
+    messages: list[Message] = ctx.targets
     changed = readstate.set_read(tenant=ctx.tenant, message_ids=[m.pk for m in messages], read=value)
     for pk, before in changed:
         ctx.touch(pk, {"read": before}, {"read": value})
@@ -69,12 +65,12 @@ def _set_read(ctx: Context, data: MessageIds, value: bool) -> ChangedOut:
     ceiling=Ceiling.ON,
     preview=_read_preview(True),
     confirm=SMALL_CHANGE,
-    data_scope=_messages_scope,
+    targets=the_messages,
     bounds=(_BATCH,),
     changes_read_state=True,
 )
 def mark_read(ctx: Context, data: MessageIds) -> ChangedOut:
-    return _set_read(ctx, data, True)
+    return _set_read(ctx, True)
 
 
 @operation(
@@ -86,12 +82,12 @@ def mark_read(ctx: Context, data: MessageIds) -> ChangedOut:
     ceiling=Ceiling.ON,
     preview=_read_preview(False),
     confirm=SMALL_CHANGE,
-    data_scope=_messages_scope,
+    targets=the_messages,
     bounds=(_BATCH,),
     changes_read_state=True,
 )
 def mark_unread(ctx: Context, data: MessageIds) -> ChangedOut:
-    return _set_read(ctx, data, False)
+    return _set_read(ctx, False)
 
 
 # ---------------------------------------------------------------- pins
@@ -102,7 +98,7 @@ class PinIn(MessageIds):
 
 
 def _pin_preview(ctx: Context, data: PinIn) -> Preview:
-    messages = messages_of(ctx, data.message_ids)
+    messages: list[Message] = ctx.targets
     return Preview(
         tuple(
             Change(str(m.pk), {"pinned": m.pinned}, {"pinned": data.pinned})
@@ -121,7 +117,7 @@ def _pin_preview(ctx: Context, data: PinIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_pin_preview,
     confirm=SMALL_CHANGE,
-    data_scope=_messages_scope,
+    targets=the_messages,
     bounds=(_BATCH,),
 )
 def set_pinned(ctx: Context, data: PinIn) -> ChangedOut:
@@ -144,18 +140,23 @@ class LabelMessagesIn(MessageIds):
     label_ids: list[Id] = Field(min_length=1)
 
 
-def _label_scope(ctx: Context, data: LabelMessagesIn) -> None:
-    messages = messages_of(ctx, data.message_ids)
-    labels = access_labels(reach(ctx), data.label_ids)
+class Labelling(NamedTuple):
+    messages: list[Message]
+    labels: list[Label]
+
+
+def _labelling(ctx: Context, data: LabelMessagesIn) -> Labelling:
+    messages = the_messages(ctx, data)
+    labels = access_labels_by_ids(data.label_ids, reach=reach(ctx))
     accounts = {m.account_id for m in messages}
     if any(label.account_id not in accounts or len(accounts) > 1 for label in labels):
         raise OakenError.invalid("label_ids", "labels belong to an account: use labels of the messages' own account")
+    return Labelling(messages, labels)
 
 
 def _labels_preview(add: bool):
     def preview(ctx: Context, data: LabelMessagesIn) -> Preview:
-        messages = messages_of(ctx, data.message_ids)
-        labels = access_labels(reach(ctx), data.label_ids)
+        messages, labels = ctx.targets
         present = set(
             MessageLabel.objects.for_tenant(ctx.tenant)
             .filter(message__in=[m.pk for m in messages], label__in=[x.pk for x in labels])
@@ -215,7 +216,7 @@ operation(
     ceiling=Ceiling.ON,
     preview=_labels_preview(True),
     confirm=_LABEL_CHANGE,
-    data_scope=_label_scope,
+    targets=_labelling,
     bounds=_LABEL_BOUNDS,
 )(_label_handler(True))
 
@@ -228,7 +229,7 @@ operation(
     ceiling=Ceiling.ON,
     preview=_labels_preview(False),
     confirm=_LABEL_CHANGE,
-    data_scope=_label_scope,
+    targets=_labelling,
     bounds=_LABEL_BOUNDS,
 )(_label_handler(False))
 
@@ -246,8 +247,8 @@ class LabelResult(Closed):
     label: LabelOut
 
 
-def _create_label_scope(ctx: Context, data: CreateLabelIn) -> None:
-    access_account(reach(ctx), data.account_id)
+def _label_account(ctx: Context, data: CreateLabelIn) -> MailAccount:
+    return access_account_by_id(data.account_id, reach=reach(ctx))
 
 
 def _create_label_preview(ctx: Context, data: CreateLabelIn) -> Preview:
@@ -263,10 +264,10 @@ def _create_label_preview(ctx: Context, data: CreateLabelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_create_label_preview,
     confirm=NEVER,
-    data_scope=_create_label_scope,
+    targets=_label_account,
 )
 def create_label(ctx: Context, data: CreateLabelIn) -> LabelResult:
-    account = access_account(reach(ctx), data.account_id)
+    account: MailAccount = ctx.targets
     if Label.objects.for_tenant(ctx.tenant).filter(account=account, name=data.name).exists():
         raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name")
     try:
@@ -283,12 +284,12 @@ class RenameLabelIn(Closed):
     name: Name
 
 
-def _one_label_scope(ctx: Context, data: RenameLabelIn | LabelIn) -> None:
-    access_labels(reach(ctx), [data.label_id], "label_id")
+def _the_label(ctx: Context, data: RenameLabelIn | LabelIn) -> Label:
+    return access_labels_by_ids([data.label_id], reach=reach(ctx), field="label_id")[0]
 
 
 def _rename_preview(ctx: Context, data: RenameLabelIn) -> Preview:
-    label = access_labels(reach(ctx), [data.label_id], "label_id")[0]
+    label: Label = ctx.targets
     return Preview((Change(str(label.pk), {"name": label.name}, {"name": data.name}),))
 
 
@@ -301,10 +302,10 @@ def _rename_preview(ctx: Context, data: RenameLabelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_rename_preview,
     confirm=NEVER,
-    data_scope=_one_label_scope,
+    targets=_the_label,
 )
 def rename_label(ctx: Context, data: RenameLabelIn) -> LabelResult:
-    label = access_labels(reach(ctx), [data.label_id], "label_id")[0]
+    label: Label = ctx.targets
     if (
         Label.objects.for_tenant(ctx.tenant)
         .filter(account_id=label.account_id, name=data.name)
@@ -332,7 +333,7 @@ class DeletedOut(Closed):
 
 
 def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
-    label = access_labels(reach(ctx), [data.label_id], "label_id")[0]
+    label: Label = ctx.targets
     count = MessageLabel.objects.for_tenant(ctx.tenant).filter(label=label).count()
     return Preview(
         (Change(str(label.pk), {"name": label.name, "messages": count}, None),),
@@ -349,10 +350,10 @@ def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_delete_label_preview,
     confirm=ALWAYS,
-    data_scope=_one_label_scope,
+    targets=_the_label,
 )
 def delete_label(ctx: Context, data: LabelIn) -> DeletedOut:
-    label = access_labels(reach(ctx), [data.label_id], "label_id")[0]
+    label: Label = ctx.targets
     links = MessageLabel.objects.for_tenant(ctx.tenant).filter(label=label)
     count = links.count()
     links.delete()
@@ -368,39 +369,47 @@ class MoveIn(MessageIds):
     folder: str = Field(min_length=1, max_length=500, description="inbox, archive, spam, sent, drafts or a folder name")
 
 
-def _targets(ctx: Context, messages: list[Message], folder: str) -> dict[object, Folder]:
-    """The destination folder in each message's own account."""
+class Moves(NamedTuple):
+    messages: list[Message]
+    # the destination folder in each message's own account
+    to: dict[object, Folder]
+
+
+def _moves(messages: list[Message], folder: str) -> Moves:
     accounts = {m.account_id: m.account for m in messages}
-    return {account_id: access_folder(account, folder) for account_id, account in accounts.items()}
+    return Moves(messages, {pk: access_folder_by_name(folder, account=account) for pk, account in accounts.items()})
 
 
-def _move_changes(ctx: Context, messages: list[Message], targets: dict[object, Folder]) -> tuple[Change, ...]:
+def _move_changes(moves: Moves) -> tuple[Change, ...]:
     return tuple(
-        Change(str(m.pk), {"folder": folder_label(m.folder)}, {"folder": folder_label(targets[m.account_id])})
-        for m in messages
-        if m.folder_id != targets[m.account_id].pk
+        Change(str(m.pk), {"folder": folder_label(m.folder)}, {"folder": folder_label(moves.to[m.account_id])})
+        for m in moves.messages
+        if m.folder_id != moves.to[m.account_id].pk
     )
 
 
-def _move_scope(ctx: Context, data: MoveIn) -> None:
-    messages = messages_of(ctx, data.message_ids)
-    targets = _targets(ctx, messages, data.folder)
-    if any(t.kind == FolderKind.TRASH for t in targets.values()):
+def _moving(ctx: Context, data: MoveIn) -> Moves:
+    moves = _moves(the_messages(ctx, data), data.folder)
+    if any(t.kind == FolderKind.TRASH for t in moves.to.values()):
         raise OakenError.invalid("folder", "use trash_messages to move mail to the trash")
+    return moves
+
+
+def _trashing(ctx: Context, data: MessageIds) -> Moves:
+    return _moves(the_messages(ctx, data), "trash")
 
 
 def _move_preview(ctx: Context, data: MoveIn) -> Preview:
-    messages = messages_of(ctx, data.message_ids)
-    return Preview(_move_changes(ctx, messages, _targets(ctx, messages, data.folder)), summary=f"move to {data.folder}")
+    return Preview(_move_changes(ctx.targets), summary=f"move to {data.folder}")
 
 
-def _apply_moves(ctx: Context, messages: list[Message], targets: dict[object, Folder], trashing: bool) -> ChangedOut:
-    changes = _move_changes(ctx, messages, targets)
+def _apply_moves(ctx: Context, moves: Moves, trashing: bool) -> ChangedOut:
+    changes = _move_changes(moves)
     moved = {c.id for c in changes}
-    for m in messages:
+    for m in moves.messages:
         if str(m.pk) not in moved:
             continue
-        target = targets[m.account_id]
+        target = moves.to[m.account_id]
         update: dict[str, object] = {"folder": target}
         if trashing:
             update["trashed_from"] = m.folder
@@ -422,19 +431,15 @@ def _apply_moves(ctx: Context, messages: list[Message], targets: dict[object, Fo
     ceiling=Ceiling.ON,
     preview=_move_preview,
     confirm=SMALL_CHANGE,
-    data_scope=_move_scope,
+    targets=_moving,
     bounds=(_BATCH,),
 )
 def move_messages(ctx: Context, data: MoveIn) -> ChangedOut:
-    messages = messages_of(ctx, data.message_ids)
-    return _apply_moves(ctx, messages, _targets(ctx, messages, data.folder), trashing=False)
+    return _apply_moves(ctx, ctx.targets, trashing=False)
 
 
 def _trash_preview(ctx: Context, data: MessageIds) -> Preview:
-    messages = messages_of(ctx, data.message_ids)
-    return Preview(
-        _move_changes(ctx, messages, _targets(ctx, messages, "trash")), summary="move to trash (recoverable)"
-    )
+    return Preview(_move_changes(ctx.targets), summary="move to trash (recoverable)")
 
 
 @operation(
@@ -446,33 +451,32 @@ def _trash_preview(ctx: Context, data: MessageIds) -> Preview:
     ceiling=Ceiling.ON,
     preview=_trash_preview,
     confirm=SMALL_CHANGE,
-    data_scope=_messages_scope,
+    targets=_trashing,
     bounds=(_BATCH,),
 )
 def trash_messages(ctx: Context, data: MessageIds) -> ChangedOut:
-    messages = messages_of(ctx, data.message_ids)
-    return _apply_moves(ctx, messages, _targets(ctx, messages, "trash"), trashing=True)
+    return _apply_moves(ctx, ctx.targets, trashing=True)
 
 
-def _restore_targets(ctx: Context, messages: list[Message]) -> dict[str, Folder]:
+def _restoring(ctx: Context, data: MessageIds) -> dict[str, Folder]:
+    """Where each trashed message named goes back to (messages not in the trash stay where they are)."""
     inboxes: dict[object, Folder] = {}
     result = {}
-    for m in messages:
+    for m in the_messages(ctx, data):
         if m.folder.kind != FolderKind.TRASH:
             continue
         if m.trashed_from_id is not None:
             result[str(m.pk)] = Folder.objects.for_tenant(ctx.tenant).get(pk=m.trashed_from_id)
         else:
             if m.account_id not in inboxes:
-                inboxes[m.account_id] = access_folder(m.account, "inbox")
+                inboxes[m.account_id] = access_folder_by_name("inbox", account=m.account)
             result[str(m.pk)] = inboxes[m.account_id]
     return result
 
 
 def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
-    messages = messages_of(ctx, data.message_ids)
-    targets = _restore_targets(ctx, messages)
-    return Preview(tuple(Change(pk, {"folder": "trash"}, {"folder": folder_label(f)}) for pk, f in targets.items()))
+    folders: dict[str, Folder] = ctx.targets
+    return Preview(tuple(Change(pk, {"folder": "trash"}, {"folder": folder_label(f)}) for pk, f in folders.items()))
 
 
 @operation(
@@ -484,17 +488,16 @@ def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
     ceiling=Ceiling.ON,
     preview=_restore_preview,
     confirm=SMALL_CHANGE,
-    data_scope=_messages_scope,
+    targets=_restoring,
     bounds=(_BATCH,),
 )
 def restore_messages(ctx: Context, data: MessageIds) -> ChangedOut:
-    messages = messages_of(ctx, data.message_ids)
-    targets = _restore_targets(ctx, messages)
-    for pk, folder in targets.items():
+    folders: dict[str, Folder] = ctx.targets
+    for pk, folder in folders.items():
         Message.objects.for_tenant(ctx.tenant).filter(pk=pk).update(folder=folder, trashed_from=None)
         ctx.touch(pk, {"folder": "trash"}, {"folder": folder_label(folder)})
-    mirror_moves(tenant=ctx.tenant, message_ids=list(targets))
-    return ChangedOut(changed=len(targets), message_ids=list(targets))
+    mirror_moves(tenant=ctx.tenant, message_ids=list(folders))
+    return ChangedOut(changed=len(folders), message_ids=list(folders))
 
 
 # ---------------------------------------------------------------- summaries
@@ -534,7 +537,7 @@ def extractive_summary(text: str, limit: int) -> tuple[str, bool]:
 
 
 def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
-    messages = messages_of(ctx, data.message_ids)
+    messages: list[Message] = ctx.targets
     return Preview(
         tuple(Change(str(m.pk), {"read": m.read}, {"read": True}) for m in messages if data.mark_read and not m.read),
         summary="summarize" + (" and mark read" if data.mark_read else ""),
@@ -550,12 +553,12 @@ def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_summarize_preview,
     confirm=when(lambda d: d.mark_read),
-    data_scope=_messages_scope,
+    targets=the_messages,
     bounds=(Bound("message_ids", "SUMMARIZE_MAX"),),
     changes_read_state=True,
 )
 def summarize_messages(ctx: Context, data: SummarizeIn) -> SummariesOut:
-    messages = messages_of(ctx, data.message_ids)
+    messages: list[Message] = ctx.targets
     bodies = dict(
         Message.objects.for_tenant(ctx.tenant).filter(pk__in=[m.pk for m in messages]).values_list("pk", "text_body")
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections import defaultdict
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 from django.db.models import Count, F, Q
@@ -13,9 +13,17 @@ from pydantic import Field
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
+from apps.core.pages import cut_page, read_cursor
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage
-from apps.mail.selectors import Reach, access_account, access_folder, access_message, access_messages, access_thread
+from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage, Thread
+from apps.mail.selectors import (
+    Reach,
+    access_account_by_id,
+    access_folder_by_name,
+    access_message_by_id,
+    access_messages_by_ids,
+    access_thread_by_id,
+)
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -23,11 +31,10 @@ from apps.operations.defs.shapes import (
     Empty,
     Id,
     MailText,
+    MessageIds,
     MessageSummary,
     Page,
     cut,
-    decode_cursor,
-    encode_cursor,
     summarize,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
@@ -37,17 +44,31 @@ def reach(ctx: Context) -> Reach:
     return Reach(ctx.tenant, ctx.workspaces)
 
 
-def message_of(ctx: Context, message_id: str) -> Message:
-    """The message, checked once per call (data scope, preview and handler share it)."""
-    return ctx.remember(("message", message_id), lambda: access_message(reach(ctx), message_id))
-
-
 def account_of(ctx: Context, account_id: str) -> MailAccount:
-    return ctx.remember(("account", account_id), lambda: access_account(reach(ctx), account_id))
+    return access_account_by_id(account_id, reach=reach(ctx))
 
 
-def messages_of(ctx: Context, message_ids: list[str]) -> list[Message]:
-    return ctx.remember(("messages", tuple(message_ids)), lambda: access_messages(reach(ctx), message_ids))
+# targets (apps.operations.registry): what an input names, resolved in the caller's reach
+
+
+def the_account(ctx: Context, data: AccountIn) -> MailAccount:
+    return account_of(ctx, data.account_id)
+
+
+def an_account(ctx: Context, data: OptionalAccountIn | SearchIn) -> MailAccount | None:
+    """The account named, or None for every account in reach (refused when the reach is restricted)."""
+    if data.account_id is not None:
+        return account_of(ctx, data.account_id)
+    reach(ctx).require_account(None)
+    return None
+
+
+def the_message(ctx: Context, data: MessageIn) -> Message:
+    return access_message_by_id(data.message_id, reach=reach(ctx))
+
+
+def the_messages(ctx: Context, data: MessageIds) -> list[Message]:
+    return access_messages_by_ids(data.message_ids, reach=reach(ctx))
 
 
 def label_ids_of(ctx: Context, messages: list[Message]) -> dict[object, list[str]]:
@@ -61,10 +82,6 @@ def label_ids_of(ctx: Context, messages: list[Message]) -> dict[object, list[str
 def summaries(ctx: Context, messages: list[Message]) -> list[MessageSummary]:
     labels = label_ids_of(ctx, messages)
     return [summarize(m, labels[m.pk]) for m in messages]
-
-
-def _page_size(ctx: Context, limit: int | None) -> int:
-    return limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
 
 
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
@@ -132,10 +149,6 @@ class FoldersOut(Closed):
     folders: list[FolderOut]
 
 
-def _account_scope(ctx: Context, data: AccountIn) -> None:
-    account_of(ctx, data.account_id)
-
-
 @operation(
     name="list_folders",
     summary="List an account's folders with their total and unread counts.",
@@ -143,10 +156,10 @@ def _account_scope(ctx: Context, data: AccountIn) -> None:
     output=FoldersOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_account_scope,
+    targets=the_account,
 )
 def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
-    account = account_of(ctx, data.account_id)
+    account: MailAccount = ctx.targets
     folders = folder_counts(ctx, account)
     return FoldersOut(
         account_id=str(account.pk),
@@ -184,13 +197,6 @@ class LabelsOut(Closed):
     labels: list[LabelOut]
 
 
-def _optional_account_scope(ctx: Context, data: OptionalAccountIn | SearchIn) -> None:
-    if data.account_id is not None:
-        account_of(ctx, data.account_id)
-    else:
-        reach(ctx).require_account(None)
-
-
 def label_out(label: Label) -> LabelOut:
     return LabelOut(id=str(label.pk), account_id=str(label.account_id), name=label.name, color=label.color)
 
@@ -202,12 +208,13 @@ def label_out(label: Label) -> LabelOut:
     output=LabelsOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_optional_account_scope,
+    targets=an_account,
 )
 def list_labels(ctx: Context, data: OptionalAccountIn) -> LabelsOut:
+    account: MailAccount | None = ctx.targets
     labels = Label.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if data.account_id is not None:
-        labels = labels.filter(account_id=parse_id(data.account_id, "account_id"))
+    if account is not None:
+        labels = labels.filter(account=account)
     return LabelsOut(labels=[label_out(label) for label in labels.order_by("account_id", "name")])
 
 
@@ -228,36 +235,36 @@ class MessagesOut(Closed):
     next_cursor: str | None
 
 
-def _list_scope(ctx: Context, data: ListMessagesIn) -> None:
+class Listing(NamedTuple):
+    account: MailAccount | None
+    label: Label | None
+
+
+def _listing(ctx: Context, data: ListMessagesIn) -> Listing:
+    label = None
     if data.label_id is not None:
         label = Label.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.label_id, "label_id")).first()
         if label is None:
             raise OakenError.not_found("label_id")
-        access_account(reach(ctx), str(label.account_id), "label_id")
+        access_account_by_id(str(label.account_id), reach=reach(ctx), field="label_id")
+    account = None
     if data.account_id is not None:
-        account_of(ctx, data.account_id)
+        account = account_of(ctx, data.account_id)
     elif data.label_id is None:
         reach(ctx).require_account(None)
     if data.folder is not None and data.account_id is None:
         raise OakenError.invalid("folder", "needs account_id: folders belong to an account")
+    return Listing(account, label)
 
 
-def _keyset(messages: list[Message], size: int) -> str | None:
-    if len(messages) <= size:
-        return None
-    last = messages[size - 1]
-    return encode_cursor([last.date.isoformat() if last.date else None, str(last.pk)])
+def _position(message: Message) -> list[str | None]:
+    """Newest first, undated last: (date, id), as _after reads it back."""
+    return [message.date.isoformat() if message.date else None, str(message.pk)]
 
 
-def _after(cursor: str | None) -> Q:
-    if cursor is None:
-        return Q()
-    date_raw, pk_raw = decode_cursor(cursor, 2)
-    try:
-        date = datetime.fromisoformat(date_raw) if date_raw else None
-        pk = parse_id(pk_raw, "cursor")
-    except (TypeError, ValueError, OakenError):
-        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
+def _after(date_raw: str | None, pk_raw: str) -> Q:
+    date = datetime.fromisoformat(date_raw) if date_raw else None
+    pk = parse_id(pk_raw, "cursor")
     if date is None:
         return Q(date__isnull=True, pk__lt=pk)
     return Q(date__lt=date) | Q(date=date, pk__lt=pk) | Q(date__isnull=True)
@@ -270,28 +277,30 @@ def _after(cursor: str | None) -> Q:
     output=MessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_list_scope,
+    targets=_listing,
     bounds=(_PAGE_BOUND,),
 )
 def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
-    size = _page_size(ctx, data.limit)
+    size = data.size(ctx.bounds)
+    listing: Listing = ctx.targets
     messages = Message.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if data.account_id is not None:
-        account = account_of(ctx, data.account_id)
-        messages = messages.filter(account=account)
+    if listing.account is not None:
+        messages = messages.filter(account=listing.account)
         if data.folder is not None:
-            messages = messages.filter(folder=access_folder(account, data.folder))
-    if data.label_id is not None:
-        messages = messages.filter(labels=parse_id(data.label_id, "label_id"))
+            messages = messages.filter(folder=access_folder_by_name(data.folder, account=listing.account))
+    if listing.label is not None:
+        messages = messages.filter(labels=listing.label)
     if data.unread_only:
         messages = messages.filter(read=False)
-    page = list(
-        messages.filter(_after(data.cursor))
+    page, next_cursor = cut_page(
+        messages.filter(read_cursor(data.cursor, 2, _after) or Q())
         .select_related("folder")
         .defer("text_body", "html_body", "headers")
-        .order_by(F("date").desc(nulls_last=True), "-id")[: size + 1]  # undated last, as _after expects
+        .order_by(F("date").desc(nulls_last=True), "-id")[: size + 1],  # undated last, as _after expects
+        size,
+        _position,
     )
-    return MessagesOut(messages=summaries(ctx, page[:size]), next_cursor=_keyset(page, size))
+    return MessagesOut(messages=summaries(ctx, page), next_cursor=next_cursor)
 
 
 # ---------------------------------------------------------------- get_message
@@ -323,10 +332,6 @@ class MessageOut(Closed):
     message: MessageDetail
 
 
-def _message_scope(ctx: Context, data: MessageIn) -> None:
-    message_of(ctx, data.message_id)
-
-
 def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
     return [AddressOut(name=a.get("name", ""), address=a.get("address", "")) for a in items]
 
@@ -338,10 +343,10 @@ def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
     output=MessageOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_message_scope,
+    targets=the_message,
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
-    message = message_of(ctx, data.message_id)
+    message: Message = ctx.targets
     text, truncated, length = cut(message.text_body, ctx.bounds["TEXT_MAX_CHARS"])
     attachments = (
         Attachment.objects.for_tenant(ctx.tenant)
@@ -387,8 +392,8 @@ class ThreadMessagesOut(Closed):
     truncated: bool
 
 
-def _thread_scope(ctx: Context, data: ThreadIn) -> None:
-    access_thread(reach(ctx), data.thread_id)
+def _thread(ctx: Context, data: ThreadIn) -> Thread:
+    return access_thread_by_id(data.thread_id, reach=reach(ctx))
 
 
 @operation(
@@ -398,10 +403,10 @@ def _thread_scope(ctx: Context, data: ThreadIn) -> None:
     output=ThreadMessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_thread_scope,
+    targets=_thread,
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
-    thread = access_thread(reach(ctx), data.thread_id)
+    thread: Thread = ctx.targets
     limit = ctx.bounds["THREAD_MAX_MESSAGES"]
     messages = list(
         Message.objects.for_tenant(ctx.tenant)
@@ -426,12 +431,10 @@ class SearchIn(Page):
     account_id: Id | None = None
 
 
-def _search_offset(cursor: str | None) -> int:
-    if not cursor:
-        return 0
-    offset = decode_cursor(cursor, 1)[0]
+def _offset(offset: object) -> int:
+    """Search pages by rank, so its cursor is how many results came before."""
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise OakenError.invalid("cursor", "is not a cursor this service gave out")
+        raise ValueError("not an offset")
     return offset
 
 
@@ -442,29 +445,32 @@ def _search_offset(cursor: str | None) -> int:
     output=MessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_optional_account_scope,
+    targets=an_account,
     bounds=(_PAGE_BOUND, Bound("query", "QUERY_MAX_CHARS")),
 )
 def search(ctx: Context, data: SearchIn) -> MessagesOut:
-    size = _page_size(ctx, data.limit)
-    offset = _search_offset(data.cursor)
+    size = data.size(ctx.bounds)
+    offset = read_cursor(data.cursor or None, 1, _offset) or 0
+    account: MailAccount | None = ctx.targets
     vector = SearchVector("subject", weight="A", config="simple") + SearchVector(
         "text_body", weight="B", config="simple"
     )
     query = SearchQuery(data.query, search_type="websearch", config="simple")
     messages = Message.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if data.account_id is not None:
-        messages = messages.filter(account_id=parse_id(data.account_id, "account_id"))
-    found: list[Any] = list(
+    if account is not None:
+        messages = messages.filter(account=account)
+    found: list[Any]
+    found, next_cursor = cut_page(
         # the match itself (@@): ts_rank is not zero for every miss (it is 1e-20 for some AND queries)
         messages.annotate(document=vector, rank=SearchRank(vector, query))
         .filter(document=query)
         .select_related("folder")
         .defer("html_body", "headers")
-        .order_by("-rank", "-date", "-id")[offset : offset + size + 1]
+        .order_by("-rank", "-date", "-id")[offset : offset + size + 1],
+        size,
+        lambda _: [offset + size],
     )
-    next_cursor = encode_cursor([offset + size]) if len(found) > size else None
-    return MessagesOut(messages=summaries(ctx, found[:size]), next_cursor=next_cursor)
+    return MessagesOut(messages=summaries(ctx, found), next_cursor=next_cursor)
 
 
 # ---------------------------------------------------------------- mailbox_counts
@@ -493,12 +499,13 @@ class CountsOut(Closed):
     output=CountsOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_optional_account_scope,
+    targets=an_account,
 )
 def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
+    named: MailAccount | None = ctx.targets
     accounts = reach(ctx).accounts().order_by("name")
-    if data.account_id is not None:
-        accounts = accounts.filter(pk=parse_id(data.account_id, "account_id"))
+    if named is not None:
+        accounts = accounts.filter(pk=named.pk)
     result = []
     for account in accounts:
         folders = folder_counts(ctx, account)
@@ -533,10 +540,10 @@ class RawOut(Closed):
     output=RawOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.NEVER,
-    data_scope=_message_scope,
+    targets=the_message,
 )
 def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
-    message = message_of(ctx, data.message_id)
+    message: Message = ctx.targets
     raw = RawMessage.objects.for_tenant(ctx.tenant).filter(message=message).values_list("data", flat=True).first()
     content = bytes(raw or b"")
     if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:

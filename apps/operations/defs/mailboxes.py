@@ -29,12 +29,12 @@ from apps.mail.models import (
     RawMessage,
     Thread,
 )
-from apps.mail.selectors import access_account
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import reach
+from apps.operations.defs.mail_read import account_of
 from apps.operations.defs.shapes import Closed, Id, Name
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
+from apps.workspaces.selectors import access_workspace_by_name
 
 Host = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$")]
 Security = Literal["ssl", "starttls", "none"]
@@ -129,8 +129,13 @@ def _sync_after_commit(account: MailAccount, *, force: bool) -> None:
     transaction.on_commit(lambda: sync_account_task.delay(account_id=account_id, force=force))
 
 
-def _imap_account(ctx: Context, account_id: str) -> MailAccount:
-    account = ctx.remember(("account", account_id), lambda: access_account(reach(ctx), account_id))
+def _the_account(ctx: Context, data: AccountIn | UpdateCredentialsIn) -> MailAccount:
+    return account_of(ctx, data.account_id)
+
+
+def _the_mailbox(ctx: Context, data: AccountIn | UpdateCredentialsIn) -> MailAccount:
+    """The connected mailbox named (not a local, imported account)."""
+    account = account_of(ctx, data.account_id)
     if account.kind != AccountKind.IMAP:
         raise OakenError.invalid("account_id", "this is a local (imported) account, not a connected mailbox")
     return account
@@ -147,18 +152,15 @@ class ConnectIn(Closed):
     smtp: SmtpIn
 
 
-def _workspace(ctx: Context, name: str) -> Workspace:
-    workspace = Workspace.objects.for_tenant(ctx.tenant).filter(name=name).first()
+def _home(ctx: Context, data: ConnectIn) -> Workspace:
+    """The workspace the new mailbox goes to, where its name is not yet taken."""
+    workspace = access_workspace_by_name(tenant=ctx.tenant, name=data.workspace)
     if workspace is None:
         raise OakenError.not_found("workspace")
-    return workspace
-
-
-def _connect_scope(ctx: Context, data: ConnectIn) -> None:
-    workspace = _workspace(ctx, data.workspace)
     if MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name).exists():
         raise OakenError("CONFLICT", "account_name: this workspace already has an account with this name",
                         field="account_name")  # fmt: skip
+    return workspace
 
 
 def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
@@ -176,14 +178,14 @@ def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
     role="ADMIN",
     preview=_connect_preview,
     confirm=NEVER,
-    data_scope=_connect_scope,
+    targets=_home,
     verify=_try_servers,
     callers=Callers.PERSONS,
 )
 def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
     """The person filling the form confirms by submitting it: the logins are tried before anything is saved."""
     credentials = _credentials(data.imap, data.smtp)
-    workspace = _workspace(ctx, data.workspace)
+    workspace: Workspace = ctx.targets
     address = data.email_address or (data.imap.username if "@" in data.imap.username else "")
     account = MailAccount.objects.create(
         tenant=ctx.tenant, workspace=workspace, name=data.account_name, kind=AccountKind.IMAP,
@@ -204,12 +206,8 @@ class UpdateCredentialsIn(Closed):
     smtp: SmtpIn
 
 
-def _update_scope(ctx: Context, data: UpdateCredentialsIn | AccountIn) -> None:
-    _imap_account(ctx, data.account_id)
-
-
 def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
-    account = _imap_account(ctx, data.account_id)
+    account: MailAccount = ctx.targets
     before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
     return Preview((Change(str(account.pk), before, _settings_change(_credentials(data.imap, data.smtp))),))
 
@@ -224,12 +222,12 @@ def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
     role="ADMIN",
     preview=_update_preview,
     confirm=NEVER,
-    data_scope=_update_scope,
+    targets=_the_mailbox,
     verify=_try_servers,
     callers=Callers.PERSONS,
 )
 def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
-    account = _imap_account(ctx, data.account_id)
+    account: MailAccount = ctx.targets
     credentials = _credentials(data.imap, data.smtp)
     before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
     account.credentials = credentials
@@ -253,12 +251,8 @@ class RemovedOut(Closed):
     messages_removed: int
 
 
-def _remove_scope(ctx: Context, data: AccountIn) -> None:
-    access_account(reach(ctx), data.account_id)
-
-
 def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
-    account = access_account(reach(ctx), data.account_id)
+    account: MailAccount = ctx.targets
     count = Message.objects.for_tenant(ctx.tenant).filter(account=account).count()
     return Preview(
         (Change(str(account.pk), {"name": account.name, "kind": account.kind, "messages": count}, None),),
@@ -276,11 +270,11 @@ def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
     role="ADMIN",
     preview=_remove_preview,
     confirm=ALWAYS,
-    data_scope=_remove_scope,
+    targets=_the_account,
     callers=Callers.PERSONS,
 )
 def remove_mailbox(ctx: Context, data: AccountIn) -> RemovedOut:
-    account = access_account(reach(ctx), data.account_id)
+    account: MailAccount = ctx.targets
     tenant = ctx.tenant
     messages = Message.objects.for_tenant(tenant).filter(account=account)
     count = messages.count()
@@ -316,7 +310,7 @@ def _backing_off(ctx: Context, account: MailAccount) -> bool:
 
 
 def _sync_preview(ctx: Context, data: AccountIn) -> Preview:
-    account = _imap_account(ctx, data.account_id)
+    account: MailAccount = ctx.targets
     after = {"sync": "backing off" if _backing_off(ctx, account) else "queued"}
     return Preview((Change(str(account.pk), None, after),), summary="fetch new mail and flags now")
 
@@ -331,10 +325,10 @@ def _sync_preview(ctx: Context, data: AccountIn) -> Preview:
     ceiling=Ceiling.OFF,
     preview=_sync_preview,
     confirm=NEVER,
-    data_scope=_update_scope,
+    targets=_the_mailbox,
 )
 def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
-    account = _imap_account(ctx, data.account_id)
+    account: MailAccount = ctx.targets
     waiting = _backing_off(ctx, account)
     if not waiting:
         _sync_after_commit(account, force=ctx.caller.principal == Principal.PERSON)

@@ -14,16 +14,15 @@ person made earlier gives the authority; a worker delivers exactly what was appr
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
-from django.db.models import QuerySet
 from django.db.models.functions import Length
 from pydantic import Field, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
-from apps.core.kinds import Principal, Role, Scope
+from apps.core.kinds import Scope
 from apps.mail.models import AccountKind, MailAccount, Message
 from apps.operations.context import Context
 from apps.operations.defs.drafts import Address, CreateDraftIn, draft_of
@@ -39,6 +38,12 @@ from apps.outbound.compose import (
     recipients,
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
+from apps.outbound.selectors import (
+    access_outbound_request_by_id,
+    access_send_policy_by_id,
+    visible_outbound_requests,
+    visible_send_policies,
+)
 
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 _KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
@@ -166,23 +171,16 @@ def _thread_of(account: MailAccount, in_reply_to: str | None) -> tuple[str, tupl
 
 
 def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
-    def build() -> requests.Content:
-        account = _sending_account(ctx, data.account_id)
-        in_reply_to, references = _thread_of(account, data.in_reply_to)
-        found = recipients(data.to, data.cc, data.bcc)
-        check_recipient_limit(found, ctx.bounds["SEND_RECIPIENTS_MAX"])
-        content = requests.Content(account=account, found=found, subject=data.subject, body=data.body,
-                                   in_reply_to=in_reply_to, references=references,
-                                   attachments=attached_files(ctx, data.attachments))  # fmt: skip
-        return _checked(ctx, content)
-
-    # the data-scope check and the proposal share one decoding; the handler builds it again in its transaction
-    content: requests.Content = ctx.remember(("send_email content",), build)
+    """The e-mail as it would be sent, decoded and held to the sending bounds, its key not used for other content."""
+    account = _sending_account(ctx, data.account_id)
+    in_reply_to, references = _thread_of(account, data.in_reply_to)
+    found = recipients(data.to, data.cc, data.bcc)
+    check_recipient_limit(found, ctx.bounds["SEND_RECIPIENTS_MAX"])
+    content = _checked(ctx, requests.Content(account=account, found=found, subject=data.subject, body=data.body,
+                                             in_reply_to=in_reply_to, references=references,
+                                             attachments=attached_files(ctx, data.attachments)))  # fmt: skip
+    requests.check_key(content, operation="send_email", idempotency_key=data.idempotency_key, act=ctx)
     return content
-
-
-def _email_scope(ctx: Context, data: SendEmailIn) -> None:
-    requests.check_key(_email_content(ctx, data), operation="send_email", idempotency_key=data.idempotency_key, act=ctx)
 
 
 @operation(
@@ -195,14 +193,14 @@ def _email_scope(ctx: Context, data: SendEmailIn) -> None:
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(_email_content(ctx, data), "request sending an e-mail"),
+    preview=lambda ctx, data: _request_preview(ctx.targets, "request sending an e-mail"),
     confirm=ALWAYS,
-    data_scope=_email_scope,
+    targets=_email_content,
     idempotent_input=True,
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
-    request, _ = requests.create_request(_email_content(ctx, data), operation="send_email",
-                                         idempotency_key=data.idempotency_key, act=ctx)  # fmt: skip
+    request, _ = requests.create_request(ctx.targets, operation="send_email", idempotency_key=data.idempotency_key,
+                                         act=ctx)  # fmt: skip
     return request_out(request)
 
 
@@ -229,7 +227,13 @@ def _draft_content(ctx: Context, draft: Draft, send_at: datetime | None = None) 
     return _checked(ctx, content, files_field="draft_id")
 
 
-def _send_draft_content(ctx: Context, data: SendDraftIn) -> requests.Content:
+class DraftSend(NamedTuple):
+    draft: Draft
+    content: requests.Content
+
+
+def _draft_send(ctx: Context, data: SendDraftIn) -> DraftSend:
+    """The draft as it would be sent now, held to the sending bounds, its key not used for other content."""
     send_at = getattr(data, "send_at", None)
     if send_at is not None:
         if send_at.tzinfo is None:
@@ -238,25 +242,22 @@ def _send_draft_content(ctx: Context, data: SendDraftIn) -> requests.Content:
             raise OakenError.invalid("send_at", "must be in the future")
         if send_at > ctx.now + timedelta(days=366):
             raise OakenError.invalid("send_at", "must be within a year")
+    draft = draft_of(ctx, data.draft_id)
     try:
-        return _draft_content(ctx, draft_of(ctx, data.draft_id), send_at)
+        content = _draft_content(ctx, draft, send_at)
     except OakenError as error:
         if error.field == "account_id":  # the draft's own account: name the field the caller gave
             raise OakenError(error.code, error.message.replace("account_id", "draft_id"), field="draft_id") from None
         raise
-
-
-def _send_draft_scope(ctx: Context, data: SendDraftIn) -> None:
     operation = "schedule_draft" if isinstance(data, ScheduleDraftIn) else "send_draft"
-    requests.check_key(
-        _send_draft_content(ctx, data), operation=operation, idempotency_key=data.idempotency_key, act=ctx
-    )
+    requests.check_key(content, operation=operation, idempotency_key=data.idempotency_key, act=ctx)
+    return DraftSend(draft, content)
 
 
 def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
-    content = _send_draft_content(ctx, data)
+    draft, content = ctx.targets
     request, _ = requests.create_request(content, operation=operation, idempotency_key=data.idempotency_key,
-                                         draft_id=draft_of(ctx, data.draft_id).pk, act=ctx)  # fmt: skip
+                                         draft_id=draft.pk, act=ctx)  # fmt: skip
     return request_out(request)
 
 
@@ -268,9 +269,9 @@ def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(_send_draft_content(ctx, data), "request sending a draft"),
+    preview=lambda ctx, data: _request_preview(ctx.targets.content, "request sending a draft"),
     confirm=ALWAYS,
-    data_scope=_send_draft_scope,
+    targets=_draft_send,
     idempotent_input=True,
 )
 def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
@@ -286,9 +287,9 @@ def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(_send_draft_content(ctx, data), "request a scheduled send"),
+    preview=lambda ctx, data: _request_preview(ctx.targets.content, "request a scheduled send"),
     confirm=ALWAYS,
-    data_scope=_send_draft_scope,
+    targets=_draft_send,
     idempotent_input=True,
 )
 def schedule_draft(ctx: Context, data: ScheduleDraftIn) -> RequestOut:
@@ -298,33 +299,13 @@ def schedule_draft(ctx: Context, data: ScheduleDraftIn) -> RequestOut:
 # ---------------------------------------------------------------- reaching requests
 
 
-def visible_requests(ctx: Context) -> QuerySet[OutboundRequest]:
-    """Persons: requests made for them (an ADMIN: the tenant's). Agents: those made through their own
-    credential, in accounts they reach. Another tenant's request is simply not there."""
-    rows = OutboundRequest.objects.for_tenant(ctx.tenant)
-    caller = ctx.caller
-    if caller.principal == Principal.AGENT:
-        return rows.filter(requested_by=caller.user, credential_id=caller.credential_id,
-                           credential_kind=caller.credential_kind, account__in=reach(ctx).accounts())  # fmt: skip
-    if caller.principal == Principal.PERSON and not caller.has_role(Role.ADMIN):
-        rows = rows.filter(requested_by=caller.user)
-    return rows
-
-
-def request_of(ctx: Context, request_id: str, *, lock: bool = False) -> OutboundRequest:
-    rows = visible_requests(ctx).filter(pk=parse_id(request_id, "request_id"))
-    found = (rows.select_for_update() if lock else rows).first()
-    if found is None:
-        raise OakenError.not_found("request_id")
-    return found
-
-
 class RequestIn(Closed):
     request_id: Id
 
 
-def _request_scope(ctx: Context, data: RequestIn) -> None:
-    request_of(ctx, data.request_id)
+def the_request(ctx: Context, data: RequestIn) -> OutboundRequest:
+    """The request as this caller may see it; in a change's own transaction, locked until it commits."""
+    return access_outbound_request_by_id(data.request_id, actor=ctx.caller, reach=reach(ctx), lock=ctx.in_transaction)
 
 
 @operation(
@@ -334,10 +315,10 @@ def _request_scope(ctx: Context, data: RequestIn) -> None:
     output=RequestOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    data_scope=_request_scope,
+    targets=the_request,
 )
 def get_outbound_request(ctx: Context, data: RequestIn) -> RequestOut:
-    return request_out(request_of(ctx, data.request_id))
+    return request_out(ctx.targets)
 
 
 # ---------------------------------------------------------------- cancel_scheduled_send
@@ -348,7 +329,7 @@ class CancelIn(RequestIn):
 
 
 def _cancel_preview(ctx: Context, data: CancelIn) -> Preview:
-    request = request_of(ctx, data.request_id)
+    request: OutboundRequest = ctx.targets
     return Preview((Change(str(request.pk), {"state": request.state}, {"state": State.CANCELLED}),))
 
 
@@ -362,11 +343,11 @@ def _cancel_preview(ctx: Context, data: CancelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_cancel_preview,
     confirm=NEVER,
-    data_scope=_request_scope,
+    targets=the_request,
     idempotent_input=True,
 )
 def cancel_scheduled_send(ctx: Context, data: CancelIn) -> RequestOut:
-    request = request_of(ctx, data.request_id, lock=True)
+    request: OutboundRequest = ctx.targets
     requests.cancel(request, act=ctx)
     request.refresh_from_db()
     return request_out(request)
@@ -381,10 +362,11 @@ class ApproveIn(RequestIn):
     )
 
 
-def _approve_scope(ctx: Context, data: ApproveIn) -> None:
-    request = request_of(ctx, data.request_id)
+def _approval(ctx: Context, data: ApproveIn) -> OutboundRequest:
+    request = the_request(ctx, data)
     if data.content_hash is not None and data.content_hash != request.content_hash:
         raise OakenError("CONFLICT", "this request's content is not what was shown: reload it", field="content_hash")
+    return request
 
 
 @operation(
@@ -394,11 +376,11 @@ def _approve_scope(ctx: Context, data: ApproveIn) -> None:
     output=RequestOut,
     op_class=OpClass.SEND,
     ceiling=Ceiling.NEVER,
-    data_scope=_approve_scope,
+    targets=_approval,
     callers=Callers.PERSONS,
 )
 def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
-    request = request_of(ctx, data.request_id, lock=True)
+    request: OutboundRequest = ctx.targets
     requests.approve(request, via="person", expected=State.AWAITING_APPROVAL, act=ctx)
     request.refresh_from_db()
     return request_out(request)
@@ -411,11 +393,11 @@ def approve_outbound(ctx: Context, data: ApproveIn) -> RequestOut:
     output=RequestOut,
     op_class=OpClass.MUTATE,
     ceiling=Ceiling.NEVER,
-    data_scope=_request_scope,
+    targets=the_request,
     callers=Callers.PERSONS,
 )
 def reject_outbound(ctx: Context, data: RequestIn) -> RequestOut:
-    request = request_of(ctx, data.request_id, lock=True)
+    request: OutboundRequest = ctx.targets
     requests.reject(request, act=ctx)
     request.refresh_from_db()
     return request_out(request)
@@ -427,13 +409,15 @@ class SettleIn(RequestIn):
     )
 
 
-def _settle_scope(ctx: Context, data: SettleIn) -> None:
-    if request_of(ctx, data.request_id).state != State.UNKNOWN:
+def _settling(ctx: Context, data: SettleIn) -> OutboundRequest:
+    request = the_request(ctx, data)
+    if request.state != State.UNKNOWN:
         raise OakenError("CONFLICT", "only a request whose outcome is unknown can be settled", field="request_id")
+    return request
 
 
 def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
-    request = request_of(ctx, data.request_id)
+    request: OutboundRequest = ctx.targets
     after = State.SENT if data.outcome == "sent" else State.FAILED
     what = "record that this e-mail was sent" if data.outcome == "sent" else "record that this e-mail was not sent"
     return Preview((Change(str(request.pk), {"state": request.state}, {"state": after}),), summary=what)
@@ -451,10 +435,10 @@ def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
     callers=Callers.PERSONS,
     preview=_settle_preview,
     confirm=ALWAYS,
-    data_scope=_settle_scope,
+    targets=_settling,
 )
 def settle_outbound_request(ctx: Context, data: SettleIn) -> RequestOut:
-    request = request_of(ctx, data.request_id, lock=True)
+    request: OutboundRequest = ctx.targets
     execution.settle(request, data.outcome == "sent", act=ctx)
     request.refresh_from_db()
     return request_out(request)
@@ -531,7 +515,7 @@ def outbound_detail(ctx: Context, request: OutboundRequest, *, whole: bool = Fal
     bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
 )
 def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
-    rows = visible_requests(ctx).select_related("requested_by")
+    rows = visible_outbound_requests(actor=ctx.caller, reach=reach(ctx)).select_related("requested_by")
     if data.request_id is not None:
         rows = rows.filter(pk=parse_id(data.request_id, "request_id"))
     if data.state is not None:
@@ -578,22 +562,23 @@ def policy_out(policy: SendPolicy) -> PolicyOut:
     )  # fmt: skip
 
 
-def _policy_fields(ctx: Context, data: CreatePolicyIn) -> dict[str, Any]:
-    if data.account_id is not None:
-        account_of(ctx, data.account_id)
+class NewPolicy(NamedTuple):
+    account: MailAccount | None  # None: any account
+    fields: dict[str, Any]  # the allowed addresses and domains, as stored
+
+
+def _new_policy(ctx: Context, data: CreatePolicyIn) -> NewPolicy:
+    account = account_of(ctx, data.account_id) if data.account_id is not None else None
     if not data.allowed_addresses and not data.allowed_domains:
         raise OakenError.invalid("allowed_addresses", "name allowed addresses or domains")
     addresses = list(dict.fromkeys(normalize_address(a, "allowed_addresses") for a in data.allowed_addresses))
-    return {"allowed_addresses": addresses,
-            "allowed_domains": list(dict.fromkeys(d.lstrip("@") for d in data.allowed_domains))}  # fmt: skip
-
-
-def _create_policy_scope(ctx: Context, data: CreatePolicyIn) -> None:
-    _policy_fields(ctx, data)
+    domains = list(dict.fromkeys(d.lstrip("@") for d in data.allowed_domains))
+    return NewPolicy(account, {"allowed_addresses": addresses, "allowed_domains": domains})
 
 
 def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
-    return Preview((Change("new send policy", None, {**_policy_fields(ctx, data), "account_id": data.account_id,
+    new: NewPolicy = ctx.targets
+    return Preview((Change("new send policy", None, {**new.fields, "account_id": data.account_id,
                                                      "recipients_per_hour": data.recipients_per_hour}),))  # fmt: skip
 
 
@@ -607,15 +592,15 @@ def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
     ceiling=Ceiling.NEVER,
     preview=_policy_preview,
     confirm=ALWAYS,
-    data_scope=_create_policy_scope,
+    targets=_new_policy,
     callers=Callers.PERSONS,
 )
 def create_send_policy(ctx: Context, data: CreatePolicyIn) -> PolicyOut:
     assert ctx.caller.user is not None
+    new: NewPolicy = ctx.targets
     policy = SendPolicy.objects.create(
-        tenant=ctx.tenant, created_by=ctx.caller.user, name=data.name,
-        account_id=account_of(ctx, data.account_id).pk if data.account_id else None,
-        recipients_per_hour=data.recipients_per_hour, created_at=ctx.now, **_policy_fields(ctx, data),
+        tenant=ctx.tenant, created_by=ctx.caller.user, name=data.name, account=new.account,
+        recipients_per_hour=data.recipients_per_hour, created_at=ctx.now, **new.fields,
     )  # fmt: skip
     after = {"policy": "created", "recipients_per_hour": policy.recipients_per_hour,
              "addresses": len(policy.allowed_addresses), "domains": policy.allowed_domains}  # fmt: skip
@@ -627,13 +612,6 @@ class PoliciesOut(Closed):
     policies: list[PolicyOut]
 
 
-def _policies(ctx: Context) -> QuerySet[SendPolicy]:
-    rows = SendPolicy.objects.for_tenant(ctx.tenant).select_related("created_by")
-    if not ctx.caller.has_role(Role.ADMIN):
-        rows = rows.filter(created_by=ctx.caller.user)
-    return rows
-
-
 @operation(
     name="list_send_policies",
     summary="Your send policies (an ADMIN sees the tenant's).",
@@ -643,26 +621,20 @@ def _policies(ctx: Context) -> QuerySet[SendPolicy]:
     ceiling=Ceiling.NEVER,
 )
 def list_send_policies(ctx: Context, data: Empty) -> PoliciesOut:
-    return PoliciesOut(policies=[policy_out(p) for p in _policies(ctx).order_by("created_at")])
+    policies = visible_send_policies(tenant=ctx.tenant, actor=ctx.caller).order_by("created_at")
+    return PoliciesOut(policies=[policy_out(p) for p in policies])
 
 
 class PolicyIn(Closed):
     policy_id: Id
 
 
-def _policy_of(ctx: Context, policy_id: str) -> SendPolicy:
-    found = _policies(ctx).filter(pk=parse_id(policy_id, "policy_id")).first()
-    if found is None:
-        raise OakenError.not_found("policy_id")
-    return found
-
-
-def _delete_policy_scope(ctx: Context, data: PolicyIn) -> None:
-    _policy_of(ctx, data.policy_id)
+def _the_policy(ctx: Context, data: PolicyIn) -> SendPolicy:
+    return access_send_policy_by_id(data.policy_id, tenant=ctx.tenant, actor=ctx.caller)
 
 
 def _delete_policy_preview(ctx: Context, data: PolicyIn) -> Preview:
-    policy = _policy_of(ctx, data.policy_id)
+    policy: SendPolicy = ctx.targets
     return Preview((Change(str(policy.pk), {"policy": "exists"}, {"policy": "deleted"}),))
 
 
@@ -680,11 +652,11 @@ class PolicyDeletedOut(Closed):
     ceiling=Ceiling.NEVER,
     preview=_delete_policy_preview,
     confirm=ALWAYS,
-    data_scope=_delete_policy_scope,
+    targets=_the_policy,
     callers=Callers.PERSONS,
 )
 def delete_send_policy(ctx: Context, data: PolicyIn) -> PolicyDeletedOut:
-    policy = _policy_of(ctx, data.policy_id)
+    policy: SendPolicy = ctx.targets
     SendPolicy.objects.for_tenant(ctx.tenant).filter(pk=policy.pk).delete()
     ctx.touch(policy.pk, {"policy": "exists"}, {"policy": "deleted"})
     return PolicyDeletedOut(policy_id=str(policy.pk), deleted=True)

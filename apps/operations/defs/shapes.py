@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from apps.core.errors import OakenError
 from apps.mail.models import Folder, Message
 
 
@@ -44,6 +42,10 @@ class Empty(Closed):
 class Page(Closed):
     limit: int | None = Field(default=None, ge=1, description="page size (default and maximum are settings)")
     cursor: str | None = Field(default=None, max_length=500, description="from the previous page's next_cursor")
+
+    def size(self, bounds: Mapping[str, Any]) -> int:
+        """How many rows a page holds: the limit asked for (held to PAGE_SIZE_MAX by a Bound), or the default."""
+        return self.limit or bounds["PAGE_SIZE_DEFAULT"]
 
 
 class MessageIds(Closed):
@@ -94,20 +96,6 @@ def summarize(message: Message, label_ids: list[str]) -> MessageSummary:
         has_attachments=message.has_attachments,
         label_ids=label_ids,
     )
-
-
-def encode_cursor(values: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
-
-
-def decode_cursor(cursor: str, size: int) -> list[Any]:
-    try:
-        values = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError):
-        raise OakenError.invalid("cursor", "is not a cursor this service gave out") from None
-    if not isinstance(values, list) or len(values) != size:
-        raise OakenError.invalid("cursor", "is not a cursor this service gave out")
-    return values
 
 
 def cut(text: str, limit: int) -> tuple[str, bool, int]:

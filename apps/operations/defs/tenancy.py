@@ -152,7 +152,7 @@ def _create_workspace_preview(ctx: Context, data: CreateWorkspaceIn) -> Preview:
     role="ADMIN",
     preview=_create_workspace_preview,
     confirm=ALWAYS,
-    data_scope=_create_workspace_scope,
+    targets=_create_workspace_scope,
     callers=Callers.PERSONS,
 )
 def create_workspace(ctx: Context, data: CreateWorkspaceIn) -> WorkspaceOut:
@@ -210,7 +210,7 @@ def _rename_preview(ctx: Context, data: RenameWorkspaceIn) -> Preview:
     role="ADMIN",
     preview=_rename_preview,
     confirm=ALWAYS,
-    data_scope=_rename_scope,
+    targets=_rename_scope,
     callers=Callers.PERSONS,
 )
 def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
@@ -361,7 +361,7 @@ def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, 
     role="ADMIN",
     preview=_invite_preview,
     confirm=ALWAYS,
-    data_scope=_invite_scope,
+    targets=_invite_scope,
     callers=Callers.PERSONS,
 )
 def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
@@ -416,7 +416,7 @@ def _cancel_preview(ctx: Context, data: InvitationIdIn) -> Preview:
     role="ADMIN",
     preview=_cancel_preview,
     confirm=ALWAYS,
-    data_scope=_cancel_scope,
+    targets=_cancel_scope,
     callers=Callers.PERSONS,
 )
 def cancel_invitation(ctx: Context, data: InvitationIdIn) -> InvitationOut:
@@ -470,7 +470,7 @@ def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
     role="ADMIN",
     preview=_change_role_preview,
     confirm=ALWAYS,
-    data_scope=_change_role_scope,
+    targets=_change_role_scope,
     callers=Callers.PERSONS,
 )
 def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
@@ -514,7 +514,7 @@ def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
     role="MEMBER",
     preview=_remove_preview,
     confirm=ALWAYS,
-    data_scope=_remove_scope,
+    targets=_remove_scope,
     callers=Callers.PERSONS,
 )
 def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
