@@ -111,8 +111,13 @@ def timed_passes() -> dict[str, Any]:
         longest = max(longest, time.perf_counter() - start)
         if complete:
             break
-    return {"first": times[0], "again": min(times[1:]), "complete": all(d["complete"] for d in done), "runs": runs,
-            "longest_run": longest}  # fmt: skip
+    return {
+        "first": times[0],
+        "again": min(times[1:]),
+        "complete": all(d["complete"] for d in done),
+        "runs": runs,
+        "longest_run": longest,
+    }
 
 
 def main() -> None:
@@ -133,8 +138,10 @@ def main() -> None:
 
     client = redis_client()
     bound = settings.OPERATIONS["BUDGET_ROLLUP_MAX_KEYS"]
-    tenants = [create_person(email=f"bench-{time.time_ns()}-{i}@example.test", password=None).tenant
-               for i in range(args.tenants)]  # fmt: skip
+    tenants = [
+        create_person(email=f"bench-{time.time_ns()}-{i}@example.test", password=None).tenant
+        for i in range(args.tenants)
+    ]
     now = time.time()
     current = int(now) // budget.WINDOW_SECONDS
     windows = list(range(current - rollup._HOURS_BACK, current + 2))
@@ -159,8 +166,14 @@ def main() -> None:
             keys, bare_seconds = min((bare_read(windows, 500) for _ in range(3)), key=lambda r: r[1])
             passes = timed_passes()
             found, scan_seconds = min((keyspace_read(500) for _ in range(3)), key=lambda r: r[1])
-            figures[label] = {"keys": keys, "bare": bare_seconds, "dbsize": int(client.dbsize()), "found": found,
-                              "scan": scan_seconds, **passes}  # fmt: skip
+            figures[label] = {
+                "keys": keys,
+                "bare": bare_seconds,
+                "dbsize": int(client.dbsize()),
+                "found": found,
+                "scan": scan_seconds,
+                **passes,
+            }
         rows = BudgetUsage.objects.unscoped().filter(tenant__in=tenants).count()
     finally:
         for at in range(0, len(others), 10_000):
@@ -169,28 +182,42 @@ def main() -> None:
         client.srem(budget.index_key(current), *counters)
         BudgetUsage.objects.unscoped().filter(tenant__in=tenants).delete()
 
-    print(f"{args.budgets} budget counters over {args.tenants} tenants, {os.cpu_count()} CPUs, "
-          f"default bound {bound} counters a run")  # fmt: skip
+    print(
+        f"{args.budgets} budget counters over {args.tenants} tenants, {os.cpu_count()} CPUs, "
+        f"default bound {bound} counters a run"
+    )
     for label, f in figures.items():
-        print(f"{label} {args.other_keys if label == 'with' else ''} other keys ({f['dbsize']} keys in Redis, "
-              f"{f['keys']} counters listed in the hours' indexes):".replace("  ", " "))  # fmt: skip
-        print(f"  bare SSCAN + MGET of the indexes : {f['keys'] / f['bare']:9.0f} counters/s  ({f['bare']:.2f} s, "
-              "best of 3)")  # fmt: skip
+        print(
+            f"{label} {args.other_keys if label == 'with' else ''} other keys ({f['dbsize']} keys in Redis, "
+            f"{f['keys']} counters listed in the hours' indexes):".replace("  ", " ")
+        )
+        print(
+            f"  bare SSCAN + MGET of the indexes : {f['keys'] / f['bare']:9.0f} counters/s  ({f['bare']:.2f} s, "
+            "best of 3)"
+        )
         for phase in ("first", "again"):
             what = "roll-up, first pass   " if phase == "first" else "roll-up, again (best) "
-            print(f"  {what}           : {f['keys'] / f[phase]:9.0f} counters/s  ({f[phase]:.2f} s)  "
-                  f"ratio {f[phase] / f['bare']:.1f}x the bare read")  # fmt: skip
+            print(
+                f"  {what}           : {f['keys'] / f[phase]:9.0f} counters/s  ({f[phase]:.2f} s)  "
+                f"ratio {f[phase] / f['bare']:.1f}x the bare read"
+            )
         print(f"  runs for a pass at the bound     : {f['runs']} (the longest {f['longest_run']:.2f} s)")
-        print(f"  before the index, SCAN + MGET    : {f['dbsize']} keys walked for {f['found']} counters "
-              f"({f['scan']:.2f} s, ratio {f['scan'] / f['bare']:.1f}x the bare read), "
-              f"about {math.ceil(f['dbsize'] / bound)} runs of the bound")  # fmt: skip
+        print(
+            f"  before the index, SCAN + MGET    : {f['dbsize']} keys walked for {f['found']} counters "
+            f"({f['scan']:.2f} s, ratio {f['scan'] / f['bare']:.1f}x the bare read), "
+            f"about {math.ceil(f['dbsize'] / bound)} runs of the bound"
+        )
     with_, without = figures["with"], figures["without"]
-    print(f"with / without the other keys      : bare read {with_['bare'] / without['bare']:.2f}x, first pass "
-          f"{with_['first'] / without['first']:.2f}x, again {with_['again'] / without['again']:.2f}x, "
-          f"runs {with_['runs']} / {without['runs']}")  # fmt: skip
+    print(
+        f"with / without the other keys      : bare read {with_['bare'] / without['bare']:.2f}x, first pass "
+        f"{with_['first'] / without['first']:.2f}x, again {with_['again'] / without['again']:.2f}x, "
+        f"runs {with_['runs']} / {without['runs']}"
+    )
     complete = all(f["complete"] for f in figures.values()) and rows == args.budgets
-    print(f"rows                               : {rows} (expected {args.budgets}), "
-          f"passes complete: {'yes' if complete else 'NO'}")  # fmt: skip
+    print(
+        f"rows                               : {rows} (expected {args.budgets}), "
+        f"passes complete: {'yes' if complete else 'NO'}"
+    )
     if not complete:
         sys.exit(1)
 

@@ -49,10 +49,15 @@ def main() -> None:
 
     person = create_person(email=f"gate-{time.time_ns()}@example.test", password=None)
     with tempfile.TemporaryDirectory() as tmp:
-        import_mail(tenant=person.tenant, workspace=person.workspace, account_name="bench",
-                    path=write_mbox(Path(tmp) / "m.mbox", conversation(60, prefix=f"g{time.time_ns()}")))  # fmt: skip
-    caller = Caller.agent(Membership.objects.for_user(person.user).get(), scopes={"read"},
-                          credential_id="bench", credential_kind="apikey")  # fmt: skip
+        import_mail(
+            tenant=person.tenant,
+            workspace=person.workspace,
+            account_name="bench",
+            path=write_mbox(Path(tmp) / "m.mbox", conversation(60, prefix=f"g{time.time_ns()}")),
+        )
+    caller = Caller.agent(
+        Membership.objects.for_user(person.user).get(), scopes={"read"}, credential_id="bench", credential_kind="apikey"
+    )
     account_id = str(Message.objects.for_tenant(person.tenant).values_list("account_id", flat=True).first())
     message_id = str(Message.objects.for_tenant(person.tenant).values_list("pk", flat=True).first())
     cases = {
@@ -83,8 +88,10 @@ def main() -> None:
 
     appends = args.writers * args.calls
     seconds = run_writers(person.tenant, args.writers, args.calls)
-    print(f"audit: {args.writers} concurrent writers x {args.calls} appends on one tenant: "
-          f"{appends / seconds:.0f} appends/s  (target >= 500)")  # fmt: skip
+    print(
+        f"audit: {args.writers} concurrent writers x {args.calls} appends on one tenant: "
+        f"{appends / seconds:.0f} appends/s  (target >= 500)"
+    )
 
     # The whole gate per call, from one process: bound by Python (8 threads share one interpreter),
     # shown to relate the two figures, not measured against the target.

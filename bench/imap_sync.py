@@ -180,9 +180,12 @@ def oaken_sync(server: ImapServer, postgres: psutil.Process | None, dovecot_proc
     person = create_person(email=f"bench-{time.time_ns()}@example.test", password=None)
     part = {"host": server.host, "port": server.port, "security": "none", "username": USER, "password": PASSWORD}
     account = MailAccount.objects.create(
-        tenant=person.tenant, workspace=person.workspace, name="bench", kind=AccountKind.IMAP,
+        tenant=person.tenant,
+        workspace=person.workspace,
+        name="bench",
+        kind=AccountKind.IMAP,
         credentials={"imap": part, "smtp": part},
-    )  # fmt: skip
+    )
     stages = Stages()
     with observed(stages), Cpu({"postgres": postgres, "dovecot": dovecot_process}) as cpu:
         start = time.perf_counter()

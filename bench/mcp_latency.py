@@ -92,21 +92,48 @@ def serve_sdk(port: int) -> None:
                 {"id": str(i), "filename": f, "content_type": t, "size": s, "inline": n}
                 for i, f, t, s, n in cur.execute(ATTACHMENTS_SQL, (message_id,))
             ]
-        (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
-         has_attachments, to, cc, header_id, text) = row  # fmt: skip
+        (
+            pk,
+            account,
+            thread,
+            kind,
+            folder,
+            subject,
+            sender_name,
+            sender_address,
+            date,
+            snippet,
+            read,
+            pinned,
+            has_attachments,
+            to,
+            cc,
+            header_id,
+            text,
+        ) = row
         return {
             "message": {
-                "id": str(pk), "account_id": str(account), "thread_id": str(thread),
-                "folder": kind if kind != "custom" else folder, "subject": subject,
+                "id": str(pk),
+                "account_id": str(account),
+                "thread_id": str(thread),
+                "folder": kind if kind != "custom" else folder,
+                "subject": subject,
                 "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
-                "date": date.isoformat() if date else None, "snippet": snippet, "read": read, "pinned": pinned,
-                "has_attachments": has_attachments, "label_ids": labels,
+                "date": date.isoformat() if date else None,
+                "snippet": snippet,
+                "read": read,
+                "pinned": pinned,
+                "has_attachments": has_attachments,
+                "label_ids": labels,
                 "to": [{"name": a.get("name", ""), "address": a.get("address", "")} for a in to],
                 "cc": [{"name": a.get("name", ""), "address": a.get("address", "")} for a in cc],
-                "message_id_header": header_id, "text": text[:TEXT_MAX_CHARS],
-                "truncated": len(text) > TEXT_MAX_CHARS, "text_length": len(text), "attachments": attachments,
+                "message_id_header": header_id,
+                "text": text[:TEXT_MAX_CHARS],
+                "truncated": len(text) > TEXT_MAX_CHARS,
+                "text_length": len(text),
+                "attachments": attachments,
             }
-        }  # fmt: skip
+        }
 
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
@@ -138,15 +165,21 @@ def _signed_in(http: Any, base: str, email: str, password: str) -> str:
     page = http.get(base + "/accounts/sign-in")
     match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
     assert page.status_code == 200 and match, "no sign-in form"
-    answer = http.post(base + "/accounts/sign-in", data={"username": email, "password": password,
-                       "csrfmiddlewaretoken": match.group(1), "next": "/"})  # fmt: skip
+    answer = http.post(
+        base + "/accounts/sign-in",
+        data={"username": email, "password": password, "csrfmiddlewaretoken": match.group(1), "next": "/"},
+    )
     assert answer.status_code == 302 and "sessionid" in http.cookies, f"sign-in failed ({answer.status_code})"
     return str(http.cookies["csrftoken"])
 
 
 def _rpc(n: int, message_id: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-            "params": {"name": "get_message", "arguments": {"message_id": message_id}}}  # fmt: skip
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {"name": "get_message", "arguments": {"message_id": message_id}},
+    }
 
 
 def _message_of(answer: Any, door: str) -> dict[str, Any]:
@@ -197,8 +230,15 @@ def _make_data(workdir: Path) -> tuple[str, str, str, str, str]:
         people.append(person)
     alice = people[0]
     membership = Membership.objects.for_user(alice.user).get(tenant=alice.tenant)
-    _, key = issue_key(membership=membership, scopes=["read"], workspaces=["default"], allow_list=None,
-                       expires_at=None, name="bench", created_via="cli")  # fmt: skip
+    _, key = issue_key(
+        membership=membership,
+        scopes=["read"],
+        workspaces=["default"],
+        allow_list=None,
+        expires_at=None,
+        name="bench",
+        created_via="cli",
+    )
     assert Message.objects.for_tenant(alice.tenant).filter(pk=ids[0]).exists()
     return alice.user.email, password, key, ids[0], ids[1]
 
@@ -219,8 +259,12 @@ def profile(key: str, message_id: str, calls: int) -> None:
     from apps.mcp import tools
     from apps.operations.registry import registry
 
-    client = Client(SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_ACCEPT=MCP_HEADERS["Accept"],
-                    HTTP_MCP_PROTOCOL_VERSION=PROTOCOL_VERSION)  # fmt: skip
+    client = Client(
+        SERVER_NAME="127.0.0.1",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+        HTTP_ACCEPT=MCP_HEADERS["Accept"],
+        HTTP_MCP_PROTOCOL_VERSION=PROTOCOL_VERSION,
+    )
 
     def request() -> None:
         answer = client.post("/mcp", _rpc(1, message_id), content_type="application/json")
@@ -295,8 +339,19 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # with the embedded servers' URLs
     oaken_port, sdk_port = free_port(), free_port()
     # gunicorn as `oaken serve` runs it (two gthread workers, four threads each), without the access log
-    web = ["config.wsgi:application", "--bind", f"127.0.0.1:{oaken_port}", "--workers", "2",
-           "--worker-class", "gthread", "--threads", "4", "--log-level", "warning"]  # fmt: skip
+    web = [
+        "config.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{oaken_port}",
+        "--workers",
+        "2",
+        "--worker-class",
+        "gthread",
+        "--threads",
+        "4",
+        "--log-level",
+        "warning",
+    ]
     oaken = _start("gunicorn", [sys.executable, "-m", "gunicorn", *web], oaken_port, env)
     sdk: subprocess.Popen[bytes] | None = None
     clients: list[Any] = []
@@ -310,9 +365,16 @@ def main() -> None:
         clients += [mcp, ref, rest]
         csrf = _signed_in(rest, oaken_url, email, password)
         rest.headers.update({"X-CSRFToken": csrf, "Accept": "application/json"})
-        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                           "clientInfo": {"name": "bench", "version": "1"}}}  # fmt: skip
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"},
+            },
+        }
         for client, url in ((mcp, oaken_url), (ref, sdk_url)):
             assert client.post(url + "/mcp", json=init).status_code == 200
 
@@ -339,7 +401,7 @@ def main() -> None:
         rounds: list[dict[str, float]] = []
         names = list(doors)
         for r in range(max(1, args.calls // args.round)):
-            order = names[r % len(names):] + names[:r % len(names)]  # fmt: skip
+            order = names[r % len(names) :] + names[: r % len(names)]
             this_round: dict[str, list[float]] = {}
             for name in order:
                 call, times = doors[name], this_round.setdefault(name, [])
@@ -360,8 +422,10 @@ def main() -> None:
 
     med = {name: statistics.median(s) * 1000 for name, s in samples.items()}
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"get_message over HTTP on loopback: {len(samples['Oaken MCP'])} timed calls per door "
-          f"({args.warmup} warm-up), rounds of {args.round}; {os.cpu_count()} CPUs, load {load}")  # fmt: skip
+    print(
+        f"get_message over HTTP on loopback: {len(samples['Oaken MCP'])} timed calls per door "
+        f"({args.warmup} warm-up), rounds of {args.round}; {os.cpu_count()} CPUs, load {load}"
+    )
     print(f"{'door':<12} {'median ms':>10} {'p95 ms':>10} {'min ms':>10}")
     for name, s in samples.items():
         print(f"{name:<12} {med[name]:>10.3f} {_pct(s, 0.95):>10.3f} {min(s) * 1000:>10.3f}")
@@ -369,12 +433,16 @@ def main() -> None:
         per_round = sorted(r["Oaken MCP"] / r[other] for r in rounds)
         q = statistics.quantiles(per_round, n=10) if len(per_round) >= 2 else per_round * 9
         target = "   target <= 1.2" if other == "SDK server" else ""
-        print(f"Oaken MCP / {other:<10}: median {med['Oaken MCP'] / med[other]:.2f}, "
-              f"p95 {_pct(samples['Oaken MCP'], 0.95) / _pct(samples[other], 0.95):.2f}  "
-              f"(per-round ratio p10-p90 {q[0]:.2f}-{q[-1]:.2f}){target}")  # fmt: skip
+        print(
+            f"Oaken MCP / {other:<10}: median {med['Oaken MCP'] / med[other]:.2f}, "
+            f"p95 {_pct(samples['Oaken MCP'], 0.95) / _pct(samples[other], 0.95):.2f}  "
+            f"(per-round ratio p10-p90 {q[0]:.2f}-{q[-1]:.2f}){target}"
+        )
     base = [r["SDK server"] * 1000 for r in rounds]
-    print(f"noise: SDK server per-round median ranged {min(base):.3f}-{max(base):.3f} ms "
-          f"(stdev {statistics.pstdev(base):.3f} ms over {len(rounds)} rounds)")  # fmt: skip
+    print(
+        f"noise: SDK server per-round median ranged {min(base):.3f}-{max(base):.3f} ms "
+        f"(stdev {statistics.pstdev(base):.3f} ms over {len(rounds)} rounds)"
+    )
     if args.profile:
         profile(key, message_id, args.profile)
 

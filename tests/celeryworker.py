@@ -60,16 +60,34 @@ class WorkerProcess:
 
 
 @contextmanager
-def worker_process(name: str, *, transport_options: dict[str, Any] | None = None,
-                   env: dict[str, str] | None = None) -> Iterator[WorkerProcess]:  # fmt: skip
+def worker_process(
+    name: str, *, transport_options: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> Iterator[WorkerProcess]:
     """A solo-pool worker named `name`, started and ready; stopped (if still alive) afterwards."""
     environment = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0", **(env or {})}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _MAIN, json.dumps(transport_options or {}), "--pool", "solo", "--concurrency", "1",
-         "--hostname", f"{name}-{os.getpid()}@%h", "--loglevel", "INFO", "--without-mingle", "--without-gossip",
-         "--without-heartbeat"],
-        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            _MAIN,
+            json.dumps(transport_options or {}),
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "--hostname",
+            f"{name}-{os.getpid()}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+        ],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     worker = WorkerProcess(proc)
     try:
         worker.wait_ready()

@@ -44,8 +44,10 @@ def sync(account_id: str) -> SyncOutcome:
 
 
 def mail(n: int, prefix: str = "m") -> list[bytes]:
-    return [raw_message(subject=f"Note {i}", body=f"Note {i}.\n", message_id=f"<{prefix}-{i}@example.test>")
-            for i in range(n)]  # fmt: skip
+    return [
+        raw_message(subject=f"Note {i}", body=f"Note {i}.\n", message_id=f"<{prefix}-{i}@example.test>")
+        for i in range(n)
+    ]
 
 
 def held(p: Person, account_id: str) -> list[Message]:

@@ -16,8 +16,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[Any], what: str, output: Callable[[], str],
-                  timeout: float = 30) -> None:  # fmt: skip
+def wait_for_port(
+    port: int, proc: subprocess.Popen[Any], what: str, output: Callable[[], str], timeout: float = 30
+) -> None:
     """Return once 127.0.0.1:`port` accepts connections; raise with the end of the server's output if it
     exits or the time runs out first."""
     deadline = time.monotonic() + timeout

@@ -159,8 +159,7 @@ def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
             os.chown(path, uid, gid)
     port = free_port()
     config = root / "dovecot.conf"
-    config.write_text(_CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid,
-                                     gid=gid))  # fmt: skip
+    config.write_text(_CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid, gid=gid))
     proc = subprocess.Popen([DOVECOT, "-F", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     log = root / "dovecot.log"
     wait_for_port(port, proc, "dovecot", lambda: log.read_text() if log.exists() else "")
@@ -231,15 +230,15 @@ class SmtpServer:
         self.host = "127.0.0.1"
         self.controller = Controller(self, hostname=self.host, port=self.port)
 
-    async def handle_EHLO(self, server: Any, session: Any, envelope: Any, hostname: str,
-                          responses: list[str]) -> list[str]:  # fmt: skip
+    async def handle_EHLO(
+        self, server: Any, session: Any, envelope: Any, hostname: str, responses: list[str]
+    ) -> list[str]:
         with self._lock:
             self.connections += 1
         session.host_name = hostname
         return responses
 
-    async def handle_MAIL(self, server: Any, session: Any, envelope: Any, address: str,
-                          mail_options: list[str]) -> str:  # fmt: skip
+    async def handle_MAIL(self, server: Any, session: Any, envelope: Any, address: str, mail_options: list[str]) -> str:
         with self._lock:
             self.mail_commands += 1
             if self.defer_mail > 0:
@@ -249,8 +248,7 @@ class SmtpServer:
         envelope.mail_options.extend(mail_options)
         return "250 OK"
 
-    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
-                          rcpt_options: list[str]) -> str:  # fmt: skip
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
         if self.refuse_rcpt:
             return "550 5.1.1 no such user"
         envelope.rcpt_tos.append(address)

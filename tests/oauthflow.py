@@ -25,10 +25,16 @@ def pkce() -> tuple[str, str]:
     return verifier, challenge
 
 
-def register(client: Client, *, name: str = "Test Assistant", redirect_uris: list[str] | None = None,
-             **extra: Any) -> Any:  # fmt: skip
-    body = {"client_name": name, "redirect_uris": redirect_uris or [REDIRECT], "grant_types":
-            ["authorization_code", "refresh_token"], "token_endpoint_auth_method": "none", **extra}  # fmt: skip
+def register(
+    client: Client, *, name: str = "Test Assistant", redirect_uris: list[str] | None = None, **extra: Any
+) -> Any:
+    body = {
+        "client_name": name,
+        "redirect_uris": redirect_uris or [REDIRECT],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_method": "none",
+        **extra,
+    }
     return client.post("/oauth/register/", json.dumps(body), content_type="application/json")
 
 
@@ -43,9 +49,15 @@ class Authorization:
     resource: str | None = RESOURCE
 
     def params(self, **override: Any) -> dict[str, str]:
-        params = {"response_type": "code", "client_id": self.client_id, "redirect_uri": self.redirect_uri,
-                  "scope": self.scope, "state": self.state, "code_challenge": self.challenge,
-                  "code_challenge_method": "S256"}  # fmt: skip
+        params = {
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": self.redirect_uri,
+            "scope": self.scope,
+            "state": self.state,
+            "code_challenge": self.challenge,
+            "code_challenge_method": "S256",
+        }
         if self.resource is not None:
             params["resource"] = self.resource
         params.update(override)
@@ -62,16 +74,29 @@ def start(client: Client, **kw: Any) -> Authorization:
     return Authorization(response.json()["client_id"], verifier, challenge, secrets.token_urlsafe(8), **kw)
 
 
-def consent(client: Client, auth: Authorization, *, write: bool = False, send: bool = False,
-            workspaces: tuple[str, ...] = ("default",), every_workspace: bool = False, lifetime: str = "24h",
-            allow: bool = True, **override: Any) -> Any:  # fmt: skip
+def consent(
+    client: Client,
+    auth: Authorization,
+    *,
+    write: bool = False,
+    send: bool = False,
+    workspaces: tuple[str, ...] = ("default",),
+    every_workspace: bool = False,
+    lifetime: str = "24h",
+    allow: bool = True,
+    **override: Any,
+) -> Any:
     """GET the consent page (it must render), then POST the person's choice; the redirect response."""
     page = client.get(auth.url())
     assert page.status_code == 200, page.content[:500]
     tenant = re.search(r'name="tenant" value="([^"]+)"', page.content.decode())
     assert tenant is not None, "the consent page names the tenant it grants in"
-    form: dict[str, Any] = {**auth.params(), "lifetime": lifetime, "workspaces": list(workspaces),
-                            "tenant": tenant.group(1)}  # fmt: skip
+    form: dict[str, Any] = {
+        **auth.params(),
+        "lifetime": lifetime,
+        "workspaces": list(workspaces),
+        "tenant": tenant.group(1),
+    }
     form.pop("resource", None)
     if auth.resource is not None:
         form["resource"] = auth.resource
@@ -94,14 +119,21 @@ def redirect_params(response: Any) -> dict[str, str]:
 
 
 def exchange(client: Client, auth: Authorization, code: str, **override: Any) -> Any:
-    body = {"grant_type": "authorization_code", "code": code, "redirect_uri": auth.redirect_uri,
-            "client_id": auth.client_id, "code_verifier": auth.verifier, **override}  # fmt: skip
+    body = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": auth.redirect_uri,
+        "client_id": auth.client_id,
+        "code_verifier": auth.verifier,
+        **override,
+    }
     return client.post("/oauth/token/", {k: v for k, v in body.items() if v is not None})
 
 
 def refresh(client: Client, auth: Authorization, refresh_token: str) -> Any:
-    return client.post("/oauth/token/", {"grant_type": "refresh_token", "refresh_token": refresh_token,
-                                         "client_id": auth.client_id})  # fmt: skip
+    return client.post(
+        "/oauth/token/", {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": auth.client_id}
+    )
 
 
 def connect(client: Client, **consent_kw: Any) -> tuple[Authorization, dict[str, Any]]:

@@ -23,13 +23,22 @@ def mail_user(imap: ImapServer, name: str) -> str:
 def imap_account(p: Person, imap: ImapServer, smtp: SmtpServer, address: str, name: str = "Mail") -> MailAccount:
     """An IMAP account in p's default workspace, with credentials of exactly the stored shape."""
     account = MailAccount.objects.create(
-        tenant=p.tenant, workspace=p.workspace, name=name, kind=AccountKind.IMAP, email_address=address,
+        tenant=p.tenant,
+        workspace=p.workspace,
+        name=name,
+        kind=AccountKind.IMAP,
+        email_address=address,
         credentials={
-            "imap": {"host": imap.host, "port": imap.port, "security": "none", "username": address,
-                     "password": PASSWORD},
+            "imap": {
+                "host": imap.host,
+                "port": imap.port,
+                "security": "none",
+                "username": address,
+                "password": PASSWORD,
+            },
             "smtp": {"host": smtp.host, "port": smtp.port, "security": "none", "username": "", "password": ""},
         },
-    )  # fmt: skip
+    )
     Folder.objects.bulk_create(
         Folder(tenant=p.tenant, account=account, kind=kind, name=kind.label) for kind in STANDARD_FOLDERS
     )

@@ -107,8 +107,19 @@ def test_a_key_is_never_stored_for_replay(alice: Person) -> None:
 
 
 def test_the_cli_creates_and_revokes(alice: Person, mallory: Person) -> None:
-    code, created = _cli("create", "--user", alice.user.email, "--scopes", "read,write", "--workspaces", "default",
-                         "--ops", "status", "--expires-in", "30d")  # fmt: skip
+    code, created = _cli(
+        "create",
+        "--user",
+        alice.user.email,
+        "--scopes",
+        "read,write",
+        "--workspaces",
+        "default",
+        "--ops",
+        "status",
+        "--expires-in",
+        "30d",
+    )
     assert code == 0
     assert created["api_key"]["scopes"] == ["read", "write"] and created["api_key"]["operations"] == ["status"]
     expires = ApiKey.objects.for_tenant(alice.tenant).get().expires_at
@@ -131,8 +142,11 @@ def test_the_cli_revokes_only_keys_the_person_may_see_in_their_tenant(alice: Per
 
     alices = _create(alice)["api_key"]["id"]  # type: ignore[index]
     code, error = _cli("revoke", str(alices), "--user", mallory.user.email)
-    assert code == 1 and error["error"] == {"code": "NOT_FOUND", "message": "api_key_id: no such item",
-                                            "field": "api_key_id"}  # fmt: skip
+    assert code == 1 and error["error"] == {
+        "code": "NOT_FOUND",
+        "message": "api_key_id: no such item",
+        "field": "api_key_id",
+    }
     bob = joined(alice, "bob@example.test", "MEMBER")
     code, error = _cli("revoke", str(alices), "--user", bob.user.email, "--tenant", str(alice.tenant.pk))
     assert code == 1 and error["error"]["code"] == "NOT_FOUND"

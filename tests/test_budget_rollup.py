@@ -85,8 +85,11 @@ def test_two_runs_give_the_same_rows_and_each_tenant_keeps_its_own(alice: Person
     first = rollup.roll_up()
     assert first["redis"] == "ok" and first["complete"] is True and first["rows"] >= 4
     ids = set(BudgetUsage.objects.for_tenant(alice.tenant).values_list("pk", flat=True))
-    expected = {("apikey", "key-a", _hour(now), 3), ("person", str(alice.user.pk), _hour(now), 2),
-                ("policy", "policy-a", _hour(now - 3600), 4)}  # fmt: skip
+    expected = {
+        ("apikey", "key-a", _hour(now), 3),
+        ("person", str(alice.user.pk), _hour(now), 2),
+        ("policy", "policy-a", _hour(now - 3600), 4),
+    }
     assert _rows(alice) == expected
     assert _rows(mallory) == {("apikey", "key-m", _hour(now), 5)}
 
@@ -136,10 +139,16 @@ def test_old_hours_are_forgotten_after_the_retention(alice: Person, mallory: Per
     hour = _hour(time.time())
     for p, hours in ((alice, (0, 47, 48, 49, 72)), (mallory, (1, 50))):
         BudgetUsage.objects.bulk_create(
-            BudgetUsage(tenant=p.tenant, kind="apikey", budget_id="k", window_start=hour - timedelta(hours=h), used=1,
-                        rolled_up_at=hour)
+            BudgetUsage(
+                tenant=p.tenant,
+                kind="apikey",
+                budget_id="k",
+                window_start=hour - timedelta(hours=h),
+                used=1,
+                rolled_up_at=hour,
+            )
             for h in hours
-        )  # fmt: skip
+        )
     # a counter of an hour past the retention (one that never expired) is not copied back in either
     _spend(alice, "apikey", "stale", 1, time.time() - 60 * 3600)
     done = rollup.roll_up()
@@ -322,7 +331,8 @@ def test_a_keyspace_full_of_task_results_costs_one_run(
     assert done["redis"] == "ok" and done["complete"] is True
     assert done["keys"] == listed <= max_keys  # the counters of those hours (other tests' too), not the keyspace
     assert _rows(alice) == {("apikey", f"key-{i:03}", _hour(now), i + 1) for i in range(150)} | {
-        ("oauth", f"conn-{i:03}", _hour(now - 3600), i + 2) for i in range(150)}  # fmt: skip
+        ("oauth", f"conn-{i:03}", _hour(now - 3600), i + 2) for i in range(150)
+    }
     assert _rows(mallory) == {("policy", f"policy-{i:03}", _hour(now), 2 * i + 1) for i in range(150)}
     assert client.get(rollup.CURSOR_KEY) is None
 

@@ -26,22 +26,47 @@ if TYPE_CHECKING:
 
 @pytest.mark.slow
 def test_the_budgets_page_shows_what_a_key_spent(
-    browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,
-    smtp_server: SmtpServer, settings: Any,
-) -> None:  # fmt: skip
+    browser_page: Page,
+    live_server: Any,
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    settings: Any,
+) -> None:
     from playwright.sync_api import expect
 
     account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
-    key, secret = issue_key(membership=membership(alice), scopes=["read", "send"], workspaces=["default"],
-                            allow_list=None, expires_at=None, name="newsletter script")  # fmt: skip
+    key, secret = issue_key(
+        membership=membership(alice),
+        scopes=["read", "send"],
+        workspaces=["default"],
+        allow_list=None,
+        expires_at=None,
+        name="newsletter script",
+    )
     agent = caller_for_key(secret)
     assert agent is not None
-    made = request(agent, "send_email", {"account_id": str(account.pk), "subject": "Figures", "body": "Here.\n",
-                                         "to": ["a@example.test", "b@example.test", "c@example.test"],
-                                         "idempotency_key": "browser-1"})  # fmt: skip
+    made = request(
+        agent,
+        "send_email",
+        {
+            "account_id": str(account.pk),
+            "subject": "Figures",
+            "body": "Here.\n",
+            "to": ["a@example.test", "b@example.test", "c@example.test"],
+            "idempotency_key": "browser-1",
+        },
+    )
     assert made["state"] == "awaiting_approval"
-    theirs, _ = issue_key(membership=membership(mallory), scopes=["read", "send"], workspaces=["default"],
-                          allow_list=None, expires_at=None, name="mallory's secret project")  # fmt: skip
+    theirs, _ = issue_key(
+        membership=membership(mallory),
+        scopes=["read", "send"],
+        workspaces=["default"],
+        allow_list=None,
+        expires_at=None,
+        name="mallory's secret project",
+    )
     assert (
         budget.take(budget.BudgetName(str(mallory.tenant.pk), "apikey", str(theirs.pk)), 9, 200, time.time())
         is not None

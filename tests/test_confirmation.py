@@ -23,8 +23,12 @@ from tests.mailfactory import conversation, write_mbox
 
 
 def _mail(p: Person, tmp_path: Path, n: int) -> list[str]:
-    import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
-                path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))))  # fmt: skip
+    import_mail(
+        tenant=p.tenant,
+        workspace=p.workspace,
+        account_name="A",
+        path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))),
+    )
     return [str(pk) for pk in Message.objects.for_tenant(p.tenant).order_by("date").values_list("pk", flat=True)]
 
 
@@ -71,8 +75,9 @@ def test_an_agent_gets_a_proposal_then_applies_it_once(alice: Person, mallory: P
     assert "Plans" not in text and "Message 0" not in text  # never mail text
     assert _trashed(alice) == 0
 
-    applied = dispatch(as_agent(alice), Door.MCP, "trash_messages", {"message_ids": ids},
-                       confirmation_token=proposal["token"])  # fmt: skip
+    applied = dispatch(
+        as_agent(alice), Door.MCP, "trash_messages", {"message_ids": ids}, confirmation_token=proposal["token"]
+    )
     assert applied.output["changed"] == 11 and _trashed(alice) == 11
     replay = _ask(as_agent(alice), {"message_ids": ids}, confirmation_token=proposal["token"])
     assert replay.code == "CONFIRMATION_INVALID"

@@ -71,12 +71,32 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         assert {f"/static/console/pages/{page}.js", "/static/console/lib.js"} <= set(loaded), page
         modules |= loaded
     script = "\n".join(modules.values())
-    for op in ("create_api_key", "list_api_keys", "revoke_api_key", "list_connections", "revoke_connection",
-               "list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
-               "change_member_role", "remove_member", "cancel_invitation", "list_operation_exposure",
-               "set_operation_exposure", "list_accounts", "connect_mailbox", "sync_mailbox",
-               "remove_mailbox", "list_send_budgets", "list_outbound", "approve_outbound", "reject_outbound",
-               "settle_outbound_request"):  # fmt: skip
+    for op in (
+        "create_api_key",
+        "list_api_keys",
+        "revoke_api_key",
+        "list_connections",
+        "revoke_connection",
+        "list_workspaces",
+        "create_workspace",
+        "rename_workspace",
+        "list_members",
+        "invite_member",
+        "change_member_role",
+        "remove_member",
+        "cancel_invitation",
+        "list_operation_exposure",
+        "set_operation_exposure",
+        "list_accounts",
+        "connect_mailbox",
+        "sync_mailbox",
+        "remove_mailbox",
+        "list_send_budgets",
+        "list_outbound",
+        "approve_outbound",
+        "reject_outbound",
+        "settle_outbound_request",
+    ):
         assert f'"{op}"' in script, op
     # text only, and no rule of their own: what a person may do comes with the rows
     for url, text in modules.items():

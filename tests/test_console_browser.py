@@ -250,9 +250,13 @@ def test_the_pages_offer_an_admin_and_a_member_only_what_their_role_allows(
 @pytest.mark.slow
 @pytest.mark.usefixtures("eager")
 def test_a_person_connects_a_mailbox_in_a_browser(
-    browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,
+    browser_page: Page,
+    live_server: Any,
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
     smtp_server: SmtpServer,
-) -> None:  # fmt: skip
+) -> None:
     from playwright.sync_api import expect
 
     page = browser_page
@@ -316,9 +320,13 @@ def test_a_person_connects_a_mailbox_in_a_browser(
 
 @pytest.mark.slow
 def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
-    browser_page: Page, live_server: Any, alice: Person, mallory: Person, imap_server: ImapServer,
+    browser_page: Page,
+    live_server: Any,
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
     smtp_server: SmtpServer,
-) -> None:  # fmt: skip
+) -> None:
     from playwright.sync_api import expect
 
     from apps.outbound.models import OutboundRequest
@@ -331,8 +339,13 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     bob = mail_user(imap_server, "bob")
 
     def email(subject: str) -> dict[str, Any]:
-        return {"account_id": str(account.pk), "to": [bob], "subject": subject, "body": "Hello.\n",
-                "idempotency_key": subject}  # fmt: skip
+        return {
+            "account_id": str(account.pk),
+            "to": [bob],
+            "subject": subject,
+            "body": "Hello.\n",
+            "idempotency_key": subject,
+        }
 
     asked = request(as_agent(alice, scopes={"read", "write", "send"}), "send_email", email("Waiting"))
     smtp_server.drop_after_data = True
@@ -371,9 +384,12 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
 
     # a body longer than a list shows is read whole before it can be approved; files show type and size
     tail = "And one more thing, at the very end."
-    long = email("Long") | {"body": "word " * 5000 + tail,
-                            "attachments": [{"filename": "plan.pdf", "content_type": "application/pdf",
-                                             "content_base64": "JVBERi0xLjQK" * 200}]}  # fmt: skip
+    long = email("Long") | {
+        "body": "word " * 5000 + tail,
+        "attachments": [
+            {"filename": "plan.pdf", "content_type": "application/pdf", "content_base64": "JVBERi0xLjQK" * 200}
+        ],
+    }
     asked_long = request(as_agent(alice, scopes={"read", "write", "send"}), "send_email", long)
     page.goto("/outbound")
     article = page.locator(f'#outbound-list article[data-request-id="{asked_long["request_id"]}"]')
@@ -393,8 +409,11 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     page.goto(f"/outbound?request={asked['request_id']}")
     expect(page.locator("#outbound-named")).to_contain_text("no longer waiting: queued")
     theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
-    hidden = request(as_agent(mallory, scopes={"read", "write", "send"}), "send_email",
-                     email("Mallory's secret") | {"account_id": str(theirs.pk)})  # fmt: skip
+    hidden = request(
+        as_agent(mallory, scopes={"read", "write", "send"}),
+        "send_email",
+        email("Mallory's secret") | {"account_id": str(theirs.pk)},
+    )
     page.goto(f"/outbound?request={hidden['request_id']}")
     expect(page.locator("#outbound-named")).to_contain_text("request_id: no such item")  # as for any unknown id
     expect(page.locator("main")).not_to_contain_text("Mallory's secret")

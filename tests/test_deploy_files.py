@@ -24,8 +24,12 @@ def test_compose_file_validates_and_has_the_production_services(tmp_path: Path) 
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
     result = subprocess.run(
         [*_compose(), "-f", str(ROOT / "docker-compose.yml"), "config"],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     config = yaml.safe_load(result.stdout)
     services = config["services"]

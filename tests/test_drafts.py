@@ -17,21 +17,37 @@ from tests.outbound_accounts import imap_account, mail_user, request
 
 
 def stored_message(
-    p: Person, account: MailAccount, *, sender: str, subject: str, message_id: str, references: list[str] | None = None,
-    text: str = "Hello.\n", to: list[str] | None = None, cc: list[str] | None = None,
+    p: Person,
+    account: MailAccount,
+    *,
+    sender: str,
+    subject: str,
+    message_id: str,
+    references: list[str] | None = None,
+    text: str = "Hello.\n",
+    to: list[str] | None = None,
+    cc: list[str] | None = None,
     reply_to: list[str] | None = None,
-) -> Message:  # fmt: skip
+) -> Message:
     """A message in the account's inbox, as sync would store it."""
     inbox = Folder.objects.for_tenant(p.tenant).get(account=account, kind="inbox")
     thread = Thread.objects.create(tenant=p.tenant, account=account, subject=subject)
     return Message.objects.create(
-        tenant=p.tenant, account=account, folder=inbox, thread=thread, message_id=message_id,
-        references=references or [], subject=subject, sender_name="Bob", sender_address=sender,
+        tenant=p.tenant,
+        account=account,
+        folder=inbox,
+        thread=thread,
+        message_id=message_id,
+        references=references or [],
+        subject=subject,
+        sender_name="Bob",
+        sender_address=sender,
         to_addresses=[{"name": "", "address": a} for a in (to or [account.email_address])],
         cc_addresses=[{"name": "", "address": a} for a in (cc or [])],
         reply_to_addresses=[{"name": "", "address": a} for a in (reply_to or [])],
-        text_body=text, content_hash=message_id,
-    )  # fmt: skip
+        text_body=text,
+        content_hash=message_id,
+    )
 
 
 @pytest.fixture
@@ -44,8 +60,17 @@ def box(alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: Sm
 
 def test_drafts_are_written_changed_and_deleted(alice: Person, mallory: Person, box: dict[str, Any]) -> None:
     agent = as_agent(alice)
-    draft = call(agent, "create_draft", {"account_id": str(box["account"].pk), "to": ["Bob <BOB@Example.TEST>"],
-                                         "cc": ["bob@example.test"], "subject": "Hi", "body": "Draft one"})  # fmt: skip
+    draft = call(
+        agent,
+        "create_draft",
+        {
+            "account_id": str(box["account"].pk),
+            "to": ["Bob <BOB@Example.TEST>"],
+            "cc": ["bob@example.test"],
+            "subject": "Hi",
+            "body": "Draft one",
+        },
+    )
     assert (draft["to"], draft["cc"], draft["subject"]) == (["BOB@example.test"], [], "Hi")
     changed = call(agent, "update_draft", {"draft_id": draft["id"], "body": "Draft two"})
     assert (changed["body"], changed["to"], changed["subject"]) == ("Draft two", ["BOB@example.test"], "Hi")
@@ -73,11 +98,24 @@ def test_drafts_are_written_changed_and_deleted(alice: Person, mallory: Person, 
 
 def test_a_reply_gets_threading_headers_one_re_and_the_quoted_text(alice: Person, box: dict[str, Any]) -> None:
     account = box["account"]
-    plain = stored_message(alice, account, sender=box["bob"], subject="Plans", message_id="p1@example.test",
-                           text="Line one\n\nLine two\n", cc=["carol@example.test"])  # fmt: skip
-    again = stored_message(alice, account, sender=box["bob"], subject="RE: Plans", message_id="p2@example.test",
-                           references=["p0@example.test", "p1@example.test"],
-                           reply_to=["list@example.test"])  # fmt: skip
+    plain = stored_message(
+        alice,
+        account,
+        sender=box["bob"],
+        subject="Plans",
+        message_id="p1@example.test",
+        text="Line one\n\nLine two\n",
+        cc=["carol@example.test"],
+    )
+    again = stored_message(
+        alice,
+        account,
+        sender=box["bob"],
+        subject="RE: Plans",
+        message_id="p2@example.test",
+        references=["p0@example.test", "p1@example.test"],
+        reply_to=["list@example.test"],
+    )
     agent = as_agent(alice)
     first = call(agent, "reply_to_message", {"message_id": str(plain.pk), "body": "Yes."})
     assert (first["subject"], first["to"], first["cc"]) == ("Re: Plans", [box["bob"]], [])
@@ -94,16 +132,30 @@ def test_a_reply_gets_threading_headers_one_re_and_the_quoted_text(alice: Person
 def test_a_forward_carries_the_attachments(
     alice: Person, mallory: Person, box: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
 ) -> None:
-    original = stored_message(alice, box["account"], sender=box["bob"], subject="Invoice", message_id="i1@example.test",
-                              text="See the invoice.\n")  # fmt: skip
-    Attachment.objects.create(tenant=alice.tenant, message=original, filename="invoice.pdf",
-                              content_type="application/pdf", size=9, content=b"%PDF-1.4\n")  # fmt: skip
+    original = stored_message(
+        alice,
+        box["account"],
+        sender=box["bob"],
+        subject="Invoice",
+        message_id="i1@example.test",
+        text="See the invoice.\n",
+    )
+    Attachment.objects.create(
+        tenant=alice.tenant,
+        message=original,
+        filename="invoice.pdf",
+        content_type="application/pdf",
+        size=9,
+        content=b"%PDF-1.4\n",
+    )
     me = as_person(alice)
     draft = call(me, "forward_message", {"message_id": str(original.pk), "to": [box["bob"]], "body": "FYI"})
     assert draft["subject"] == "Fwd: Invoice" and draft["attachments"][0]["filename"] == "invoice.pdf"
     assert draft["body"].startswith("FYI\n\n---------- Forwarded message") and "See the invoice." in draft["body"]
-    assert refusal(as_person(mallory), "forward_message", {"message_id": str(original.pk), "to": ["x@example.test"]}
-                   ).code == "NOT_FOUND"  # fmt: skip
+    assert (
+        refusal(as_person(mallory), "forward_message", {"message_id": str(original.pk), "to": ["x@example.test"]}).code
+        == "NOT_FOUND"
+    )
 
     made = request(me, "send_draft", {"draft_id": draft["id"], "idempotency_key": "fwd"})
     assert delivery.deliver(made["request_id"]) == "sent"
@@ -117,8 +169,12 @@ def test_a_local_account_cannot_send(alice: Person, box: dict[str, Any]) -> None
     from apps.mail.importing import ensure_local_account
 
     local = ensure_local_account(tenant=alice.tenant, workspace=alice.workspace, name="Archive")
-    refused = refusal(as_person(alice), "send_email", {"account_id": str(local.pk), "to": ["a@example.test"],
-                                                       "idempotency_key": "x"}, confirm=True)  # fmt: skip
+    refused = refusal(
+        as_person(alice),
+        "send_email",
+        {"account_id": str(local.pk), "to": ["a@example.test"], "idempotency_key": "x"},
+        confirm=True,
+    )
     assert (refused.code, refused.field) == ("INVALID_INPUT", "account_id")
 
 
@@ -130,8 +186,12 @@ def test_a_subject_that_would_break_its_header_is_refused_and_nothing_is_written
     for subject in ("a\r\nBcc: evil@example.test", "a\nb", "a\u2028b"):
         made = refusal(agent, "create_draft", {"account_id": account, "to": [box["bob"]], "subject": subject})
         assert (made.code, made.field) == ("INVALID_INPUT", "subject") and "evil" not in made.message
-        sent = refusal(me, "send_email", {"account_id": account, "to": [box["bob"]], "subject": subject, "body": "x",
-                                          "idempotency_key": "k"}, confirm=True)  # fmt: skip
+        sent = refusal(
+            me,
+            "send_email",
+            {"account_id": account, "to": [box["bob"]], "subject": subject, "body": "x", "idempotency_key": "k"},
+            confirm=True,
+        )
         assert (sent.code, sent.field) == ("INVALID_INPUT", "subject")
     draft = call(agent, "create_draft", {"account_id": account, "to": [box["bob"]], "subject": "fine"})
     changed = refusal(agent, "update_draft", {"draft_id": draft["id"], "subject": "x\r\nTo: evil@example.test"})

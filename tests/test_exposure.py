@@ -39,10 +39,24 @@ class Empty(BaseModel):
 @pytest.fixture
 def extra_ops() -> Iterator[None]:
     """A person-bound operation and a plugin's operation, for the duration of a test."""
-    operation(name="my_notifications", summary="t", input=Empty, output=Empty, op_class=OpClass.READ,
-              ceiling=Ceiling.ON, person_bound=True)(lambda ctx, data: Empty())  # fmt: skip
-    operation(name="acme.lookup", summary="t", input=Empty, output=Empty, op_class=OpClass.READ,
-              ceiling=Ceiling.OFF, plugin="acme")(lambda ctx, data: Empty())  # fmt: skip
+    operation(
+        name="my_notifications",
+        summary="t",
+        input=Empty,
+        output=Empty,
+        op_class=OpClass.READ,
+        ceiling=Ceiling.ON,
+        person_bound=True,
+    )(lambda ctx, data: Empty())
+    operation(
+        name="acme.lookup",
+        summary="t",
+        input=Empty,
+        output=Empty,
+        op_class=OpClass.READ,
+        ceiling=Ceiling.OFF,
+        plugin="acme",
+    )(lambda ctx, data: Empty())
     plugins.set_plugin_health("acme", True)
     yield
     registry.remove("my_notifications")
@@ -83,8 +97,13 @@ def test_exposure_changes_are_for_admins_and_persons_only(alice: Person) -> None
     member = User.objects.create_user(email="member@example.test", password="x")
     Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
     with pytest.raises(OakenError) as info:
-        dispatch(Caller.person(Membership.objects.get(user=member)), Door.UI, "set_operation_exposure",
-                 {"operation": "search", "level": "off"}, confirm=True)  # fmt: skip
+        dispatch(
+            Caller.person(Membership.objects.get(user=member)),
+            Door.UI,
+            "set_operation_exposure",
+            {"operation": "search", "level": "off"},
+            confirm=True,
+        )
     assert info.value.code == "FORBIDDEN"
     with pytest.raises(OakenError) as info:
         dispatch(as_agent(alice), Door.MCP, "set_operation_exposure", {"operation": "search", "level": "off"})
@@ -97,8 +116,14 @@ def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> Non
     rows = {
         r["name"]: r for r in dispatch(as_person(alice), Door.UI, "list_operation_exposure", {}).output["operations"]
     }
-    assert rows["search"] == {"name": "search", "op_class": "read", "ceiling": "on", "plugin": None, "setting": "off",
-                              "offered_to_agents": False}  # fmt: skip
+    assert rows["search"] == {
+        "name": "search",
+        "op_class": "read",
+        "ceiling": "on",
+        "plugin": None,
+        "setting": "off",
+        "offered_to_agents": False,
+    }
     assert rows["get_raw_message"]["ceiling"] == "never" and not rows["get_raw_message"]["offered_to_agents"]
     # every operation a person or an agent can call; the system's own (claim_outbound_send…) are nobody's to offer
     assert set(rows) == {op.name for op in registry if op.callers != Callers.INTERNAL}

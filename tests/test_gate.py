@@ -29,8 +29,12 @@ from tests.mailfactory import conversation, write_mbox
 
 
 def _mail(p: Person, tmp_path: Path, n: int = 3) -> list[str]:
-    import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
-                path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))))  # fmt: skip
+    import_mail(
+        tenant=p.tenant,
+        workspace=p.workspace,
+        account_name="A",
+        path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(n, prefix=str(p.user.pk))),
+    )
     return [str(pk) for pk in Message.objects.for_tenant(p.tenant).order_by("date").values_list("pk", flat=True)]
 
 
@@ -66,15 +70,35 @@ def broken_ops() -> Iterator[None]:
     common = {"input": Nothing, "output": Ok, "ceiling": Ceiling.NEVER, "confirm": ALWAYS}
     operation(name="test_pin_then_crash", summary="t", op_class=OpClass.MUTATE, **common)(pin_then_crash)  # type: ignore[arg-type]
     operation(name="test_pin_then_lie", summary="t", op_class=OpClass.MUTATE, **common)(pin_then_lie)  # type: ignore[arg-type]
-    operation(name="test_send_now", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
-              ceiling=Ceiling.NEVER)(send_now)  # fmt: skip
-    operation(name="test_send_internal", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
-              ceiling=Ceiling.NEVER, callers=Callers.INTERNAL)(send_now)  # fmt: skip
-    operation(name="test_send_personal", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok,
-              ceiling=Ceiling.NEVER, callers=Callers.PERSONS)(send_now)  # fmt: skip
+    operation(
+        name="test_send_now", summary="t", op_class=OpClass.SEND, input=Nothing, output=Ok, ceiling=Ceiling.NEVER
+    )(send_now)
+    operation(
+        name="test_send_internal",
+        summary="t",
+        op_class=OpClass.SEND,
+        input=Nothing,
+        output=Ok,
+        ceiling=Ceiling.NEVER,
+        callers=Callers.INTERNAL,
+    )(send_now)
+    operation(
+        name="test_send_personal",
+        summary="t",
+        op_class=OpClass.SEND,
+        input=Nothing,
+        output=Ok,
+        ceiling=Ceiling.NEVER,
+        callers=Callers.PERSONS,
+    )(send_now)
     yield
-    for name in ("test_pin_then_crash", "test_pin_then_lie", "test_send_now", "test_send_internal",
-                 "test_send_personal"):  # fmt: skip
+    for name in (
+        "test_pin_then_crash",
+        "test_pin_then_lie",
+        "test_send_now",
+        "test_send_internal",
+        "test_send_personal",
+    ):
         registry.remove(name)
 
 
@@ -268,8 +292,16 @@ def test_verify_runs_after_every_check_and_outside_the_transaction(alice: Person
         seen.append(("handler", connection.in_atomic_block))
         return Ok(ok=True)
 
-    operation(name="test_verified", summary="t", op_class=OpClass.MUTATE, input=Nothing, output=Ok,
-              ceiling=Ceiling.NEVER, confirm=ALWAYS, verify=verify)(handler)  # fmt: skip
+    operation(
+        name="test_verified",
+        summary="t",
+        op_class=OpClass.MUTATE,
+        input=Nothing,
+        output=Ok,
+        ceiling=Ceiling.NEVER,
+        confirm=ALWAYS,
+        verify=verify,
+    )(handler)
     try:
         assert refusal(as_person(alice), "test_verified", {"message_id": "x"}).code == "CONFIRMATION_REQUIRED"
         assert seen == []  # not before the person confirmed
@@ -279,8 +311,10 @@ def test_verify_runs_after_every_check_and_outside_the_transaction(alice: Person
         assert (error.code, error.field) == ("INVALID_INPUT", "message_id")
         assert seen[-1] == ("refused", False)
         assert [(e.operation, e.outcome) for e in _events(alice)] == [
-            ("test_verified", "CONFIRMATION_REQUIRED"), ("test_verified", "ok"), ("test_verified", "INVALID_INPUT"),
-        ]  # fmt: skip
+            ("test_verified", "CONFIRMATION_REQUIRED"),
+            ("test_verified", "ok"),
+            ("test_verified", "INVALID_INPUT"),
+        ]
         assert _events(mallory) == []
     finally:
         registry.remove("test_verified")
@@ -295,8 +329,15 @@ def test_a_verify_step_that_breaks_is_an_internal_error_audited_without_its_mess
     def handler(ctx: object, data: Nothing) -> Ok:
         raise AssertionError("never reached")
 
-    operation(name="test_verify_breaks", summary="t", op_class=OpClass.MUTATE, input=Nothing, output=Ok,
-              ceiling=Ceiling.NEVER, verify=verify)(handler)  # fmt: skip
+    operation(
+        name="test_verify_breaks",
+        summary="t",
+        op_class=OpClass.MUTATE,
+        input=Nothing,
+        output=Ok,
+        ceiling=Ceiling.NEVER,
+        verify=verify,
+    )(handler)
     try:
         error = refusal(as_person(alice), "test_verify_breaks", {"message_id": "pässwörd"})
         assert error.code == "INTERNAL_ERROR" and "pässwörd" not in error.message

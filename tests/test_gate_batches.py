@@ -59,15 +59,27 @@ def pin_one_at_a_time(ctx: Context, data: Ids) -> Seen:
 
 @pytest.fixture
 def batched_op() -> Iterator[None]:
-    operation(name="test_pin_in_batches", summary="t", input=Ids, output=Seen, op_class=OpClass.MUTATE,
-              ceiling=Ceiling.NEVER, callers=Callers.PERSONS, commits_in_batches=True)(pin_one_at_a_time)  # fmt: skip
+    operation(
+        name="test_pin_in_batches",
+        summary="t",
+        input=Ids,
+        output=Seen,
+        op_class=OpClass.MUTATE,
+        ceiling=Ceiling.NEVER,
+        callers=Callers.PERSONS,
+        commits_in_batches=True,
+    )(pin_one_at_a_time)
     yield
     registry.remove("test_pin_in_batches")
 
 
 def _mail(p: Person, tmp_path: Path) -> list[str]:
-    import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
-                path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(3, prefix=str(p.user.pk))))  # fmt: skip
+    import_mail(
+        tenant=p.tenant,
+        workspace=p.workspace,
+        account_name="A",
+        path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(3, prefix=str(p.user.pk))),
+    )
     return [str(pk) for pk in Message.objects.for_tenant(p.tenant).order_by("date").values_list("pk", flat=True)]
 
 
@@ -109,8 +121,16 @@ def test_a_failure_keeps_the_finished_batches_and_audits_them(
 
 def test_what_may_commit_in_batches() -> None:
     def define(**overrides: Any) -> Operation:
-        spec: dict[str, Any] = {"name": "a", "summary": "t", "input": Ids, "output": Seen, "op_class": OpClass.MUTATE,
-                                "ceiling": Ceiling.NEVER, "commits_in_batches": True, "target": Registry()}  # fmt: skip
+        spec: dict[str, Any] = {
+            "name": "a",
+            "summary": "t",
+            "input": Ids,
+            "output": Seen,
+            "op_class": OpClass.MUTATE,
+            "ceiling": Ceiling.NEVER,
+            "commits_in_batches": True,
+            "target": Registry(),
+        }
         return operation(**(spec | overrides))(lambda ctx, data: Seen(in_transaction=False))
 
     with pytest.raises(DefinitionError, match="read commits nothing"):

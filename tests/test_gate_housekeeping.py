@@ -13,8 +13,15 @@ from tests.conftest import Person
 
 
 def _record(p: Person, key: str, age: timedelta) -> None:
-    IdempotencyRecord.objects.create(tenant=p.tenant, caller_key="c", operation="create_label", key=key,
-                                     input_digest="0" * 64, response={}, created_at=timezone.now() - age)  # fmt: skip
+    IdempotencyRecord.objects.create(
+        tenant=p.tenant,
+        caller_key="c",
+        operation="create_label",
+        key=key,
+        input_digest="0" * 64,
+        response={},
+        created_at=timezone.now() - age,
+    )
 
 
 def test_records_younger_than_the_retention_stay(alice: Person, mallory: Person, settings) -> None:
@@ -23,8 +30,14 @@ def test_records_younger_than_the_retention_stay(alice: Person, mallory: Person,
     _record(alice, "old", timedelta(hours=49))
     _record(mallory, "theirs-old", timedelta(hours=49))
     _record(mallory, "theirs-fresh", timedelta(hours=1))
-    ConfirmationToken.objects.create(tenant=alice.tenant, caller_key="c", operation="x", input_digest="0" * 64,
-                                     token_hash="a" * 64, expires_at=timezone.now() - timedelta(days=2))  # fmt: skip
+    ConfirmationToken.objects.create(
+        tenant=alice.tenant,
+        caller_key="c",
+        operation="x",
+        input_digest="0" * 64,
+        token_hash="a" * 64,
+        expires_at=timezone.now() - timedelta(days=2),
+    )
     assert purge_expired() == {"idempotency_records": 2, "confirmation_tokens": 1}
     assert list(IdempotencyRecord.objects.for_tenant(alice.tenant).values_list("key", flat=True)) == ["fresh"]
     assert list(IdempotencyRecord.objects.for_tenant(mallory.tenant).values_list("key", flat=True)) == ["theirs-fresh"]

@@ -44,9 +44,21 @@ STRICT = {
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/keys", "/exposure", "/outbound", "/accounts/sign-in", "/accounts/sign-up", "/accounts/password-reset",
-     "/api/docs", "/api/schema", "/no/such/page", "/static/console/console.css", "/health"],
-)  # fmt: skip
+    [
+        "/",
+        "/keys",
+        "/exposure",
+        "/outbound",
+        "/accounts/sign-in",
+        "/accounts/sign-up",
+        "/accounts/password-reset",
+        "/api/docs",
+        "/api/schema",
+        "/no/such/page",
+        "/static/console/console.css",
+        "/health",
+    ],
+)
 def test_every_answer_carries_a_strict_policy(path: str, alice: Person, mallory: Person) -> None:
     response = _signed_in(alice).get(path)
     assert response.status_code in {200, 404}, path
@@ -77,8 +89,9 @@ def _served_with(**env: str) -> dict[str, str]:
         "print(json.dumps({**dict(r.headers), 'status': str(r.status_code)}))"
     )
     run_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", **env}
-    out = subprocess.run([sys.executable, "-c", script], env=run_env, cwd=ROOT, capture_output=True, text=True,
-                         check=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=run_env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
     headers: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
     return headers
 
@@ -118,4 +131,4 @@ def test_static_files_are_served_by_name_only(db: None) -> None:
         "/static/drf_spectacular_sidecar/swagger-ui-dist/oauth2-redirect.html",
         "/static/favicon.svg.py",
     ):
-        assert Client().get(path).status_code == 404, path  # fmt: skip
+        assert Client().get(path).status_code == 404, path

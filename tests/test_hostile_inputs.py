@@ -136,11 +136,17 @@ class Shapes:
 def ids(alice: Person, mallory: Person, tmp_path: Path) -> list[str]:
     """Real ids of both tenants, and ids of nothing."""
     for person in (alice, mallory):
-        mbox = write_mbox(tmp_path / f"{person.user.pk}.mbox", [
-            raw_message(subject="First", message_id=f"<a-{person.user.pk}@example.test>"),
-            raw_message(subject="Re: First", message_id=f"<b-{person.user.pk}@example.test>",
-                        in_reply_to=f"<a-{person.user.pk}@example.test>"),
-        ])  # fmt: skip
+        mbox = write_mbox(
+            tmp_path / f"{person.user.pk}.mbox",
+            [
+                raw_message(subject="First", message_id=f"<a-{person.user.pk}@example.test>"),
+                raw_message(
+                    subject="Re: First",
+                    message_id=f"<b-{person.user.pk}@example.test>",
+                    in_reply_to=f"<a-{person.user.pk}@example.test>",
+                ),
+            ],
+        )
         import_mail(tenant=person.tenant, workspace=person.workspace, account_name="local", path=mbox)
     found: list[str] = [str(uuid.uuid4()), "not-an-id", "\x00"]
     for person in (alice, mallory):

@@ -82,8 +82,14 @@ def test_it_syncs_every_folder_then_only_what_is_new(
     }
     assert all(m.imap_folder == m.folder and m.imap_uid for m in held.values())
     kinds = {f.name: f.kind for f in folder(alice, boxes["alice"], "INBOX").account.folders.all()}
-    assert kinds == {"INBOX": "inbox", "Sent": "sent", "Drafts": "drafts", "Trash": "trash", "Junk": "spam",
-                     "Projects": "custom"}  # fmt: skip
+    assert kinds == {
+        "INBOX": "inbox",
+        "Sent": "sent",
+        "Drafts": "drafts",
+        "Trash": "trash",
+        "Junk": "spam",
+        "Projects": "custom",
+    }
     inbox = folder(alice, boxes["alice"], "INBOX")
     assert inbox.imap_uidvalidity and inbox.imap_last_uid == 2 and inbox.imap_highestmodseq > 0  # CONDSTORE
 
@@ -109,8 +115,10 @@ def test_a_flag_changed_on_the_server_reaches_oaken(
         c.add_flags([1, 3], [SEEN])
     assert sync(boxes["alice"]).counts.flags_changed == 2
     assert {k: m.read for k, m in by_message_id(alice, boxes["alice"]).items()} == {
-        "m-0@example.test": True, "m-1@example.test": False, "m-2@example.test": True,
-    }  # fmt: skip
+        "m-0@example.test": True,
+        "m-1@example.test": False,
+        "m-2@example.test": True,
+    }
     with imap_server.client(user) as c:
         c.select_folder("INBOX")
         c.remove_flags([1], [SEEN])
@@ -166,16 +174,20 @@ def test_moves_trash_and_restore_are_mirrored_with_imap_move(
 
     def server() -> dict[str, list[bytes]]:
         return {
-            name: sorted(raw.split(b"Message-ID: ")[1].split(b"\r\n")[0] for _, raw, _ in
-                         imap_server.folder_messages(user, name))
+            name: sorted(
+                raw.split(b"Message-ID: ")[1].split(b"\r\n")[0] for _, raw, _ in imap_server.folder_messages(user, name)
+            )
             for name in ("INBOX", "Projects", "Trash")
-        }  # fmt: skip
+        }
 
     with django_capture_on_commit_callbacks(execute=True):
         call(me, "move_messages", {"message_ids": [first], "folder": "Projects"})
         call(me, "trash_messages", {"message_ids": [second]})
-    assert server() == {"INBOX": [b"<m-2@example.test>"], "Projects": [b"<m-0@example.test>"],
-                        "Trash": [b"<m-1@example.test>"]}  # fmt: skip
+    assert server() == {
+        "INBOX": [b"<m-2@example.test>"],
+        "Projects": [b"<m-0@example.test>"],
+        "Trash": [b"<m-1@example.test>"],
+    }
     moved = by_message_id(alice, boxes["alice"])
     # the server said where they went (COPYUID): the next sync fetches nothing again
     target = moved["m-0@example.test"].imap_folder
@@ -188,8 +200,10 @@ def test_moves_trash_and_restore_are_mirrored_with_imap_move(
     sync(boxes["alice"])
     after = by_message_id(alice, boxes["alice"])
     assert {k: m.folder.name for k, m in after.items()} == {
-        "m-0@example.test": "Projects", "m-1@example.test": "INBOX", "m-2@example.test": "INBOX",
-    }  # fmt: skip
+        "m-0@example.test": "Projects",
+        "m-1@example.test": "INBOX",
+        "m-2@example.test": "INBOX",
+    }
     assert all(m.imap_folder == m.folder for m in after.values())
     mallory_unchanged(mallory, boxes, imap_server)
 
@@ -407,8 +421,13 @@ def test_a_message_deleted_on_the_server_is_removed_once_a_complete_sync_still_m
     assert not Thread.objects.for_tenant(alice.tenant).filter(pk=gone.thread_id).exists()
     assert refusal(as_person(alice), "get_message", {"message_id": str(gone.pk)}).code == "NOT_FOUND"
     removal = [t for e in sync_events(alice) for t in e.targets if t["after"].get("removed")]
-    assert removal == [{"id": str(gone.pk), "before": {"folder_id": str(gone.folder_id)},
-                        "after": {"removed": "deleted on the server"}}]  # fmt: skip
+    assert removal == [
+        {
+            "id": str(gone.pk),
+            "before": {"folder_id": str(gone.folder_id)},
+            "after": {"removed": "deleted on the server"},
+        }
+    ]
     assert sync(boxes["alice"]).counts == sync_module.SyncCounts(folders=5)
     assert sync_events(mallory) == []
     mallory_unchanged(mallory, boxes, imap_server)
@@ -436,8 +455,10 @@ def test_a_folder_deleted_on_the_server_takes_its_messages_and_then_goes(
     assert (first.counts.stored, first.counts.relocated, first.counts.removed) == (0, 3, 0)
     held = by_message_id(alice, boxes["alice"])
     assert {k: m.folder.name for k, m in held.items()} == {
-        "p-0@example.test": "Archive 2026", "p-1@example.test": "Archive 2026", "o-0@example.test": "INBOX",
-    }  # fmt: skip
+        "p-0@example.test": "Archive 2026",
+        "p-1@example.test": "Archive 2026",
+        "o-0@example.test": "INBOX",
+    }
     names = set(folder(alice, boxes["alice"], "INBOX").account.folders.values_list("name", flat=True))
     assert "Old" not in names and "Projects" not in names and "Archive 2026" in names
     assert sync(boxes["alice"]).counts.removed == 0
@@ -470,8 +491,11 @@ def test_pinned_is_flagged_both_ways(
     held = by_message_id(alice, boxes["alice"])
     assert [(m.pinned, m.read) for m in held.values()] == [(False, False), (True, True)]
     changes = [t for e in sync_events(alice) for t in e.targets]
-    assert {"id": str(held["m-1@example.test"].pk), "before": {"read": False, "pinned": False},
-            "after": {"read": True, "pinned": True}} in changes  # fmt: skip
+    assert {
+        "id": str(held["m-1@example.test"].pk),
+        "before": {"read": False, "pinned": False},
+        "after": {"read": True, "pinned": True},
+    } in changes
 
     with django_capture_on_commit_callbacks(execute=True):
         call(as_agent(alice), "set_pinned", {"message_ids": [str(held["m-0@example.test"].pk)], "pinned": True})
@@ -578,8 +602,11 @@ def test_a_copy_on_the_server_never_takes_the_message_away_and_keeps_it_when_the
     assert (outcome.counts.missing, outcome.counts.relocated, outcome.counts.removed) == (1, 1, 0)
     first = by_message_id(alice, boxes["alice"])["m-0@example.test"]
     assert (first.folder.name, first.imap_folder_id, first.imap_uid, first.imap_missing_since) == (
-        "Saved", first.folder_id, 1, None,
-    )  # fmt: skip
+        "Saved",
+        first.folder_id,
+        1,
+        None,
+    )
 
     # and when the copy goes too, it is gone from the server: removed once the grace period is over
     settings.OPERATIONS = {**settings.OPERATIONS, "SYNC_MISSING_GRACE_SECONDS": 0}
@@ -608,8 +635,11 @@ def test_a_move_by_another_client_into_a_folder_synced_earlier_is_followed_in_th
     assert (outcome.counts.stored, outcome.counts.missing, outcome.counts.relocated) == (0, 1, 1)
     moved = by_message_id(alice, boxes["alice"])["z-0@example.test"]
     assert (moved.folder.name, moved.imap_folder_id, moved.imap_uid, moved.imap_missing_since) == (
-        "INBOX", moved.folder_id, 1, None,
-    )  # fmt: skip
+        "INBOX",
+        moved.folder_id,
+        1,
+        None,
+    )
     zed = folder(alice, boxes["alice"], "Zed")
     followed = {"id": str(moved.pk), "before": {"folder_id": str(zed.pk)}, "after": {"folder_id": str(moved.folder_id)}}
     assert followed in [t for e in sync_events(alice) for t in e.targets]
@@ -775,8 +805,11 @@ def test_batches_are_bounded_in_bytes_and_a_message_over_the_limit_is_never_fetc
     user = boxes["alice_user"]
     mib = 1024 * 1024
     settings.OPERATIONS = {
-        **settings.OPERATIONS, "SYNC_BATCH_SIZE": 50, "SYNC_BATCH_MAX_BYTES": mib, "IMPORT_MAX_MESSAGE_BYTES": 2 * mib,
-    }  # fmt: skip
+        **settings.OPERATIONS,
+        "SYNC_BATCH_SIZE": 50,
+        "SYNC_BATCH_MAX_BYTES": mib,
+        "IMPORT_MAX_MESSAGE_BYTES": 2 * mib,
+    }
     sizes = [400_000, 400_000, 400_000, 3 * mib, 100, 1_500_000, 100]  # the fourth is over the limit
     for i, size in enumerate(sizes):
         body = ("y" * 76 + "\n") * (size // 77)

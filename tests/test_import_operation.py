@@ -58,8 +58,16 @@ def _row_text(event: AuditEvent) -> str:
 
 def _assert_no_path_or_mail(event: AuditEvent, source: Path) -> None:
     text = _row_text(event)
-    for secret in (str(source), source.name, "zq-private-name", "zq-secret-folder", "zq-subject", "zq-body-text",
-                   "zq-sender", "Quarterly"):  # fmt: skip
+    for secret in (
+        str(source),
+        source.name,
+        "zq-private-name",
+        "zq-secret-folder",
+        "zq-subject",
+        "zq-body-text",
+        "zq-sender",
+        "Quarterly",
+    ):
         assert secret not in text, secret
 
 
@@ -69,8 +77,12 @@ def test_oaken_import_mail_leaves_one_event_with_counts_only(alice: Person, mall
     assert code == 0 and (result["imported"], result["duplicates"], result["failed"]) == (2, 0, 0)
     [event] = AuditEvent.objects.for_tenant(alice.tenant)
     assert (event.operation, event.outcome, event.door, event.principal, event.person_id) == (
-        "import_mail", "ok", "cli", "person", alice.user.pk
-    )  # fmt: skip
+        "import_mail",
+        "ok",
+        "cli",
+        "person",
+        alice.user.pk,
+    )
     assert event.targets == [
         {
             "id": result["import_id"],
@@ -84,8 +96,12 @@ def test_oaken_import_mail_leaves_one_event_with_counts_only(alice: Person, mall
     code, again = _cli(str(source), "--user", alice.user.email, "--account", "Archive")
     assert code == 0 and (again["imported"], again["duplicates"]) == (0, 2)
     second = _events(alice)[1]
-    assert second.targets[0]["after"] == {"account_id": result["account_id"], "imported": 0, "duplicates": 2,
-                                          "failed": 0}  # fmt: skip
+    assert second.targets[0]["after"] == {
+        "account_id": result["account_id"],
+        "imported": 0,
+        "duplicates": 2,
+        "failed": 0,
+    }
     _assert_no_path_or_mail(second, source)
     assert not AuditEvent.objects.for_tenant(mallory.tenant).exists()
     assert not Message.objects.for_tenant(mallory.tenant).exists()
@@ -115,8 +131,11 @@ def test_another_tenants_workspace_is_not_found_by_name_or_id(alice: Person, mal
     source = _source(tmp_path)
     Workspace.objects.create(tenant=alice.tenant, name="work")
     code, refused = _cli(str(source), "--user", mallory.user.email, "--workspace", "work")
-    assert code == 1 and refused["error"] == {"code": "NOT_FOUND", "message": "workspace: no such item",
-                                              "field": "workspace"}  # fmt: skip
+    assert code == 1 and refused["error"] == {
+        "code": "NOT_FOUND",
+        "message": "workspace: no such item",
+        "field": "workspace",
+    }
     for workspace_id in (str(alice.workspace.pk), "not-an-id"):
         with pytest.raises(OakenError) as info:
             dispatch(as_person(mallory), Door.CLI, "import_mail", {"path": str(source), "workspace_id": workspace_id})
@@ -131,8 +150,12 @@ def test_another_tenants_workspace_is_not_found_by_name_or_id(alice: Person, mal
     ).output
     assert result["imported"] == 2
     with pytest.raises(OakenError) as info:
-        dispatch(as_person(mallory), Door.CLI, "import_mail",
-                 {"path": str(source), "workspace": "default", "workspace_id": str(mallory.workspace.pk)})  # fmt: skip
+        dispatch(
+            as_person(mallory),
+            Door.CLI,
+            "import_mail",
+            {"path": str(source), "workspace": "default", "workspace_id": str(mallory.workspace.pk)},
+        )
     assert (info.value.code, info.value.field) == ("INVALID_INPUT", "workspace_id")
 
 
@@ -196,14 +219,20 @@ def test_the_import_task_goes_through_the_gate(alice: Person, mallory: Person, t
             tenant_id=str(alice.tenant.pk), workspace_id=str(alice.workspace.pk), account_name="A", path=str(source)
         ).get(timeout=60)
         refused = import_mail_task.delay(
-            tenant_id=str(mallory.tenant.pk), workspace_id=str(alice.workspace.pk), account_name="A",
+            tenant_id=str(mallory.tenant.pk),
+            workspace_id=str(alice.workspace.pk),
+            account_name="A",
             path=str(source),
-        ).get(timeout=60)  # fmt: skip
+        ).get(timeout=60)
     assert (counts["imported"], counts["duplicates"], counts["failed"]) == (2, 0, 0)
     [event] = _events(alice)
     assert (event.principal, event.door, event.outcome) == ("internal", "internal", "ok")
-    assert event.targets[0]["after"] == {"account_id": counts["account_id"], "imported": 2, "duplicates": 0,
-                                         "failed": 0}  # fmt: skip
+    assert event.targets[0]["after"] == {
+        "account_id": counts["account_id"],
+        "imported": 2,
+        "duplicates": 0,
+        "failed": 0,
+    }
     _assert_no_path_or_mail(event, source)
     assert refused == {"error": {"code": "NOT_FOUND", "message": "workspace_id: no such item", "field": "workspace_id"}}
     assert [e.outcome for e in _events(mallory)] == ["NOT_FOUND"]

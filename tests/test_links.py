@@ -15,9 +15,14 @@ from tests.test_rest_door import api_client, post
 
 @pytest.mark.parametrize(
     ("bind", "expected"),
-    [("127.0.0.1", "http://127.0.0.1:8765"), ("0.0.0.0", "http://127.0.0.1:8765"),  # noqa: S104
-     ("::", "http://[::1]:8765"), ("::1", "http://[::1]:8765"), ("oaken.internal", "http://oaken.internal:8765")],
-)  # fmt: skip
+    [
+        ("127.0.0.1", "http://127.0.0.1:8765"),
+        ("0.0.0.0", "http://127.0.0.1:8765"),  # noqa: S104
+        ("::", "http://[::1]:8765"),
+        ("::1", "http://[::1]:8765"),
+        ("oaken.internal", "http://oaken.internal:8765"),
+    ],
+)
 def test_outside_a_request_links_point_where_oaken_serve_listens(settings, bind: str, expected: str) -> None:
     settings.PUBLIC_URL, settings.SERVE_BIND, settings.SERVE_PORT = "", bind, 8765
     assert public_origin() == expected

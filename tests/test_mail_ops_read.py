@@ -508,11 +508,22 @@ def _agent_request(box: Mailbox) -> str:
 
     p = box.person
     row = OutboundRequest.objects.create(
-        tenant=p.tenant, account_id=box.personal, state="awaiting_approval", sender="alice@example.test",
-        to=["bob@example.test"], message_id="r@example.test", content_hash="0" * 64, recipient_count=1,
-        requested_by=p.user, principal="agent", door="mcp", credential_id="key-1", credential_kind="apikey",
-        caller_key="-", idempotency_key="read-test",
-    )  # fmt: skip
+        tenant=p.tenant,
+        account_id=box.personal,
+        state="awaiting_approval",
+        sender="alice@example.test",
+        to=["bob@example.test"],
+        message_id="r@example.test",
+        content_hash="0" * 64,
+        recipient_count=1,
+        requested_by=p.user,
+        principal="agent",
+        door="mcp",
+        credential_id="key-1",
+        credential_kind="apikey",
+        caller_key="-",
+        idempotency_key="read-test",
+    )
     return str(row.pk)
 
 

@@ -40,8 +40,9 @@ def _mix() -> list[bytes]:
 
 def _import(person: Person, tmp_path: Path, name: str, messages: list[bytes], batch_size: int = 7) -> None:
     source = write_mbox(tmp_path / name, messages)
-    import_mail(tenant=person.tenant, workspace=person.workspace, account_name="Store", path=source,
-                batch_size=batch_size)  # fmt: skip
+    import_mail(
+        tenant=person.tenant, workspace=person.workspace, account_name="Store", path=source, batch_size=batch_size
+    )
 
 
 def _expected_references(message_id_header: str, in_reply_to: str, references: list[str]) -> list[str]:
@@ -80,8 +81,10 @@ def test_every_column_is_what_the_parser_made_of_the_message(alice: Person, mall
         assert row.reply_to_addresses == _addresses(parsed.reply_to)
         assert row.date == (parsed.date or row.received_at)
         assert (row.text_body, row.html_body, row.snippet) == (
-            _clean(parsed.text_body), _clean(parsed.html_body), _clean(parsed.snippet)
-        )  # fmt: skip
+            _clean(parsed.text_body),
+            _clean(parsed.html_body),
+            _clean(parsed.snippet),
+        )
         assert (row.size, row.read, row.pinned) == (parsed.size, False, False)
         assert row.has_attachments == any(not a.inline for a in parsed.attachments)
         assert row.headers == {k: _clean(v) for k, v in parsed.headers.items()}

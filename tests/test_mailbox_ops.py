@@ -52,8 +52,9 @@ def smtp_with_auth() -> Iterator[tuple[str, int]]:
         return AuthResult(success=ok, handled=False)
 
     port = free_port()
-    controller = Controller(_AuthHandler(), hostname="127.0.0.1", port=port, authenticator=authenticate,
-                            auth_require_tls=False)  # fmt: skip
+    controller = Controller(
+        _AuthHandler(), hostname="127.0.0.1", port=port, authenticator=authenticate, auth_require_tls=False
+    )
     controller.start()
     try:
         yield "127.0.0.1", port
@@ -88,11 +89,21 @@ def test_it_connects_a_mailbox_after_trying_both_logins_and_never_returns_the_pa
     account = MailAccount.objects.for_tenant(alice.tenant).get(pk=out["id"])
     assert account.kind == "imap"
     assert account.credentials == {
-        "imap": {"host": "127.0.0.1", "port": imap_server.port, "security": "none", "username": user,
-                 "password": PASSWORD},
-        "smtp": {"host": "127.0.0.1", "port": smtp_server.port, "security": "none", "username": user,
-                 "password": PASSWORD},
-    }  # fmt: skip
+        "imap": {
+            "host": "127.0.0.1",
+            "port": imap_server.port,
+            "security": "none",
+            "username": user,
+            "password": PASSWORD,
+        },
+        "smtp": {
+            "host": "127.0.0.1",
+            "port": smtp_server.port,
+            "security": "none",
+            "username": user,
+            "password": PASSWORD,
+        },
+    }
     with connection.cursor() as cursor:
         cursor.execute("SELECT credentials FROM mail_mailaccount WHERE id = %s", [account.pk])
         assert PASSWORD.encode() not in bytes(cursor.fetchone()[0])  # encrypted at rest
@@ -107,18 +118,19 @@ def test_a_refused_imap_login_names_the_field_echoes_nothing_and_saves_nothing(
     alice: Person, imap_server: ImapServer, smtp_server: SmtpServer
 ) -> None:
     user = new_user(imap_server)
-    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
-                                                                         password=WRONG))  # fmt: skip
+    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user, password=WRONG))
     assert (error.code, error.field) == ("INVALID_INPUT", "imap.password")
     assert WRONG not in json.dumps(error.as_dict()) and user not in error.message
     _nothing_saved(alice)
     assert AuditEvent.objects.for_tenant(alice.tenant).get(operation="connect_mailbox").outcome == "INVALID_INPUT"
 
-    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
-                                                                         port=free_port()))  # fmt: skip
+    error = refusal(
+        as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user, port=free_port())
+    )
     assert (error.code, error.field) == ("INVALID_INPUT", "imap.host")
-    error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user,
-                                                                         security="starttls"))  # fmt: skip
+    error = refusal(
+        as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user, security="starttls")
+    )
     assert (error.code, error.field) == ("INVALID_INPUT", "imap.security")
     _nothing_saved(alice)
 
@@ -172,8 +184,10 @@ def test_new_credentials_are_tried_before_they_replace_the_old_ones(
     assert out["sync_error"] == "" and PASSWORD not in json.dumps(out)
     account.refresh_from_db()
     assert (account.sync_failures, account.sync_error) == (0, "")
-    assert refusal(as_person(mallory), "update_mailbox_credentials",
-                   {"account_id": account_id, **settings}).code == "NOT_FOUND"  # fmt: skip
+    assert (
+        refusal(as_person(mallory), "update_mailbox_credentials", {"account_id": account_id, **settings}).code
+        == "NOT_FOUND"
+    )
 
 
 def test_removing_a_mailbox_is_confirmed_and_takes_everything_oaken_held_for_it(
@@ -219,8 +233,12 @@ def test_sync_on_demand_fetches_new_mail(
     from apps.mail.importing import import_mail
     from tests.mailfactory import write_mbox
 
-    local = import_mail(tenant=alice.tenant, workspace=alice.workspace, account_name="Old",
-                        path=write_mbox(tmp_path / "old", mail(1, "old")))  # fmt: skip
+    local = import_mail(
+        tenant=alice.tenant,
+        workspace=alice.workspace,
+        account_name="Old",
+        path=write_mbox(tmp_path / "old", mail(1, "old")),
+    )
     error = refusal(as_person(alice), "sync_mailbox", {"account_id": str(local.account_id)})
     assert (error.code, error.field) == ("INVALID_INPUT", "account_id")
 
@@ -295,8 +313,12 @@ def test_a_password_beyond_ascii_logs_in_as_utf_8_and_a_bad_one_is_never_repeate
 ) -> None:
     user = imap_server.add_user(f"utf8-{timezone.now().timestamp()}@example.test", NON_ASCII_PASSWORD)
     data = _connect_input(imap_server, smtp_server, user, password="wrong-pässwörd")
-    data["smtp"] = {"host": smtp_with_auth[0], "port": smtp_with_auth[1], "security": "none",
-                    "password": "wrong-pässwörd"}  # fmt: skip
+    data["smtp"] = {
+        "host": smtp_with_auth[0],
+        "port": smtp_with_auth[1],
+        "security": "none",
+        "password": "wrong-pässwörd",
+    }
     error = refusal(as_person(alice), "connect_mailbox", data)
     assert (error.code, error.field) == ("INVALID_INPUT", "imap.password")
     data["imap"]["password"] = NON_ASCII_PASSWORD

@@ -24,8 +24,7 @@ def test_dovecot_serves_imap_with_special_use_folders(imap_server: ImapServer) -
         imap_server.client(user, PASSWORD + "x")
 
 
-def test_smtp_delivers_into_dovecot_and_can_drop_after_data(imap_server: ImapServer,
-                                                           smtp_server: SmtpServer) -> None:  # fmt: skip
+def test_smtp_delivers_into_dovecot_and_can_drop_after_data(imap_server: ImapServer, smtp_server: SmtpServer) -> None:
     user = imap_server.add_user("jay@example.test")
     with smtplib.SMTP(smtp_server.host, smtp_server.port, timeout=10) as smtp:
         smtp.sendmail("a@example.test", [user], raw_message(subject="Delivered", message_id="<d1@example.test>"))

@@ -87,14 +87,33 @@ def world(transactional_db: None, tmp_path: Path) -> World:
 
 
 def _key(person: Person, scopes: list[str], allow_list: list[str] | None = None) -> tuple[ApiKey, str]:
-    return issue_key(membership=membership(person), scopes=scopes, workspaces=["default"], allow_list=allow_list,
-                     expires_at=None, created_via="cli")  # fmt: skip
+    return issue_key(
+        membership=membership(person),
+        scopes=scopes,
+        workspaces=["default"],
+        allow_list=allow_list,
+        expires_at=None,
+        created_via="cli",
+    )
 
 
 def inspect(cli: Path, home: Path, url: str, key: str, method: str, *args: str) -> Run:
     """One run of the CLI against /mcp with this key."""
-    command = [str(cli), "--cli", url + "/mcp", "--transport", "http", "--header", f"Authorization: Bearer {key}",
-               "--stored-auth-only", "--format", "json", "--method", method, *args]  # fmt: skip
+    command = [
+        str(cli),
+        "--cli",
+        url + "/mcp",
+        "--transport",
+        "http",
+        "--header",
+        f"Authorization: Bearer {key}",
+        "--stored-auth-only",
+        "--format",
+        "json",
+        "--method",
+        method,
+        *args,
+    ]
     env = {**os.environ, "HOME": str(home), "NO_COLOR": "1", "CI": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     return Run(done.returncode, done.stdout, done.stderr)
@@ -140,11 +159,24 @@ def test_status_and_get_message_stay_in_reach(cli: Path, home: Path, live_url: s
     assert status.code == 0, status.err
     assert status.result["isError"] is False
     # the key reaches the default workspace only: the Work account is not counted
-    assert status.result["structuredContent"] == {**status.result["structuredContent"], "tenant": "Alice's tenant",
-                                                  "workspaces": ["default"], "accounts": 1}  # fmt: skip
+    assert status.result["structuredContent"] == {
+        **status.result["structuredContent"],
+        "tenant": "Alice's tenant",
+        "workspaces": ["default"],
+        "accounts": 1,
+    }
 
-    got = inspect(cli, home, live_url, key, "tools/call", "--tool-name", "get_message",
-                  "--tool-args-json", json.dumps({"message_id": box.messages["zeppelin"]}))  # fmt: skip
+    got = inspect(
+        cli,
+        home,
+        live_url,
+        key,
+        "tools/call",
+        "--tool-name",
+        "get_message",
+        "--tool-args-json",
+        json.dumps({"message_id": box.messages["zeppelin"]}),
+    )
     assert got.code == 0, got.err
     message = got.result["structuredContent"]["message"]
     assert message["id"] == box.messages["zeppelin"] and "Zeppelin repair invoice" in message["subject"]
@@ -152,8 +184,17 @@ def test_status_and_get_message_stay_in_reach(cli: Path, home: Path, live_url: s
 
     # another tenant's message is not found; this tenant's mail outside the key's workspaces is out of scope
     for foreign, code in ((theirs.messages["zeppelin"], "NOT_FOUND"), (box.messages["work-zeppelin"], "OUT_OF_SCOPE")):
-        refused = inspect(cli, home, live_url, key, "tools/call", "--tool-name", "get_message",
-                          "--tool-args-json", json.dumps({"message_id": foreign}))  # fmt: skip
+        refused = inspect(
+            cli,
+            home,
+            live_url,
+            key,
+            "tools/call",
+            "--tool-name",
+            "get_message",
+            "--tool-args-json",
+            json.dumps({"message_id": foreign}),
+        )
         assert refused.code == 5, (refused.out, refused.err)
         assert refused.result["isError"] is True and "structuredContent" not in refused.result
         assert json.loads(refused.result["content"][0]["text"])["error"]["code"] == code
@@ -174,17 +215,27 @@ def test_a_tool_the_key_may_not_use_is_an_error(cli: Path, home: Path, live_url:
     assert run.error["code"] == "tool_not_found" and "mark_read" in run.error["message"]
 
     # sent anyway, past the client: the door answers with a tool error, and nothing changes in either tenant
-    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-           "params": {"name": "mark_read", "arguments": json.loads(ids)}}  # fmt: skip
-    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": "2025-11-25"}  # fmt: skip
+    rpc = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "mark_read", "arguments": json.loads(ids)},
+    }
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
     answer = httpx2.post(live_url + "/mcp", json=rpc, headers=headers, timeout=30).json()["result"]
     assert answer["isError"] is True
     assert json.loads(answer["content"][0]["text"])["error"]["code"] == "INSUFFICIENT_SCOPE"
     assert Message.objects.unscoped().get(pk=box.messages["zeppelin"]).read is before
     assert Message.objects.unscoped().get(pk=theirs.messages["zeppelin"]).read is False
-    outcomes = set(AuditEvent.objects.for_tenant(box.person.tenant).filter(operation="mark_read", door="mcp")
-                   .values_list("outcome", flat=True))  # fmt: skip
+    outcomes = set(
+        AuditEvent.objects.for_tenant(box.person.tenant)
+        .filter(operation="mark_read", door="mcp")
+        .values_list("outcome", flat=True)
+    )
     assert outcomes == {"INSUFFICIENT_SCOPE"}
     assert not AuditEvent.objects.for_tenant(theirs.person.tenant).filter(door="mcp").exists()
 

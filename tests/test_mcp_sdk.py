@@ -50,13 +50,26 @@ def _text(result: Any) -> str:
 
 
 def _key(person: Person, scopes: list[str], workspaces: list[str] | None = None) -> str:
-    _, key = issue_key(membership=membership(person), scopes=scopes, workspaces=workspaces or ["default"],
-                       allow_list=None, expires_at=None, created_via="cli")  # fmt: skip
+    _, key = issue_key(
+        membership=membership(person),
+        scopes=scopes,
+        workspaces=workspaces or ["default"],
+        allow_list=None,
+        expires_at=None,
+        created_via="cli",
+    )
     return key
 
 
-def _session(url: str, mode: str, body: Callable[[Client], Awaitable[Any]], *, key: str | None = None,
-             auth: httpx2.Auth | None = None, **options: Any) -> Any:  # fmt: skip
+def _session(
+    url: str,
+    mode: str,
+    body: Callable[[Client], Awaitable[Any]],
+    *,
+    key: str | None = None,
+    auth: httpx2.Auth | None = None,
+    **options: Any,
+) -> Any:
     async def run() -> Any:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         async with (
@@ -102,8 +115,7 @@ def test_each_scope_set_lists_exactly_its_tools(live_url: str, world: World, mod
 
 
 @LEGACY_AND_AUTO
-def test_a_mutation_returns_a_proposal_then_applies_with_its_token_once(live_url: str, world: World,
-                                                                        mode: str) -> None:  # fmt: skip
+def test_a_mutation_returns_a_proposal_then_applies_with_its_token_once(live_url: str, world: World, mode: str) -> None:
     box = world.alice
     key = _key(box.person, ["read", "write"])
     notices = box.notices[5:17]  # twelve unread: above the unconfirmed maximum
@@ -190,9 +202,15 @@ def test_a_revoked_key_is_refused_on_its_next_call(live_url: str, world: World, 
 
     assert _session(live_url, mode, first, key=key) is False
     ApiKey.objects.for_tenant(world.alice.person.tenant).update(revoked_at=timezone.now())
-    response = httpx2.post(live_url + "/mcp", headers={"Authorization": f"Bearer {key}",
-                           "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"},
-                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
+    response = httpx2.post(
+        live_url + "/mcp",
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
     assert response.status_code == 401
     assert 'resource_metadata="' in response.headers["WWW-Authenticate"]
 
@@ -213,8 +231,13 @@ def test_a_url_capable_client_is_asked_to_open_the_approval_page_where_only_a_pe
     alice, mallory = world.alice.person, world.mallory.person
     account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
     key = _key(alice, ["read", "write", "send"])
-    email = {"account_id": str(account.pk), "to": [mail_user(imap_server, "bob")], "subject": "Quarterly figures",
-             "body": "The totals are in.\n", "idempotency_key": f"figures-{mode}"}  # fmt: skip
+    email = {
+        "account_id": str(account.pk),
+        "to": [mail_user(imap_server, "bob")],
+        "subject": "Quarterly figures",
+        "body": "The totals are in.\n",
+        "idempotency_key": f"figures-{mode}",
+    }
     asked: list[ElicitRequestParams] = []
 
     async def open_page(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
@@ -245,13 +268,11 @@ def test_a_url_capable_client_is_asked_to_open_the_approval_page_where_only_a_pe
     path = urlsplit(url).path + "?" + urlsplit(url).query
     cookies = {"alice": _session_cookie(alice), "mallory": _session_cookie(mallory)}
     with chromium_page(live_url) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["mallory"],
-                                   "url": live_url}])  # fmt: skip
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["mallory"], "url": live_url}])
         page.goto(path)
         page.wait_for_selector("#outbound-list >> text=Nothing is waiting for your approval.")
         page.context.clear_cookies()
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["alice"],
-                                   "url": live_url}])  # fmt: skip
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookies["alice"], "url": live_url}])
         page.goto(path)
         page.click(f'article[data-request-id="{request.pk}"] button[data-action=approve]')
         page.wait_for_selector("#notice >> text=Approved: it is queued for delivery.")
@@ -359,7 +380,13 @@ def test_the_whole_oauth_flow_with_the_sdk_provider(live_url: str, world: World,
 
     # a revoked connection is refused on its next call
     call(as_person(alice), "revoke_connection", {"connection_id": str(connection.pk)}, confirm=True)
-    response = httpx2.post(live_url + "/mcp", headers={"Authorization": f"Bearer {storage.tokens.access_token}",
-                           "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"},
-                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})  # fmt: skip
+    response = httpx2.post(
+        live_url + "/mcp",
+        headers={
+            "Authorization": f"Bearer {storage.tokens.access_token}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
     assert response.status_code == 401 and 'error="invalid_token"' in response.headers["WWW-Authenticate"]

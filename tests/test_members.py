@@ -185,8 +185,10 @@ def test_the_last_owner_cannot_be_demoted(alice: Person, mallory: Person) -> Non
 def test_another_tenants_membership_is_not_found(alice: Person, mallory: Person) -> None:
     bob = joined(alice, "bob@example.test")
     for membership_id in (_id(bob), _id(alice), "0190a9b0-0000-7000-8000-000000000000", "nope"):
-        for name, body in (("change_member_role", {"membership_id": membership_id, "role": "OWNER"}),
-                           ("remove_member", {"membership_id": membership_id})):  # fmt: skip
+        for name, body in (
+            ("change_member_role", {"membership_id": membership_id, "role": "OWNER"}),
+            ("remove_member", {"membership_id": membership_id}),
+        ):
             refused = refusal(as_person(mallory), name, body, confirm=True)
             assert (refused.code, refused.field) == ("NOT_FOUND", "membership_id")
     assert (_role_of(alice), _role_of(bob)) == ("OWNER", "MEMBER")
@@ -217,13 +219,21 @@ def test_an_admin_removes_a_member_and_their_keys_stop_for_good(alice: Person, m
 def test_removing_a_member_ends_their_connections_here(alice: Person, mallory: Person) -> None:
     bob = joined(alice, "bob@example.test")
     app = Application.objects.create(
-        name="Some assistant", client_type="public", authorization_grant_type="authorization-code",
+        name="Some assistant",
+        client_type="public",
+        authorization_grant_type="authorization-code",
         redirect_uris="http://127.0.0.1:5555/cb",
-    )  # fmt: skip
+    )
 
     def grant(p: Person) -> Connection:
-        return Connection.objects.create(tenant=p.tenant, user=p.user, application=app, client_name="Assistant",
-                                         redirect_uri="http://127.0.0.1:5555/cb", scopes=["read"])  # fmt: skip
+        return Connection.objects.create(
+            tenant=p.tenant,
+            user=p.user,
+            application=app,
+            client_name="Assistant",
+            redirect_uri="http://127.0.0.1:5555/cb",
+            scopes=["read"],
+        )
 
     bobs, own, theirs = grant(bob), grant(Person(bob.user, *_own_tenant(bob))), grant(mallory)
     asked = refusal(as_person(alice), "remove_member", {"membership_id": _id(bob)})

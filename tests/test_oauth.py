@@ -83,9 +83,12 @@ def test_protected_resource_metadata_names_the_mcp_endpoint(db: None, client: Cl
 
 def test_browser_clients_may_preflight_discovery_registration_and_token(db: None, client: Client) -> None:
     for path in ("/.well-known/oauth-protected-resource/mcp", "/oauth/register/", "/oauth/token/"):
-        response = client.options(path, HTTP_ORIGIN="https://inspector.example",
-                                  HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST",
-                                  HTTP_ACCESS_CONTROL_REQUEST_HEADERS="content-type, mcp-protocol-version")  # fmt: skip
+        response = client.options(
+            path,
+            HTTP_ORIGIN="https://inspector.example",
+            HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST",
+            HTTP_ACCESS_CONTROL_REQUEST_HEADERS="content-type, mcp-protocol-version",
+        )
         assert response["Access-Control-Allow-Origin"] == "*", path
         assert "mcp-protocol-version" in response["Access-Control-Allow-Headers"]
     # the console is not opened to other origins
@@ -480,8 +483,9 @@ def test_a_client_revoking_its_token_ends_the_connection(db: None, browser: Clie
     assert connection.revoked_at is not None and connection.revoked_reason == "revoked_by_client"
 
 
-def test_another_tenant_cannot_see_or_revoke_a_connection(db: None, browser: Client, alice: Person,
-                                                           mallory: Person) -> None:  # fmt: skip
+def test_another_tenant_cannot_see_or_revoke_a_connection(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
     _, tokens = connect(browser)
     connection_id = call(as_person(alice), "list_connections")["connections"][0]["id"]
     assert call(as_person(mallory), "list_connections")["connections"] == []

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 @pytest.mark.slow
-def test_consent_with_only_read_ticked_gives_a_read_only_token(browser_page: Page, live_server: Any,
-                                                              alice: Person, mallory: Person) -> None:  # fmt: skip
+def test_consent_with_only_read_ticked_gives_a_read_only_token(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
     from playwright.sync_api import expect
 
     alice.user.email_verified_at = timezone.now()

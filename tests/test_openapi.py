@@ -166,6 +166,11 @@ def test_the_document_and_the_docs_are_public_and_the_same_for_everyone(
     }
     text = anonymous.content.decode()
     for person in (alice, mallory):
-        secrets = [str(person.tenant.pk), person.tenant.name, person.user.email, str(person.user.pk),
-                   str(person.workspace.pk)]  # fmt: skip
+        secrets = [
+            str(person.tenant.pk),
+            person.tenant.name,
+            person.user.email,
+            str(person.user.pk),
+            str(person.workspace.pk),
+        ]
         assert not [s for s in secrets if s in text]

@@ -39,8 +39,13 @@ def throwaway() -> Iterator[Any]:
     names: list[str] = []
 
     def define(name: str, **spec: Any) -> None:
-        common: dict[str, Any] = {"summary": "t", "input": Items, "output": Done, "op_class": OpClass.READ,
-                                  "ceiling": Ceiling.NEVER}  # fmt: skip
+        common: dict[str, Any] = {
+            "summary": "t",
+            "input": Items,
+            "output": Done,
+            "op_class": OpClass.READ,
+            "ceiling": Ceiling.NEVER,
+        }
         operation(name=name, **(common | spec))(lambda ctx, data: Done())
         names.append(name)
 

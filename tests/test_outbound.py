@@ -33,8 +33,14 @@ def _agent(p: Person, credential_id: str = "key-send") -> Any:
 
 
 def _email(account_id: Any, to: list[str], key: str | None = None, **extra: Any) -> dict[str, Any]:
-    return {"account_id": str(account_id), "to": to, "subject": "Quarterly figures", "body": "The totals are in.\n",
-            "idempotency_key": key or uuid.uuid4().hex, **extra}  # fmt: skip
+    return {
+        "account_id": str(account_id),
+        "to": to,
+        "subject": "Quarterly figures",
+        "body": "The totals are in.\n",
+        "idempotency_key": key or uuid.uuid4().hex,
+        **extra,
+    }
 
 
 def _inbox_ids(imap: ImapServer, user: str, folder: str = "INBOX") -> list[str]:
@@ -90,8 +96,9 @@ def test_an_agent_request_waits_for_a_person_and_is_delivered_once(
     assert [w["request"]["request_id"] for w in waiting] == [made["request_id"]]
     assert waiting[0]["to"] == [world["bob"]] and waiting[0]["principal"] == "agent"
 
-    approved = call(as_person(alice), "approve_outbound", {"request_id": made["request_id"],
-                                                          "content_hash": made["content_hash"]})  # fmt: skip
+    approved = call(
+        as_person(alice), "approve_outbound", {"request_id": made["request_id"], "content_hash": made["content_hash"]}
+    )
     assert approved["state"] == "queued" and approved["approval_url"] is None
     assert OutboxEntry.objects.for_tenant(alice.tenant).filter(request_id=made["request_id"]).exists()
     assert refusal(as_person(alice), "approve_outbound", {"request_id": made["request_id"]}).code == "CONFLICT"
@@ -129,10 +136,17 @@ def test_a_send_policy_approves_what_it_allows(
     alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer
 ) -> None:
     agent = _agent(alice)
-    policy = request(as_person(alice), "create_send_policy",
-                     {"name": "team", "allowed_domains": ["example.test"], "recipients_per_hour": 3})  # fmt: skip
-    assert refusal(agent, "create_send_policy", {"name": "x", "allowed_domains": ["a.test"],
-                                                 "recipients_per_hour": 9}).code == "NOT_AVAILABLE"  # fmt: skip
+    policy = request(
+        as_person(alice),
+        "create_send_policy",
+        {"name": "team", "allowed_domains": ["example.test"], "recipients_per_hour": 3},
+    )
+    assert (
+        refusal(
+            agent, "create_send_policy", {"name": "x", "allowed_domains": ["a.test"], "recipients_per_hour": 9}
+        ).code
+        == "NOT_AVAILABLE"
+    )
     assert call(as_person(mallory), "list_send_policies")["policies"] == []
 
     allowed = request(agent, "send_email", _email(world["account"].pk, [world["bob"]]))
@@ -143,8 +157,9 @@ def test_a_send_policy_approves_what_it_allows(
 
     elsewhere = request(agent, "send_email", _email(world["account"].pk, ["someone@elsewhere.test"]))
     assert elsewhere["state"] == "awaiting_approval"
-    over = request(agent, "send_email", _email(world["account"].pk, ["a@example.test", "b@example.test",
-                                                                     "c@example.test"]))  # fmt: skip
+    over = request(
+        agent, "send_email", _email(world["account"].pk, ["a@example.test", "b@example.test", "c@example.test"])
+    )
     assert over["state"] == "awaiting_approval"  # 1 + 3 > 3 recipients this hour: a person decides
 
     # mallory's agent gets nothing from alice's policy
@@ -159,8 +174,11 @@ def test_a_change_after_approval_makes_a_new_request(
     alice: Person, world: dict[str, Any], smtp_server: SmtpServer
 ) -> None:
     agent = _agent(alice)
-    draft = call(agent, "create_draft", {"account_id": str(world["account"].pk), "to": [world["bob"]],
-                                         "subject": "Offer", "body": "We offer 100.\n"})  # fmt: skip
+    draft = call(
+        agent,
+        "create_draft",
+        {"account_id": str(world["account"].pk), "to": [world["bob"]], "subject": "Offer", "body": "We offer 100.\n"},
+    )
     later = (timezone.now() + timedelta(hours=2)).isoformat()
     first = request(agent, "schedule_draft", {"draft_id": draft["id"], "send_at": later, "idempotency_key": "s1"})
     call(as_person(alice), "approve_outbound", {"request_id": first["request_id"]})
@@ -194,8 +212,9 @@ def test_a_scheduled_send_waits_for_its_time(alice: Person, world: dict[str, Any
     me = as_person(alice)
     draft = call(me, "create_draft", {"account_id": str(world["account"].pk), "to": [world["bob"]], "subject": "Later"})
     send_at = timezone.now() + timedelta(minutes=30)
-    made = request(me, "schedule_draft", {"draft_id": draft["id"], "send_at": send_at.isoformat(),
-                                          "idempotency_key": "later"})  # fmt: skip
+    made = request(
+        me, "schedule_draft", {"draft_id": draft["id"], "send_at": send_at.isoformat(), "idempotency_key": "later"}
+    )
     assert made["state"] == "approved"  # a person's own request: approved by them, waiting for its time
     assert delivery.deliver(made["request_id"]) == "not claimed"
     assert delivery.release_scheduled(timezone.now()) == 0
@@ -208,9 +227,15 @@ def test_a_reply_threads_in_the_receiving_mailbox(
 ) -> None:
     from tests.test_drafts import stored_message
 
-    original = stored_message(alice, world["account"], sender=world["bob"], subject="Re: Quarterly plans",
-                              message_id="orig-2@example.test", references=["orig-1@example.test"],
-                              text="Shall we meet on Monday?\nBob\n")  # fmt: skip
+    original = stored_message(
+        alice,
+        world["account"],
+        sender=world["bob"],
+        subject="Re: Quarterly plans",
+        message_id="orig-2@example.test",
+        references=["orig-1@example.test"],
+        text="Shall we meet on Monday?\nBob\n",
+    )
     me = as_person(alice)
     draft = call(me, "reply_to_message", {"message_id": str(original.pk), "body": "Monday works."})
     assert draft["subject"] == "Re: Quarterly plans" and draft["to"] == [world["bob"]]
@@ -336,8 +361,9 @@ def test_concurrent_requests_never_exceed_the_hourly_budget(
 def test_the_51st_recipient_is_refused(alice: Person, world: dict[str, Any], smtp_server: SmtpServer) -> None:
     me, agent = as_person(alice), _agent(alice)
     fifty = [f"r{i}@example.test" for i in range(50)]
-    over = refusal(me, "send_email", _email(world["account"].pk, fifty[:40], cc=fifty[40:], bcc=["r50@example.test"]),
-                   confirm=True)  # fmt: skip
+    over = refusal(
+        me, "send_email", _email(world["account"].pk, fifty[:40], cc=fifty[40:], bcc=["r50@example.test"]), confirm=True
+    )
     assert (over.code, over.field) == ("LIMIT_EXCEEDED", "to")
     # an agent is refused before any proposal or token
     refused = refusal(agent, "send_email", _email(world["account"].pk, [*fifty, "r50@example.test"]))
@@ -426,9 +452,13 @@ def test_the_console_page_lists_and_approves_over_the_rest_door(
 
 
 def test_the_from_display_name_is_fixed_at_the_request_and_bound_to_its_hash(
-    alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer,
+    alice: Person,
+    mallory: Person,
+    world: dict[str, Any],
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
     world["account"].name = "Alice mail"
     world["account"].save(update_fields=["name"])

@@ -32,14 +32,26 @@ def _b64(data: bytes) -> str:
 
 
 def _email(account_id: Any, to: list[str], attachments: list[dict[str, Any]], key: str | None = None) -> dict[str, Any]:
-    return {"account_id": str(account_id), "to": to, "subject": "Files", "body": "Attached.\n",
-            "attachments": attachments, "idempotency_key": key or uuid.uuid4().hex}  # fmt: skip
+    return {
+        "account_id": str(account_id),
+        "to": to,
+        "subject": "Files",
+        "body": "Attached.\n",
+        "attachments": attachments,
+        "idempotency_key": key or uuid.uuid4().hex,
+    }
 
 
 def _stored(p: Person, account: Any, filename: str, content: bytes, sender: str) -> Attachment:
     message = stored_message(p, account, sender=sender, subject="Invoice", message_id=f"{uuid.uuid4().hex}@x.test")
-    return Attachment.objects.create(tenant=p.tenant, message=message, filename=filename,
-                                     content_type="application/pdf", size=len(content), content=content)  # fmt: skip
+    return Attachment.objects.create(
+        tenant=p.tenant,
+        message=message,
+        filename=filename,
+        content_type="application/pdf",
+        size=len(content),
+        content=content,
+    )
 
 
 @pytest.fixture
@@ -48,10 +60,13 @@ def world(alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: 
     account = imap_account(alice, imap_server, smtp_server, me)
     theirs = imap_account(mallory, imap_server, smtp_server, eve)
     return {
-        "me": me, "bob": bob, "account": account, "theirs": theirs,
+        "me": me,
+        "bob": bob,
+        "account": account,
+        "theirs": theirs,
         "invoice": _stored(alice, account, "invoice.pdf", b"%PDF-1.4 alice\n", bob),
         "their_invoice": _stored(mallory, theirs, "secret.pdf", b"%PDF-1.4 mallory\n", bob),
-    }  # fmt: skip
+    }
 
 
 def test_inline_files_and_readable_attachments_are_sent_byte_for_byte(
@@ -82,15 +97,17 @@ def test_inline_files_and_readable_attachments_are_sent_byte_for_byte(
     assert made["state"] == "awaiting_approval"
     stored = OutboundAttachment.objects.for_tenant(alice.tenant).filter(request_id=made["request_id"])
     assert [(a.filename, a.content_type, bytes(a.content)) for a in stored.order_by("position")] == [
-        ("notes.txt", "text/plain", NOTES), ("Grafik ü.png", "image/png", PICTURE),
+        ("notes.txt", "text/plain", NOTES),
+        ("Grafik ü.png", "image/png", PICTURE),
         ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
-    ]  # fmt: skip
+    ]
     listed = call(as_person(alice), "list_outbound", {"state": "awaiting_approval"})["requests"]
     assert listed[0]["attachments"] == ["notes.txt", "Grafik ü.png", "invoice.pdf"]
 
     # the files are part of the content hash: other bytes under the same key are other content
-    other = _email(world["account"].pk, [world["bob"]], [{**files[0], "content_base64": _b64(b"changed")},
-                                                         *files[1:]], key="files")  # fmt: skip
+    other = _email(
+        world["account"].pk, [world["bob"]], [{**files[0], "content_base64": _b64(b"changed")}, *files[1:]], key="files"
+    )
     assert refusal(agent, "send_email", other).code == "IDEMPOTENCY_MISMATCH"
     without = request(agent, "send_email", _email(world["account"].pk, [world["bob"]], files[:2]))
     assert without["content_hash"] != made["content_hash"]
@@ -100,9 +117,10 @@ def test_inline_files_and_readable_attachments_are_sent_byte_for_byte(
     [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
     parts = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
     assert [(p.get_filename(), p.get_content_type(), p.get_payload(decode=True)) for p in parts] == [
-        ("notes.txt", "text/plain", NOTES), ("Grafik ü.png", "image/png", PICTURE),
+        ("notes.txt", "text/plain", NOTES),
+        ("Grafik ü.png", "image/png", PICTURE),
         ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
-    ]  # fmt: skip
+    ]
     assert smtp_server.data_commands == 1
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
 
@@ -120,8 +138,12 @@ def test_an_attachment_out_of_reach_behaves_as_if_it_did_not_exist(
         assert (missing.code, missing.message) == (refused.code, refused.message)
     # mallory cannot attach alice's file to her own mail either
     mine = [{"attachment_id": str(world["invoice"].pk)}]
-    assert refusal(as_person(mallory), "send_email", _email(world["theirs"].pk, ["x@example.test"], mine),
-                   confirm=True).code == "NOT_FOUND"  # fmt: skip
+    assert (
+        refusal(
+            as_person(mallory), "send_email", _email(world["theirs"].pk, ["x@example.test"], mine), confirm=True
+        ).code
+        == "NOT_FOUND"
+    )
     # an agent reaches an attachment only in the workspaces it was granted
     elsewhere = [{"attachment_id": str(_elsewhere_attachment(alice, world).pk)}]
     wide = as_agent(alice, scopes=SENDER, workspaces=("default", "elsewhere"))
@@ -158,11 +180,19 @@ def refusing(alice: Person, mallory: Person, imap_server: ImapServer, smtp_serve
     ("files", "code", "field"),
     [
         ([{"filename": f"f{i}.txt", "content_base64": "eA=="} for i in range(4)], "LIMIT_EXCEEDED", "attachments"),
-        ([{"filename": "a.txt", "content_base64": _b64(b"x" * 10)},
-          {"filename": "big.bin", "content_base64": _b64(b"x" * 101)}], "LIMIT_EXCEEDED",
-         "attachments.1.content_base64"),
-        ([{"filename": f"f{i}.bin", "content_base64": _b64(b"x" * 80)} for i in range(3)], "LIMIT_EXCEEDED",
-         "attachments"),
+        (
+            [
+                {"filename": "a.txt", "content_base64": _b64(b"x" * 10)},
+                {"filename": "big.bin", "content_base64": _b64(b"x" * 101)},
+            ],
+            "LIMIT_EXCEEDED",
+            "attachments.1.content_base64",
+        ),
+        (
+            [{"filename": f"f{i}.bin", "content_base64": _b64(b"x" * 80)} for i in range(3)],
+            "LIMIT_EXCEEDED",
+            "attachments",
+        ),
         ([{"filename": "a.txt", "content_base64": "not base64!"}], "INVALID_INPUT", "attachments.0.content_base64"),
         ([{"filename": "a.txt"}], "INVALID_INPUT", "attachments.0.content_base64"),
         ([{"content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
@@ -172,22 +202,38 @@ def refusing(alice: Person, mallory: Person, imap_server: ImapServer, smtp_serve
         ([{"filename": "invoice\u202efdp.exe", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
         ([{"filename": "a\u2028b.txt", "content_base64": "eA=="}], "INVALID_INPUT", "attachments.0.filename"),
         # extra padding does not make a file look smaller than it is
-        ([{"filename": "pad.bin", "content_base64": "AAAA" * 40 + "=" * 400}], "LIMIT_EXCEEDED",
-         "attachments.0.content_base64"),
-        ([{"filename": "a.txt", "content_type": "text/plain; charset=x", "content_base64": "eA=="}], "INVALID_INPUT",
-         "attachments.0.content_type"),
-        ([{"filename": "a.eml", "content_type": "multipart/mixed", "content_base64": "eA=="}], "INVALID_INPUT",
-         "attachments.0.content_type"),
-        ([{"filename": "a.txt", "content_base64": "eA==", "attachment_id": str(uuid.uuid4())}], "INVALID_INPUT",
-         "attachments.0"),
+        (
+            [{"filename": "pad.bin", "content_base64": "AAAA" * 40 + "=" * 400}],
+            "LIMIT_EXCEEDED",
+            "attachments.0.content_base64",
+        ),
+        (
+            [{"filename": "a.txt", "content_type": "text/plain; charset=x", "content_base64": "eA=="}],
+            "INVALID_INPUT",
+            "attachments.0.content_type",
+        ),
+        (
+            [{"filename": "a.eml", "content_type": "multipart/mixed", "content_base64": "eA=="}],
+            "INVALID_INPUT",
+            "attachments.0.content_type",
+        ),
+        (
+            [{"filename": "a.txt", "content_base64": "eA==", "attachment_id": str(uuid.uuid4())}],
+            "INVALID_INPUT",
+            "attachments.0",
+        ),
         ([{"filename": "a.txt", "content_base64": "eA==", "size": 1}], "INVALID_INPUT", "attachments.0.size"),
     ],
-)  # fmt: skip
+)
 def test_bad_or_oversized_files_are_refused_naming_the_field(
     alice: Person, refusing: Any, settings: Any, files: list[dict[str, Any]], code: str, field: str
 ) -> None:
-    settings.OPERATIONS = {**settings.OPERATIONS, "SEND_ATTACHMENTS_MAX": 3, "SEND_ATTACHMENT_MAX_BYTES": 100,
-                           "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": 200}  # fmt: skip
+    settings.OPERATIONS = {
+        **settings.OPERATIONS,
+        "SEND_ATTACHMENTS_MAX": 3,
+        "SEND_ATTACHMENT_MAX_BYTES": 100,
+        "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": 200,
+    }
     data = _email(refusing.pk, ["x@example.test"], files)
     for caller, extra in ((as_person(alice), {"confirm": True}), (as_agent(alice, scopes=SENDER), {})):
         refused = refusal(caller, "send_email", data, **extra)
@@ -203,18 +249,27 @@ def test_a_received_attachment_is_sent_on_with_a_name_and_type_fit_to_send(
 ) -> None:
     """A third party chose a received file's name and type: invisible characters are dropped and a message or
     multipart type goes out as plain bytes (base64 under message/rfc822 is not allowed, RFC 2046 §5.2.1)."""
-    message = stored_message(alice, world["account"], sender=world["bob"], subject="Fwd",
-                             message_id=f"{uuid.uuid4().hex}@x.test")  # fmt: skip
-    odd = Attachment.objects.create(tenant=alice.tenant, message=message, filename="report\u202efdp.exe",
-                                    content_type="message/rfc822", size=5, content=b"hello")  # fmt: skip
+    message = stored_message(
+        alice, world["account"], sender=world["bob"], subject="Fwd", message_id=f"{uuid.uuid4().hex}@x.test"
+    )
+    odd = Attachment.objects.create(
+        tenant=alice.tenant,
+        message=message,
+        filename="report\u202efdp.exe",
+        content_type="message/rfc822",
+        size=5,
+        content=b"hello",
+    )
     data = _email(world["account"].pk, [world["bob"]], [{"attachment_id": str(odd.pk)}])
     made = call(as_person(alice), "send_email", data, confirm=True)
     assert delivery.deliver(made["request_id"]) == "sent"
     [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
     [part] = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
     assert (part.get_filename(), part.get_content_type(), part.get_payload(decode=True)) == (
-        "reportfdp.exe", "application/octet-stream", b"hello",
-    )  # fmt: skip
+        "reportfdp.exe",
+        "application/octet-stream",
+        b"hello",
+    )
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
 
 
@@ -246,8 +301,9 @@ def test_an_agent_sends_a_file_of_several_megabytes_over_the_mcp_door(
 
     key = key_for(alice, ["read", "write", "send"])
     big = bytes(range(256)) * (3 * 4096)  # 3 MiB: over Django's default 2.5 MiB request body
-    arguments = _email(refusing.pk, ["bob@example.test"],
-                       [{"filename": "scan.bin", "content_base64": _b64(big)}], key="mcp-big")  # fmt: skip
+    arguments = _email(
+        refusing.pk, ["bob@example.test"], [{"filename": "scan.bin", "content_base64": _b64(big)}], key="mcp-big"
+    )
     response = post(Client(), rpc("tools/call", {"name": "send_email", "arguments": arguments}), token=key)
     assert response.status_code == 200
     error = json.loads(response.json()["result"]["content"][0]["text"])["error"]
@@ -285,8 +341,11 @@ def test_a_forward_is_held_to_the_sending_bounds_when_it_is_written(
 ) -> None:
     me, invoice = as_person(alice), world["invoice"]
     forward = {"message_id": str(invoice.message_id), "to": [world["bob"]]}
-    for bounds in ({"SEND_ATTACHMENTS_MAX": 0}, {"SEND_ATTACHMENT_MAX_BYTES": invoice.size - 1},
-                   {"SEND_ATTACHMENTS_TOTAL_MAX_BYTES": invoice.size - 1}):  # fmt: skip
+    for bounds in (
+        {"SEND_ATTACHMENTS_MAX": 0},
+        {"SEND_ATTACHMENT_MAX_BYTES": invoice.size - 1},
+        {"SEND_ATTACHMENTS_TOTAL_MAX_BYTES": invoice.size - 1},
+    ):
         settings.OPERATIONS = {**settings.OPERATIONS, **bounds}
         refused = refusal(me, "forward_message", forward)
         assert (refused.code, refused.field) == ("LIMIT_EXCEEDED", "attachments"), bounds
@@ -312,18 +371,24 @@ def test_a_draft_holds_files_an_agent_gave_and_sends_them_byte_for_byte(
     invoice = {"attachment_id": str(world["invoice"].pk)}
     data = {"account_id": str(world["account"].pk), "to": [world["bob"]], "subject": "Files", "body": "Attached.\n"}
     draft = call(agent, "create_draft", {**data, "attachments": [notes, invoice]})
-    assert [(f["filename"], f["size"]) for f in draft["attachments"]] == [("notes.txt", len(NOTES)),
-                                                                          ("invoice.pdf", 15)]  # fmt: skip
-    assert _draft_files(alice, draft["id"]) == [("notes.txt", "text/plain", NOTES),
-                                                ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n")]  # fmt: skip
+    assert [(f["filename"], f["size"]) for f in draft["attachments"]] == [
+        ("notes.txt", len(NOTES)),
+        ("invoice.pdf", 15),
+    ]
+    assert _draft_files(alice, draft["id"]) == [
+        ("notes.txt", "text/plain", NOTES),
+        ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
+    ]
 
     # left out, the files stay; a list replaces them (here: the picture, then the invoice again)
     kept = call(agent, "update_draft", {"draft_id": draft["id"], "subject": "Files, again"})
     assert len(kept["attachments"]) == 2
     picture = {"filename": "chart.png", "content_type": "image/png", "content_base64": _b64(PICTURE)}
     call(agent, "update_draft", {"draft_id": draft["id"], "attachments": [picture, invoice]})
-    assert _draft_files(alice, draft["id"]) == [("chart.png", "image/png", PICTURE),
-                                                ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n")]  # fmt: skip
+    assert _draft_files(alice, draft["id"]) == [
+        ("chart.png", "image/png", PICTURE),
+        ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
+    ]
     events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="update_draft").order_by("seq")
     assert [e.targets[0]["after"]["changed"] for e in events] == [["subject"], ["attachments"]]
     assert "chart.png" not in json.dumps([e.targets for e in events])  # the audit names what changed, not the files
@@ -333,8 +398,9 @@ def test_a_draft_holds_files_an_agent_gave_and_sends_them_byte_for_byte(
     [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
     parts = [p for p in message_from_bytes(raw).walk() if p.get_filename()]
     assert [(p.get_filename(), p.get_content_type(), p.get_payload(decode=True)) for p in parts] == [
-        ("chart.png", "image/png", PICTURE), ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
-    ]  # fmt: skip
+        ("chart.png", "image/png", PICTURE),
+        ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
+    ]
     # an empty list takes every file away
     assert call(agent, "update_draft", {"draft_id": draft["id"], "attachments": []})["attachments"] == []
     assert not Draft.objects.for_tenant(mallory.tenant).exists()

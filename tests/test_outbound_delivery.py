@@ -30,8 +30,13 @@ STEPS = ("claim_outbound_send", "begin_outbound_data", "record_outbound_outcome"
 
 
 def _email(account_id: Any, to: list[str]) -> dict[str, Any]:
-    return {"account_id": str(account_id), "to": to, "subject": "Figures", "body": "The totals.\n",
-            "idempotency_key": uuid.uuid4().hex}  # fmt: skip
+    return {
+        "account_id": str(account_id),
+        "to": to,
+        "subject": "Figures",
+        "body": "The totals.\n",
+        "idempotency_key": uuid.uuid4().hex,
+    }
 
 
 def _row(p: Person, request_id: str) -> OutboundRequest:
@@ -51,8 +56,11 @@ def _steps(p: Person, request_id: str) -> list[tuple[str, str, str, dict[str, An
 def _refused_claims(p: Person, request_id: str) -> int:
     """Claims of the request that the gate refused (each one audited, with the input's digest)."""
     digest = input_digest({"request_id": request_id})
-    return AuditEvent.objects.for_tenant(p.tenant).filter(operation="claim_outbound_send", outcome="CONFLICT",
-                                                          input_digest=digest).count()  # fmt: skip
+    return (
+        AuditEvent.objects.for_tenant(p.tenant)
+        .filter(operation="claim_outbound_send", outcome="CONFLICT", input_digest=digest)
+        .count()
+    )
 
 
 def _time_passes(p: Person, request_id: str) -> None:
@@ -79,11 +87,20 @@ def _smtp_port(account: Any, port: int) -> None:
 
 
 def test_a_refused_connection_is_retried_with_backoff_until_it_goes_out(
-    alice: Person, mallory: Person, world: dict[str, Any], imap_server: ImapServer, smtp_server: SmtpServer,
-    settings: Any, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    settings.OPERATIONS = {**settings.OPERATIONS, "SEND_ATTEMPTS_MAX": 3, "SEND_RETRY_BASE_SECONDS": 60,
-                           "SEND_RETRY_MAX_SECONDS": 100}  # fmt: skip
+    alice: Person,
+    mallory: Person,
+    world: dict[str, Any],
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.OPERATIONS = {
+        **settings.OPERATIONS,
+        "SEND_ATTEMPTS_MAX": 3,
+        "SEND_RETRY_BASE_SECONDS": 60,
+        "SEND_RETRY_MAX_SECONDS": 100,
+    }
     handed: list[str] = []
     monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: handed.append(str(request_id)))
     _smtp_port(world["account"], free_port())  # nothing listens there: the connection is refused
@@ -123,8 +140,11 @@ def test_a_refused_connection_is_retried_with_backoff_until_it_goes_out(
     delivered = [str(m["Message-ID"]) for m in _inbox(imap_server, world["bob"])]
     assert delivered == [f"<{made['message_id']}>"]
 
-    steps = [(op, who, outcome, after.get("state"), after.get("attempt")) for op, who, outcome, after in
-             _steps(alice, rid) if op in STEPS]  # fmt: skip
+    steps = [
+        (op, who, outcome, after.get("state"), after.get("attempt"))
+        for op, who, outcome, after in _steps(alice, rid)
+        if op in STEPS
+    ]
     assert steps == [
         ("claim_outbound_send", "internal", "ok", "sending", 1),
         ("record_outbound_outcome", "internal", "ok", "queued", 1),
@@ -171,8 +191,12 @@ def test_a_permanent_refusal_fails_at_once(alice: Person, world: dict[str, Any],
     made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
     assert delivery.deliver(made["request_id"]) == "failed"
     row = _row(alice, made["request_id"])
-    assert (row.state, row.attempts, row.error, row.refused_recipients) == ("failed", 1, "recipients_refused",
-                                                                            [world["bob"]])  # fmt: skip
+    assert (row.state, row.attempts, row.error, row.refused_recipients) == (
+        "failed",
+        1,
+        "recipients_refused",
+        [world["bob"]],
+    )
     # the audit says how many were refused, never who
     after = _steps(alice, made["request_id"])[-1][3]
     assert after["refused_recipients"] == 1 and world["bob"] not in str(after)
@@ -239,8 +263,9 @@ def test_the_workers_steps_are_for_the_system_only_on_every_door(
         over_rest = rest_post(api_client(alice.user), name, {"request_id": rid})
         assert (over_rest.status_code, error_of(over_rest)["code"]) == (404, "NOT_AVAILABLE")
     key = key_for(alice, ["read", "write", "send"])
-    over_mcp = post(Client(), rpc("tools/call", {"name": "claim_outbound_send", "arguments": {"request_id": rid}}),
-                    token=key).json()  # fmt: skip
+    over_mcp = post(
+        Client(), rpc("tools/call", {"name": "claim_outbound_send", "arguments": {"request_id": rid}}), token=key
+    ).json()
     assert over_mcp["result"]["isError"] is True
     assert json.loads(over_mcp["result"]["content"][0]["text"])["error"]["code"] == "NOT_AVAILABLE"
     # another tenant's system sees alice's request as nonexistent
@@ -291,8 +316,9 @@ def test_a_person_records_that_an_unknown_request_was_not_sent(
     assert row.settled_by_id == alice.user.pk and row.settled_at is not None
     event = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="settle_outbound_request", outcome="ok").get()
     assert (event.principal, event.person_id, event.door) == ("person", alice.user.pk, "ui")
-    assert event.targets == [{"id": rid, "before": {"state": "unknown"}, "after": {"state": "failed",
-                                                                                  "settled": "not_sent"}}]  # fmt: skip
+    assert event.targets == [
+        {"id": rid, "before": {"state": "unknown"}, "after": {"state": "failed", "settled": "not_sent"}}
+    ]
 
     # settled for good: reconciliation, workers and a second decision change nothing, nothing is resent
     imap_server.append(world["me"], "Sent", smtp_server.received[0].data)
@@ -309,8 +335,12 @@ def test_a_person_records_that_an_unknown_request_was_sent(
     rid = _unknown(alice, world, smtp_server)
     # only an unknown outcome can be settled: a request still waiting cannot be marked sent
     waiting = request(as_agent(alice, scopes=SENDER), "send_email", _email(world["account"].pk, [world["bob"]]))
-    early = refusal(as_person(alice), "settle_outbound_request", {"request_id": waiting["request_id"],
-                                                                  "outcome": "sent"}, confirm=True)  # fmt: skip
+    early = refusal(
+        as_person(alice),
+        "settle_outbound_request",
+        {"request_id": waiting["request_id"], "outcome": "sent"},
+        confirm=True,
+    )
     assert (early.code, early.field) == ("CONFLICT", "request_id")
     settled = call(as_person(alice), "settle_outbound_request", {"request_id": rid, "outcome": "sent"}, confirm=True)
     assert (settled["state"], settled["error"]) == ("sent", "")
@@ -342,13 +372,17 @@ def test_a_workers_late_answer_after_the_sweeper_gave_it_up_is_recorded(
     # another attempt's answer, or one that knows no more, changes nothing
     with pytest.raises(OakenError):
         call_internal(alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 2, "outcome": "sent"})
-    still = call_internal(alice.tenant, "record_outbound_outcome",
-                          {"request_id": rid, "attempt": 1, "outcome": "unknown"}).output  # fmt: skip
+    still = call_internal(
+        alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 1, "outcome": "unknown"}
+    ).output
     assert still["state"] == "unknown"
     sent = call_internal(alice.tenant, "record_outbound_outcome", {"request_id": rid, "attempt": 1, "outcome": "sent"})
     assert sent.output["state"] == "sent" and _row(alice, rid).error == ""
-    assert [after["state"] for op, _, outcome, after in _steps(alice, rid)
-            if op == "record_outbound_outcome" and outcome == "ok" and "state" in after] == ["sent"]  # fmt: skip
+    assert [
+        after["state"]
+        for op, _, outcome, after in _steps(alice, rid)
+        if op == "record_outbound_outcome" and outcome == "ok" and "state" in after
+    ] == ["sent"]
     # mallory's request, in her own tenant, is untouched by alice's sweep and unreachable from alice's tenant
     assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=theirs["request_id"]).state == "queued"
     with pytest.raises(OakenError) as hidden:
@@ -362,8 +396,11 @@ def test_a_claim_before_a_retrys_time_is_refused(alice: Person, world: dict[str,
     made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
     rid = made["request_id"]
     call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
-    call_internal(alice.tenant, "record_outbound_outcome",
-                  {"request_id": rid, "attempt": 1, "outcome": "temporary", "error": "smtp_unreachable"})  # fmt: skip
+    call_internal(
+        alice.tenant,
+        "record_outbound_outcome",
+        {"request_id": rid, "attempt": 1, "outcome": "temporary", "error": "smtp_unreachable"},
+    )
     assert _row(alice, rid).state == "queued"
     with pytest.raises(OakenError) as early:
         call_internal(alice.tenant, "claim_outbound_send", {"request_id": rid})
@@ -392,7 +429,9 @@ def test_a_message_that_cannot_be_built_fails_once_and_is_never_retried(
     assert (row.state, row.error, row.smtp_started_at) == ("failed", "message_could_not_be_built", None)
     assert smtp_server.connections == 0
     assert [s[:3] for s in _steps(alice, rid) if s[0] in STEPS] == [
-        ("claim_outbound_send", "internal", "ok"), ("record_outbound_outcome", "internal", "ok")]  # fmt: skip
+        ("claim_outbound_send", "internal", "ok"),
+        ("record_outbound_outcome", "internal", "ok"),
+    ]
     # settled: nothing hands it over or claims it again, and the sweeper has nothing to take back
     handed.clear()
     swept = delivery.sweep(timezone.now() + timedelta(hours=1))

@@ -54,8 +54,11 @@ def _unacked_deliveries(request_id: str) -> int:
 
 def _claims(p: Person, request_id: str, outcome: str) -> int:
     digest = input_digest({"request_id": request_id})
-    return AuditEvent.objects.for_tenant(p.tenant).filter(operation="claim_outbound_send", outcome=outcome,
-                                                          input_digest=digest).count()  # fmt: skip
+    return (
+        AuditEvent.objects.for_tenant(p.tenant)
+        .filter(operation="claim_outbound_send", outcome=outcome, input_digest=digest)
+        .count()
+    )
 
 
 @pytest.mark.slow
@@ -66,21 +69,37 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
     me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
     account = imap_account(alice, imap_server, smtp_server, me)
     theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
-    hers = request(as_agent(mallory, scopes={"read", "write", "send"}), "send_email", {
-        "account_id": str(theirs.pk), "to": [bob], "subject": "Hers", "body": "Waits.\n",
-        "idempotency_key": uuid.uuid4().hex,
-    })  # fmt: skip
+    hers = request(
+        as_agent(mallory, scopes={"read", "write", "send"}),
+        "send_email",
+        {
+            "account_id": str(theirs.pk),
+            "to": [bob],
+            "subject": "Hers",
+            "body": "Waits.\n",
+            "idempotency_key": uuid.uuid4().hex,
+        },
+    )
     smtp_server.stall_after_data = True  # the server takes the message and answers nothing
 
     # the worker waits for DATA's answer far longer than the test takes to kill it
     with worker_process("doomed", env={"OAKEN_SMTP_TIMEOUT_SECONDS": "300"}) as doomed:
-        made = request(as_person(alice), "send_email", {
-            "account_id": str(account.pk), "to": [bob], "subject": "Once", "body": "Exactly once.\n",
-            "idempotency_key": uuid.uuid4().hex,
-        })  # fmt: skip
+        made = request(
+            as_person(alice),
+            "send_email",
+            {
+                "account_id": str(account.pk),
+                "to": [bob],
+                "subject": "Once",
+                "body": "Exactly once.\n",
+                "idempotency_key": uuid.uuid4().hex,
+            },
+        )
         rid = made["request_id"]  # the approval committed and handed the task to the broker
-        _wait_until(lambda: smtp_server.data_commands == 1 and _row(alice, rid).smtp_started_at is not None,
-                    "the worker is in the middle of DATA")  # fmt: skip
+        _wait_until(
+            lambda: smtp_server.data_commands == 1 and _row(alice, rid).smtp_started_at is not None,
+            "the worker is in the middle of DATA",
+        )
         doomed.kill()
     smtp_server.release()
     row = _row(alice, rid)
@@ -90,8 +109,10 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
     fast_redelivery = {"visibility_timeout": 2, "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
     with worker_process("fresh", transport_options=fast_redelivery):
         # 1. the broker hands the unacknowledged task to the fresh worker, whose claim is refused
-        _wait_until(lambda: _claims(alice, rid, "CONFLICT") == 1 and _unacked_deliveries(rid) == 0,
-                    "the broker redelivered the task and the fresh worker finished it")  # fmt: skip
+        _wait_until(
+            lambda: _claims(alice, rid, "CONFLICT") == 1 and _unacked_deliveries(rid) == 0,
+            "the broker redelivered the task and the fresh worker finished it",
+        )
         # 2. the same task sent again, to the fresh worker
         assert deliver_task.delay(rid).get(timeout=60) == "not claimed"
         # 3. and called directly here

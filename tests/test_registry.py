@@ -85,11 +85,27 @@ def test_a_read_whose_module_reaches_the_read_state_service_raises(tmp_path: Pat
     try:
         sneaky = importlib.import_module("sneaky_ops")
         with pytest.raises(DefinitionError, match="read-state service"):
-            operation(name="sneaky", summary="s", input=In, output=Out, op_class=OpClass.READ,
-                      ceiling=Ceiling.ON, target=Registry())(sneaky.handler)  # fmt: skip
+            operation(
+                name="sneaky",
+                summary="s",
+                input=In,
+                output=Out,
+                op_class=OpClass.READ,
+                ceiling=Ceiling.ON,
+                target=Registry(),
+            )(sneaky.handler)
         # the same module may define a mutation that marks read
-        operation(name="sneaky", summary="s", input=In, output=Out, op_class=OpClass.MUTATE, ceiling=Ceiling.ON,
-                  preview=_preview, changes_read_state=True, target=Registry())(sneaky.handler)  # fmt: skip
+        operation(
+            name="sneaky",
+            summary="s",
+            input=In,
+            output=Out,
+            op_class=OpClass.MUTATE,
+            ceiling=Ceiling.ON,
+            preview=_preview,
+            changes_read_state=True,
+            target=Registry(),
+        )(sneaky.handler)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("sneaky_ops", None)
@@ -109,8 +125,15 @@ def test_plugin_operations_are_namespaced_never_on_and_never_mark_read() -> None
     with pytest.raises(DefinitionError, match="on by default"):
         define(Registry(), name="acme.thing", plugin="acme", ceiling=Ceiling.ON)
     with pytest.raises(DefinitionError, match="mark mail read"):
-        define(Registry(), name="acme.thing", plugin="acme", ceiling=Ceiling.OFF, op_class=OpClass.MUTATE,
-               preview=_preview, changes_read_state=True)  # fmt: skip
+        define(
+            Registry(),
+            name="acme.thing",
+            plugin="acme",
+            ceiling=Ceiling.OFF,
+            op_class=OpClass.MUTATE,
+            preview=_preview,
+            changes_read_state=True,
+        )
     with pytest.raises(DefinitionError, match="namespaced"):
         define(Registry(), name="acme.thing")
     op = define(Registry(), name="acme.thing", plugin="acme", ceiling=Ceiling.OFF)
@@ -163,8 +186,13 @@ def test_the_built_in_registry_follows_every_rule() -> None:
         if op.op_class == OpClass.MUTATE and op.ceiling != Ceiling.NEVER:
             assert op.preview is not None
     never = {op.name for op in registry if op.ceiling == Ceiling.NEVER}
-    assert {"set_operation_exposure", "list_operation_exposure", "list_audit_events", "verify_audit",
-            "get_raw_message"} <= never  # fmt: skip
+    assert {
+        "set_operation_exposure",
+        "list_operation_exposure",
+        "list_audit_events",
+        "verify_audit",
+        "get_raw_message",
+    } <= never
 
 
 # Decisions only a person makes (SPEC §1: only a person can confirm, approve or change what agents may do):

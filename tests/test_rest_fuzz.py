@@ -52,10 +52,12 @@ def signed_in(alice: Person, mallory: Person, tmp_path: Path, in_process: None) 
     client.force_login(alice.user)
     token = get_random_string(CSRF_SECRET_LENGTH, CSRF_ALLOWED_CHARS)
     return {
-        "cookies": {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value,
-                    settings.CSRF_COOKIE_NAME: token},
+        "cookies": {
+            settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value,
+            settings.CSRF_COOKIE_NAME: token,
+        },
         "headers": {"X-CSRFToken": token},
-    }  # fmt: skip
+    }
 
 
 @schema.parametrize()

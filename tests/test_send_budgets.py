@@ -33,21 +33,38 @@ def _fresh_pass() -> None:
 
 
 def _key(p: Person, name: str) -> tuple[ApiKey, str]:
-    return issue_key(membership=membership(p), scopes=["read", "write", "send"], workspaces=["default"],
-                     allow_list=None, expires_at=None, name=name)  # fmt: skip
+    return issue_key(
+        membership=membership(p),
+        scopes=["read", "write", "send"],
+        workspaces=["default"],
+        allow_list=None,
+        expires_at=None,
+        name=name,
+    )
 
 
 def _connection(p: Person) -> Connection:
-    app = Application.objects.create(name="Desk assistant", client_type="public", redirect_uris="http://127.0.0.1/cb",
-                                     authorization_grant_type="authorization-code")  # fmt: skip
-    return Connection.objects.create(tenant=p.tenant, user=p.user, application=app, client_name="Desk assistant",
-                                     redirect_uri="http://127.0.0.1/cb", scopes=["read"],
-                                     activated_at=datetime.now(UTC))  # fmt: skip
+    app = Application.objects.create(
+        name="Desk assistant",
+        client_type="public",
+        redirect_uris="http://127.0.0.1/cb",
+        authorization_grant_type="authorization-code",
+    )
+    return Connection.objects.create(
+        tenant=p.tenant,
+        user=p.user,
+        application=app,
+        client_name="Desk assistant",
+        redirect_uri="http://127.0.0.1/cb",
+        scopes=["read"],
+        activated_at=datetime.now(UTC),
+    )
 
 
 def _policy(p: Person, name: str, per_hour: int) -> SendPolicy:
-    return SendPolicy.objects.create(tenant=p.tenant, created_by=p.user, name=name, allowed_domains=["example.test"],
-                                     recipients_per_hour=per_hour)  # fmt: skip
+    return SendPolicy.objects.create(
+        tenant=p.tenant, created_by=p.user, name=name, allowed_domains=["example.test"], recipients_per_hour=per_hour
+    )
 
 
 def _spend(p: Person, kind: str, budget_id: Any, amount: int, now: float | None = None) -> None:
@@ -78,8 +95,14 @@ def team(alice: Person, mallory: Person) -> dict[str, Any]:
     alices, _ = _key(alice, "alice's script")
     bobs, _ = _key(bob, "bob's laptop")
     mallorys, _ = _key(mallory, "mallory's")
-    return {"bob": bob, "alices": alices, "bobs": bobs, "connection": _connection(bob),
-            "policy": _policy(bob, "Colleagues", 20), "mallorys": mallorys}  # fmt: skip
+    return {
+        "bob": bob,
+        "alices": alices,
+        "bobs": bobs,
+        "connection": _connection(bob),
+        "policy": _policy(bob, "Colleagues", 20),
+        "mallorys": mallorys,
+    }
 
 
 def test_a_member_sees_their_own_budgets_and_an_admin_the_tenants(
@@ -93,11 +116,19 @@ def test_a_member_sees_their_own_budgets_and_an_admin_the_tenants(
     _spend(mallory, "apikey", team["mallorys"].pk, 5)
 
     mine = _budgets(bob)
-    assert set(mine) == {("apikey", str(bobs.pk)), ("oauth", str(team["connection"].pk)),
-                         ("policy", str(team["policy"].pk)), ("person", str(bob.user.pk))}  # fmt: skip
+    assert set(mine) == {
+        ("apikey", str(bobs.pk)),
+        ("oauth", str(team["connection"].pk)),
+        ("policy", str(team["policy"].pk)),
+        ("person", str(bob.user.pk)),
+    }
     key = mine["apikey", str(bobs.pk)]
-    assert (key["name"], key["prefix"], key["person"], key["active"]) == ("bob's laptop", bobs.prefix,
-                                                                          "bob@example.test", True)  # fmt: skip
+    assert (key["name"], key["prefix"], key["person"], key["active"]) == (
+        "bob's laptop",
+        bobs.prefix,
+        "bob@example.test",
+        True,
+    )
     assert key["limit_per_hour"] == 200
     now = {"starts_at": _json(_hour()), "used": 7, "left": 193, "live": True, "rolled_up_at": None}
     assert key["current_hour"] == now
@@ -130,16 +161,30 @@ def test_an_agent_cannot_see_budgets(alice: Person, mallory: Person, team: dict[
 def test_the_last_24_hours_come_from_the_roll_up(alice: Person, mallory: Person, team: dict[str, Any]) -> None:
     bobs = team["bobs"]
     for hours_ago, used in ((1, 4), (3, 6), (24, 8), (25, 100)):
-        BudgetUsage.objects.create(tenant=alice.tenant, kind="apikey", budget_id=str(bobs.pk), used=used,
-                                   window_start=_hour(-hours_ago), rolled_up_at=_hour(-hours_ago))  # fmt: skip
+        BudgetUsage.objects.create(
+            tenant=alice.tenant,
+            kind="apikey",
+            budget_id=str(bobs.pk),
+            used=used,
+            window_start=_hour(-hours_ago),
+            rolled_up_at=_hour(-hours_ago),
+        )
     # the same id in another tenant's roll-up counts nowhere here
-    BudgetUsage.objects.create(tenant=mallory.tenant, kind="apikey", budget_id=str(bobs.pk), used=50,
-                               window_start=_hour(-2), rolled_up_at=_hour(-2))  # fmt: skip
+    BudgetUsage.objects.create(
+        tenant=mallory.tenant,
+        kind="apikey",
+        budget_id=str(bobs.pk),
+        used=50,
+        window_start=_hour(-2),
+        rolled_up_at=_hour(-2),
+    )
     _spend(alice, "apikey", bobs.pk, 2)
     key = _budgets(team["bob"])["apikey", str(bobs.pk)]
-    assert key["last_24_hours"] == [{"starts_at": _json(_hour(-24)), "used": 8},
-                                    {"starts_at": _json(_hour(-3)), "used": 6},
-                                    {"starts_at": _json(_hour(-1)), "used": 4}]  # fmt: skip
+    assert key["last_24_hours"] == [
+        {"starts_at": _json(_hour(-24)), "used": 8},
+        {"starts_at": _json(_hour(-3)), "used": 6},
+        {"starts_at": _json(_hour(-1)), "used": 4},
+    ]
     assert key["used_last_24_hours"] == 18 and key["current_hour"]["used"] == 2
 
 
@@ -149,8 +194,14 @@ def test_a_revoked_key_is_listed_while_it_has_used_something_lately(
     quiet, _ = _key(alice, "quiet")
     busy = team["alices"]
     ApiKey.objects.for_tenant(alice.tenant).filter(pk__in=[quiet.pk, busy.pk]).update(revoked_at=datetime.now(UTC))
-    BudgetUsage.objects.create(tenant=alice.tenant, kind="apikey", budget_id=str(busy.pk), used=3,
-                               window_start=_hour(-2), rolled_up_at=_hour(-2))  # fmt: skip
+    BudgetUsage.objects.create(
+        tenant=alice.tenant,
+        kind="apikey",
+        budget_id=str(busy.pk),
+        used=3,
+        window_start=_hour(-2),
+        rolled_up_at=_hour(-2),
+    )
     listed = _budgets(alice)
     assert ("apikey", str(quiet.pk)) not in listed
     assert listed["apikey", str(busy.pk)]["active"] is False
@@ -175,9 +226,13 @@ def test_without_redis_the_rolled_up_figure_is_shown_as_such(
         redis_module.redis_client.cache_clear()
     assert out["live"] is False
     found = {(b["kind"], b["id"]): b for b in out["budgets"]}
-    assert found["apikey", str(bobs.pk)]["current_hour"] == {"starts_at": _json(_hour()), "used": 9,
-                                                             "left": 191, "live": False,
-                                                             "rolled_up_at": _json(rolled)}  # fmt: skip
+    assert found["apikey", str(bobs.pk)]["current_hour"] == {
+        "starts_at": _json(_hour()),
+        "used": 9,
+        "left": 191,
+        "live": False,
+        "rolled_up_at": _json(rolled),
+    }
     assert found["person", str(team["bob"].user.pk)]["current_hour"]["rolled_up_at"] is None
     # back with Redis: live again, with what was spent since
     assert _budgets(team["bob"])["apikey", str(bobs.pk)]["current_hour"]["used"] == 10
@@ -218,17 +273,38 @@ def test_a_request_spends_from_the_keys_budget(
     row, secret = _key(alice, "sender")
     agent = caller_for_key(secret)
     assert agent is not None
-    made = request(agent, "send_email", {"account_id": str(account.pk), "to": ["a@example.test", "b@example.test"],
-                                         "cc": ["c@example.test"], "subject": "Figures", "body": "Attached.\n",
-                                         "idempotency_key": "k1"})  # fmt: skip
+    made = request(
+        agent,
+        "send_email",
+        {
+            "account_id": str(account.pk),
+            "to": ["a@example.test", "b@example.test"],
+            "cc": ["c@example.test"],
+            "subject": "Figures",
+            "body": "Attached.\n",
+            "idempotency_key": "k1",
+        },
+    )
     assert made["state"] == "awaiting_approval"
-    call(as_person(alice), "send_email", {"account_id": str(account.pk), "to": ["d@example.test"], "subject": "Hi",
-                                          "body": "Hello.\n", "idempotency_key": "p1"}, confirm=True)  # fmt: skip
+    call(
+        as_person(alice),
+        "send_email",
+        {
+            "account_id": str(account.pk),
+            "to": ["d@example.test"],
+            "subject": "Hi",
+            "body": "Hello.\n",
+            "idempotency_key": "p1",
+        },
+        confirm=True,
+    )
     listed = _budgets(alice)
     assert listed["apikey", str(row.pk)]["current_hour"]["used"] == 3
     assert listed["person", str(alice.user.pk)]["current_hour"]["used"] == 1
     rollup.roll_up()
     assert set(BudgetUsage.objects.for_tenant(alice.tenant).values_list("kind", "budget_id", "used")) == {
-        ("apikey", str(row.pk), 3), ("person", str(alice.user.pk), 1)}  # fmt: skip
+        ("apikey", str(row.pk), 3),
+        ("person", str(alice.user.pk), 1),
+    }
     assert not BudgetUsage.objects.for_tenant(mallory.tenant).exists()
     assert all(b["current_hour"]["used"] == 0 for b in _budgets(mallory).values())

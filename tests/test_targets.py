@@ -40,8 +40,12 @@ class Seen(BaseModel):
 
 
 def _mail(p: Person, tmp_path: Path) -> str:
-    import_mail(tenant=p.tenant, workspace=p.workspace, account_name="A",
-                path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(2, prefix=str(p.user.pk))))  # fmt: skip
+    import_mail(
+        tenant=p.tenant,
+        workspace=p.workspace,
+        account_name="A",
+        path=write_mbox(tmp_path / f"{p.user.pk}.mbox", conversation(2, prefix=str(p.user.pk))),
+    )
     return str(Message.objects.for_tenant(p.tenant).values_list("pk", flat=True).first())
 
 
@@ -64,8 +68,14 @@ def recording_ops() -> Iterator[list[tuple[str, Any]]]:
 
     common: dict[str, Any] = {"summary": "t", "input": MessageIn, "output": Seen, "targets": the_message}
     operation(name="test_read_target", op_class=OpClass.READ, ceiling=Ceiling.ON, **common)(handler)
-    operation(name="test_change_target", op_class=OpClass.MUTATE, ceiling=Ceiling.OFF, preview=preview,
-              confirm=ALWAYS, **common)(handler)  # fmt: skip
+    operation(
+        name="test_change_target",
+        op_class=OpClass.MUTATE,
+        ceiling=Ceiling.OFF,
+        preview=preview,
+        confirm=ALWAYS,
+        **common,
+    )(handler)
     yield seen
     registry.remove("test_read_target")
     registry.remove("test_change_target")
@@ -116,8 +126,10 @@ def test_mine_unless_admin_stays_in_the_actors_tenant(alice: Person, mallory: Pe
     everyone = Membership.objects.for_tenant(alice.tenant)
     assert set(everyone.visible_to(as_person(member)).values_list("user", flat=True)) == {member.user.pk}
     assert set(everyone.visible_to(as_person(admin)).values_list("user", flat=True)) == {
-        alice.user.pk, member.user.pk, admin.user.pk,
-    }  # fmt: skip
+        alice.user.pk,
+        member.user.pk,
+        admin.user.pk,
+    }
     # an ADMIN's "every row" is their own tenant's, even from a query that named none
     assert not Membership.objects.all().visible_to(as_person(admin)).filter(tenant=mallory.tenant).exists()
     with pytest.raises(UnscopedQueryError):
@@ -128,8 +140,9 @@ def test_a_live_credential_is_neither_revoked_nor_past_its_deadline(alice: Perso
     now = timezone.now()
 
     def key(p: Person, expires: object = None) -> ApiKey:
-        return issue_key(membership=membership(p), scopes=["read"], workspaces=[], allow_list=None,
-                         expires_at=expires)[0]  # fmt: skip
+        return issue_key(membership=membership(p), scopes=["read"], workspaces=[], allow_list=None, expires_at=expires)[
+            0
+        ]
 
     live, lasting = key(alice), key(alice, now + timedelta(days=1))
     expired, revoked = key(alice, now - timedelta(seconds=1)), key(alice)

@@ -59,8 +59,9 @@ def test_a_person_the_operator_creates_can_sign_in_at_once(db: None, mallory: Pe
 def test_user_create_can_mail_the_confirmation_link_instead(db: None, mailoutbox: list, settings) -> None:
     settings.PUBLIC_URL = ""
     settings.SERVE_BIND, settings.SERVE_PORT = "0.0.0.0", 8765  # noqa: S104 (as `oaken serve --bind 0.0.0.0`)
-    code, data = run_json("user", "create", "--email", "carol@example.test", "--password", "a long enough secret 1",
-                          "--send-confirmation")  # fmt: skip
+    code, data = run_json(
+        "user", "create", "--email", "carol@example.test", "--password", "a long enough secret 1", "--send-confirmation"
+    )
     assert code == 0 and data["email_confirmed"] is False
     assert User.objects.get(pk=data["user_id"]).email_verified_at is None
     [sent] = mailoutbox

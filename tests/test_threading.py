@@ -23,9 +23,12 @@ def _import(
     account: str = "A",
 ) -> None:
     import_mail(
-        tenant=person.tenant, workspace=person.workspace, account_name=account,
-        path=write_mbox(tmp_path / name, messages), batch_size=batch_size,
-    )  # fmt: skip
+        tenant=person.tenant,
+        workspace=person.workspace,
+        account_name=account,
+        path=write_mbox(tmp_path / name, messages),
+        batch_size=batch_size,
+    )
 
 
 def _threads(person: Person) -> dict[str, set[str]]:

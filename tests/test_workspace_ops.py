@@ -87,8 +87,9 @@ def test_an_admin_renames_a_workspace(alice: Person, mallory: Person) -> None:
 def test_the_default_workspace_keeps_its_name_and_names_stay_unique(alice: Person) -> None:
     work = _create(alice, "work")
     _create(alice, "home")
-    refused = refusal(as_person(alice), "rename_workspace", {"workspace_id": str(alice.workspace.pk), "name": "main"},
-                      confirm=True)  # fmt: skip
+    refused = refusal(
+        as_person(alice), "rename_workspace", {"workspace_id": str(alice.workspace.pk), "name": "main"}, confirm=True
+    )
     assert (refused.code, refused.field) == ("INVALID_INPUT", "workspace_id")
     refused = refusal(as_person(alice), "rename_workspace", {"workspace_id": work["id"], "name": "home"}, confirm=True)
     assert (refused.code, refused.field) == ("CONFLICT", "name")
@@ -100,8 +101,9 @@ def test_the_default_workspace_keeps_its_name_and_names_stay_unique(alice: Perso
 def test_another_tenants_workspace_is_not_found(alice: Person, mallory: Person) -> None:
     theirs = _create(mallory, "secret")
     for workspace_id in (theirs["id"], str(mallory.workspace.pk), "not-an-id"):
-        refused = refusal(as_person(alice), "rename_workspace", {"workspace_id": workspace_id, "name": "mine"},
-                          confirm=True)  # fmt: skip
+        refused = refusal(
+            as_person(alice), "rename_workspace", {"workspace_id": workspace_id, "name": "mine"}, confirm=True
+        )
         assert (refused.code, refused.field) == ("NOT_FOUND", "workspace_id")
     assert _names(mallory) == ["default", "secret"]
 
@@ -140,6 +142,14 @@ def test_each_workspace_says_whether_the_caller_may_rename_it(alice: Person, mal
 
 def test_agents_are_never_offered_tenant_administration(alice: Person) -> None:
     agent = as_agent(alice, scopes={"send"}, workspaces=())
-    for name in ("list_workspaces", "create_workspace", "rename_workspace", "list_members", "invite_member",
-                 "cancel_invitation", "change_member_role", "remove_member"):  # fmt: skip
+    for name in (
+        "list_workspaces",
+        "create_workspace",
+        "rename_workspace",
+        "list_members",
+        "invite_member",
+        "cancel_invitation",
+        "change_member_role",
+        "remove_member",
+    ):
         assert refusal(agent, name, {}).code == "NOT_AVAILABLE"

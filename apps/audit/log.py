@@ -207,9 +207,15 @@ def _make_durable() -> None:
 
 
 def _check_arguments(
-    *, principal: str, door: str, operation: str, outcome: str, credential_id: str, credential_kind: str,
+    *,
+    principal: str,
+    door: str,
+    operation: str,
+    outcome: str,
+    credential_id: str,
+    credential_kind: str,
     input_digest: str,
-) -> None:  # fmt: skip
+) -> None:
     if principal not in _PRINCIPALS:
         raise ValueError(f"principal must be one of {sorted(_PRINCIPALS)}")
     if door not in _DOORS:
@@ -263,9 +269,14 @@ def append_event(
             "append_event() must run inside the transaction of the change it records (transaction.atomic)"
         )
     _check_arguments(
-        principal=principal, door=door, operation=operation, outcome=outcome,
-        credential_id=credential_id, credential_kind=credential_kind, input_digest=input_digest,
-    )  # fmt: skip
+        principal=principal,
+        door=door,
+        operation=operation,
+        outcome=outcome,
+        credential_id=credential_id,
+        credential_kind=credential_kind,
+        input_digest=input_digest,
+    )
     tenant_id = tenant.pk
     if tenant_id is None:
         raise ValueError("append_event() needs a saved tenant")
@@ -353,19 +364,42 @@ class _Walker:
                 return None
 
     def _check(self, row: tuple[Any, ...]) -> Break | None:
-        (event_id, seq, created_at, principal, person_id, credential_id, credential_kind, door, operation,
-         outcome, targets, digest, prev_hash, stored_hash) = row  # fmt: skip
+        (
+            event_id,
+            seq,
+            created_at,
+            principal,
+            person_id,
+            credential_id,
+            credential_kind,
+            door,
+            operation,
+            outcome,
+            targets,
+            digest,
+            prev_hash,
+            stored_hash,
+        ) = row
         self.checked += 1
         if seq != self.seq + 1:
             return Break(self.tenant_id, seq, event_id, "sequence gap")
         if prev_hash != self.hash:
             return Break(self.tenant_id, seq, event_id, "previous hash mismatch")
         recomputed = _chain_hash(
-            tenant_id=self.tenant_id, seq=seq, created_at=created_at, principal=principal,
-            person_id=person_id, credential_id=credential_id, credential_kind=credential_kind, door=door,
-            operation=operation, outcome=outcome, targets=json.loads(targets), input_digest=digest,
+            tenant_id=self.tenant_id,
+            seq=seq,
+            created_at=created_at,
+            principal=principal,
+            person_id=person_id,
+            credential_id=credential_id,
+            credential_kind=credential_kind,
+            door=door,
+            operation=operation,
+            outcome=outcome,
+            targets=json.loads(targets),
+            input_digest=digest,
             prev_hash=prev_hash,
-        )  # fmt: skip
+        )
         if recomputed != stored_hash:
             return Break(self.tenant_id, seq, event_id, "hash mismatch")
         self.seq, self.hash, self.event_id = seq, stored_hash, event_id

@@ -99,9 +99,12 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
             return render(
                 request,
                 "console/invitation_accepted.html",
-                {"tenant": accepted.membership.tenant, "role": accepted.membership.get_role_display(),
-                 "already_member": accepted.already_member},
-            )  # fmt: skip
+                {
+                    "tenant": accepted.membership.tenant,
+                    "role": accepted.membership.get_role_display(),
+                    "already_member": accepted.already_member,
+                },
+            )
         row = access_invitation_by_token(user=user, token=token, now=timezone.now())
     except InvitationRefusedError as refused:
         status = _REFUSED_STATUS.get(refused.reason, 410)

@@ -23,9 +23,10 @@ class ConfirmationToken(TenantOwned):
 
     class Meta:
         indexes = [
-            models.Index(fields=["tenant", "caller_key", "created_at"], name="token_by_caller",
-                         condition=Q(used_at__isnull=True)),
-        ]  # fmt: skip
+            models.Index(
+                fields=["tenant", "caller_key", "created_at"], name="token_by_caller", condition=Q(used_at__isnull=True)
+            ),
+        ]
 
 
 class IdempotencyRecord(TenantOwned):

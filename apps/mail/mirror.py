@@ -108,10 +108,20 @@ def _on_server(tenant: Tenant, account_id: uuid.UUID, message_ids: Sequence[str]
         .filter(id__in=message_ids, account_id=account_id, imap_uid__isnull=False, imap_folder__isnull=False)
         .select_related("imap_folder", "folder")
         .only(
-            "id", "account_id", "read", "pinned", "flags_pending", "flags_pending_at", "imap_uid", "folder_id",
-            "folder__name", "folder__imap_uidvalidity", "imap_folder__name", "imap_folder__imap_uidvalidity",
+            "id",
+            "account_id",
+            "read",
+            "pinned",
+            "flags_pending",
+            "flags_pending_at",
+            "imap_uid",
+            "folder_id",
+            "folder__name",
+            "folder__imap_uidvalidity",
+            "imap_folder__name",
+            "imap_folder__imap_uidvalidity",
         )
-    )  # fmt: skip
+    )
 
 
 def _account(tenant: Tenant, account_id: uuid.UUID) -> MailAccount:
@@ -191,9 +201,13 @@ def _clear_pending(tenant: Tenant, messages: Sequence[Message]) -> None:
               FROM unnest(%s::uuid[], %s::timestamptz[], %s::bigint[]) AS v(id, at, uid)
              WHERE m.id = v.id AND m.tenant_id = %s AND m.flags_pending_at = v.at AND m.imap_uid = v.uid
             """,
-            [[m.pk for m in messages], [m.flags_pending_at for m in messages], [m.imap_uid for m in messages],
-             tenant.pk],
-        )  # fmt: skip
+            [
+                [m.pk for m in messages],
+                [m.flags_pending_at for m in messages],
+                [m.imap_uid for m in messages],
+                tenant.pk,
+            ],
+        )
 
 
 def repush_stale_flags(*, account: MailAccount, older_than: datetime) -> int:

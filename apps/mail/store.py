@@ -132,17 +132,39 @@ class MessageStore:
         assign = self.threader.assign
         for (item, p), date in zip(batch, dates, strict=True):
             thread_id = assign(
-                message_id=p.message_id, in_reply_to=p.in_reply_to, references=p.references, subject=p.subject,
+                message_id=p.message_id,
+                in_reply_to=p.in_reply_to,
+                references=p.references,
+                subject=p.subject,
                 date=date,
-            )  # fmt: skip
+            )
             pk = new_id()
             threads.append(thread_id)
             folder_id, read, imap_folder_id, imap_uid = self._placement(item)
-            messages.append([
-                pk, tenant_id, account_id, folder_id, thread_id, p.message_id, p.in_reply_to, p.references,
-                p.subject, *p.people, date, now, *p.content, read, False, p.has_attachments, p.content_hash,
-                p.headers, imap_folder_id, imap_uid,
-            ])  # fmt: skip
+            messages.append(
+                [
+                    pk,
+                    tenant_id,
+                    account_id,
+                    folder_id,
+                    thread_id,
+                    p.message_id,
+                    p.in_reply_to,
+                    p.references,
+                    p.subject,
+                    *p.people,
+                    date,
+                    now,
+                    *p.content,
+                    read,
+                    False,
+                    p.has_attachments,
+                    p.content_hash,
+                    p.headers,
+                    imap_folder_id,
+                    imap_uid,
+                ]
+            )
             raws.append((new_id(), tenant_id, pk, item.data))
             if p.attachments:
                 attachments.extend((new_id(), tenant_id, pk, *a) for a in p.attachments)
@@ -191,9 +213,14 @@ class MessageStore:
                   FROM unnest(%s::uuid[], %s::int[], %s::timestamptz[], %s::timestamptz[]) AS v(id, n, first, last)
                  WHERE t.id = v.id AND t.tenant_id = %s
                 """,
-                [ids, [totals[i][0] for i in ids], [totals[i][1] for i in ids], [totals[i][2] for i in ids],
-                 self.tenant.pk],
-            )  # fmt: skip
+                [
+                    ids,
+                    [totals[i][0] for i in ids],
+                    [totals[i][1] for i in ids],
+                    [totals[i][2] for i in ids],
+                    self.tenant.pk,
+                ],
+            )
 
     def _apply_merges(self) -> set[uuid.UUID]:
         """Move the messages of merged threads into the thread that absorbed them; returns the absorbers."""

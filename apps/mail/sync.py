@@ -369,12 +369,15 @@ def _fetched_batches(
         refused = [uid for uid in uids if uid in too_large or (uid in fetched and fetched[uid].too_large)]
         items: list[RawItem] = [
             ImapItem(
-                position=f"{folder.pk}:{uid}", data=message.data, uid=uid, seen=SEEN in message.flags,
+                position=f"{folder.pk}:{uid}",
+                data=message.data,
+                uid=uid,
+                seen=SEEN in message.flags,
                 flagged=FLAGGED in message.flags,
             )
             for uid in uids
             if (message := fetched.get(uid)) is not None and not message.too_large
-        ]  # fmt: skip
+        ]
         failed: list[RawItem] = [
             ImapItem(position=f"{folder.pk}:{uid}", data=b"", uid=uid, seen=False, flagged=False) for uid in refused
         ]
@@ -540,8 +543,12 @@ def _settle_missing(
             )
             for pk, _, size, *_ in by_id.get(mid, []):
                 for uid, server_size in places:
-                    if pk not in found and (folder.pk, uid) not in taken and uid not in held_uids and (
-                            server_size == size):  # fmt: skip
+                    if (
+                        pk not in found
+                        and (folder.pk, uid) not in taken
+                        and uid not in held_uids
+                        and (server_size == size)
+                    ):
                         found[pk] = (folder, uid)
                         taken.add((folder.pk, uid))
     moved: list[Change] = []
@@ -576,8 +583,10 @@ def _remove(account: MailAccount, rows: Sequence[tuple[Any, ...]]) -> int:
                 continue
             Message.objects.for_tenant(account.tenant).filter(pk__in=[pk for pk, _, _ in gone]).delete()
             _recount_threads(account, {thread_id for _, _, thread_id in gone})
-            _audit(account.tenant, [Change(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"})
-                                    for pk, f, _ in gone])  # fmt: skip
+            _audit(
+                account.tenant,
+                [Change(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"}) for pk, f, _ in gone],
+            )
             removed += len(gone)
     return removed
 

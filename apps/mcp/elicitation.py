@@ -62,15 +62,23 @@ def _message(output: dict[str, Any]) -> str:
     count = output.get("recipients")
     to = f" to {count} recipient{'s' if count != 1 else ''}" if isinstance(count, int) else ""
     when = " at a later time" if output.get("send_at") else ""
-    return (f"Your assistant asked Oaken to send an e-mail{to}{when}. Nothing is sent until you approve it: open "
-            "the Oaken console, signed in as yourself, to approve or reject it.")  # fmt: skip
+    return (
+        f"Your assistant asked Oaken to send an e-mail{to}{when}. Nothing is sent until you approve it: open "
+        "the Oaken console, signed in as yourself, to approve or reject it."
+    )
 
 
-def input_required(caller: Caller, name: str, arguments: dict[str, Any], output: dict[str, Any],
-                   url: str) -> dict[str, Any]:  # fmt: skip
+def input_required(
+    caller: Caller, name: str, arguments: dict[str, Any], output: dict[str, Any], url: str
+) -> dict[str, Any]:
     """An InputRequiredResult asking the client to open `url`; its state names the request for the repeat."""
-    state = {"v": _VERSION, "tool": name, "args": _digest(arguments), "who": _principal(caller),
-             "request": output["request_id"]}  # fmt: skip
+    state = {
+        "v": _VERSION,
+        "tool": name,
+        "args": _digest(arguments),
+        "who": _principal(caller),
+        "request": output["request_id"],
+    }
     ask = {"method": "elicitation/create", "params": {"mode": "url", "message": _message(output), "url": url}}
     return {
         "resultType": "input_required",
@@ -85,10 +93,13 @@ def resumed_request(caller: Caller, name: str, arguments: dict[str, Any], params
     responses = params.get("inputResponses")
     if responses is not None:
         answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
-        if not isinstance(responses, dict) or (answer is not None and not (
-                isinstance(answer, dict) and answer.get("action") in _ACTIONS)):  # fmt: skip
-            raise p.RpcError(p.INVALID_PARAMS, f"inputResponses must map {INPUT_KEY} to an elicitation result "
-                             "(action accept, decline or cancel)")  # fmt: skip
+        if not isinstance(responses, dict) or (
+            answer is not None and not (isinstance(answer, dict) and answer.get("action") in _ACTIONS)
+        ):
+            raise p.RpcError(
+                p.INVALID_PARAMS,
+                f"inputResponses must map {INPUT_KEY} to an elicitation result (action accept, decline or cancel)",
+            )
     token = params.get("requestState")
     if not isinstance(token, str):
         raise p.RpcError(p.INVALID_PARAMS, "requestState must be a string")

@@ -68,8 +68,7 @@ def _neutral(text: str) -> str:
     return text.replace(_OPEN, "(untrusted:").replace(_CLOSE, "(/untrusted:")
 
 
-def _fence(value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str, path: str,
-           fields: list[str]) -> Any:  # fmt: skip
+def _fence(value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str, path: str, fields: list[str]) -> Any:
     if "$ref" in schema:
         schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
     if isinstance(value, str) and schema.get(UNTRUSTED_KEY):
@@ -82,8 +81,9 @@ def _fence(value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str
             return _fence(value, option, defs, marker, path, fields)
     if isinstance(value, dict):
         props = schema.get("properties", {})
-        return {k: _fence(v, props.get(k, {}), defs, marker, f"{path}.{k}" if path else k, fields)
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: _fence(v, props.get(k, {}), defs, marker, f"{path}.{k}" if path else k, fields) for k, v in value.items()
+        }
     if isinstance(value, list):
         items = schema.get("items", {})
         return [_fence(v, items, defs, marker, f"{path}[]", fields) for v in value]
@@ -107,8 +107,11 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)
     if fields:
         content[FLAG] = {"marker": marker, "fields": _unique(fields)}
-    return {"content": [{"type": "text", "text": json.dumps(content, ensure_ascii=False)}],
-            "structuredContent": content, "isError": False}  # fmt: skip
+    return {
+        "content": [{"type": "text", "text": json.dumps(content, ensure_ascii=False)}],
+        "structuredContent": content,
+        "isError": False,
+    }
 
 
 def _fence_strings(value: Any, marker: str, path: str, fields: list[str]) -> Any:
@@ -130,13 +133,19 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
     if proposal:
         marker, fields = secrets.token_hex(12), list[str]()
         proposal["changes"] = [
-            {**change, **{side: _fence_strings(change.get(side), marker, f"error.proposal.changes[].{side}", fields)
-                          for side in ("before", "after")}}
+            {
+                **change,
+                **{
+                    side: _fence_strings(change.get(side), marker, f"error.proposal.changes[].{side}", fields)
+                    for side in ("before", "after")
+                },
+            }
             for change in proposal.get("changes") or []
-        ]  # fmt: skip
+        ]
         if op is not None and isinstance(proposal.get("summary"), str) and proposal["summary"] != op.summary:
-            proposal["summary"] = _fence(proposal["summary"], {UNTRUSTED_KEY: True}, {}, marker,
-                                         "error.proposal.summary", fields)  # fmt: skip
+            proposal["summary"] = _fence(
+                proposal["summary"], {UNTRUSTED_KEY: True}, {}, marker, "error.proposal.summary", fields
+            )
         if fields:
             body[FLAG] = {"marker": marker, "fields": _unique(fields)}
     return {"content": [{"type": "text", "text": json.dumps(body, ensure_ascii=False)}], "isError": True}

@@ -49,16 +49,21 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return response
 
 
-def _challenge(request: HttpRequest, *, error: str | None, status: int = 401, scope: str = CHALLENGE_SCOPE,
-               description: str = "") -> HttpResponse:  # fmt: skip
+def _challenge(
+    request: HttpRequest, *, error: str | None, status: int = 401, scope: str = CHALLENGE_SCOPE, description: str = ""
+) -> HttpResponse:
     metadata = public_origin(request) + "/.well-known/oauth-protected-resource/mcp"
     parts = [f'resource_metadata="{metadata}"', f'scope="{scope}"']
     if error:
         parts.insert(0, f'error="{error}"')
     if description:
         parts.append(f'error_description="{description}"')
-    body = {"error": {"code": "UNAUTHENTICATED" if status == 401 else "INSUFFICIENT_SCOPE",
-                      "message": description or "a bearer credential is required"}}  # fmt: skip
+    body = {
+        "error": {
+            "code": "UNAUTHENTICATED" if status == 401 else "INSUFFICIENT_SCOPE",
+            "message": description or "a bearer credential is required",
+        }
+    }
     return _json(body, status, {"WWW-Authenticate": "Bearer " + ", ".join(parts)})
 
 
@@ -112,21 +117,41 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if _origin_refused(request):
         return _json({"error": {"code": "FORBIDDEN", "message": "this Origin may not call the endpoint"}}, 403)
     if "token=" in request.META.get("QUERY_STRING", "") or "access_token" in request.GET:
-        return _json({"error": {"code": "INVALID_INPUT", "message": "credentials go in the Authorization header, "
-                                "never in the URL"}}, 400)  # fmt: skip
+        return _json(
+            {
+                "error": {
+                    "code": "INVALID_INPUT",
+                    "message": "credentials go in the Authorization header, never in the URL",
+                }
+            },
+            400,
+        )
     caller = _caller(request)
     if caller is None:
         presented = bool(request.headers.get("Authorization"))
-        return _challenge(request, error="invalid_token" if presented else None,
-                          description="the credential is unknown, expired or revoked" if presented else "")  # fmt: skip
+        return _challenge(
+            request,
+            error="invalid_token" if presented else None,
+            description="the credential is unknown, expired or revoked" if presented else "",
+        )
     wait = _rate_limited(caller)
     if wait is not None:
-        return _json({"error": {"code": "RATE_LIMITED", "message": "too many requests for this credential",
-                                "retry_after": wait}}, 429, {"Retry-After": str(wait)})  # fmt: skip
+        return _json(
+            {
+                "error": {
+                    "code": "RATE_LIMITED",
+                    "message": "too many requests for this credential",
+                    "retry_after": wait,
+                }
+            },
+            429,
+            {"Retry-After": str(wait)},
+        )
     accept = request.headers.get("Accept", "*/*")
     if not any(kind in accept for kind in ("application/json", "*/*", "application/*")):
-        return _json({"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}},
-                     406)  # fmt: skip
+        return _json(
+            {"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}}, 406
+        )
     try:
         body = payload.loads(payload.read_body(request, request.META))
     except payload.BodyTooLargeError as refused:
@@ -138,8 +163,12 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     request_id = body.get("id") if isinstance(body, dict) else None
     if not _valid_id(request_id):
         request_id = None
-    if (not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str)
-            or not _valid_id(body.get("id"))):  # fmt: skip
+    if (
+        not isinstance(body, dict)
+        or body.get("jsonrpc") != "2.0"
+        or not isinstance(body.get("method"), str)
+        or not _valid_id(body.get("id"))
+    ):
         return _rpc_error(request_id, p.RpcError(p.INVALID_REQUEST, "send one JSON-RPC 2.0 request or notification"))
     try:
         modern = p.is_modern(body)
@@ -183,19 +212,29 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _answer(request: HttpRequest, caller: Caller, body: dict[str, Any], version: str,
-            modern: bool) -> dict[str, Any] | HttpResponse:  # fmt: skip
+def _answer(
+    request: HttpRequest, caller: Caller, body: dict[str, Any], version: str, modern: bool
+) -> dict[str, Any] | HttpResponse:
     method, params = body["method"], _params(body)
     capabilities = {"tools": {"listChanged": False}}
     if method == "initialize" and not modern:
         offered = params.get("protocolVersion")
         chosen = offered if offered in p.HANDSHAKE_VERSIONS else p.LATEST_HANDSHAKE
-        return {"protocolVersion": chosen, "capabilities": capabilities, "serverInfo": SERVER_INFO,
-                "instructions": INSTRUCTIONS}  # fmt: skip
+        return {
+            "protocolVersion": chosen,
+            "capabilities": capabilities,
+            "serverInfo": SERVER_INFO,
+            "instructions": INSTRUCTIONS,
+        }
     if method == "server/discover":
-        return {"supportedVersions": list(p.SUPPORTED_VERSIONS), "capabilities": capabilities,
-                "instructions": INSTRUCTIONS, "cacheScope": "private", "ttlMs": 0,
-                "_meta": {p.SERVER_INFO_META: SERVER_INFO}}  # fmt: skip
+        return {
+            "supportedVersions": list(p.SUPPORTED_VERSIONS),
+            "capabilities": capabilities,
+            "instructions": INSTRUCTIONS,
+            "cacheScope": "private",
+            "ttlMs": 0,
+            "_meta": {p.SERVER_INFO_META: SERVER_INFO},
+        }
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -207,8 +246,9 @@ def _answer(request: HttpRequest, caller: Caller, body: dict[str, Any], version:
     raise p.RpcError(p.METHOD_NOT_FOUND, "method not found")
 
 
-def _call_tool(request: HttpRequest, caller: Caller, params: dict[str, Any],
-               modern: bool) -> dict[str, Any] | HttpResponse:  # fmt: skip
+def _call_tool(
+    request: HttpRequest, caller: Caller, params: dict[str, Any], modern: bool
+) -> dict[str, Any] | HttpResponse:
     name, arguments = params.get("name"), params.get("arguments", {})
     if arguments is None:
         arguments = {}
@@ -256,6 +296,11 @@ def _through_gate(
     except OakenError as error:
         if error.code == "INSUFFICIENT_SCOPE" and caller.credential_kind == "oauth" and error.missing_scope:
             wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
-            return _challenge(request, error="insufficient_scope", status=403, scope=wanted,
-                              description=f"this needs the {error.missing_scope} scope")  # fmt: skip
+            return _challenge(
+                request,
+                error="insufficient_scope",
+                status=403,
+                scope=wanted,
+                description=f"this needs the {error.missing_scope} scope",
+            )
         return tools.refusal(error, op)

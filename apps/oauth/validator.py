@@ -36,8 +36,9 @@ def _connections() -> Any:
 
 
 class OakenValidator(OAuth2Validator):
-    def save_authorization_code(self, client_id: str, code: dict[str, str], request: Any, *args: Any,
-                                **kwargs: Any) -> None:  # fmt: skip
+    def save_authorization_code(
+        self, client_id: str, code: dict[str, str], request: Any, *args: Any, **kwargs: Any
+    ) -> None:
         connection_id = getattr(request, "oaken_connection", None)
         if connection_id is None:  # only the consent page issues codes
             raise errors.AccessDeniedError(request=request)
@@ -58,8 +59,7 @@ class OakenValidator(OAuth2Validator):
             revoke_connection(used, "code_reused")
         return False
 
-    def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any,
-                               **kwargs: Any) -> bool:  # fmt: skip
+    def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
         rt = (
             RefreshToken.objects.filter(token_checksum=_digest(refresh_token))
@@ -86,9 +86,10 @@ class OakenValidator(OAuth2Validator):
             canonical = canonical_resources(list(requested), public_origin())
             if canonical is None:
                 raise errors.CustomOAuth2Error(
-                    error="invalid_target", description="this server has one resource: its /mcp endpoint",
+                    error="invalid_target",
+                    description="this server has one resource: its /mcp endpoint",
                     request=request,
-                )  # fmt: skip
+                )
             request.resource = canonical
         super()._check_and_set_request_resource(request)
 

@@ -82,8 +82,9 @@ class ConsentView(dot.AuthorizationView):
         the page renders, not after the person clicked Allow."""
         scopes, credentials = super().validate_authorization_request(request)
         if credentials.get("code_challenge_method") != "S256":
-            error = InvalidRequestError(description='PKCE code_challenge_method must be "S256"',
-                                        state=credentials.get("state"))  # fmt: skip
+            error = InvalidRequestError(
+                description='PKCE code_challenge_method must be "S256"', state=credentials.get("state")
+            )
             raise OAuthToolkitError(error=error, redirect_uri=credentials["redirect_uri"])
         return scopes, credentials
 
@@ -166,8 +167,9 @@ class ConsentView(dot.AuthorizationView):
         granted = recorded_scopes(requested & ticked)
         resources = canonical_resources((data.get("resource") or "").split(), public_origin(self.request))
         if resources is None:
-            error = CustomOAuth2Error(error="invalid_target", description="this server's one resource is /mcp",
-                                      state=data.get("state"))  # fmt: skip
+            error = CustomOAuth2Error(
+                error="invalid_target", description="this server's one resource is /mcp", state=data.get("state")
+            )
             return self.error_response(OAuthToolkitError(error=error, redirect_uri=data["redirect_uri"]), app)
         try:
             connection = dispatch(

@@ -72,8 +72,9 @@ def check_recipient_limit(found: Recipients, maximum: int) -> None:
     if found.count == 0:
         raise OakenError.invalid("to", "name at least one recipient")
     if found.count > maximum:
-        raise OakenError("LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)",
-                        field="to")  # fmt: skip
+        raise OakenError(
+            "LIMIT_EXCEEDED", f"at most {maximum} recipients per e-mail (to, cc and bcc together)", field="to"
+        )
 
 
 _BASE64_SPACE = re.compile(r"\s+")
@@ -138,8 +139,11 @@ def decode_base64(value: str, field: str, max_bytes: int) -> bytes:
 
 def check_attachment_limits(bounds: Mapping[str, Any], sizes: Sequence[int], field: str) -> None:
     """Refuse (never cut) an e-mail with more files, or more bytes per file or in all, than the bounds allow."""
-    count, per_file, total = (bounds["SEND_ATTACHMENTS_MAX"], bounds["SEND_ATTACHMENT_MAX_BYTES"],
-                              bounds["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"])  # fmt: skip
+    count, per_file, total = (
+        bounds["SEND_ATTACHMENTS_MAX"],
+        bounds["SEND_ATTACHMENT_MAX_BYTES"],
+        bounds["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"],
+    )
     if len(sizes) > count:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {count} files per e-mail", field=field)
     for i, size in enumerate(sizes):

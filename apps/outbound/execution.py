@@ -87,8 +87,9 @@ def claim(request_id: Any, *, act: Act) -> OutboundRequest:
     act.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
     if requests.stored_digest(request) != request.content_hash:
         # what was approved is what is sent
-        requests.transition(act.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed",
-                            finished_at=now)  # fmt: skip
+        requests.transition(
+            act.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed", finished_at=now
+        )
         act.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": "content_changed"})
         request.refresh_from_db()
     return request
@@ -186,8 +187,9 @@ def recover(request_id: Any, attempt: int, silent_since: datetime, *, act: Act) 
 
 def reconcile_found(request_id: Any, *, act: Act) -> OutboundRequest:
     """An unknown outcome whose Message-ID turned up in the account's Sent folder: sent."""
-    moved = requests.transition(act.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=act.now, error="",
-                                copied_to_sent=True)  # fmt: skip
+    moved = requests.transition(
+        act.tenant, request_id, State.UNKNOWN, State.SENT, finished_at=act.now, error="", copied_to_sent=True
+    )
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown", field="request_id")
     act.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
@@ -198,9 +200,15 @@ def settle(request: OutboundRequest, sent: bool, *, act: Act) -> None:
     """A person records how an unknown outcome ended; either way nothing is ever sent again for it."""
     new = State.SENT if sent else State.FAILED
     moved = requests.transition(
-        act.tenant, request.pk, State.UNKNOWN, new, finished_at=act.now, settled_by=act.caller.user,
-        settled_at=act.now, **({"error": ""} if sent else {"error": "settled_not_sent"}),
-    )  # fmt: skip
+        act.tenant,
+        request.pk,
+        State.UNKNOWN,
+        new,
+        finished_at=act.now,
+        settled_by=act.caller.user,
+        settled_at=act.now,
+        **({"error": ""} if sent else {"error": "settled_not_sent"}),
+    )
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
     act.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})

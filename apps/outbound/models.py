@@ -29,8 +29,9 @@ class Draft(TenantOwned):
     in_reply_to = models.TextField(blank=True)
     references = ArrayField(models.TextField(), default=list, blank=True)
     # the message this draft replies to or forwards, when there is one
-    source_message = models.ForeignKey("mail.Message", null=True, blank=True, on_delete=models.SET_NULL,
-                                       related_name="+")  # fmt: skip
+    source_message = models.ForeignKey(
+        "mail.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -87,8 +88,9 @@ class OutboundRequest(TenantOwned):
     caller_key = models.CharField(max_length=300)
     idempotency_key = models.CharField(max_length=300)
     # authority
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")  # fmt: skip
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy"
     policy = models.ForeignKey("SendPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -102,8 +104,9 @@ class OutboundRequest(TenantOwned):
     copied_to_sent = models.BooleanField(default=False)
     reconcile_attempts = models.PositiveIntegerField(default=0)
     # a person who recorded how an unknown outcome ended (sent or not sent)
-    settled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")  # fmt: skip
+    settled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     settled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -114,17 +117,21 @@ class OutboundRequest(TenantOwned):
         ]
         indexes = [
             models.Index(fields=["tenant", "state", "-created_at"], name="outbound_by_state"),
-            models.Index(fields=["state", "send_at"], name="outbound_due",
-                         condition=Q(state__in=["approved", "queued", "sending", "unknown"])),
-        ]  # fmt: skip
+            models.Index(
+                fields=["state", "send_at"],
+                name="outbound_due",
+                condition=Q(state__in=["approved", "queued", "sending", "unknown"]),
+            ),
+        ]
 
 
 class OutboundAttachment(TenantOwned):
     """A file of a draft or of a request (a request's files are its own copies, part of its content hash)."""
 
     draft = models.ForeignKey(Draft, null=True, blank=True, on_delete=models.CASCADE, related_name="attachments")
-    request = models.ForeignKey(OutboundRequest, null=True, blank=True, on_delete=models.CASCADE,
-                                related_name="attachments")  # fmt: skip
+    request = models.ForeignKey(
+        OutboundRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="attachments"
+    )
     filename = models.TextField()
     content_type = models.CharField(max_length=255)
     content = models.BinaryField()

@@ -80,14 +80,21 @@ class Content:
 def stored_digest(request: OutboundRequest) -> str:
     """The content hash recomputed from what is stored now (delivery refuses a request whose content moved)."""
     return content_hash(
-        account_id=str(request.account_id), sender=request.sender, sender_name=request.sender_name,
-        found=Recipients(list(request.to), list(request.cc), list(request.bcc)), subject=request.subject,
-        body=request.body, in_reply_to=request.in_reply_to, references=list(request.references),
+        account_id=str(request.account_id),
+        sender=request.sender,
+        sender_name=request.sender_name,
+        found=Recipients(list(request.to), list(request.cc), list(request.bcc)),
+        subject=request.subject,
+        body=request.body,
+        in_reply_to=request.in_reply_to,
+        references=list(request.references),
         send_at=request.send_at,
         # the bytes themselves, as they would go out, not the digest stored beside them
-        attachments=[(a.filename, a.content_type, hashlib.sha256(bytes(a.content)).hexdigest())
-                     for a in request.attachments.order_by("position")],
-    )  # fmt: skip
+        attachments=[
+            (a.filename, a.content_type, hashlib.sha256(bytes(a.content)).hexdigest())
+            for a in request.attachments.order_by("position")
+        ],
+    )
 
 
 def transition(
@@ -118,8 +125,9 @@ def _existing(key: str, digest: str, *, act: Act) -> OutboundRequest | None:
     found = OutboundRequest.objects.for_tenant(act.tenant).filter(caller_key=act.caller.key, idempotency_key=key)
     first = found.first()
     if first is not None and first.content_hash != digest:
-        raise OakenError("IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content",
-                        field="idempotency_key")  # fmt: skip
+        raise OakenError(
+            "IDEMPOTENCY_MISMATCH", "idempotency_key was already used for different content", field="idempotency_key"
+        )
     return first
 
 
@@ -145,28 +153,55 @@ def create_request(
     try:
         with transaction.atomic():
             request = OutboundRequest.objects.create(
-                tenant=act.tenant, account=content.account, draft_id=draft_id, state=State.REQUESTED,
-                sender=content.sender, sender_name=content.sender_name, to=content.found.to, cc=content.found.cc,
+                tenant=act.tenant,
+                account=content.account,
+                draft_id=draft_id,
+                state=State.REQUESTED,
+                sender=content.sender,
+                sender_name=content.sender_name,
+                to=content.found.to,
+                cc=content.found.cc,
                 bcc=content.found.bcc,
-                subject=content.subject, body=content.body, in_reply_to=content.in_reply_to,
-                references=list(content.references), send_at=content.send_at,
-                message_id=new_message_id(content.sender), content_hash=digest,
-                recipient_count=content.found.count, requested_by=caller.user, principal=caller.principal.value,
-                door=act.door, credential_id=caller.credential_id, credential_kind=caller.credential_kind,
-                caller_key=caller.key, idempotency_key=key, created_at=act.now, updated_at=act.now,
-            )  # fmt: skip
+                subject=content.subject,
+                body=content.body,
+                in_reply_to=content.in_reply_to,
+                references=list(content.references),
+                send_at=content.send_at,
+                message_id=new_message_id(content.sender),
+                content_hash=digest,
+                recipient_count=content.found.count,
+                requested_by=caller.user,
+                principal=caller.principal.value,
+                door=act.door,
+                credential_id=caller.credential_id,
+                credential_kind=caller.credential_kind,
+                caller_key=caller.key,
+                idempotency_key=key,
+                created_at=act.now,
+                updated_at=act.now,
+            )
     except IntegrityError:
         # the same key committed meanwhile by a concurrent call: that one is the request
         first = _existing(key, digest, act=act)
         assert first is not None
         return first, False
     OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(tenant=act.tenant, request=request, filename=name, content_type=ctype, content=data,
-                           sha256=hashlib.sha256(data).hexdigest(), position=i)
+        OutboundAttachment(
+            tenant=act.tenant,
+            request=request,
+            filename=name,
+            content_type=ctype,
+            content=data,
+            sha256=hashlib.sha256(data).hexdigest(),
+            position=i,
+        )
         for i, (name, ctype, data) in enumerate(content.attachments)
-    )  # fmt: skip
-    act.touch(request.pk, None, {"state": State.REQUESTED, "recipients": request.recipient_count,
-                                 "account_id": str(content.account.pk)})  # fmt: skip
+    )
+    act.touch(
+        request.pk,
+        None,
+        {"state": State.REQUESTED, "recipients": request.recipient_count, "account_id": str(content.account.pk)},
+    )
     _spend(request.recipient_count, act=act)
     if caller.principal == Principal.PERSON:
         approve(request, via="person", expected=State.REQUESTED, act=act)
@@ -183,8 +218,11 @@ def _spend(amount: int, *, act: Act) -> None:
     limit = settings.OPERATIONS["SEND_RECIPIENTS_PER_HOUR"]
     now = time.time()
     if budget.take(budget_name(act=act), amount, limit, now) is None:
-        raise OakenError("RATE_LIMITED", f"at most {limit} recipients an hour for this connection or key",
-                        retry_after=budget.seconds_left(now))  # fmt: skip
+        raise OakenError(
+            "RATE_LIMITED",
+            f"at most {limit} recipients an hour for this connection or key",
+            retry_after=budget.seconds_left(now),
+        )
 
 
 def _allowed(policy: SendPolicy, addresses: Iterable[str]) -> bool:
@@ -229,18 +267,31 @@ def approve(
 ) -> None:
     """Approve and write the outbox row in this same transaction; queue it now unless it is scheduled later."""
     before = transition(
-        act.tenant, request.pk, expected, State.APPROVED, decided_by=act.caller.user if via == "person" else None,
-        decided_at=act.now, approved_via=via, policy=policy,
-    )  # fmt: skip
+        act.tenant,
+        request.pk,
+        expected,
+        State.APPROVED,
+        decided_by=act.caller.user if via == "person" else None,
+        decided_at=act.now,
+        approved_via=via,
+        policy=policy,
+    )
     if before is None:
         raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
-    act.touch(request.pk, {"state": before}, {"state": State.APPROVED, "via": via,
-                                              "policy_id": str(policy.pk) if policy else None})  # fmt: skip
+    act.touch(
+        request.pk,
+        {"state": before},
+        {"state": State.APPROVED, "via": via, "policy_id": str(policy.pk) if policy else None},
+    )
     due = request.send_at is None or request.send_at <= act.now
     OutboxEntry.objects.create(
-        tenant=act.tenant, request=request, available_at=request.send_at or act.now,
-        enqueued_at=act.now if due else None, enqueue_count=1 if due else 0, created_at=act.now,
-    )  # fmt: skip
+        tenant=act.tenant,
+        request=request,
+        available_at=request.send_at or act.now,
+        enqueued_at=act.now if due else None,
+        enqueue_count=1 if due else 0,
+        created_at=act.now,
+    )
     if due:
         transition(act.tenant, request.pk, State.APPROVED, State.QUEUED)
         act.touch(request.pk, {"state": State.APPROVED}, {"state": State.QUEUED})
@@ -248,8 +299,9 @@ def approve(
 
 
 def reject(request: OutboundRequest, *, act: Act) -> None:
-    before = transition(act.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=act.caller.user,
-                        decided_at=act.now)  # fmt: skip
+    before = transition(
+        act.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=act.caller.user, decided_at=act.now
+    )
     if before is None:
         raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
     act.touch(request.pk, {"state": before}, {"state": State.REJECTED})
@@ -260,8 +312,9 @@ def cancel(request: OutboundRequest, *, act: Act) -> None:
         return
     before = transition(act.tenant, request.pk, CANCELLABLE, State.CANCELLED, finished_at=act.now)
     if before is None:
-        raise OakenError("CONFLICT", "this request can no longer be cancelled: sending has begun or ended",
-                        field="request_id")  # fmt: skip
+        raise OakenError(
+            "CONFLICT", "this request can no longer be cancelled: sending has begun or ended", field="request_id"
+        )
     act.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
 
 

@@ -77,8 +77,11 @@ def roll_up(*, now: datetime | None = None) -> dict[str, Any]:
     try:
         _copy(done, windows, oldest=oldest, newest=current + 1, max_keys=bounds["BUDGET_ROLLUP_MAX_KEYS"])
     except redis.RedisError as exc:
-        log.warning("send budgets were not rolled up: Redis is not answering (%s); the console shows the figures "
-                    "rolled up before", type(exc).__name__)  # fmt: skip
+        log.warning(
+            "send budgets were not rolled up: Redis is not answering (%s); the console shows the figures "
+            "rolled up before",
+            type(exc).__name__,
+        )
         done["redis"] = "unavailable"
     return done
 
@@ -147,9 +150,14 @@ def _upsert(rows: Sequence[tuple[uuid.UUID, str, str, datetime, int]], at: datet
     if not rows:
         return 0
     params: dict[str, Any] = {
-        "at": at, "ids": [new_id() for _ in rows], "tenants": [r[0] for r in rows], "kinds": [r[1] for r in rows],
-        "budget_ids": [r[2] for r in rows], "windows": [r[3] for r in rows], "used": [r[4] for r in rows],
-    }  # fmt: skip
+        "at": at,
+        "ids": [new_id() for _ in rows],
+        "tenants": [r[0] for r in rows],
+        "kinds": [r[1] for r in rows],
+        "budget_ids": [r[2] for r in rows],
+        "windows": [r[3] for r in rows],
+        "used": [r[4] for r in rows],
+    }
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_UPSERT, params)

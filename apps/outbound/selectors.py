@@ -38,8 +38,12 @@ def visible_outbound_requests(*, actor: Caller, reach: Reach) -> QuerySet[Outbou
     credential, in accounts they reach. The system: the tenant's. Another tenant's request is simply not there."""
     rows = OutboundRequest.objects.for_tenant(reach.tenant)
     if actor.principal == Principal.AGENT:
-        return rows.filter(requested_by=actor.user, credential_id=actor.credential_id,
-                           credential_kind=actor.credential_kind, account__in=reach.accounts())  # fmt: skip
+        return rows.filter(
+            requested_by=actor.user,
+            credential_id=actor.credential_id,
+            credential_kind=actor.credential_kind,
+            account__in=reach.accounts(),
+        )
     if actor.principal == Principal.PERSON:
         return rows.visible_to(actor)
     return rows

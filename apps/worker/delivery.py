@@ -148,8 +148,11 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
                 deferred = deferred or _temporary(code)
         if len(refused) == len(envelope):
             # nobody would get it: try again later if any refusal was temporary (a partial one is sent as it is)
-            return Outcome("temporary", "recipients_deferred", refused) if deferred else Outcome(
-                "refused", "recipients_refused", refused)  # fmt: skip
+            return (
+                Outcome("temporary", "recipients_deferred", refused)
+                if deferred
+                else Outcome("refused", "recipients_refused", refused)
+            )
         if not _data_may_begin(request, attempt):
             smtp.rset()
             return None
@@ -163,14 +166,18 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
     except MailServerError as exc:  # the login cannot be carried (characters the server's AUTH cannot take)
         return Outcome("refused", f"smtp_{exc.reason}")
     except smtplib.SMTPAuthenticationError as exc:
-        return Outcome("temporary", "smtp_login_deferred") if _temporary(exc.smtp_code) else Outcome(
-            "refused", "smtp_login_refused")  # fmt: skip
+        return (
+            Outcome("temporary", "smtp_login_deferred")
+            if _temporary(exc.smtp_code)
+            else Outcome("refused", "smtp_login_refused")
+        )
     except smtplib.SMTPResponseException as exc:
         if data_begun:
             # a definite answer to DATA or to the message: not taken; never retried once DATA began
             return Outcome("refused", "message_refused")
-        return Outcome("temporary", "smtp_deferred") if _temporary(exc.smtp_code) else Outcome(
-            "refused", "smtp_refused")  # fmt: skip
+        return (
+            Outcome("temporary", "smtp_deferred") if _temporary(exc.smtp_code) else Outcome("refused", "smtp_refused")
+        )
     except (TimeoutError, smtplib.SMTPServerDisconnected, OSError) as exc:
         if data_begun:
             # the server may have taken the message: never retried, reconciled by Message-ID
@@ -194,11 +201,18 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
 def mime_of(request: OutboundRequest) -> bytes:
     attachments = [(a.filename, a.content_type, bytes(a.content)) for a in request.attachments.order_by("position")]
     return build_mime(
-        sender=request.sender, sender_name=request.sender_name,
-        to=request.to, cc=request.cc, subject=request.subject, body=request.body, message_id=request.message_id,
-        in_reply_to=request.in_reply_to, references=request.references, date=request.created_at,
+        sender=request.sender,
+        sender_name=request.sender_name,
+        to=request.to,
+        cc=request.cc,
+        subject=request.subject,
+        body=request.body,
+        message_id=request.message_id,
+        in_reply_to=request.in_reply_to,
+        references=request.references,
+        date=request.created_at,
         attachments=attachments,
-    )  # fmt: skip
+    )
 
 
 def load(request_id: Any) -> OutboundRequest | None:
@@ -231,8 +245,14 @@ def deliver(request_id: Any) -> str:
     if outcome is None:
         return "not claimed"
     try:
-        recorded = _step(request, "record_outbound_outcome", attempt=claimed["attempt"], outcome=outcome.kind,
-                         error=outcome.error, refused_recipients=outcome.refused)  # fmt: skip
+        recorded = _step(
+            request,
+            "record_outbound_outcome",
+            attempt=claimed["attempt"],
+            outcome=outcome.kind,
+            error=outcome.error,
+            refused_recipients=outcome.refused,
+        )
     except OakenError as error:
         # the claim stays 'sending': the sweeper settles it (unknown once DATA began, queued again before)
         log.error("outbound request %s: the outcome could not be recorded: %s", request.pk, error.code)
@@ -341,8 +361,9 @@ def sweep(now: Any = None) -> dict[str, int]:
     stale = OutboundRequest.objects.unscoped().filter(state=State.SENDING, updated_at__lt=stale_before)
     for request in stale.select_related("tenant")[:500]:
         try:
-            step = _step(request, "recover_outbound_send", attempt=request.attempts,
-                         silent_since=stale_before.isoformat())  # fmt: skip
+            step = _step(
+                request, "recover_outbound_send", attempt=request.attempts, silent_since=stale_before.isoformat()
+            )
         except OakenError:
             continue  # the claim moved on meanwhile
         counts["unknown" if step["state"] == State.UNKNOWN else "reclaimed"] += 1

@@ -177,9 +177,11 @@ def lock_memberships(*, tenant: Tenant, ids: Iterable[uuid.UUID], person: User) 
     owners = {m.pk: m for m in members.filter(role=Role.OWNER).order_by("pk").select_for_update()}
     ids = list(ids)
     rows = list(
-        members.filter(Q(pk__in=ids) | Q(user=person)).select_related("user").order_by("pk")
+        members.filter(Q(pk__in=ids) | Q(user=person))
+        .select_related("user")
+        .order_by("pk")
         .select_for_update(of=("self",))
-    )  # fmt: skip
+    )
     return LockedMemberships(
         owners=owners,
         named={m.pk: m for m in rows if m.pk in ids},
@@ -260,9 +262,13 @@ def remove_membership(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, 
         revoke_connection(grant, "member_removed")
         connections.append(grant.pk)
     removed = RemovedMember(
-        membership_id=target.pk, user=target.user, role=target.role, joined=target.created_at,
-        api_keys=keys, connections=connections,
-    )  # fmt: skip
+        membership_id=target.pk,
+        user=target.user,
+        role=target.role,
+        joined=target.created_at,
+        api_keys=keys,
+        connections=connections,
+    )
     target.delete()
     return removed
 
@@ -315,9 +321,14 @@ def issue_invitation(
     try:
         with transaction.atomic():
             invitation = Invitation.objects.create(
-                tenant=tenant, email=email, role=role, token_hash=invitation_token_hash(token),
-                invited_by=invited_by, created_at=now, expires_at=now + ttl,
-            )  # fmt: skip
+                tenant=tenant,
+                email=email,
+                role=role,
+                token_hash=invitation_token_hash(token),
+                invited_by=invited_by,
+                created_at=now,
+                expires_at=now + ttl,
+            )
     except IntegrityError:
         raise InvitationTakenError from None
     return IssuedInvitation(invitation=invitation, token=token, replaced=replaced)
@@ -351,7 +362,12 @@ def accept_invitation(*, user: User, token: str, now: datetime) -> AcceptedInvit
     if created:
         targets.append(Change(str(membership.pk), None, {"person": user.email, "role": membership.role}))
     append_event(
-        tenant=row.tenant, principal="person", door="ui", operation="accept_invitation", outcome="ok",
-        person_id=user.pk, targets=targets,
-    )  # fmt: skip
+        tenant=row.tenant,
+        principal="person",
+        door="ui",
+        operation="accept_invitation",
+        outcome="ok",
+        person_id=user.pk,
+        targets=targets,
+    )
     return AcceptedInvitation(membership=membership, already_member=not created)

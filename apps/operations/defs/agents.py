@@ -43,10 +43,17 @@ class ApiKeyOut(Closed):
 
 def key_out(row: ApiKey) -> ApiKeyOut:
     return ApiKeyOut(
-        id=str(row.pk), prefix=row.prefix, name=row.name, scopes=list(row.scopes), workspaces=list(row.workspaces),
-        operations=list(row.allow_list) if row.allow_list is not None else None, created_at=row.created_at,
-        expires_at=row.expires_at, last_used_at=row.last_used_at, revoked=row.revoked_at is not None,
-    )  # fmt: skip
+        id=str(row.pk),
+        prefix=row.prefix,
+        name=row.name,
+        scopes=list(row.scopes),
+        workspaces=list(row.workspaces),
+        operations=list(row.allow_list) if row.allow_list is not None else None,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+        revoked=row.revoked_at is not None,
+    )
 
 
 class CreateKeyIn(Closed):
@@ -73,8 +80,9 @@ def _allow_list(ctx: Context, data: CreateKeyIn) -> list[str] | None:
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
-    return Preview((Change("new api key", None, {"scopes": recorded_scopes(data.scopes),
-                                                 "workspaces": data.workspaces}),))  # fmt: skip
+    return Preview(
+        (Change("new api key", None, {"scopes": recorded_scopes(data.scopes), "workspaces": data.workspaces}),)
+    )
 
 
 def _membership(ctx: Context) -> Membership:
@@ -178,10 +186,16 @@ class ConnectionOut(Closed):
 
 def connection_out(row: Connection) -> ConnectionOut:
     return ConnectionOut(
-        id=str(row.pk), client_name=row.client_name, redirect_host=urlsplit(row.redirect_uri).netloc,
-        scopes=list(row.scopes), workspaces=list(row.workspaces), created_at=row.created_at,
-        expires_at=row.expires_at, last_used_at=row.last_used_at, revoked=row.revoked_at is not None,
-    )  # fmt: skip
+        id=str(row.pk),
+        client_name=row.client_name,
+        redirect_host=urlsplit(row.redirect_uri).netloc,
+        scopes=list(row.scopes),
+        workspaces=list(row.workspaces),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+        revoked=row.revoked_at is not None,
+    )
 
 
 class GrantConnectionIn(Closed):
@@ -208,9 +222,20 @@ def _grantee(ctx: Context, data: GrantConnectionIn) -> Application:
 
 
 def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
-    return Preview((Change("new connection", None, {"client": ctx.targets.name, "lifetime": data.lifetime,
-                                                    "scopes": recorded_scopes(data.scopes),
-                                                    "workspaces": data.workspaces}),))  # fmt: skip
+    return Preview(
+        (
+            Change(
+                "new connection",
+                None,
+                {
+                    "client": ctx.targets.name,
+                    "lifetime": data.lifetime,
+                    "scopes": recorded_scopes(data.scopes),
+                    "workspaces": data.workspaces,
+                },
+            ),
+        )
+    )
 
 
 @operation(
@@ -240,8 +265,11 @@ def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
         created_at=ctx.now,
         expires_at=ctx.now + timedelta(hours=hours) if data.lifetime == "24h" else None,
     )
-    ctx.touch(row.pk, None, {"client_id": app.client_id, "scopes": row.scopes, "workspaces": row.workspaces,
-                             "lifetime": data.lifetime})  # fmt: skip
+    ctx.touch(
+        row.pk,
+        None,
+        {"client_id": app.client_id, "scopes": row.scopes, "workspaces": row.workspaces, "lifetime": data.lifetime},
+    )
     return connection_out(row)
 
 

@@ -45,8 +45,10 @@ class CurrentHourOut(Closed):
     starts_at: datetime
     used: int
     left: int
-    live: bool = Field(description="true: read from Redis now; false: Redis did not answer, this is the figure "
-                                   "last rolled up (0 when none was)")  # fmt: skip
+    live: bool = Field(
+        description="true: read from Redis now; false: Redis did not answer, this is the figure "
+        "last rolled up (0 when none was)"
+    )
     rolled_up_at: datetime | None = Field(description="when the rolled-up figure was read; null when live")
 
 
@@ -70,8 +72,11 @@ class BudgetsOut(Closed):
 
 
 def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -> Exists:
-    return Exists(BudgetUsage.objects.for_tenant(ctx.tenant).filter(
-        kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since))  # fmt: skip
+    return Exists(
+        BudgetUsage.objects.for_tenant(ctx.tenant).filter(
+            kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since
+        )
+    )
 
 
 def _spines(ctx: Context, since: datetime) -> dict[str, QuerySet[Any]]:
@@ -121,19 +126,38 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
     limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for key in ApiKey.objects.for_tenant(ctx.tenant).filter(pk__in=ids["apikey"]).select_related("user"):
-        found["apikey", str(key.pk)] = {"name": key.name, "prefix": key.prefix, "person": key.user.email,
-                                        "active": key.is_live(ctx.now), "limit_per_hour": limit}  # fmt: skip
+        found["apikey", str(key.pk)] = {
+            "name": key.name,
+            "prefix": key.prefix,
+            "person": key.user.email,
+            "active": key.is_live(ctx.now),
+            "limit_per_hour": limit,
+        }
     for row in Connection.objects.for_tenant(ctx.tenant).filter(pk__in=ids["oauth"]).select_related("user"):
-        found["oauth", str(row.pk)] = {"name": row.client_name, "prefix": None, "person": row.user.email,
-                                       "active": row.is_live(ctx.now), "limit_per_hour": limit}  # fmt: skip
+        found["oauth", str(row.pk)] = {
+            "name": row.client_name,
+            "prefix": None,
+            "person": row.user.email,
+            "active": row.is_live(ctx.now),
+            "limit_per_hour": limit,
+        }
     for policy in SendPolicy.objects.for_tenant(ctx.tenant).filter(pk__in=ids["policy"]).select_related("created_by"):
-        found["policy", str(policy.pk)] = {"name": policy.name, "prefix": None, "person": policy.created_by.email,
-                                           "active": True, "limit_per_hour": policy.recipients_per_hour}  # fmt: skip
+        found["policy", str(policy.pk)] = {
+            "name": policy.name,
+            "prefix": None,
+            "person": policy.created_by.email,
+            "active": True,
+            "limit_per_hour": policy.recipients_per_hour,
+        }
     members = Membership.objects.for_tenant(ctx.tenant).filter(user_id__in=ids["person"]).select_related("user")
     for member in members:
-        found["person", str(member.user_id)] = {"name": member.user.email, "prefix": None,
-                                                "person": member.user.email, "active": member.user.is_active,
-                                                "limit_per_hour": limit}  # fmt: skip
+        found["person", str(member.user_id)] = {
+            "name": member.user.email,
+            "prefix": None,
+            "person": member.user.email,
+            "active": member.user.is_active,
+            "limit_per_hour": limit,
+        }
     return found
 
 
@@ -179,13 +203,20 @@ def list_send_budgets(ctx: Context, data: Page) -> BudgetsOut:
         this_hour = next((r for r in rows if r.window_start == current), None)
         used = live[i] if live is not None else (this_hour.used if this_hour else 0)
         earlier = sorted((r for r in rows if r.window_start < current), key=lambda r: r.window_start)
-        budgets.append(BudgetOut(
-            kind=kind, id=bid, **what,  # type: ignore[arg-type]
-            current_hour=CurrentHourOut(
-                starts_at=current, used=used, left=max(0, what["limit_per_hour"] - used), live=live is not None,
-                rolled_up_at=this_hour.rolled_up_at if live is None and this_hour else None,
-            ),
-            last_24_hours=[HourOut(starts_at=r.window_start, used=r.used) for r in earlier],
-            used_last_24_hours=sum(r.used for r in earlier),
-        ))  # fmt: skip
+        budgets.append(
+            BudgetOut(
+                kind=kind,  # type: ignore[arg-type]
+                id=bid,
+                **what,
+                current_hour=CurrentHourOut(
+                    starts_at=current,
+                    used=used,
+                    left=max(0, what["limit_per_hour"] - used),
+                    live=live is not None,
+                    rolled_up_at=this_hour.rolled_up_at if live is None and this_hour else None,
+                ),
+                last_24_hours=[HourOut(starts_at=r.window_start, used=r.used) for r in earlier],
+                used_last_24_hours=sum(r.used for r in earlier),
+            )
+        )
     return BudgetsOut(budgets=budgets, live=live is not None, next_cursor=next_cursor)

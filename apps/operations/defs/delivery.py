@@ -52,8 +52,13 @@ class StepOut(Closed):
 
 
 def _step(request: OutboundRequest) -> StepOut:
-    return StepOut(request_id=str(request.pk), state=request.state, attempt=request.attempts, error=request.error,
-                   retry_at=execution.retry_at(request))  # fmt: skip
+    return StepOut(
+        request_id=str(request.pk),
+        state=request.state,
+        attempt=request.attempts,
+        error=request.error,
+        retry_at=execution.retry_at(request),
+    )
 
 
 def _the_request(ctx: Context, data: RequestRef) -> uuid.UUID:
@@ -98,8 +103,11 @@ def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
     **_INTERNAL,
 )
 def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
-    return _step(execution.record_outcome(ctx.targets, data.attempt, data.outcome, data.error,
-                                          list(data.refused_recipients), act=ctx))  # fmt: skip
+    return _step(
+        execution.record_outcome(
+            ctx.targets, data.attempt, data.outcome, data.error, list(data.refused_recipients), act=ctx
+        )
+    )
 
 
 @operation(

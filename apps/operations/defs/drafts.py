@@ -66,14 +66,24 @@ def draft_out(ctx: Context, draft: Draft) -> DraftOut:
     body, truncated, length = cut(draft.body, ctx.bounds["TEXT_MAX_CHARS"])
     files = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
     return DraftOut(
-        id=str(draft.pk), account_id=str(draft.account_id), to=list(draft.to), cc=list(draft.cc),
-        bcc=list(draft.bcc), subject=draft.subject, body=body, body_truncated=truncated, body_length=length,
-        in_reply_to=draft.in_reply_to, references=list(draft.references),
+        id=str(draft.pk),
+        account_id=str(draft.account_id),
+        to=list(draft.to),
+        cc=list(draft.cc),
+        bcc=list(draft.bcc),
+        subject=draft.subject,
+        body=body,
+        body_truncated=truncated,
+        body_length=length,
+        in_reply_to=draft.in_reply_to,
+        references=list(draft.references),
         source_message_id=str(draft.source_message_id) if draft.source_message_id else None,
-        attachments=[DraftAttachmentOut(filename=f.filename, content_type=f.content_type, size=len(f.content))
-                     for f in files],
-        created_at=draft.created_at, updated_at=draft.updated_at,
-    )  # fmt: skip
+        attachments=[
+            DraftAttachmentOut(filename=f.filename, content_type=f.content_type, size=len(f.content)) for f in files
+        ],
+        created_at=draft.created_at,
+        updated_at=draft.updated_at,
+    )
 
 
 def draft_of(ctx: Context, draft_id: str) -> Draft:
@@ -82,8 +92,9 @@ def draft_of(ctx: Context, draft_id: str) -> Draft:
 
 def _check_body(ctx: Context, body: str | None) -> None:
     if body is not None and len(body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
-                        field="body")  # fmt: skip
+        raise OakenError(
+            "LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters", field="body"
+        )
 
 
 def _agent_may_edit(ctx: Context, draft: Draft) -> None:
@@ -91,8 +102,11 @@ def _agent_may_edit(ctx: Context, draft: Draft) -> None:
     if ctx.caller.principal != Principal.AGENT:
         return
     if OutboundRequest.objects.for_tenant(ctx.tenant).filter(draft=draft, state__in=OPEN_STATES).exists():
-        raise OakenError("CONFLICT", "this draft has a send requested or scheduled: cancel it with "
-                        "cancel_scheduled_send first", field="draft_id")  # fmt: skip
+        raise OakenError(
+            "CONFLICT",
+            "this draft has a send requested or scheduled: cancel it with cancel_scheduled_send first",
+            field="draft_id",
+        )
 
 
 # ---------------------------------------------------------------- create_draft
@@ -111,10 +125,17 @@ class CreateDraftIn(Closed):
 def _attach(ctx: Context, draft: Draft, files: Files) -> None:
     """The files become the draft's, in this order (send_draft sends them as they are)."""
     OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(tenant=ctx.tenant, draft=draft, filename=name, content_type=ctype, content=data,
-                           sha256=hashlib.sha256(data).hexdigest(), position=i)
+        OutboundAttachment(
+            tenant=ctx.tenant,
+            draft=draft,
+            filename=name,
+            content_type=ctype,
+            content=data,
+            sha256=hashlib.sha256(data).hexdigest(),
+            position=i,
+        )
         for i, (name, ctype, data) in enumerate(files)
-    )  # fmt: skip
+    )
 
 
 class NewDraft(NamedTuple):
@@ -132,8 +153,15 @@ def _new_draft(ctx: Context, data: CreateDraftIn) -> NewDraft:
 
 def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
     new: NewDraft = ctx.targets
-    return Preview((Change("new draft", None, {"account_id": data.account_id, "recipients": new.found.count,
-                                               "attachments": len(data.attachments)}),))  # fmt: skip
+    return Preview(
+        (
+            Change(
+                "new draft",
+                None,
+                {"account_id": data.account_id, "recipients": new.found.count, "attachments": len(data.attachments)},
+            ),
+        )
+    )
 
 
 @operation(
@@ -150,9 +178,16 @@ def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
 def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
     account, found, files = ctx.targets
     draft = Draft.objects.create(
-        tenant=ctx.tenant, account=account, to=found.to, cc=found.cc, bcc=found.bcc, subject=data.subject,
-        body=data.body, created_at=ctx.now, updated_at=ctx.now,
-    )  # fmt: skip
+        tenant=ctx.tenant,
+        account=account,
+        to=found.to,
+        cc=found.cc,
+        bcc=found.bcc,
+        subject=data.subject,
+        body=data.body,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
     _attach(ctx, draft, files)
     ctx.touch(draft.pk, None, {"draft": "created", "account_id": str(account.pk), "attachments": len(files)})
     return draft_out(ctx, draft)
@@ -210,10 +245,12 @@ def _updated(draft: Draft, data: UpdateDraftIn) -> dict[str, Any]:
         draft.bcc if data.bcc is None else data.bcc,
     )
     return {
-        "to": found.to, "cc": found.cc, "bcc": found.bcc,
+        "to": found.to,
+        "cc": found.cc,
+        "bcc": found.bcc,
         "subject": draft.subject if data.subject is None else data.subject,
         "body": draft.body if data.body is None else data.body,
-    }  # fmt: skip
+    }
 
 
 def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
@@ -389,16 +426,27 @@ def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
     body = data.body
     if data.quote:
         sender = f"{message.sender_name} <{message.sender_address}>" if message.sender_name else message.sender_address
-        body = f"{body.rstrip()}\n\n{quoted(text, date=message.date, sender=sender)}" if body else quoted(
-            text, date=message.date, sender=sender)  # fmt: skip
+        body = (
+            f"{body.rstrip()}\n\n{quoted(text, date=message.date, sender=sender)}"
+            if body
+            else quoted(text, date=message.date, sender=sender)
+        )
     references = [r for r in message.references if r]
     if message.message_id and (not references or references[-1] != message.message_id):
         references.append(message.message_id)
     draft = Draft.objects.create(
-        tenant=ctx.tenant, account=message.account, to=to, cc=cc, subject=reply_subject(message.subject),
-        body=body, in_reply_to=message.message_id, references=references, source_message=message,
-        created_at=ctx.now, updated_at=ctx.now,
-    )  # fmt: skip
+        tenant=ctx.tenant,
+        account=message.account,
+        to=to,
+        cc=cc,
+        subject=reply_subject(message.subject),
+        body=body,
+        in_reply_to=message.message_id,
+        references=references,
+        source_message=message,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
     ctx.touch(draft.pk, None, {"draft": "created", "reply_to": str(message.pk)})
     return draft_out(ctx, draft)
 
@@ -468,14 +516,24 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
         # the bounds the draft's sending will hold it to: refused now, not after the person wrote to it
         check_attachment_limits(ctx.bounds, [f.size for f in files], "forwarded")
     except OakenError as error:
-        raise OakenError("LIMIT_EXCEEDED", f"attachments: {error.message.removeprefix('forwarded: ')}; forward "
-                        "without them (attachments: false)", field="attachments") from None  # fmt: skip
+        raise OakenError(
+            "LIMIT_EXCEEDED",
+            f"attachments: {error.message.removeprefix('forwarded: ')}; forward without them (attachments: false)",
+            field="attachments",
+        ) from None
     note = data.body.rstrip()
     body = (note + "\n\n" if note else "") + _forwarded_block(message, text)
     draft = Draft.objects.create(
-        tenant=ctx.tenant, account=message.account, to=found.to, cc=found.cc, subject=forward_subject(message.subject),
-        body=body, source_message=message, created_at=ctx.now, updated_at=ctx.now,
-    )  # fmt: skip
+        tenant=ctx.tenant,
+        account=message.account,
+        to=found.to,
+        cc=found.cc,
+        subject=forward_subject(message.subject),
+        body=body,
+        source_message=message,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+    )
     _attach(ctx, draft, tuple((*stored_attachment(f.filename, f.content_type), bytes(f.content)) for f in files))
     ctx.touch(draft.pk, None, {"draft": "created", "forward_of": str(message.pk), "attachments": len(files)})
     return draft_out(ctx, draft)

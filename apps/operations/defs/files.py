@@ -36,16 +36,18 @@ class AttachmentIn(Closed):
 
     filename: str | None = Field(default=None, max_length=255, description="a new file's name, e.g. report.pdf")
     content_type: str | None = Field(
-        default=None, max_length=255, description="a new file's MIME type, e.g. application/pdf (default: "
-        "application/octet-stream)"
-    )  # fmt: skip
+        default=None,
+        max_length=255,
+        description="a new file's MIME type, e.g. application/pdf (default: application/octet-stream)",
+    )
     content_base64: str | None = Field(
         default=None, description="a new file's bytes in base64 (RFC 4648, standard alphabet; line breaks allowed)"
     )
     attachment_id: Id | None = Field(
-        default=None, description="instead of a new file: the id of an attachment of a message you can read (from "
-        "get_message); its name, type and bytes are sent as they are"
-    )  # fmt: skip
+        default=None,
+        description="instead of a new file: the id of an attachment of a message you can read (from "
+        "get_message); its name, type and bytes are sent as they are",
+    )
 
 
 def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, bytes]:
@@ -55,8 +57,11 @@ def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, b
         raise OakenError.invalid(f"{field}.content_base64", "is required for a new file (or give attachment_id alone)")
     name = attachment_filename(item.filename, f"{field}.filename")
     ctype = attachment_content_type(item.content_type, f"{field}.content_type")
-    return name, ctype, decode_base64(item.content_base64, f"{field}.content_base64",
-                                      ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"])  # fmt: skip
+    return (
+        name,
+        ctype,
+        decode_base64(item.content_base64, f"{field}.content_base64", ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]),
+    )
 
 
 def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str, bytes]:

@@ -163,9 +163,11 @@ def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
     folders = folder_counts(ctx, account)
     return FoldersOut(
         account_id=str(account.pk),
-        folders=[FolderOut(id=str(f["id"]), kind=f["kind"], name=f["name"], total=f["total"], unread=f["unread"])
-                 for f in folders],
-    )  # fmt: skip
+        folders=[
+            FolderOut(id=str(f["id"]), kind=f["kind"], name=f["name"], total=f["total"], unread=f["unread"])
+            for f in folders
+        ],
+    )
 
 
 def folder_counts(ctx: Context, account: Any) -> list[dict[str, Any]]:
@@ -416,11 +418,15 @@ def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
         .order_by("date", "id")[: limit + 1]
     )
     return ThreadMessagesOut(
-        thread=ThreadOut(id=str(thread.pk), account_id=str(thread.account_id), subject=thread.subject,
-                         message_count=thread.message_count),
+        thread=ThreadOut(
+            id=str(thread.pk),
+            account_id=str(thread.account_id),
+            subject=thread.subject,
+            message_count=thread.message_count,
+        ),
         messages=summaries(ctx, messages[:limit]),
         truncated=len(messages) > limit,
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- search
@@ -514,12 +520,13 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
                 account_id=str(account.pk),
                 name=account.name,
                 folders=[
-                    FolderCount(folder=f["kind"] if f["kind"] != "custom" else f["name"], total=f["total"],
-                                unread=f["unread"])
+                    FolderCount(
+                        folder=f["kind"] if f["kind"] != "custom" else f["name"], total=f["total"], unread=f["unread"]
+                    )
                     for f in folders
                 ],
             )
-        )  # fmt: skip
+        )
     return CountsOut(accounts=result)
 
 

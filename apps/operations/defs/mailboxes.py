@@ -88,22 +88,37 @@ def _stored(account: MailAccount) -> dict[str, Any]:
 def mailbox_out(account: MailAccount) -> MailboxOut:
     credentials = _stored(account)
     return MailboxOut(
-        id=str(account.pk), name=account.name, workspace=account.workspace.name, email_address=account.email_address,
-        imap=_server_out(credentials["imap"]), smtp=_server_out(credentials["smtp"]),
-        last_synced_at=account.synced_at, sync_error=account.sync_error, next_sync_at=account.sync_next_at,
-    )  # fmt: skip
+        id=str(account.pk),
+        name=account.name,
+        workspace=account.workspace.name,
+        email_address=account.email_address,
+        imap=_server_out(credentials["imap"]),
+        smtp=_server_out(credentials["smtp"]),
+        last_synced_at=account.synced_at,
+        sync_error=account.sync_error,
+        next_sync_at=account.sync_next_at,
+    )
 
 
 def _credentials(imap: ImapIn, smtp: SmtpIn) -> dict[str, dict[str, Any]]:
     """The stored shape: {"imap": {host, port, security, username, password}, "smtp": {the same}}."""
     password = imap.password.get_secret_value()
     return {
-        "imap": {"host": imap.host, "port": imap.port, "security": imap.security, "username": imap.username,
-                 "password": password},
-        "smtp": {"host": smtp.host, "port": smtp.port, "security": smtp.security,
-                 "username": smtp.username or imap.username,
-                 "password": smtp.password.get_secret_value() if smtp.password is not None else password},
-    }  # fmt: skip
+        "imap": {
+            "host": imap.host,
+            "port": imap.port,
+            "security": imap.security,
+            "username": imap.username,
+            "password": password,
+        },
+        "smtp": {
+            "host": smtp.host,
+            "port": smtp.port,
+            "security": smtp.security,
+            "username": smtp.username or imap.username,
+            "password": smtp.password.get_secret_value() if smtp.password is not None else password,
+        },
+    }
 
 
 def _try_servers(ctx: Context, data: ConnectIn | UpdateCredentialsIn) -> None:
@@ -158,8 +173,9 @@ def _home(ctx: Context, data: ConnectIn) -> Workspace:
     if workspace is None:
         raise OakenError.not_found("workspace")
     if MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name).exists():
-        raise OakenError("CONFLICT", "account_name: this workspace already has an account with this name",
-                        field="account_name")  # fmt: skip
+        raise OakenError(
+            "CONFLICT", "account_name: this workspace already has an account with this name", field="account_name"
+        )
     return workspace
 
 
@@ -188,11 +204,19 @@ def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
     workspace: Workspace = ctx.targets
     address = data.email_address or (data.imap.username if "@" in data.imap.username else "")
     account = MailAccount.objects.create(
-        tenant=ctx.tenant, workspace=workspace, name=data.account_name, kind=AccountKind.IMAP,
-        email_address=address, credentials=credentials, created_at=ctx.now,
-    )  # fmt: skip
-    ctx.touch(account.pk, None, {"name": account.name, "workspace": workspace.name, "kind": "imap"}
-              | _settings_change(credentials))  # fmt: skip
+        tenant=ctx.tenant,
+        workspace=workspace,
+        name=data.account_name,
+        kind=AccountKind.IMAP,
+        email_address=address,
+        credentials=credentials,
+        created_at=ctx.now,
+    )
+    ctx.touch(
+        account.pk,
+        None,
+        {"name": account.name, "workspace": workspace.name, "kind": "imap"} | _settings_change(credentials),
+    )
     _sync_after_commit(account, force=True)
     return mailbox_out(account)
 
@@ -334,6 +358,9 @@ def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
         _sync_after_commit(account, force=ctx.caller.principal == Principal.PERSON)
     ctx.touch(account.pk, None, {"sync": "backing off" if waiting else "queued"})
     return SyncOut(
-        account_id=str(account.pk), queued=not waiting, last_synced_at=account.synced_at,
-        sync_error=account.sync_error, next_sync_at=account.sync_next_at,
-    )  # fmt: skip
+        account_id=str(account.pk),
+        queued=not waiting,
+        last_synced_at=account.synced_at,
+        sync_error=account.sync_error,
+        next_sync_at=account.sync_next_at,
+    )

@@ -85,8 +85,10 @@ _NEXT = {
 
 def _next(request: OutboundRequest, state: State, retry_at: datetime | None) -> str:
     if retry_at is not None:
-        return (f"Not sent yet: attempt {request.attempts} sent nothing (error says why); it is tried again at "
-                "retry_at, automatically. Nothing is needed from you.")  # fmt: skip
+        return (
+            f"Not sent yet: attempt {request.attempts} sent nothing (error says why); it is tried again at "
+            "retry_at, automatically. Nothing is needed from you."
+        )
     if request.settled_by_id and state == State.SENT:
         return "A person recorded that it was sent (the outcome could not be checked). Nothing is resent."
     if request.settled_by_id and state == State.FAILED:
@@ -99,12 +101,21 @@ def request_out(request: OutboundRequest) -> RequestOut:
     retry = execution.retry_at(request)
     decides = state == State.AWAITING_APPROVAL  # (the MCP door asks a client to open it exactly then)
     return RequestOut(
-        request_id=str(request.pk), state=state.value, account_id=str(request.account_id), sender=request.sender,
-        recipients=request.recipient_count, message_id=request.message_id, content_hash=request.content_hash,
-        send_at=request.send_at, created_at=request.created_at, attempts=request.attempts, retry_at=retry,
-        error=request.error, next=_next(request, state, retry),
+        request_id=str(request.pk),
+        state=state.value,
+        account_id=str(request.account_id),
+        sender=request.sender,
+        recipients=request.recipient_count,
+        message_id=request.message_id,
+        content_hash=request.content_hash,
+        send_at=request.send_at,
+        created_at=request.created_at,
+        attempts=request.attempts,
+        retry_at=retry,
+        error=request.error,
+        next=_next(request, state, retry),
         approval_url=requests.approval_url(request.pk) if decides else None,
-    )  # fmt: skip
+    )
 
 
 def _sending_account(ctx: Context, account_id: str) -> MailAccount:
@@ -117,8 +128,9 @@ def _sending_account(ctx: Context, account_id: str) -> MailAccount:
 def _checked(ctx: Context, content: requests.Content, files_field: str = "attachments") -> requests.Content:
     check_recipient_limit(content.found, ctx.bounds["SEND_RECIPIENTS_MAX"])
     if len(content.body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters",
-                        field="body")  # fmt: skip
+        raise OakenError(
+            "LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters", field="body"
+        )
     check_attachment_limits(ctx.bounds, [len(data) for _, _, data in content.attachments], files_field)
     return content
 
@@ -176,9 +188,18 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     in_reply_to, references = _thread_of(account, data.in_reply_to)
     found = recipients(data.to, data.cc, data.bcc)
     check_recipient_limit(found, ctx.bounds["SEND_RECIPIENTS_MAX"])
-    content = _checked(ctx, requests.Content(account=account, found=found, subject=data.subject, body=data.body,
-                                             in_reply_to=in_reply_to, references=references,
-                                             attachments=attached_files(ctx, data.attachments)))  # fmt: skip
+    content = _checked(
+        ctx,
+        requests.Content(
+            account=account,
+            found=found,
+            subject=data.subject,
+            body=data.body,
+            in_reply_to=in_reply_to,
+            references=references,
+            attachments=attached_files(ctx, data.attachments),
+        ),
+    )
     requests.check_key(content, operation="send_email", idempotency_key=data.idempotency_key, act=ctx)
     return content
 
@@ -199,8 +220,9 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     idempotent_input=True,
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
-    request, _ = requests.create_request(ctx.targets, operation="send_email", idempotency_key=data.idempotency_key,
-                                         act=ctx)  # fmt: skip
+    request, _ = requests.create_request(
+        ctx.targets, operation="send_email", idempotency_key=data.idempotency_key, act=ctx
+    )
     return request_out(request)
 
 
@@ -220,10 +242,15 @@ def _draft_content(ctx: Context, draft: Draft, send_at: datetime | None = None) 
     account = _sending_account(ctx, str(draft.account_id))
     files = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
     content = requests.Content(
-        account=account, found=recipients(draft.to, draft.cc, draft.bcc), subject=draft.subject, body=draft.body,
-        in_reply_to=draft.in_reply_to, references=tuple(draft.references), send_at=send_at,
+        account=account,
+        found=recipients(draft.to, draft.cc, draft.bcc),
+        subject=draft.subject,
+        body=draft.body,
+        in_reply_to=draft.in_reply_to,
+        references=tuple(draft.references),
+        send_at=send_at,
         attachments=tuple((f.filename, f.content_type, bytes(f.content)) for f in files),
-    )  # fmt: skip
+    )
     return _checked(ctx, content, files_field="draft_id")
 
 
@@ -256,8 +283,9 @@ def _draft_send(ctx: Context, data: SendDraftIn) -> DraftSend:
 
 def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     draft, content = ctx.targets
-    request, _ = requests.create_request(content, operation=operation, idempotency_key=data.idempotency_key,
-                                         draft_id=draft.pk, act=ctx)  # fmt: skip
+    request, _ = requests.create_request(
+        content, operation=operation, idempotency_key=data.idempotency_key, draft_id=draft.pk, act=ctx
+    )
     return request_out(request)
 
 
@@ -448,9 +476,10 @@ class ListOutboundIn(Closed):
     state: Literal[tuple(State.values)] | None = Field(default=None, description="only requests in this state")  # type: ignore[valid-type]
     limit: int | None = Field(default=None, ge=1)
     request_id: Id | None = Field(
-        default=None, description="only this request, with its whole body (a list cuts long bodies): what a "
-        "person reads in full before approving it"
-    )  # fmt: skip
+        default=None,
+        description="only this request, with its whole body (a list cuts long bodies): what a "
+        "person reads in full before approving it",
+    )
 
 
 class OutboundFileOut(Closed):
@@ -484,8 +513,9 @@ class OutboundListOut(Closed):
 
 
 def outbound_detail(ctx: Context, request: OutboundRequest, *, whole: bool = False) -> OutboundDetail:
-    body, truncated, length = (request.body, False, len(request.body)) if whole else cut(
-        request.body, ctx.bounds["TEXT_MAX_CHARS"])  # fmt: skip
+    body, truncated, length = (
+        (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
+    )
     files = list(
         OutboundAttachment.objects.for_tenant(ctx.tenant)
         .filter(request=request)
@@ -494,15 +524,24 @@ def outbound_detail(ctx: Context, request: OutboundRequest, *, whole: bool = Fal
         .values_list("filename", "content_type", "size")
     )
     return OutboundDetail(
-        request=request_out(request), to=list(request.to), cc=list(request.cc), bcc=list(request.bcc),
-        subject=request.subject, body=body, body_truncated=truncated, body_chars=length,
+        request=request_out(request),
+        to=list(request.to),
+        cc=list(request.cc),
+        bcc=list(request.bcc),
+        subject=request.subject,
+        body=body,
+        body_truncated=truncated,
+        body_chars=length,
         attachments=[name for name, _, _ in files],
         files=[OutboundFileOut(filename=n, content_type=t, size=z) for n, t, z in files],
         in_reply_to=request.in_reply_to,
-        requested_by=request.requested_by.email if request.requested_by else "", principal=request.principal,
-        door=request.door, credential_kind=request.credential_kind, approved_via=request.approved_via,
+        requested_by=request.requested_by.email if request.requested_by else "",
+        principal=request.principal,
+        door=request.door,
+        credential_kind=request.credential_kind,
+        approved_via=request.approved_via,
         error=request.error,
-    )  # fmt: skip
+    )
 
 
 @operation(
@@ -530,8 +569,16 @@ def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
 # ---------------------------------------------------------------- send policies (persons)
 
 
-Domain = Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, min_length=1, max_length=255,
-                                          pattern=r"^@?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")]  # fmt: skip
+Domain = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True,
+        to_lower=True,
+        min_length=1,
+        max_length=255,
+        pattern=r"^@?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$",
+    ),
+]
 
 
 class CreatePolicyIn(Closed):
@@ -555,11 +602,15 @@ class PolicyOut(Closed):
 
 def policy_out(policy: SendPolicy) -> PolicyOut:
     return PolicyOut(
-        id=str(policy.pk), name=policy.name, account_id=str(policy.account_id) if policy.account_id else None,
-        allowed_addresses=list(policy.allowed_addresses), allowed_domains=list(policy.allowed_domains),
-        recipients_per_hour=policy.recipients_per_hour, created_by=policy.created_by.email,
+        id=str(policy.pk),
+        name=policy.name,
+        account_id=str(policy.account_id) if policy.account_id else None,
+        allowed_addresses=list(policy.allowed_addresses),
+        allowed_domains=list(policy.allowed_domains),
+        recipients_per_hour=policy.recipients_per_hour,
+        created_by=policy.created_by.email,
         created_at=policy.created_at,
-    )  # fmt: skip
+    )
 
 
 class NewPolicy(NamedTuple):
@@ -578,8 +629,15 @@ def _new_policy(ctx: Context, data: CreatePolicyIn) -> NewPolicy:
 
 def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
     new: NewPolicy = ctx.targets
-    return Preview((Change("new send policy", None, {**new.fields, "account_id": data.account_id,
-                                                     "recipients_per_hour": data.recipients_per_hour}),))  # fmt: skip
+    return Preview(
+        (
+            Change(
+                "new send policy",
+                None,
+                {**new.fields, "account_id": data.account_id, "recipients_per_hour": data.recipients_per_hour},
+            ),
+        )
+    )
 
 
 @operation(
@@ -599,11 +657,20 @@ def create_send_policy(ctx: Context, data: CreatePolicyIn) -> PolicyOut:
     assert ctx.caller.user is not None
     new: NewPolicy = ctx.targets
     policy = SendPolicy.objects.create(
-        tenant=ctx.tenant, created_by=ctx.caller.user, name=data.name, account=new.account,
-        recipients_per_hour=data.recipients_per_hour, created_at=ctx.now, **new.fields,
-    )  # fmt: skip
-    after = {"policy": "created", "recipients_per_hour": policy.recipients_per_hour,
-             "addresses": len(policy.allowed_addresses), "domains": policy.allowed_domains}  # fmt: skip
+        tenant=ctx.tenant,
+        created_by=ctx.caller.user,
+        name=data.name,
+        account=new.account,
+        recipients_per_hour=data.recipients_per_hour,
+        created_at=ctx.now,
+        **new.fields,
+    )
+    after = {
+        "policy": "created",
+        "recipients_per_hour": policy.recipients_per_hour,
+        "addresses": len(policy.allowed_addresses),
+        "domains": policy.allowed_domains,
+    }
     ctx.touch(policy.pk, None, after)
     return policy_out(policy)
 

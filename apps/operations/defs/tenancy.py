@@ -267,9 +267,12 @@ class MembersOut(Closed):
 
 def _member_out(ctx: Context, row: Membership) -> MemberOut:
     return MemberOut(
-        membership_id=str(row.pk), email=row.user.email, role=row.role, joined=row.created_at,
+        membership_id=str(row.pk),
+        email=row.user.email,
+        role=row.role,
+        joined=row.created_at,
         you=row.user_id == _user(ctx).pk,
-    )  # fmt: skip
+    )
 
 
 def _member_row(ctx: Context, actor: Membership, row: Membership) -> MemberRow:
@@ -282,10 +285,14 @@ def _member_row(ctx: Context, actor: Membership, row: Membership) -> MemberRow:
 
 def _invitation_out(ctx: Context, row: Invitation) -> InvitationOut:
     return InvitationOut(
-        id=str(row.pk), email=row.email, role=row.role,
+        id=str(row.pk),
+        email=row.email,
+        role=row.role,
         invited_by=row.invited_by.email if row.invited_by is not None else None,
-        created_at=row.created_at, expires_at=row.expires_at, expired=row.expires_at <= ctx.now,
-    )  # fmt: skip
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        expired=row.expires_at <= ctx.now,
+    )
 
 
 @operation(
@@ -376,10 +383,17 @@ def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
     # only once the invitation is committed; a mail server that fails is logged, and the
     # invitation stays listed, so it can be sent again
     transaction.on_commit(
-        partial(_send_invitation, email=row.email, token=issued.token, inviter=_user(ctx).email,
-                tenant_name=ctx.tenant.name, role=row.role, days=days),
+        partial(
+            _send_invitation,
+            email=row.email,
+            token=issued.token,
+            inviter=_user(ctx).email,
+            tenant_name=ctx.tenant.name,
+            role=row.role,
+            days=days,
+        ),
         robust=True,
-    )  # fmt: skip
+    )
     return _invitation_out(ctx, row)
 
 
@@ -475,9 +489,11 @@ def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
 )
 def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
     changed = change_role(
-        tenant=ctx.tenant, actor=_user(ctx), membership_id=parse_id(data.membership_id, "membership_id"),
+        tenant=ctx.tenant,
+        actor=_user(ctx),
+        membership_id=parse_id(data.membership_id, "membership_id"),
         role=data.role,
-    )  # fmt: skip
+    )
     if changed.before != data.role:
         ctx.touch(changed.membership.pk, {"role": changed.before}, {"role": data.role})
     return _member_out(ctx, changed.membership)
@@ -527,6 +543,9 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
         ctx.touch(connection_id, {"revoked": False}, {"revoked": True})
     ctx.touch(removed.membership_id, {"person": removed.user.email, "role": removed.role}, None)
     return MemberOut(
-        membership_id=str(removed.membership_id), email=removed.user.email, role=removed.role,
-        joined=removed.joined, you=removed.user.pk == _user(ctx).pk,
-    )  # fmt: skip
+        membership_id=str(removed.membership_id),
+        email=removed.user.email,
+        role=removed.role,
+        joined=removed.joined,
+        you=removed.user.pk == _user(ctx).pk,
+    )

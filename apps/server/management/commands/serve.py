@@ -43,24 +43,60 @@ class Command(BaseCommand):
         host, port = options["bind"], options["port"]
         python = sys.executable
         children = [
-            Child("web", [
-                python, "-m", "gunicorn", "config.wsgi:application",
-                "--bind", f"{host}:{port}",
-                "--workers", str(options["web_workers"]),
-                "--worker-class", "gthread", "--threads", "4",
-                "--graceful-timeout", "10",
-                "--access-logfile", "-",
-            ]),
-            Child("worker", [
-                python, "-m", "celery", "-A", "config", "worker",
-                "--loglevel", "INFO", "--concurrency", str(options["worker_concurrency"]),
-                "--hostname", f"worker@oaken-{port}",
-            ]),
-            Child("beat", [
-                python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-                "--schedule", str(settings.DATA_DIR / "celerybeat-schedule"),
-            ]),
-        ]  # fmt: skip
+            Child(
+                "web",
+                [
+                    python,
+                    "-m",
+                    "gunicorn",
+                    "config.wsgi:application",
+                    "--bind",
+                    f"{host}:{port}",
+                    "--workers",
+                    str(options["web_workers"]),
+                    "--worker-class",
+                    "gthread",
+                    "--threads",
+                    "4",
+                    "--graceful-timeout",
+                    "10",
+                    "--access-logfile",
+                    "-",
+                ],
+            ),
+            Child(
+                "worker",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "config",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    str(options["worker_concurrency"]),
+                    "--hostname",
+                    f"worker@oaken-{port}",
+                ],
+            ),
+            Child(
+                "beat",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "config",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "--schedule",
+                    str(settings.DATA_DIR / "celerybeat-schedule"),
+                ],
+            ),
+        ]
         stopping = False
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
