@@ -78,8 +78,9 @@ def test_an_agent_request_waits_for_a_person_and_is_delivered_once(
     assert made["state"] == "awaiting_approval"
     assert made["approval_url"].endswith(f"/outbound?request={made['request_id']}")
     assert "approve" in made["next"] and smtp_server.connections == 0
-    # a retry with the same key is the same request; other content under the key is refused
-    again = request(agent, "send_email", _email(world["account"].pk, [world["bob"]], key="k1"))
+    # a retry with the same key is the same request (a completed key asks for no confirmation again: issue 14,
+    # item 8); other content under the key is refused
+    again = call(agent, "send_email", _email(world["account"].pk, [world["bob"]], key="k1"))
     assert again["request_id"] == made["request_id"]
     changed = _email(world["account"].pk, [world["bob"], "x@example.test"], key="k1")
     mismatch = refusal(agent, "send_email", changed)
@@ -475,4 +476,28 @@ def test_the_from_display_name_is_fixed_at_the_request_and_bound_to_its_hash(
     OutboundRequest.objects.for_tenant(alice.tenant).filter(pk=other["request_id"]).update(sender_name="Your bank")
     assert delivery.deliver(other["request_id"]) == "failed"
     assert _row(alice, other["request_id"]).error == "content_changed" and smtp_server.data_commands == 1
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_retried_confirmed_send_gets_the_first_answer_before_its_spent_token_is_looked_at(
+    alice: Person, mallory: Person, world: dict[str, Any], smtp_server: SmtpServer
+) -> None:
+    agent = _agent(alice)
+    email = _email(world["account"].pk, [world["bob"]], key="after-a-timeout")
+    token = refusal(agent, "send_email", email).proposal["token"]  # type: ignore[index]
+    first = call(agent, "send_email", email, confirmation_token=token)
+    # the agent timed out and repeats the very call, spent token and all: the same request, nothing new
+    again = call(agent, "send_email", email, confirmation_token=token)
+    assert again["request_id"] == first["request_id"]
+    assert call(agent, "send_email", email)["request_id"] == first["request_id"]
+    assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
+    # other content under the key is still refused, and the spent token does nothing for a new key
+    other = _email(world["account"].pk, [world["bob"], "x@example.test"], key="after-a-timeout")
+    assert refusal(agent, "send_email", other, confirmation_token=token).code == "IDEMPOTENCY_MISMATCH"
+    fresh = _email(world["account"].pk, [world["bob"]], key="another")
+    assert refusal(agent, "send_email", fresh, confirmation_token=token).code == "CONFIRMATION_INVALID"
+    # the key is this caller's: another tenant's agent with the same key has made nothing, and must confirm
+    theirs = _email(world["theirs"].pk, [world["bob"]], key="after-a-timeout")
+    assert refusal(_agent(mallory), "send_email", theirs).code == "CONFIRMATION_REQUIRED"
+    assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

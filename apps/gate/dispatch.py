@@ -170,6 +170,8 @@ def _confirmation(
     caller = ctx.caller
     if caller.principal == Principal.INTERNAL or not op.confirm.needs_confirmation(data, ctx.bounds):
         return
+    if op.completed is not None and op.completed(ctx, data):
+        return  # a retry of what was already confirmed: the handler answers with what the first call made
     if caller.principal == Principal.PERSON:
         if confirm:
             return

@@ -147,6 +147,9 @@ class Operation:
     # checks against the world outside the database (a mail server's login): run after every other check and
     # before the handler's transaction opens, so no transaction stays open waiting on the network
     verify: Callable[..., None] | None = None
+    # (ctx, data) -> whether this input's idempotency_key already made what it asks for: a retry (after a timeout,
+    # say) then runs without asking for confirmation again, before any token is looked at, and answers as the first
+    completed: Callable[..., bool] | None = None
     bounds: tuple[Bound, ...] = ()
     changes_read_state: bool = False
     # offered to OAuth connections only, never to API keys (a person's own settings)
@@ -253,6 +256,8 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: plugin operations are for every caller their ceiling allows")
         if op.callers == Callers.INTERNAL and (op.person_bound or op.idempotent_input or op.returns_secret):
             raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
+    if op.completed is not None and not op.idempotent_input:
+        raise DefinitionError(f"{op.name!r}: only an operation that takes an idempotency_key can find it completed")
     if op.commits_in_batches:
         if op.op_class == OpClass.READ:
             raise DefinitionError(f"{op.name!r}: a read commits nothing, in batches or otherwise")
@@ -285,6 +290,7 @@ def operation(
     confirm: ConfirmRule[Any] = NEVER,
     targets: Callable[..., Any] | None = None,
     verify: Callable[..., None] | None = None,
+    completed: Callable[..., bool] | None = None,
     bounds: tuple[Bound, ...] = (),
     changes_read_state: bool = False,
     person_bound: bool = False,
@@ -312,6 +318,7 @@ def operation(
             confirm=confirm,
             targets=targets,
             verify=verify,
+            completed=completed,
             bounds=bounds,
             changes_read_state=changes_read_state,
             person_bound=person_bound,

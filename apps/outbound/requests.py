@@ -131,9 +131,10 @@ def _existing(key: str, digest: str, *, act: Act) -> OutboundRequest | None:
     return first
 
 
-def check_key(content: Content, *, act: Act, operation: str, idempotency_key: str) -> None:
-    """Refuse at once (before any proposal) a key already used by this caller for other content."""
-    _existing(f"{operation}:{idempotency_key}", content.digest(), act=act)
+def check_key(content: Content, *, act: Act, operation: str, idempotency_key: str) -> OutboundRequest | None:
+    """The request this caller already made with this key for this content (None: not made yet); a key used
+    for other content is refused at once, before any proposal."""
+    return _existing(f"{operation}:{idempotency_key}", content.digest(), act=act)
 
 
 def create_request(

@@ -204,6 +204,11 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     return content
 
 
+def _made(content: requests.Content, operation: str, data: SendEmailIn | SendDraftIn, ctx: Context) -> bool:
+    """Whether this caller's key already made the request for this very content (a retry, once confirmed)."""
+    return requests.check_key(content, operation=operation, idempotency_key=data.idempotency_key, act=ctx) is not None
+
+
 @operation(
     name="send_email",
     summary="Request sending an e-mail, with files given inline or attachments of messages you can read: a person "
@@ -218,6 +223,7 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     confirm=ALWAYS,
     targets=_email_content,
     idempotent_input=True,
+    completed=lambda ctx, data: _made(ctx.targets, "send_email", data, ctx),
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
     request, _ = requests.create_request(
@@ -301,6 +307,7 @@ def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     confirm=ALWAYS,
     targets=_draft_send,
     idempotent_input=True,
+    completed=lambda ctx, data: _made(ctx.targets.content, "send_draft", data, ctx),
 )
 def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     return _send_draft(ctx, data, "send_draft")
@@ -319,6 +326,7 @@ def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     confirm=ALWAYS,
     targets=_draft_send,
     idempotent_input=True,
+    completed=lambda ctx, data: _made(ctx.targets.content, "schedule_draft", data, ctx),
 )
 def schedule_draft(ctx: Context, data: ScheduleDraftIn) -> RequestOut:
     return _send_draft(ctx, data, "schedule_draft")
