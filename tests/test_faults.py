@@ -7,11 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from pydantic import BaseModel, ConfigDict
 
+from apps.audit.models import AuditEvent
+from apps.core.errors import OakenError
+from apps.core.kinds import Door
+from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
+from apps.operations.registry import Ceiling, OpClass, operation, registry
 from config import redis_client as redis_module
 from config.redis_client import LocalWindowCounter
+from tests.callers import as_person
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox
 from tests.test_mcp_door import key_for, post, rpc
@@ -79,3 +87,33 @@ def test_the_local_fallback_counts_windows_and_keeps_its_memory_bounded() -> Non
     for i, key in enumerate(("b", "c", "d", "e")):
         counter.hit(key, 60, now=61.0 + i)
     assert len(counter._windows) <= 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_whose_database_goes_away_answers_service_unavailable_and_the_next_call_works(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """The server ends this process's session in the middle of a handler, as a restart or failover would."""
+
+    class Closed(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    def cut_off(ctx: Any, data: Closed) -> Closed:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return Closed()
+
+    operation(
+        name="test_cut_off", summary="t", input=Closed, output=Closed, op_class=OpClass.READ, ceiling=Ceiling.NEVER
+    )(cut_off)
+    try:
+        with pytest.raises(OakenError) as away:
+            dispatch(as_person(alice), Door.UI, "test_cut_off", {})
+        assert (away.value.code, away.value.http_status) == ("SERVICE_UNAVAILABLE", 503)
+        connection.close()  # what Django does with an unusable connection at the end of a request
+        _mail(alice, tmp_path, "Still here")
+        listed = dispatch(as_person(alice), Door.UI, "list_messages", {}).output["messages"]
+        assert [m["subject"] for m in listed] == ["Still here"]
+        assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="test_cut_off").exists()
+    finally:
+        registry.remove("test_cut_off")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +30,11 @@ from apps.operations.exposure import is_offered, is_permitted
 from apps.operations.registry import OpClass, Operation, Preview, registry
 
 log = logging.getLogger("oaken.gate")
+_DATABASE_AWAY = (OperationalError, InterfaceError)
+
+
+def _database_away() -> OakenError:
+    return OakenError("SERVICE_UNAVAILABLE", "the database cannot be reached right now; nothing was changed")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 _SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}
@@ -93,6 +98,10 @@ def dispatch(
     except OakenError as refusal:
         _audit_refusal(caller, door, op_name, refusal.code, digest)
         raise
+    except _DATABASE_AWAY as exc:
+        log.error("operation %s: the database is unavailable: %s", op_name, type(exc).__name__)
+        _audit_refusal(caller, door, op_name, "SERVICE_UNAVAILABLE", digest)
+        raise _database_away() from None
     except Exception as exc:
         # a bug in a step before the handler (resolving targets, a preview, a confirmation): answered and audited
         # like a failing handler, its message never repeated (it could quote the input)
@@ -265,6 +274,10 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
         # the handler returned something its output model does not allow: a bug, and nothing commits
         log.error("operation %s returned an invalid output", op.name)
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+    except _DATABASE_AWAY as exc:
+        # the database went away mid-call (a restart, a failover): the transaction rolled back with it
+        log.error("operation %s: the database is unavailable: %s", op.name, type(exc).__name__)
+        raise _database_away() from None
     except Exception as exc:
         log.error("operation %s failed: %s", op.name, type(exc).__name__)
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
@@ -367,5 +380,10 @@ def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
 
 
 def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:
-    with transaction.atomic():
-        _append(caller, door.value, operation, code, digest)
+    try:
+        with transaction.atomic():
+            _append(caller, door.value, operation, code, digest)
+    except _DATABASE_AWAY as exc:
+        # nothing can be written while the database is away, and the refusal changed nothing: the caller still
+        # gets its answer (SERVICE_UNAVAILABLE, or the refusal) rather than a crash
+        log.error("a refusal of %s could not be audited (database unavailable): %s", operation, type(exc).__name__)
