@@ -35,6 +35,8 @@ _DATABASE_AWAY = (OperationalError, InterfaceError)
 
 def _database_away() -> OakenError:
     return OakenError("SERVICE_UNAVAILABLE", "the database cannot be reached right now; nothing was changed")
+
+
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 _SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}

@@ -33,6 +33,8 @@ OPERATIONS = {
     # texts: cut, and the answer says so (truncated + full length)
     "TEXT_MAX_CHARS": _tunable("TEXT_MAX_CHARS", 20_000, minimum=100),
     "SUMMARY_MAX_CHARS": _tunable("SUMMARY_MAX_CHARS", 400, minimum=50),
+    # any other text taken from mail (a subject, a name, a file name): cut past this, ending in CUT_MARK
+    "MAIL_FIELD_MAX_CHARS": _tunable("MAIL_FIELD_MAX_CHARS", 2000, minimum=100, maximum=100_000),
     "QUERY_MAX_CHARS": _tunable("QUERY_MAX_CHARS", 500, minimum=10),
     "RAW_MESSAGE_MAX_BYTES": _tunable("RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
     # confirmation: small reversible changes up to this many items pass unconfirmed

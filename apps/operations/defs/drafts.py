@@ -16,7 +16,7 @@ from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, an_account, reach
-from apps.operations.defs.shapes import Closed, HeaderText, Id, MailText, cut
+from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
 from apps.outbound.compose import (
     Recipients,
@@ -51,7 +51,7 @@ class DraftOut(Closed):
     cc: list[MailText]
     bcc: list[MailText]
     subject: MailText
-    body: MailText
+    body: MailBody
     body_truncated: bool
     body_length: int
     in_reply_to: MailText

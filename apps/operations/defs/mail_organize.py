@@ -16,7 +16,7 @@ from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, MailAccoun
 from apps.mail.selectors import access_account_by_id, access_folder_by_name, access_labels_by_ids
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out, reach, the_messages
-from apps.operations.defs.shapes import Closed, Id, MailText, MessageIds, Name, folder_label
+from apps.operations.defs.shapes import Closed, Id, MailBody, MessageIds, Name, folder_label
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
 
 _BATCH = Bound("message_ids", "BATCH_MAX")
@@ -509,7 +509,7 @@ class SummarizeIn(MessageIds):
 
 class SummaryOut(Closed):
     message_id: str
-    summary: MailText
+    summary: MailBody
     truncated: bool
 
 

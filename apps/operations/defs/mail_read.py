@@ -30,6 +30,7 @@ from apps.operations.defs.shapes import (
     Closed,
     Empty,
     Id,
+    MailBody,
     MailText,
     MessageIds,
     MessageSummary,
@@ -324,7 +325,7 @@ class MessageDetail(MessageSummary):
     to: list[AddressOut]
     cc: list[AddressOut]
     message_id_header: MailText
-    text: MailText
+    text: MailBody
     truncated: bool
     text_length: int
     attachments: list[AttachmentOut]

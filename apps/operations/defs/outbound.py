@@ -28,7 +28,7 @@ from apps.operations.context import Context
 from apps.operations.defs.drafts import Address, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
 from apps.operations.defs.mail_read import account_of, reach
-from apps.operations.defs.shapes import Closed, Empty, Id, MailText, cut
+from apps.operations.defs.shapes import Closed, Empty, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.outbound import execution, requests
 from apps.outbound.compose import (
@@ -502,7 +502,7 @@ class OutboundDetail(Closed):
     cc: list[MailText]
     bcc: list[MailText]
     subject: MailText
-    body: MailText
+    body: MailBody
     body_truncated: bool
     body_chars: int = Field(description="the whole body's length")
     attachments: list[MailText]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
+from django.conf import settings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from apps.mail.models import Folder, Message
@@ -18,7 +19,24 @@ class Closed(BaseModel):
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 # Text taken from mail (written by strangers): the MCP door fences it as data, never instructions (SPEC §14).
-MailText = Annotated[str, WithJsonSchema({"type": "string", "x-untrusted": True})]
+_UNTRUSTED = WithJsonSchema({"type": "string", "x-untrusted": True})
+# how a mail field cut at MAIL_FIELD_MAX_CHARS ends, saying how long it was
+CUT_MARK = "…[cut: {length} characters in all]"
+
+
+def _capped(value: str) -> str:
+    """At most MAIL_FIELD_MAX_CHARS, the mark included (so a value checked twice is cut once)."""
+    limit = settings.OPERATIONS["MAIL_FIELD_MAX_CHARS"]
+    if len(value) <= limit:
+        return value
+    mark = CUT_MARK.format(length=len(value))
+    return value[: limit - len(mark)] + mark
+
+
+# Short text from mail (a subject, a name, an address, a file name): capped, and says so when cut.
+MailText = Annotated[str, AfterValidator(_capped), _UNTRUSTED]
+# A message's or a draft's body: cut by TEXT_MAX_CHARS where it is built, with truncated and the full length.
+MailBody = Annotated[str, _UNTRUSTED]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 # every character Python's str.splitlines() breaks at: a header value holding one would break the header it is in
