@@ -335,7 +335,8 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     from tests.outbound_accounts import imap_account, mail_user, request
 
     page = browser_page
-    account = imap_account(alice, imap_server, smtp_server, mail_user(imap_server, "alice"))
+    me = mail_user(imap_server, "alice")
+    account = imap_account(alice, imap_server, smtp_server, me)
     bob = mail_user(imap_server, "bob")
 
     def email(subject: str) -> dict[str, Any]:
@@ -358,6 +359,11 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     page.goto(urlsplit(asked["approval_url"]).path + "?" + urlsplit(asked["approval_url"]).query)
     waiting = page.locator(f'#outbound-list article[data-request-id="{asked["request_id"]}"]')
     expect(waiting).to_contain_text("Waiting")
+    # every header that will be sent, the From header exactly as it goes out (its display name included)
+    headers = waiting.locator("dl.headers")
+    expect(headers).to_contain_text(f"FromMail <{me}>")
+    expect(headers).to_contain_text(f"To{bob}")
+    expect(headers).to_contain_text(f"Content hash{asked['content_hash']}")
     expect(waiting).to_have_class(re.compile(r"\bselected\b"))
     expect(page.locator("#outbound-named")).to_contain_text("marked below")
     unknown = page.locator(f'#outbound-unknown article[data-request-id="{lost["request_id"]}"]')

@@ -463,8 +463,12 @@ def test_the_from_display_name_is_fixed_at_the_request_and_bound_to_its_hash(
     monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
     world["account"].name = "Alice mail"
     world["account"].save(update_fields=["name"])
+    # the proposal an agent shows its person names the From header as it will be sent
+    proposal = refusal(_agent(alice), "send_email", _email(world["account"].pk, [world["bob"]])).proposal
+    assert proposal is not None and proposal["changes"][0]["after"]["from"] == f"Alice mail <{world['me']}>"
     made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
     assert _row(alice, made["request_id"]).sender_name == "Alice mail"
+    assert made["from_header"] == f"Alice mail <{world['me']}>"
     # renaming the account after approval changes nothing that was approved
     world["account"].name = "Renamed"
     world["account"].save(update_fields=["name"])

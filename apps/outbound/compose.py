@@ -165,6 +165,11 @@ def sender_name_of(account_name: str) -> str:
     return "" if "@" in account_name else " ".join(account_name.split())[:200]
 
 
+def from_header(sender_name: str, sender: str) -> str:
+    """The From header as a person reads it: the display name and the address, exactly what is sent."""
+    return f"{sender_name} <{sender}>" if sender_name else sender
+
+
 def content_hash(
     *,
     account_id: str,

@@ -34,6 +34,7 @@ from apps.outbound import execution, requests
 from apps.outbound.compose import (
     check_attachment_limits,
     check_recipient_limit,
+    from_header,
     normalize_address,
     recipients,
 )
@@ -54,6 +55,7 @@ class RequestOut(Closed):
     state: str
     account_id: str
     sender: str
+    from_header: str = Field(description="the From header exactly as it is sent (display name and address)")
     recipients: int
     message_id: str
     content_hash: str
@@ -105,6 +107,7 @@ def request_out(request: OutboundRequest) -> RequestOut:
         state=state.value,
         account_id=str(request.account_id),
         sender=request.sender,
+        from_header=from_header(request.sender_name, request.sender),
         recipients=request.recipient_count,
         message_id=request.message_id,
         content_hash=request.content_hash,
@@ -143,6 +146,7 @@ def _request_preview(content: requests.Content, what: str) -> Preview:
                 None,
                 {
                     "sender": content.sender,
+                    "from": from_header(content.sender_name, content.sender),
                     "to": content.found.to,
                     "cc": content.found.cc,
                     "bcc": content.found.bcc,
@@ -501,13 +505,14 @@ class OutboundDetail(Closed):
     to: list[MailText]
     cc: list[MailText]
     bcc: list[MailText]
-    subject: MailText
+    subject: MailBody = Field(description="whole, as it is sent")
     body: MailBody
     body_truncated: bool
     body_chars: int = Field(description="the whole body's length")
     attachments: list[MailText]
     files: list[OutboundFileOut] = Field(description="each attachment as it is sent: name, type and size")
-    in_reply_to: MailText
+    in_reply_to: MailBody
+    references: list[MailBody] = Field(description="the References header's message ids, as they are sent")
     requested_by: str
     principal: str
     door: str
@@ -543,6 +548,7 @@ def outbound_detail(ctx: Context, request: OutboundRequest, *, whole: bool = Fal
         attachments=[name for name, _, _ in files],
         files=[OutboundFileOut(filename=n, content_type=t, size=z) for n, t, z in files],
         in_reply_to=request.in_reply_to,
+        references=list(request.references),
         requested_by=request.requested_by.email if request.requested_by else "",
         principal=request.principal,
         door=request.door,

@@ -36,6 +36,21 @@ const pickOut = async (shown) => {
   }
 };
 
+// every header that will be sent, as it is sent (the From header with its display name), and the content's hash
+const headers = (r) => {
+  const rows = [
+    ["From", r.request.from_header],
+    ["To", list(r.to)],
+    ["Cc", list(r.cc)],
+    ["Bcc", list(r.bcc)],
+    ["Subject", r.subject],
+    ["In-Reply-To", r.in_reply_to],
+    ["References", r.references.join(" ")],
+    ["Content hash", r.request.content_hash],
+  ].filter(([, value]) => value);
+  return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+};
+
 const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.ceil(n / 1024)} KB` : `${n} bytes`);
 const files = (r) => list(r.files.map((f) => `${f.filename} (${f.content_type}, ${size(f.size)})`));
 
@@ -62,7 +77,7 @@ const waiting = (r) => {
   }
   return el("article", { class: "outbound", "data-request-id": r.request.request_id },
     el("h2", {}, r.subject || "(no subject)"),
-    el("p", {}, `From ${r.request.sender} to ${recipients(r)}`),
+    headers(r),
     el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
       (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "")),
     r.files.length ? el("p", {}, `Attachments: ${files(r)}`) : "",
@@ -76,7 +91,7 @@ const waiting = (r) => {
 const unknown = (r) =>
   el("article", { class: "outbound", "data-request-id": r.request.request_id },
     el("h2", {}, r.subject || "(no subject)"),
-    el("p", {}, `From ${r.request.sender} to ${recipients(r)}`),
+    el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
     el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
     button("It was sent", () => settle(r, "sent", "Recorded as sent."), { "data-action": "settle-sent" }),
     " ",
