@@ -226,3 +226,17 @@ def test_the_registry_knows_the_internal_events_and_no_operation_takes_their_nam
     assert "imap_sync" not in registry
     with pytest.raises(DefinitionError, match="internal audit event"):
         define(Registry(), name="imap_sync")
+
+
+def test_only_a_change_whose_output_names_a_request_may_say_it_awaits_approval() -> None:
+    from apps.operations.registry import DefinitionError, Registry
+
+    class NoRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        ok: bool
+
+    for op_class, output in ((OpClass.READ, NoRequest), (OpClass.MUTATE, NoRequest)):
+        with pytest.raises(DefinitionError, match="awaiting approval"):
+            operation(name="test_awaits", summary="t", input=NoRequest, output=output, op_class=op_class,
+                      ceiling=Ceiling.NEVER, awaits_approval=True, target=Registry())(lambda ctx, data: None)  # fmt: skip
+    assert {op.name for op in registry if op.awaits_approval} == {"send_email", "send_draft", "schedule_draft"}

@@ -23,8 +23,7 @@ from django.core import signing
 from apps.audit.log import input_digest
 from apps.core.callers import Caller
 from apps.mcp import protocol as p
-from apps.operations.defs.outbound import RequestOut
-from apps.operations.registry import OpClass, Operation
+from apps.operations.registry import Operation
 
 INPUT_KEY = "approve_outbound_request"  # the one inputRequests entry this door asks for
 READ_BACK = "get_outbound_request"  # how the repeated call reads the request it names
@@ -43,8 +42,9 @@ def url_supported(params: dict[str, Any]) -> bool:
 
 
 def waiting_approval_url(op: Operation, output: dict[str, Any]) -> str | None:
-    """The console URL of an outbound request this mutating call made, while it waits for a person."""
-    if op.op_class == OpClass.READ or not issubclass(op.output_model, RequestOut):
+    """The console URL of an outbound request this call made, while it waits for a person (the operation
+    declares that its result may name one)."""
+    if not op.awaits_approval:
         return None
     url = output.get("approval_url")  # set exactly while the request waits for a person
     return url if isinstance(url, str) and url else None

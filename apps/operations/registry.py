@@ -150,6 +150,9 @@ class Operation:
     # (ctx, data) -> whether this input's idempotency_key already made what it asks for: a retry (after a timeout,
     # say) then runs without asking for confirmation again, before any token is looked at, and answers as the first
     completed: Callable[..., bool] | None = None
+    # its result may name an outbound request waiting for a person: `request_id`, and `approval_url` (the console
+    # page where they decide) exactly while it waits; a door may ask the client to open that page
+    awaits_approval: bool = False
     bounds: tuple[Bound, ...] = ()
     changes_read_state: bool = False
     # offered to OAuth connections only, never to API keys (a person's own settings)
@@ -256,6 +259,10 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: plugin operations are for every caller their ceiling allows")
         if op.callers == Callers.INTERNAL and (op.person_bound or op.idempotent_input or op.returns_secret):
             raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
+    if op.awaits_approval and (
+        op.op_class == OpClass.READ or not {"request_id", "approval_url"} <= set(op.output_model.model_fields)
+    ):
+        raise DefinitionError(f"{op.name!r}: a request awaiting approval is made by a change whose output names it")
     if op.completed is not None and not op.idempotent_input:
         raise DefinitionError(f"{op.name!r}: only an operation that takes an idempotency_key can find it completed")
     if op.commits_in_batches:
@@ -291,6 +298,7 @@ def operation(
     targets: Callable[..., Any] | None = None,
     verify: Callable[..., None] | None = None,
     completed: Callable[..., bool] | None = None,
+    awaits_approval: bool = False,
     bounds: tuple[Bound, ...] = (),
     changes_read_state: bool = False,
     person_bound: bool = False,
@@ -319,6 +327,7 @@ def operation(
             targets=targets,
             verify=verify,
             completed=completed,
+            awaits_approval=awaits_approval,
             bounds=bounds,
             changes_read_state=changes_read_state,
             person_bound=person_bound,

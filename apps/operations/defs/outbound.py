@@ -228,6 +228,7 @@ def _made(content: requests.Content, operation: str, data: SendEmailIn | SendDra
     targets=_email_content,
     idempotent_input=True,
     completed=lambda ctx, data: _made(ctx.targets, "send_email", data, ctx),
+    awaits_approval=True,
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
     request, _ = requests.create_request(
@@ -312,6 +313,7 @@ def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     targets=_draft_send,
     idempotent_input=True,
     completed=lambda ctx, data: _made(ctx.targets.content, "send_draft", data, ctx),
+    awaits_approval=True,
 )
 def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     return _send_draft(ctx, data, "send_draft")
@@ -331,6 +333,7 @@ def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     targets=_draft_send,
     idempotent_input=True,
     completed=lambda ctx, data: _made(ctx.targets.content, "schedule_draft", data, ctx),
+    awaits_approval=True,
 )
 def schedule_draft(ctx: Context, data: ScheduleDraftIn) -> RequestOut:
     return _send_draft(ctx, data, "schedule_draft")
