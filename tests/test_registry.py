@@ -237,6 +237,14 @@ def test_only_a_change_whose_output_names_a_request_may_say_it_awaits_approval()
 
     for op_class, output in ((OpClass.READ, NoRequest), (OpClass.MUTATE, NoRequest)):
         with pytest.raises(DefinitionError, match="awaiting approval"):
-            operation(name="test_awaits", summary="t", input=NoRequest, output=output, op_class=op_class,
-                      ceiling=Ceiling.NEVER, awaits_approval=True, target=Registry())(lambda ctx, data: None)  # fmt: skip
+            operation(
+                name="test_awaits",
+                summary="t",
+                input=NoRequest,
+                output=output,
+                op_class=op_class,
+                ceiling=Ceiling.NEVER,
+                awaits_approval=True,
+                target=Registry(),
+            )(lambda ctx, data: None)
     assert {op.name for op in registry if op.awaits_approval} == {"send_email", "send_draft", "schedule_draft"}
