@@ -9,6 +9,7 @@ MODULES = (
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound",
+    "apps.operations.defs.policies",
     "apps.operations.defs.budgets",
     "apps.operations.defs.delivery",
     "apps.operations.defs.mailboxes",
