@@ -28,6 +28,7 @@ from apps.outbound import budget
 from apps.outbound.compose import Recipients, content_hash, new_message_id, sender_name_of
 from apps.outbound.models import (
     CANCELLABLE,
+    Draft,
     OutboundAttachment,
     OutboundRequest,
     OutboxEntry,
@@ -137,6 +138,25 @@ def check_key(content: Content, *, act: Act, operation: str, idempotency_key: st
     return _existing(f"{operation}:{idempotency_key}", content.digest(), act=act)
 
 
+def store_files(
+    files: Sequence[tuple[str, str, bytes]], *, tenant: Tenant, draft: Draft | None = None, request: Any = None
+) -> None:
+    """An e-mail's files (name, type, bytes), in this order, for a draft or a request (each with its hash)."""
+    OutboundAttachment.objects.bulk_create(
+        OutboundAttachment(
+            tenant=tenant,
+            draft=draft,
+            request=request,
+            filename=name,
+            content_type=ctype,
+            content=data,
+            sha256=hashlib.sha256(data).hexdigest(),
+            position=i,
+        )
+        for i, (name, ctype, data) in enumerate(files)
+    )
+
+
 def create_request(
     content: Content, *, act: Act, operation: str, idempotency_key: str, draft_id: Any = None
 ) -> tuple[OutboundRequest, bool]:
@@ -186,18 +206,7 @@ def create_request(
         first = _existing(key, digest, act=act)
         assert first is not None
         return first, False
-    OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(
-            tenant=act.tenant,
-            request=request,
-            filename=name,
-            content_type=ctype,
-            content=data,
-            sha256=hashlib.sha256(data).hexdigest(),
-            position=i,
-        )
-        for i, (name, ctype, data) in enumerate(content.attachments)
-    )
+    store_files(content.attachments, tenant=act.tenant, request=request)
     act.touch(
         request.pk,
         None,

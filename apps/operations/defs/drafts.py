@@ -29,6 +29,7 @@ from apps.outbound.compose import (
     stored_attachment,
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, State
+from apps.outbound.requests import store_files
 from apps.outbound.selectors import access_draft_by_id, drafts_in_reach
 
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
@@ -124,18 +125,7 @@ class CreateDraftIn(Closed):
 
 def _attach(ctx: Context, draft: Draft, files: Files) -> None:
     """The files become the draft's, in this order (send_draft sends them as they are)."""
-    OutboundAttachment.objects.bulk_create(
-        OutboundAttachment(
-            tenant=ctx.tenant,
-            draft=draft,
-            filename=name,
-            content_type=ctype,
-            content=data,
-            sha256=hashlib.sha256(data).hexdigest(),
-            position=i,
-        )
-        for i, (name, ctype, data) in enumerate(files)
-    )
+    store_files(files, tenant=ctx.tenant, draft=draft)
 
 
 class NewDraft(NamedTuple):
