@@ -132,6 +132,10 @@ def test_a_refused_imap_login_names_the_field_echoes_nothing_and_saves_nothing(
         as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user, security="starttls")
     )
     assert (error.code, error.field) == ("INVALID_INPUT", "imap.security")
+    # a name the resolver cannot be asked for (an empty label, one over 63 characters) is refused as input
+    for host in ("a..b", "x" * 64 + ".example", "..."):
+        error = refusal(as_person(alice), "connect_mailbox", _connect_input(imap_server, smtp_server, user, host=host))
+        assert (error.code, error.field) == ("INVALID_INPUT", "imap.host") and host not in error.message
     _nothing_saved(alice)
 
 

@@ -88,7 +88,7 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
         )
     except ssl.SSLError:
         raise MailServerError("tls_failed", "imap.security") from None
-    except (OSError, IMAPClientError):
+    except (OSError, UnicodeError, IMAPClientError):
         raise MailServerError("connection_failed", "imap.host") from None
     try:
         if security == "starttls":
@@ -100,7 +100,7 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
             _imap_login(client, config["username"], config["password"])
         except LoginError:
             raise MailServerError("login_failed", "imap.password") from None
-        except (OSError, IMAPClientError):
+        except (OSError, UnicodeError, IMAPClientError):
             raise MailServerError("server_error", "imap.host") from None
     except BaseException:
         _close(client)

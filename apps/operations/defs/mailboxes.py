@@ -8,11 +8,12 @@ stored encrypted and never returned: outputs show host, port, security and usern
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
 from django.db import transaction
-from pydantic import Field, SecretStr, StringConstraints
+from pydantic import AfterValidator, Field, SecretStr, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -36,7 +37,26 @@ from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, P
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 from apps.workspaces.selectors import access_workspace_by_name
 
-Host = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$")]
+
+def _host_name(value: str) -> str:
+    """A name the resolver can be asked for: an IP literal, or labels IDNA can encode (none empty, none over 63)."""
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+        return value
+    except ValueError:
+        pass
+    try:
+        value.encode("idna")
+    except UnicodeError:
+        raise ValueError("is not a host name") from None
+    return value
+
+
+Host = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=255, pattern=r"^[^\s/@]+$"),
+    AfterValidator(_host_name),
+]
 Security = Literal["ssl", "starttls", "none"]
 Username = Annotated[str, StringConstraints(min_length=1, max_length=320)]
 Password = Annotated[SecretStr, Field(min_length=1, max_length=1000, description="password or app password")]
