@@ -330,6 +330,8 @@ def main() -> None:
     import httpx2
     from django.apps import apps as django_apps
 
+    from apps.server.management.commands.serve import web_command
+
     for model, table in TABLES.items():
         actual = django_apps.get_model("mail", model)._meta.db_table
         assert actual == table, f"the SDK server's SQL names {table}, the model uses {actual}"
@@ -339,20 +341,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # with the embedded servers' URLs
     oaken_port, sdk_port = free_port(), free_port()
     # gunicorn as `oaken serve` runs it (two gthread workers, four threads each), without the access log
-    web = [
-        "config.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{oaken_port}",
-        "--workers",
-        "2",
-        "--worker-class",
-        "gthread",
-        "--threads",
-        "4",
-        "--log-level",
-        "warning",
-    ]
-    oaken = _start("gunicorn", [sys.executable, "-m", "gunicorn", *web], oaken_port, env)
+    oaken = _start("gunicorn", web_command(f"127.0.0.1:{oaken_port}", 2, quiet=True), oaken_port, env)
     sdk: subprocess.Popen[bytes] | None = None
     clients: list[Any] = []
     try:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 
+from apps.server.management.commands.serve import web_command
 from tests.loopback import free_port, stop
 
 
@@ -31,22 +30,8 @@ def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
     """http://127.0.0.1:<port> of a gunicorn with two workers: no state may live in one of them."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0"}
-    gunicorn = Path(sys.executable).with_name("gunicorn")
     proc = subprocess.Popen(
-        [
-            str(gunicorn),
-            "config.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--worker-class",
-            "gthread",
-            "--threads",
-            "4",
-            "--log-level",
-            "warning",
-        ],
+        web_command(f"127.0.0.1:{port}", 2, quiet=True),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

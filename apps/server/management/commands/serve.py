@@ -26,6 +26,16 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
 
 
+def web_command(bind: str, workers: int, *, quiet: bool = False) -> list[str]:
+    """The web server as `oaken serve` runs it (gunicorn, threaded workers); quiet: warnings only, no access log
+    (the test suite's and the benchmarks' servers)."""
+    return [
+        sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", bind, "--workers", str(workers),
+        "--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "10",
+        *(["--log-level", "warning"] if quiet else ["--access-logfile", "-"]),
+    ]  # fmt: skip
+
+
 class Command(BaseCommand):
     help = "Serve the whole product: web (gunicorn), Celery worker and Celery beat."
 
@@ -45,24 +55,7 @@ class Command(BaseCommand):
         children = [
             Child(
                 "web",
-                [
-                    python,
-                    "-m",
-                    "gunicorn",
-                    "config.wsgi:application",
-                    "--bind",
-                    f"{host}:{port}",
-                    "--workers",
-                    str(options["web_workers"]),
-                    "--worker-class",
-                    "gthread",
-                    "--threads",
-                    "4",
-                    "--graceful-timeout",
-                    "10",
-                    "--access-logfile",
-                    "-",
-                ],
+                web_command(f"{host}:{port}", options["web_workers"]),
             ),
             Child(
                 "worker",
