@@ -51,7 +51,9 @@ def world(shared: World, db: None) -> World:
 
 
 def ids_of(output: dict[str, Any], key: str = "messages") -> list[str]:
-    return [item["id"] for item in output[key]]
+    """The ids of a listing's items (a search's: of its hits' messages)."""
+    items = output[key] if key in output or "hits" not in output else [hit["message"] for hit in output["hits"]]
+    return [item["id"] for item in items]
 
 
 def walk(caller: Any, name: str, input: dict[str, Any]) -> list[str]:
@@ -378,22 +380,34 @@ def test_search_finds_subject_and_body_words_only_in_the_callers_tenant(world: W
     alice, mallory = world.alice, world.mallory
     me = person(alice.person)
     both = set(alice.ids("zeppelin", "work-zeppelin"))
-    assert set(ids_of(call(me, "search", {"query": "zeppelin"}))) == both  # subject
-    assert set(ids_of(call(me, "search", {"query": "hangar"}))) == both  # body
-    assert ids_of(call(me, "search", {"query": "tulips"})) == alice.ids("newsletter")  # text of an HTML message
-    assert ids_of(call(me, "search", {"query": "airship invoice"})) == alice.ids("zeppelin")
-    assert ids_of(call(me, "search", {"query": "zeppelin", "account_id": alice.personal})) == alice.ids("zeppelin")
-    assert ids_of(call(me, "search", {"query": "zeppelin -airship"})) == alice.ids("work-zeppelin")
-    assert ids_of(call(me, "search", {"query": '"lease renewal"'})) == alice.ids("work-zeppelin")
-    assert call(me, "search", {"query": "quokka"}) == {"messages": [], "next_cursor": None}
-    assert call(me, "search", {"query": "zeppelin quokka"}) == {"messages": [], "next_cursor": None}
+    assert set(ids_of(call(me, "search", {"mode": "keyword", "query": "zeppelin"}))) == both  # subject
+    assert set(ids_of(call(me, "search", {"mode": "keyword", "query": "hangar"}))) == both  # body
+    assert ids_of(call(me, "search", {"mode": "keyword", "query": "tulips"})) == alice.ids(
+        "newsletter"
+    )  # text of an HTML message
+    assert ids_of(call(me, "search", {"mode": "keyword", "query": "airship invoice"})) == alice.ids("zeppelin")
+    assert ids_of(
+        call(me, "search", {"mode": "keyword", "query": "zeppelin", "account_id": alice.personal})
+    ) == alice.ids("zeppelin")
+    assert ids_of(call(me, "search", {"mode": "keyword", "query": "zeppelin -airship"})) == alice.ids("work-zeppelin")
+    assert ids_of(call(me, "search", {"mode": "keyword", "query": '"lease renewal"'})) == alice.ids("work-zeppelin")
+    assert call(me, "search", {"mode": "keyword", "query": "quokka"}) == {
+        "hits": [],
+        "next_cursor": None,
+        "index_complete": True,
+    }
+    assert call(me, "search", {"mode": "keyword", "query": "zeppelin quokka"}) == {
+        "hits": [],
+        "next_cursor": None,
+        "index_complete": True,
+    }
 
-    assert set(ids_of(call(me, "search", {"query": "parcel"}))) == set(alice.notices)
+    assert set(ids_of(call(me, "search", {"mode": "keyword", "query": "parcel"}))) == set(alice.notices)
 
-    notices = walk(me, "search", {"query": "depot", "limit": 5})
+    notices = walk(me, "search", {"mode": "keyword", "query": "depot", "limit": 5})
     assert len(notices) == len(set(notices)) == 18 and set(notices) == set(alice.notices)
 
-    theirs = set(ids_of(call(person(mallory.person), "search", {"query": "zeppelin"})))
+    theirs = set(ids_of(call(person(mallory.person), "search", {"mode": "keyword", "query": "zeppelin"})))
     assert theirs == {mallory.messages["zeppelin"]}
     assert_not_found(me, "search", {"query": "zeppelin", "account_id": mallory.personal}, "account_id")
 

@@ -7,3 +7,4 @@ from .mail import *  # noqa: F403
 from .oauth import *  # noqa: F403
 from .operations import *  # noqa: F403
 from .queue import *  # noqa: F403
+from .search import *  # noqa: F403

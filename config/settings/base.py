@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "apps.workspaces",
     "apps.mail",
     "apps.outbound",
+    "apps.search",
     "apps.audit",
     "apps.server",
     "apps.operations",

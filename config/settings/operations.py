@@ -91,6 +91,23 @@ OPERATIONS = {
     "SEND_ATTACHMENTS_MAX": _tunable("SEND_ATTACHMENTS_MAX", 20, minimum=0, maximum=100),
     "SEND_ATTACHMENT_MAX_BYTES": _tunable("SEND_ATTACHMENT_MAX_BYTES", 10 << 20, minimum=1),
     "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": _tunable("SEND_ATTACHMENTS_TOTAL_MAX_BYTES", 20 << 20, minimum=1),
+    # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
+    # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
+    # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)
+    "SEARCH_RRF_K": _tunable("SEARCH_RRF_K", 60, minimum=1, maximum=1000),
+    "SEARCH_KEYWORD_WEIGHT": _tunable("SEARCH_KEYWORD_WEIGHT", 100, minimum=0, maximum=1000),
+    "SEARCH_SEMANTIC_WEIGHT": _tunable("SEARCH_SEMANTIC_WEIGHT", 100, minimum=0, maximum=1000),
+    "SEARCH_CANDIDATES": _tunable("SEARCH_CANDIDATES", 100, minimum=10, maximum=1000),
+    "SEARCH_MAX_RESULTS": _tunable("SEARCH_MAX_RESULTS", 1000, minimum=10, maximum=10_000),
+    "SEARCH_EXACT_MAX_CHUNKS": _tunable("SEARCH_EXACT_MAX_CHUNKS", 20_000, minimum=0),
+    # a vector hit less similar than this (cosine, percent) is no match: every query has nearest neighbours
+    "SEARCH_SEMANTIC_MIN_SIMILARITY": _tunable("SEARCH_SEMANTIC_MIN_SIMILARITY", 25, minimum=0, maximum=100),
+    "SEARCH_HNSW_EF_SEARCH": _tunable("SEARCH_HNSW_EF_SEARCH", 100, minimum=10, maximum=1000),
+    # the enricher: messages per batch (one transaction, one call to the model), a chunk's characters, chunks
+    # of one message at most (the rest of a very long message is not embedded; its words are still found)
+    "SEARCH_EMBED_BATCH": _tunable("SEARCH_EMBED_BATCH", 64, minimum=1, maximum=2000),
+    "SEARCH_CHUNK_CHARS": _tunable("SEARCH_CHUNK_CHARS", 1200, minimum=100, maximum=20_000),
+    "SEARCH_CHUNKS_MAX": _tunable("SEARCH_CHUNKS_MAX", 8, minimum=1, maximum=100),
 }
 
 # Pairs (smaller, larger) the start-up check holds in order: a default page within the largest page, a backoff
@@ -99,6 +116,7 @@ OPERATIONS_ORDERED = (
     ("PAGE_SIZE_DEFAULT", "PAGE_SIZE_MAX"),
     ("SYNC_BACKOFF_BASE_SECONDS", "SYNC_BACKOFF_MAX_SECONDS"),
     ("SEND_RETRY_BASE_SECONDS", "SEND_RETRY_MAX_SECONDS"),
+    ("SEARCH_CANDIDATES", "SEARCH_MAX_RESULTS"),
 )
 
 # A body at the operation doors (REST, MCP; apps.gate.payload) must hold the largest e-mail the bounds allow:

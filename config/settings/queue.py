@@ -37,6 +37,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "mail.sync_due_accounts",
         "schedule": float(OPERATIONS["SYNC_INTERVAL_SECONDS"]),
     },
+    # search: the enricher embeds what new mail and edits left waiting (a no-op query when nothing waits)
+    "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
     # hourly send budgets, Redis → PostgreSQL for the console; a copy waiting longer than a period is dropped
     "outbound-roll-up-budgets": {
         "task": "outbound.roll_up_budgets",

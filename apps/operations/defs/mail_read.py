@@ -1,4 +1,5 @@
-"""Reading mail: accounts, folders, labels, messages, threads, search, counts. None of it marks anything read."""
+"""Reading mail: accounts, folders, labels, messages, threads, counts (search is in defs/search.py).
+None of it marks anything read."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 from django.db.models import Count, F, Q
 from pydantic import Field
 
@@ -56,7 +56,7 @@ def the_account(ctx: Context, data: AccountIn) -> MailAccount:
     return account_of(ctx, data.account_id)
 
 
-def an_account(ctx: Context, data: OptionalAccountIn | SearchIn) -> MailAccount | None:
+def an_account(ctx: Context, data: OptionalAccountIn) -> MailAccount | None:
     """The account named, or None for every account in reach (refused when the reach is restricted)."""
     if data.account_id is not None:
         return account_of(ctx, data.account_id)
@@ -243,7 +243,8 @@ class Listing(NamedTuple):
     label: Label | None
 
 
-def _listing(ctx: Context, data: ListMessagesIn) -> Listing:
+def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
+    """The account and label a listing (or a search) names, each in the caller's reach."""
     label = None
     if data.label_id is not None:
         label = Label.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.label_id, "label_id")).first()
@@ -280,7 +281,7 @@ def _after(date_raw: str | None, pk_raw: str) -> Q:
     output=MessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=_listing,
+    targets=listing,
     bounds=(_PAGE_BOUND,),
 )
 def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
@@ -428,56 +429,6 @@ def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
         messages=summaries(ctx, messages[:limit]),
         truncated=len(messages) > limit,
     )
-
-
-# ---------------------------------------------------------------- search
-
-
-class SearchIn(Page):
-    query: str = Field(min_length=1, description="words to find; quotes for phrases, - to exclude")
-    account_id: Id | None = None
-
-
-def _offset(offset: object) -> int:
-    """Search pages by rank, so its cursor is how many results came before."""
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError("not an offset")
-    return offset
-
-
-@operation(
-    name="search",
-    summary="Full-text search over subjects and message text, best matches first.",
-    input=SearchIn,
-    output=MessagesOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.ON,
-    targets=an_account,
-    bounds=(_PAGE_BOUND, Bound("query", "QUERY_MAX_CHARS")),
-)
-def search(ctx: Context, data: SearchIn) -> MessagesOut:
-    size = data.size(ctx.bounds)
-    offset = read_cursor(data.cursor or None, 1, _offset) or 0
-    account: MailAccount | None = ctx.targets
-    vector = SearchVector("subject", weight="A", config="simple") + SearchVector(
-        "text_body", weight="B", config="simple"
-    )
-    query = SearchQuery(data.query, search_type="websearch", config="simple")
-    messages = Message.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if account is not None:
-        messages = messages.filter(account=account)
-    found: list[Any]
-    found, next_cursor = cut_page(
-        # the match itself (@@): ts_rank is not zero for every miss (it is 1e-20 for some AND queries)
-        messages.annotate(document=vector, rank=SearchRank(vector, query))
-        .filter(document=query)
-        .select_related("folder")
-        .defer("html_body", "headers")
-        .order_by("-rank", "-date", "-id")[offset : offset + size + 1],
-        size,
-        lambda _: [offset + size],
-    )
-    return MessagesOut(messages=summaries(ctx, found), next_cursor=next_cursor)
 
 
 # ---------------------------------------------------------------- mailbox_counts

@@ -1,0 +1,194 @@
+"""Search: keyword and vector search over the caller's mail, fused into one ranking (SPEC §16); its index."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import date, datetime, time
+from functools import lru_cache
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db import transaction
+from pydantic import Field, field_validator
+
+from apps.core.pages import encode_cursor, read_cursor
+from apps.mail.models import Message
+from apps.mail.selectors import access_folder_by_name
+from apps.operations.context import Context
+from apps.operations.defs.mail_read import Listing, label_ids_of, listing, reach
+from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page, summarize
+from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.search import queries
+from apps.search.embedders import current_embedder
+from apps.search.indexing import anything_waits, rebuild
+from apps.search.tasks import enrich_task
+
+Mode = Literal["hybrid", "keyword", "semantic"]
+
+
+@lru_cache(maxsize=1)
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+class SearchIn(Page):
+    query: str = Field(min_length=1, description='words or a question; "quoted phrases", -excluded words')
+    mode: Mode = Field(
+        default="hybrid", description="hybrid (both, fused), keyword (words only), semantic (meaning only)"
+    )
+    account_id: Id | None = None
+    folder: str | None = Field(
+        default=None, max_length=500, description="inbox, archive, … or a folder name; needs account_id"
+    )
+    label_id: Id | None = None
+    from_: str | None = Field(
+        default=None, alias="from", min_length=1, max_length=320, description="part of the sender's address or name"
+    )
+    to: str | None = Field(
+        default=None, min_length=1, max_length=320, description="part of a recipient's address or name"
+    )
+    unread: bool | None = Field(default=None, description="true: unread only; false: read only")
+    has_attachment: bool | None = None
+    after: date | None = Field(default=None, description="mail dated on or after this day (in tz)")
+    before: date | None = Field(default=None, description="mail dated before this day (in tz)")
+    tz: str = Field(default="UTC", max_length=64, description="the IANA time zone the days are in, e.g. Europe/Paris")
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value not in _zones():
+            raise ValueError("is not an IANA time zone name")
+        return value
+
+
+class SearchHit(Closed):
+    message: MessageSummary
+    score: float = Field(
+        description="hybrid: the fused reciprocal-rank score; keyword: text rank; semantic: cosine similarity"
+    )
+    matched: list[Literal["keyword", "semantic"]]
+    highlight: MailText = Field(description="where the words matched, marked «like this»; else the start of the text")
+
+
+class SearchOut(Closed):
+    hits: list[SearchHit]
+    next_cursor: str | None
+    index_complete: bool = Field(description="false while some mail in scope still waits to be indexed by meaning")
+
+
+def _search_targets(ctx: Context, data: SearchIn) -> Listing:
+    return listing(ctx, data)
+
+
+def _position(offset: object, snapshot: object) -> tuple[int, datetime]:
+    """A search's cursor: how many hits came before, and when its first page was asked for."""
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or not isinstance(snapshot, str):
+        raise ValueError("not a position")
+    taken = datetime.fromisoformat(snapshot)
+    if taken.tzinfo is None:
+        raise ValueError("not a position")
+    return offset, taken
+
+
+def _day_start(day: date | None, zone: str) -> datetime | None:
+    return datetime.combine(day, time.min, tzinfo=zoneinfo.ZoneInfo(zone)) if day is not None else None
+
+
+@operation(
+    name="search",
+    summary="Find mail by words and by meaning, one ranked page: hybrid by default, keyword or semantic on request.",
+    input=SearchIn,
+    output=SearchOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.ON,
+    targets=_search_targets,
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"), Bound("query", "QUERY_MAX_CHARS")),
+)
+def search(ctx: Context, data: SearchIn) -> SearchOut:
+    size = data.size(ctx.bounds)
+    offset, snapshot = read_cursor(data.cursor or None, 2, _position) or (0, ctx.now)
+    found: Listing = ctx.targets
+    accounts = reach(ctx).accounts()
+    if found.account is not None:
+        accounts = accounts.filter(pk=found.account.pk)
+    scope = queries.Scope(
+        tenant=ctx.tenant,
+        accounts=accounts,
+        snapshot=snapshot,
+        folder=access_folder_by_name(data.folder, account=found.account) if data.folder and found.account else None,
+        label=found.label,
+        sender=data.from_,
+        recipient=data.to,
+        unread=data.unread,
+        has_attachment=data.has_attachment,
+        after=_day_start(data.after, data.tz),
+        before=_day_start(data.before, data.tz),
+    )
+    bounds = settings.OPERATIONS
+    deepest = bounds["SEARCH_MAX_RESULTS"]
+    wanted = min(max(bounds["SEARCH_CANDIDATES"], offset + size + 1), deepest)
+    complete = True
+    ranking: list[queries.Fused] = []
+    if offset < deepest:
+        words = queries.keyword(scope, data.query, wanted) if data.mode != "semantic" else []
+        meaning: list[queries.Ranked] = []
+        if data.mode != "keyword":
+            meaning, complete = queries.semantic(scope, data.query, wanted)
+            complete = complete and not anything_waits(tenant=ctx.tenant)
+        if data.mode == "hybrid":
+            ranking = queries.fuse(
+                [
+                    ("keyword", words, bounds["SEARCH_KEYWORD_WEIGHT"] / 100),
+                    ("semantic", meaning, bounds["SEARCH_SEMANTIC_WEIGHT"] / 100),
+                ],
+                bounds["SEARCH_RRF_K"],
+            )
+        else:
+            ranking = queries.single(data.mode, words or meaning)
+    page = ranking[offset : offset + size]
+    more = len(ranking) > offset + size and offset + size < deepest
+    ids = [hit.message_id for hit in page]
+    messages: dict[Any, Message] = {
+        m.pk: m
+        for m in Message.objects.for_tenant(ctx.tenant)
+        .filter(pk__in=ids)
+        .select_related("folder")
+        .defer("html_body", "headers")
+    }
+    labels = label_ids_of(ctx, list(messages.values()))
+    marked = queries.highlights(ctx.tenant, [h.message_id for h in page if "keyword" in h.matched], data.query)
+    hits = [
+        SearchHit(
+            message=summarize(messages[hit.message_id], labels[hit.message_id]),
+            score=round(hit.score, 6),
+            matched=hit.matched,  # type: ignore[arg-type]
+            highlight=marked.get(hit.message_id) or messages[hit.message_id].snippet,
+        )
+        for hit in page
+        if hit.message_id in messages
+    ]
+    next_cursor = encode_cursor([offset + size, snapshot.isoformat()]) if more else None
+    return SearchOut(hits=hits, next_cursor=next_cursor, index_complete=complete)
+
+
+# ---------------------------------------------------------------- rebuild_search_index
+
+
+class RebuildOut(Closed):
+    queued: int = Field(description="messages embedded by another model than the current one, now waiting")
+    model: str
+
+
+@operation(
+    name="rebuild_search_index",
+    summary="Re-embed this tenant's mail with the current embeddings model (after the model setting changed).",
+    input=Empty,
+    output=RebuildOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+)
+def rebuild_search_index(ctx: Context, data: Empty) -> RebuildOut:
+    queued = rebuild(tenant=ctx.tenant)
+    transaction.on_commit(lambda: enrich_task.delay())
+    return RebuildOut(queued=queued, model=current_embedder().key)

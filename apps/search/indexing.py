@@ -1,0 +1,160 @@
+"""The enricher: embeds waiting messages in batches, with the model the settings name.
+
+A message waits when its document is new or its words changed (the triggers of migration 0002 unset
+`embedded_with`), or when rebuild_search_index asked for it after a model change. A batch is one transaction:
+its documents are taken FOR UPDATE SKIP LOCKED (so several workers share the work and a killed one loses
+nothing: its batch waits again), embedded in one call to the model, their chunks replaced, and marked as
+embedded with the model. Chunks of the model before stay until a message's new ones replace them, so search
+finds every message by meaning while a tenant is re-embedded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+
+from apps.mail.models import Attachment, Message
+from apps.search.chunks import chunks
+from apps.search.embedders import Embedder, current_embedder
+from apps.search.models import Chunk, EmbeddingModel, SearchDocument
+from apps.search.vectors import build_indexes
+from apps.workspaces.models import Tenant
+
+log = logging.getLogger("oaken.search")
+
+
+def model_of(embedder: Embedder) -> EmbeddingModel:
+    """The row recording this model (made the first time it embeds)."""
+    model, _ = EmbeddingModel.objects.get_or_create(key=embedder.key, defaults={"dimensions": embedder.dimensions})
+    return model
+
+
+def _texts(message_ids: list[Any]) -> dict[Any, list[str]]:
+    size, most = settings.OPERATIONS["SEARCH_CHUNK_CHARS"], settings.OPERATIONS["SEARCH_CHUNKS_MAX"]
+    attached: dict[Any, list[str]] = defaultdict(list)
+    for message_id, text in (
+        Attachment.objects.unscoped()
+        .filter(message_id__in=message_ids)
+        .exclude(extracted_text="")
+        .values_list("message_id", "extracted_text")
+    ):
+        attached[message_id].append(text)
+    return {
+        pk: chunks(subject=subject, body=body, attachments=attached[pk], size=size, most=most)
+        for pk, subject, body in Message.objects.unscoped()
+        .filter(pk__in=message_ids)
+        .values_list("pk", "subject", "text_body")
+    }
+
+
+def enrich_batch(embedder: Embedder | None = None, *, size: int | None = None) -> int:
+    """Embed one batch of waiting messages (any tenant's); returns how many (0: none waits)."""
+    embedder = embedder or current_embedder()
+    model = model_of(embedder)
+    size = size or settings.OPERATIONS["SEARCH_EMBED_BATCH"]
+    with transaction.atomic():
+        batch = list(
+            SearchDocument.objects.unscoped()
+            .filter(embedded_with__isnull=True)
+            .select_for_update(skip_locked=True)
+            .values_list("message_id", "tenant_id")[:size]
+        )
+        if not batch:
+            return 0
+        tenant_of = dict(batch)
+        texts = _texts(list(tenant_of))
+        flat = [(pk, ordinal, text) for pk, pieces in texts.items() for ordinal, text in enumerate(pieces)]
+        vectors = embedder.embed([text for _, _, text in flat])
+        Chunk.objects.unscoped().filter(message_id__in=list(tenant_of)).delete()
+        Chunk.objects.bulk_create(
+            [
+                Chunk(tenant_id=tenant_of[pk], message_id=pk, model=model, ordinal=ordinal, embedding=vector)
+                for (pk, ordinal, _), vector in zip(flat, vectors, strict=True)
+            ]
+        )
+        SearchDocument.objects.unscoped().filter(message_id__in=list(tenant_of)).update(embedded_with=model)
+    return len(batch)
+
+
+@dataclass
+class Enriched:
+    messages: int
+    more: bool
+    indexes_built: list[str]
+
+
+def enrich_pending(
+    *, seconds: float | None = None, limit: int | None = None, embedder: Embedder | None = None
+) -> Enriched:
+    """Embed batches until none waits, or for about `seconds`, or `limit` messages; then build the HNSW
+    indexes of tenants that have grown past the exact scan."""
+    embedder = embedder or current_embedder()
+    started, done, more = time.monotonic(), 0, False
+    while True:
+        if limit is not None and done >= limit:
+            more = True
+            break
+        if seconds is not None and time.monotonic() - started > seconds:
+            more = True
+            break
+        size = settings.OPERATIONS["SEARCH_EMBED_BATCH"]
+        count = enrich_batch(embedder, size=min(size, limit - done) if limit is not None else size)
+        done += count
+        if count == 0:
+            break
+    built = build_indexes(model_of(embedder)) if done else []
+    return Enriched(messages=done, more=more, indexes_built=built)
+
+
+def rebuild(*, tenant: Tenant) -> int:
+    """Ask for this tenant's messages embedded by another model than the current one; returns how many."""
+    model = model_of(current_embedder())
+    return (
+        SearchDocument.objects.for_tenant(tenant)
+        .filter(embedded_with__isnull=False)
+        .exclude(embedded_with=model)
+        .update(embedded_with=None)
+    )
+
+
+@dataclass(frozen=True)
+class IndexState:
+    messages: int
+    indexed: int
+    waiting: int
+    # messages whose chunks come from another model than the current one (rebuild_search_index re-embeds them)
+    other_model: int
+    model: str
+
+
+def index_state(*, tenant: Tenant, messages: Any = None) -> IndexState:
+    """How much of this tenant's mail (or of `messages`, a queryset of it) search holds, and what waits."""
+    model = model_of(current_embedder())
+    documents = SearchDocument.objects.for_tenant(tenant)
+    if messages is not None:
+        documents = documents.filter(message__in=messages)
+    counts = documents.aggregate(
+        total=Count("pk"),
+        waiting=Count("pk", filter=Q(embedded_with__isnull=True)),
+        current=Count("pk", filter=Q(embedded_with=model)),
+    )
+    waiting = counts["waiting"]
+    return IndexState(
+        messages=counts["total"],
+        indexed=counts["total"] - waiting,
+        waiting=waiting,
+        other_model=counts["total"] - waiting - counts["current"],
+        model=model.key,
+    )
+
+
+def anything_waits(*, tenant: Tenant) -> bool:
+    """Whether any of this tenant's messages waits for the enricher (the partial index makes this cheap)."""
+    return SearchDocument.objects.for_tenant(tenant).filter(embedded_with__isnull=True).exists()

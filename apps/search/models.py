@@ -1,0 +1,67 @@
+"""What search keeps beside the mail: a full-text document per message, and its meaning as embedded chunks.
+
+The document (`SearchDocument.document`) is written by PostgreSQL itself, by triggers on the mail tables
+(migration 0001), so every path that stores or changes mail (import, sync, a draft saved to a server) keeps
+it current without calling search. The chunks are written by the enricher (apps.search.indexing) in the
+background; a document whose chunks are missing or stale has `embedded_with` unset: it *waits*.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from pgvector.django import HalfVectorField
+
+from apps.workspaces.tenancy import TenantOwned
+
+
+class EmbeddingModel(models.Model):
+    """A model that embedded chunks, by provider, name, version and dimension: a change of any is a new model."""
+
+    key = models.CharField(max_length=300, unique=True)
+    dimensions = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class SearchDocument(TenantOwned):
+    """One per message: its words for full-text search, and which model its chunks were embedded with."""
+
+    id = None  # type: ignore[assignment]  # keyed by its message
+    message = models.OneToOneField(
+        "mail.Message", primary_key=True, on_delete=models.CASCADE, related_name="search_document"
+    )
+    document = SearchVectorField()
+    # unset while the message waits for the enricher (new, changed, or embedded by another model)
+    embedded_with = models.ForeignKey(EmbeddingModel, null=True, blank=True, on_delete=models.SET_NULL)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            GinIndex(fields=["document"], name="search_document_words"),
+            models.Index(fields=["tenant"], condition=Q(embedded_with__isnull=True), name="search_document_waiting"),
+        ]
+
+
+class Chunk(TenantOwned):
+    """A piece of a message's text (quotes and signature stripped) and its embedding by one model.
+
+    The vector column has no fixed dimension, so models of any dimension live side by side while a tenant
+    is re-embedded; the indexes are on `embedding::halfvec(<dimensions>)` for one model (and, for a large
+    tenant, one tenant: apps.search.vectors)."""
+
+    message = models.ForeignKey("mail.Message", on_delete=models.CASCADE, related_name="+")
+    model = models.ForeignKey(EmbeddingModel, on_delete=models.CASCADE, related_name="+")
+    ordinal = models.PositiveSmallIntegerField()
+    embedding = HalfVectorField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "model"], name="search_chunk_tenant_model")]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "model", "ordinal"], name="search_chunk_one_per_place")
+        ]

@@ -1,0 +1,193 @@
+"""The two sides of a search and their fusion: words (the stored documents' GIN index) and meaning (chunks).
+
+Both sides take the same scope (the caller's reach and filters, as conditions on the message) and the same
+snapshot: mail stored or changed after a search's first page is left out of its later pages, so a page's
+position (its offset in the fused ranking) does not drift when mail arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
+from django.db.models import F, Func, Q, QuerySet, TextField, Value
+from django.db.models.functions import Left
+
+from apps.mail.models import Folder, Label, MailAccount, Message
+from apps.search.embedders import EmbeddingsUnavailable, embedder_for
+from apps.search.models import Chunk, EmbeddingModel, SearchDocument
+from apps.search.vectors import nearest
+from apps.workspaces.models import Tenant
+
+# how the snippet marks the words that matched
+MARK_START, MARK_STOP = "«", "»"
+_HEADLINE_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which of a tenant's messages a search looks at: the caller's reach, the filters, and the snapshot."""
+
+    tenant: Tenant
+    accounts: QuerySet[MailAccount]
+    snapshot: datetime
+    folder: Folder | None = None
+    label: Label | None = None
+    sender: str | None = None
+    recipient: str | None = None
+    unread: bool | None = None
+    has_attachment: bool | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+
+    def on_message(self, path: str) -> Q:
+        """The scope as a condition on the message reached by `path` ("" for Message itself)."""
+        p = f"{path}__" if path else ""
+        where = Q(**{f"{p}account__in": self.accounts})
+        if self.folder is not None:
+            where &= Q(**{f"{p}folder": self.folder})
+        if self.label is not None:
+            where &= Q(**{f"{p}labels": self.label})
+        if self.sender:
+            where &= Q(**{f"{p}sender_address__icontains": self.sender}) | Q(
+                **{f"{p}sender_name__icontains": self.sender}
+            )
+        if self.recipient:
+            where &= Q(**{f"{p}to_addresses__icontains": self.recipient}) | Q(
+                **{f"{p}cc_addresses__icontains": self.recipient}
+            )
+        if self.unread is not None:
+            where &= Q(**{f"{p}read": not self.unread})
+        if self.has_attachment is not None:
+            where &= Q(**{f"{p}has_attachments": self.has_attachment})
+        if self.after is not None:
+            where &= Q(**{f"{p}date__gte": self.after})
+        if self.before is not None:
+            where &= Q(**{f"{p}date__lt": self.before})
+        return where
+
+
+class FoldedQuery(SearchQuery):
+    """Web-search syntax ("quoted phrases", -excluded, or), folded as the documents are (oaken_fold)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(
+            Func(Value(text), function="oaken_fold", output_field=TextField()), search_type="websearch", config="simple"
+        )
+
+
+@dataclass(frozen=True)
+class Ranked:
+    message_id: Any
+    score: float
+
+
+def keyword(scope: Scope, text: str, limit: int) -> list[Ranked]:
+    """Messages whose document matches the query, best first (cover density: words near each other count)."""
+    query = FoldedQuery(text)
+    rows = (
+        SearchDocument.objects.for_tenant(scope.tenant)
+        .filter(scope.on_message("message"), changed_at__lte=scope.snapshot, document=query)
+        .annotate(rank=SearchRank(F("document"), query, cover_density=True))
+        .order_by("-rank", F("message__date").desc(nulls_last=True), "message_id")
+        .values_list("message_id", "rank")[:limit]
+    )
+    return [Ranked(pk, float(rank)) for pk, rank in rows]
+
+
+def models_in_use(tenant: Tenant) -> list[EmbeddingModel]:
+    """The models whose chunks this tenant holds (two while it is re-embedded after a model change)."""
+    return [
+        model
+        for model in EmbeddingModel.objects.order_by("-created_at")
+        if Chunk.objects.for_tenant(tenant).filter(model=model).exists()
+    ]
+
+
+def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:
+    """Messages nearest in meaning, nearest first, with whether every model in use could embed the query.
+
+    Scores are cosine similarities; hits under SEARCH_SEMANTIC_MIN_SIMILARITY are no match. While a tenant
+    is re-embedded, each model's nearest are ranked on their own and interleaved by rank (their distances
+    are not comparable)."""
+    floor = settings.OPERATIONS["SEARCH_SEMANTIC_MIN_SIMILARITY"] / 100
+    lists: list[list[Ranked]] = []
+    complete = True
+    for model in models_in_use(scope.tenant):
+        embedder = embedder_for(model.key)
+        if embedder is None:
+            complete = False
+            continue
+        try:
+            vector = embedder.embed([text])[0]
+        except EmbeddingsUnavailable:
+            complete = False
+            continue
+        chunks = Chunk.objects.for_tenant(scope.tenant).filter(
+            scope.on_message("message"), message__search_document__changed_at__lte=scope.snapshot
+        )
+        found = nearest(tenant=scope.tenant, model=model, vector=vector, chunks=chunks, limit=limit)
+        lists.append([Ranked(n.message_id, 1 - n.distance) for n in found if 1 - n.distance >= floor])
+    merged: list[Ranked] = []
+    seen: set[Any] = set()
+    for position in range(max((len(one) for one in lists), default=0)):
+        for one in lists:
+            if position < len(one) and one[position].message_id not in seen:
+                seen.add(one[position].message_id)
+                merged.append(one[position])
+    return merged[:limit], complete
+
+
+@dataclass
+class Fused:
+    message_id: Any
+    score: float
+    matched: list[str] = field(default_factory=list)
+    keyword_rank: int | None = None
+
+
+def fuse(sides: Sequence[tuple[str, list[Ranked], float]], k: int) -> list[Fused]:
+    """Reciprocal-rank fusion: each side adds weight / (k + rank); ties go to the keyword side's order, then id."""
+    fused: dict[Any, Fused] = {}
+    for name, ranked, weight in sides:
+        for rank, hit in enumerate(ranked, start=1):
+            entry = fused.setdefault(hit.message_id, Fused(hit.message_id, 0.0))
+            entry.score += weight / (k + rank)
+            entry.matched.append(name)
+            if name == "keyword":
+                entry.keyword_rank = rank
+    return sorted(
+        fused.values(),
+        key=lambda f: (-f.score, f.keyword_rank if f.keyword_rank is not None else 1 << 30, str(f.message_id)),
+    )
+
+
+def single(name: str, ranked: list[Ranked]) -> list[Fused]:
+    """One side's own order and score (mode keyword or semantic)."""
+    return [
+        Fused(hit.message_id, hit.score, [name], rank if name == "keyword" else None)
+        for rank, hit in enumerate(ranked, 1)
+    ]
+
+
+def highlights(tenant: Tenant, message_ids: list[Any], text: str) -> dict[Any, str]:
+    """For messages that matched by words: the best fragments of their text, matched words marked."""
+    if not message_ids:
+        return {}
+    headline = SearchHeadline(
+        Left("text_body", _HEADLINE_CHARS),
+        FoldedQuery(text),
+        config="simple",
+        start_sel=MARK_START,
+        stop_sel=MARK_STOP,
+        max_fragments=2,
+        max_words=24,
+        min_words=8,
+        fragment_delimiter=" … ",
+    )
+    rows = Message.objects.for_tenant(tenant).filter(pk__in=message_ids).annotate(headline=headline)
+    return {pk: value for pk, value in rows.values_list("pk", "headline")}

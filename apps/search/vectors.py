@@ -1,0 +1,123 @@
+"""Nearest chunks by cosine distance, for one tenant and one model, never reading another tenant's vectors.
+
+A tenant with few chunks (SEARCH_EXACT_MAX_CHUNKS) is scanned exactly: its rows by the (tenant, model)
+index, every distance computed. A larger tenant gets an HNSW index of its own, a partial index on
+`embedding::halfvec(<dimensions>)` for its tenant id and model id, built in the background by the enricher.
+One graph per tenant, not one shared by all: an approximate search walks a graph, and a shared graph would
+make one tenant's results depend on what other tenants hold (their content, their volume). Filtered
+queries use iterative index scans (pgvector 0.8, relaxed order, re-sorted here), and fall back to the
+exact scan of the filtered rows when the index cannot fill the page.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, QuerySet
+from django.db.models.functions import Cast
+from pgvector import HalfVector
+from pgvector.django import CosineDistance, HalfVectorField
+
+from apps.search.models import Chunk, EmbeddingModel
+from apps.workspaces.models import Tenant
+
+log = logging.getLogger("oaken.search")
+
+
+def index_name(tenant_id: Any, model: EmbeddingModel) -> str:
+    return f"search_chunk_hnsw_{str(tenant_id).replace('-', '')}_{model.pk}"
+
+
+def has_index(tenant: Tenant, model: EmbeddingModel) -> bool:
+    """Whether this tenant's HNSW index for this model exists and is ready (a concurrent build is not)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+            [index_name(tenant.pk, model)],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def build_indexes(model: EmbeddingModel) -> list[str]:
+    """An HNSW index for every tenant past SEARCH_EXACT_MAX_CHUNKS chunks of this model that has none yet.
+
+    CREATE INDEX CONCURRENTLY: searches and the enricher go on while it builds (it cannot run in a
+    transaction; the enricher calls it between batches)."""
+    threshold = settings.OPERATIONS["SEARCH_EXACT_MAX_CHUNKS"]
+    built = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tenant_id FROM search_chunk WHERE model_id = %s GROUP BY tenant_id HAVING count(*) > %s",
+            [model.pk, threshold],
+        )
+        tenants = [row[0] for row in cursor.fetchall()]
+        for tenant_id in tenants:
+            name = index_name(tenant_id, model)
+            cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
+            row = cursor.fetchone()
+            if row and row[0]:
+                continue
+            if row:  # a build that was interrupted leaves an invalid index: drop it and build again
+                cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+            log.info("building the vector index of a tenant (%s chunks or more)", threshold)
+            cursor.execute(
+                f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON search_chunk USING hnsw '
+                f"((embedding::halfvec({int(model.dimensions)})) halfvec_cosine_ops) "
+                f"WHERE tenant_id = %s AND model_id = %s",
+                [str(tenant_id), model.pk],
+            )
+            built.append(name)
+    return built
+
+
+@dataclass(frozen=True)
+class Near:
+    message_id: Any
+    distance: float
+
+
+def _by_message(rows: list[tuple[Any, float]], limit: int) -> list[Near]:
+    """A message's nearest chunk stands for it; nearest first."""
+    best: dict[Any, float] = {}
+    for message_id, distance in rows:
+        if message_id not in best or distance < best[message_id]:
+            best[message_id] = distance
+    return [Near(m, d) for m, d in sorted(best.items(), key=lambda item: (item[1], str(item[0])))][:limit]
+
+
+def nearest(*, tenant: Tenant, model: EmbeddingModel, vector: Any, chunks: QuerySet[Chunk], limit: int) -> list[Near]:
+    """The `limit` messages nearest to vector among `chunks` (this tenant's, already filtered)."""
+    query = HalfVector(list(map(float, vector)))
+    scoped = chunks.filter(tenant=tenant, model=model)
+    # chunks per message: a message can bring several, so ask for more rows than messages wanted
+    rows_wanted = limit * min(settings.OPERATIONS["SEARCH_CHUNKS_MAX"], 4)
+    if has_index(tenant, model):
+        cast = Cast("embedding", HalfVectorField(dimensions=model.dimensions))
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                cursor.execute("SET LOCAL hnsw.ef_search = %s", [settings.OPERATIONS["SEARCH_HNSW_EF_SEARCH"]])
+            rows = list(
+                scoped.annotate(distance=CosineDistance(cast, query))
+                .order_by("distance")
+                .values_list("message_id", "distance")[:rows_wanted]
+            )
+        found = _by_message(rows, limit)
+        if len(found) == limit or (len(rows) < rows_wanted and not _filtered(chunks)):
+            return found
+    # exact: the distance on the bare column matches no index, so every row in scope is measured
+    rows = list(
+        scoped.annotate(distance=CosineDistance(F("embedding"), query))
+        .order_by("distance")
+        .values_list("message_id", "distance")[:rows_wanted]
+    )
+    return _by_message(rows, limit)
+
+
+def _filtered(chunks: QuerySet[Chunk]) -> bool:
+    return bool(chunks.query.where)
