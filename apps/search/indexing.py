@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 
 from apps.mail.models import Attachment, Message
 from apps.search.chunks import chunks
@@ -72,7 +72,8 @@ def enrich_batch(embedder: Embedder | None = None, *, size: int | None = None) -
         texts = _texts(list(tenant_of))
         flat = [(pk, ordinal, text) for pk, pieces in texts.items() for ordinal, text in enumerate(pieces)]
         vectors = embedder.embed([text for _, _, text in flat])
-        Chunk.objects.unscoped().filter(message_id__in=list(tenant_of)).delete()
+        # this model's chunks of these messages are replaced; another model's stay until the tenant is done
+        Chunk.objects.unscoped().filter(message_id__in=list(tenant_of), model=model).delete()
         Chunk.objects.bulk_create(
             [
                 Chunk(tenant_id=tenant_of[pk], message_id=pk, model=model, ordinal=ordinal, embedding=vector)
@@ -81,6 +82,18 @@ def enrich_batch(embedder: Embedder | None = None, *, size: int | None = None) -
         )
         SearchDocument.objects.unscoped().filter(message_id__in=list(tenant_of)).update(embedded_with=model)
     return len(batch)
+
+
+def drop_replaced(model: EmbeddingModel) -> int:
+    """Chunks of other models, of tenants where no message waits any more: they were re-embedded."""
+    waiting = SearchDocument.objects.unscoped().filter(embedded_with__isnull=True, tenant_id=OuterRef("tenant_id"))
+    deleted, _ = (
+        Chunk.objects.unscoped()
+        .exclude(model=model)
+        .filter(~Exists(waiting), message__search_document__embedded_with=model)
+        .delete()
+    )
+    return deleted
 
 
 @dataclass
@@ -109,7 +122,10 @@ def enrich_pending(
         done += count
         if count == 0:
             break
-    built = build_indexes(model_of(embedder)) if done else []
+    model = model_of(embedder)
+    if done:
+        drop_replaced(model)
+    built = build_indexes(model) if done else []
     return Enriched(messages=done, more=more, indexes_built=built)
 
 

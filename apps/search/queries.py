@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
-from django.db.models import F, Func, Q, QuerySet, TextField, Value
+from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.functions import Left
 
 from apps.mail.models import Folder, Label, MailAccount, Message
@@ -100,10 +100,10 @@ def keyword(scope: Scope, text: str, limit: int) -> list[Ranked]:
 
 
 def models_in_use(tenant: Tenant) -> list[EmbeddingModel]:
-    """The models whose chunks this tenant holds (two while it is re-embedded after a model change)."""
+    """The models whose chunks this tenant holds, oldest first (two while it is re-embedded)."""
     return [
         model
-        for model in EmbeddingModel.objects.order_by("-created_at")
+        for model in EmbeddingModel.objects.order_by("created_at", "pk")
         if Chunk.objects.for_tenant(tenant).filter(model=model).exists()
     ]
 
@@ -112,11 +112,13 @@ def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:
     """Messages nearest in meaning, nearest first, with whether every model in use could embed the query.
 
     Scores are cosine similarities; hits under SEARCH_SEMANTIC_MIN_SIMILARITY are no match. While a tenant
-    is re-embedded, each model's nearest are ranked on their own and interleaved by rank (their distances
-    are not comparable)."""
+    is re-embedded after a model change, the old model's chunks stay until every message has new ones
+    (apps.search.indexing), so the old model still ranks all the mail it knows, as before the change; the
+    new model ranks only what the old one never saw (mail that arrived since), merged by similarity."""
     floor = settings.OPERATIONS["SEARCH_SEMANTIC_MIN_SIMILARITY"] / 100
-    lists: list[list[Ranked]] = []
+    merged: list[Ranked] = []
     complete = True
+    earlier: list[EmbeddingModel] = []
     for model in models_in_use(scope.tenant):
         embedder = embedder_for(model.key)
         if embedder is None:
@@ -130,15 +132,16 @@ def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:
         chunks = Chunk.objects.for_tenant(scope.tenant).filter(
             scope.on_message("message"), message__search_document__changed_at__lte=scope.snapshot
         )
+        if earlier:
+            chunks = chunks.exclude(
+                Exists(
+                    Chunk.objects.for_tenant(scope.tenant).filter(model__in=earlier, message_id=OuterRef("message_id"))
+                )
+            )
         found = nearest(tenant=scope.tenant, model=model, vector=vector, chunks=chunks, limit=limit)
-        lists.append([Ranked(n.message_id, 1 - n.distance) for n in found if 1 - n.distance >= floor])
-    merged: list[Ranked] = []
-    seen: set[Any] = set()
-    for position in range(max((len(one) for one in lists), default=0)):
-        for one in lists:
-            if position < len(one) and one[position].message_id not in seen:
-                seen.add(one[position].message_id)
-                merged.append(one[position])
+        merged += [Ranked(n.message_id, 1 - n.distance) for n in found if 1 - n.distance >= floor]
+        earlier.append(model)
+    merged.sort(key=lambda hit: (-hit.score, str(hit.message_id)))
     return merged[:limit], complete
 
 
