@@ -15,6 +15,7 @@ from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
 from apps.mail.models import MailAccount, Message
 from apps.operations.exposure import tenant_settings
+from apps.search.indexing import enrich_pending
 from apps.workspaces.models import Membership, Workspace
 from config.redis_client import redis_client
 from tests.callers import joined
@@ -304,6 +305,13 @@ def test_a_person_connects_a_mailbox_in_a_browser(
     account = MailAccount.objects.for_tenant(alice.tenant).select_related("workspace").get()
     assert row.get_attribute("data-account-id") == str(account.pk)
     assert Message.objects.for_tenant(alice.tenant).filter(account=account, message_id="welcome@example.test").exists()
+    # the new mail waits for the enricher, and the page says so; once embedded, it says that too
+    page.reload()
+    expect(page.locator("#search-index")).to_contain_text("0 of 1 messages found by meaning")
+    expect(page.locator("#search-index [data-waiting]")).to_have_attribute("data-waiting", "1")
+    enrich_pending()
+    expect(page.locator("#search-index")).to_contain_text("1 of 1 messages found by meaning", timeout=15_000)
+    expect(page.locator("#search-index [data-waiting]")).to_have_count(0)
 
     # sync on demand, then removal (confirmed)
     row.locator("button[data-action=sync]").click()

@@ -26,6 +26,8 @@ from apps.search.vectors import has_index, index_name
 from apps.workspaces.models import Workspace
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
+from tests.imapbox import connect, sync
+from tests.mailservers import ImapServer, SmtpServer
 
 # key -> (subject, sender, body, date, attachment text or None)
 MAIL: dict[str, tuple[str, str, str, datetime, str | None]] = {
@@ -362,3 +364,32 @@ def test_mail_dated_in_the_future_or_undated_is_still_found(alice: Person, tmp_p
     finally:
         del MAIL["future"]
     assert found(alice, "wombat census", mode="keyword") == [ids["future"]]
+
+
+# ---------------------------------------------------------------- mail arriving by sync
+
+
+def test_a_message_arriving_by_sync_is_found_by_meaning_after_the_enricher_runs(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    alice_account, alice_user = connect(alice, imap_server, smtp_server)
+    mallory_account, mallory_user = connect(mallory, imap_server, smtp_server)
+    for user, account, prefix in ((alice_user, alice_account, "a"), (mallory_user, mallory_account, "m")):
+        imap_server.append(user, "INBOX", raw("flight", prefix))
+        imap_server.append(user, "INBOX", raw("dentist", prefix))
+        sync(account)
+    mine = {m.message_id: str(m.pk) for m in Message.objects.for_tenant(alice.tenant)}
+    flight = mine["a-flight@example.test"]
+
+    before = call(as_person(alice), "search", {"query": "plane late", "account_id": alice_account})
+    assert before["index_complete"] is False and flight not in hits(before)
+    assert call(as_person(alice), "status")["search"]["waiting"] == 2
+
+    enrich_pending()
+    after = call(as_person(alice), "search", {"query": "plane late", "account_id": alice_account})
+    assert hits(after)[0] == flight and after["index_complete"] is True
+    assert set(hits(after)) <= set(mine.values())
+    status = call(as_person(alice), "status")["search"]
+    assert (status["messages"], status["indexed"], status["waiting"]) == (2, 2, 0)
+    theirs = found(mallory, "plane late")
+    assert theirs and not set(theirs) & set(mine.values())

@@ -150,12 +150,12 @@ class IndexState:
     model: str
 
 
-def index_state(*, tenant: Tenant, messages: Any = None) -> IndexState:
-    """How much of this tenant's mail (or of `messages`, a queryset of it) search holds, and what waits."""
+def index_state(*, tenant: Tenant, accounts: Any = None) -> IndexState:
+    """How much of this tenant's mail (or of `accounts`' mail) search holds by meaning, and what waits."""
     model = model_of(current_embedder())
     documents = SearchDocument.objects.for_tenant(tenant)
-    if messages is not None:
-        documents = documents.filter(message__in=messages)
+    if accounts is not None:
+        documents = documents.filter(message__account__in=accounts)
     counts = documents.aggregate(
         total=Count("pk"),
         waiting=Count("pk", filter=Q(embedded_with__isnull=True)),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Literal
+
+from pydantic import Field
 
 from apps.mail.selectors import Reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.registry import Ceiling, OpClass, operation, registry
+from apps.search.indexing import index_state
 
 SECURITY_RULES = """\
 How to work in this mailbox safely:
@@ -61,16 +65,25 @@ def get_reference(ctx: Context, data: ReferenceIn) -> ReferenceOut:
     return ReferenceOut(topic=data.topic, text=text)
 
 
+class SearchIndexOut(Closed):
+    messages: int
+    indexed: int = Field(description="messages search finds by meaning as well as by words")
+    waiting: int = Field(description="messages waiting for the enricher (new or changed); found by words meanwhile")
+    other_model: int = Field(description="messages embedded by an earlier model; rebuild_search_index re-embeds them")
+    model: str
+
+
 class StatusOut(Closed):
     tenant: str
     workspaces: list[str]
     accounts: int
     operations_registered: int
+    search: SearchIndexOut
 
 
 @operation(
     name="status",
-    summary="Who and where you are: the tenant, the workspaces in reach, how many accounts.",
+    summary="Who and where you are: the tenant, the workspaces in reach, how many accounts, how much search holds.",
     input=Empty,
     output=StatusOut,
     op_class=OpClass.READ,
@@ -85,4 +98,5 @@ def status(ctx: Context, data: Empty) -> StatusOut:
         workspaces=listed,
         accounts=reach.accounts().count(),
         operations_registered=sum(1 for _ in registry),
+        search=SearchIndexOut(**asdict(index_state(tenant=ctx.tenant, accounts=reach.accounts()))),
     )

@@ -33,6 +33,22 @@ const refresh = () =>
       : el("p", { class: "hint" }, "No mail accounts yet."),
   );
 
+// how much of the mail search finds by meaning; new mail is found by its words at once, by meaning once embedded
+const indexState = () =>
+  load("status", "search-index", (out) => {
+    const s = out.search;
+    const parts = [
+      el("label", { for: "search-progress" }, `${s.indexed} of ${s.messages} messages found by meaning`),
+      " ",
+      el("progress", { id: "search-progress", max: String(Math.max(s.messages, 1)), value: String(s.indexed) }),
+    ];
+    if (s.waiting) parts.push(el("p", { class: "hint", "data-waiting": String(s.waiting) }, `${s.waiting} waiting to be indexed; they are found by their words meanwhile.`));
+    if (s.other_model) parts.push(el("p", { class: "hint" }, `${s.other_model} were indexed by an earlier model; an admin can re-index them (rebuild_search_index).`));
+    if (s.waiting) setTimeout(indexState, 5000);
+    return el("div", {}, parts);
+  });
+indexState();
+
 const syncNow = async (a) => {
   if (await perform("sync_mailbox", { account_id: a.id }, `${a.name}: a sync is on its way.`)) refresh();
 };
