@@ -72,7 +72,7 @@ def test_an_admin_switches_an_operation_off_and_on_for_agents(alice: Person, mal
         dispatch(as_agent(alice), Door.MCP, "search", {"query": "x"})
     assert info.value.code == "NOT_AVAILABLE"
     # persons are not limited by exposure, and mallory's tenant is unaffected
-    assert dispatch(as_person(alice), Door.UI, "search", {"query": "x"}).output["messages"] == []
+    assert dispatch(as_person(alice), Door.UI, "search", {"query": "x"}).output["hits"] == []
     assert "search" in _names(as_agent(mallory))
     _set(alice, "search", "on")
     assert "search" in _names(as_agent(alice))

@@ -124,8 +124,9 @@ def test_not_available_reads_the_same_for_off_never_and_unknown(alice: Person, m
     assert answers == [{"code": "NOT_AVAILABLE", "message": NOT_AVAILABLE_MESSAGE}] * 4
     # mallory's tenant never switched search off
     assert dispatch(as_agent(mallory), Door.MCP, "search", {"query": "x"}).output == {
-        "messages": [],
+        "hits": [],
         "next_cursor": None,
+        "index_complete": True,
     }
 
 
