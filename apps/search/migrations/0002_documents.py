@@ -8,7 +8,9 @@
   identifiers such as INV-20391 stay one searchable phrase.
 - triggers: a statement trigger on new messages (one insert for a whole COPY), a row trigger when a
   message's words change (not on flags), and one on attachments; each marks the document as waiting for the
-  enricher.
+  enricher, and stamps it with the moment it changed (clock_timestamp, not the transaction's start: a search's
+  later pages leave out documents changed after its first page, and a long import batch begun before that
+  page must not pass for older than it is).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ CREATE FUNCTION search_document_of(message uuid) RETURNS tsvector
 CREATE FUNCTION search_messages_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO search_searchdocument (message_id, tenant_id, document, embedded_with_id, changed_at)
-    SELECT n.id, n.tenant_id, search_document_of(n.id), NULL, now() FROM new_messages n
+    SELECT n.id, n.tenant_id, search_document_of(n.id), NULL, clock_timestamp() FROM new_messages n
     ON CONFLICT (message_id) DO UPDATE SET document = EXCLUDED.document, embedded_with_id = NULL,
         changed_at = EXCLUDED.changed_at;
     RETURN NULL;
@@ -80,7 +82,7 @@ CREATE TRIGGER search_messages_inserted AFTER INSERT ON mail_message
 CREATE FUNCTION search_message_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE search_searchdocument SET document = search_document_of(NEW.id), embedded_with_id = NULL,
-        changed_at = now()
+        changed_at = clock_timestamp()
     WHERE message_id = NEW.id;
     RETURN NULL;
 END $$;
@@ -94,7 +96,7 @@ CREATE TRIGGER search_message_changed AFTER UPDATE ON mail_message FOR EACH ROW
 CREATE FUNCTION search_attachments_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE search_searchdocument d SET document = search_document_of(d.message_id), embedded_with_id = NULL,
-        changed_at = now()
+        changed_at = clock_timestamp()
     WHERE d.message_id IN (SELECT a.message_id FROM changed_attachments a);
     RETURN NULL;
 END $$;
