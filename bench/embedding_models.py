@@ -16,6 +16,13 @@ Models:
   --minilm-python; without sentence_transformers it is skipped with a message.
 
     .venv/bin/python bench/embedding_models.py [--minilm-python /path/to/venv/bin/python]
+
+With --serve MODEL it answers OpenAI-style /v1/embeddings on 127.0.0.1 instead, so the whole search can be
+measured with MiniLM too (the provider setting of issue 15, pointed at the loopback):
+
+    /path/to/venv/bin/python bench/embedding_models.py --serve minilm --port 8765 &
+    OAKEN_EMBEDDINGS=openai OAKEN_EMBEDDINGS_BASE_URL=http://127.0.0.1:8765/v1 OAKEN_EMBEDDINGS_MODEL=minilm \
+      OAKEN_EMBEDDINGS_DIMENSIONS=384 OAKEN_EMBEDDINGS_TIMEOUT_SECONDS=600 .venv/bin/python bench/search_quality.py
 """
 
 from __future__ import annotations
@@ -259,6 +266,40 @@ def _print_misses(results: list[dict[str, Any]]) -> None:
                     print(f"  {name:<11} {text!r:<34} rank {seen['rank']}: top 3: {top}")
 
 
+def serve(model_name: str, port: int) -> None:
+    """Answer OpenAI-style POST /v1/embeddings on the loopback with one of these models, so that
+    bench/search_quality.py can run the whole search with it (OAKEN_EMBEDDINGS=openai, base URL this)."""
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    embed, label = {"wordllama": _load_wordllama, "minilm": _load_minilm}[model_name]()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") != "/v1/embeddings":
+                self.send_error(404)
+                return
+            asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            texts = [asked["input"]] if isinstance(asked["input"], str) else list(asked["input"])
+            vectors = embed(texts)
+            if asked.get("dimensions") not in (None, vectors.shape[1]):
+                self.send_error(400, "this model has " + str(vectors.shape[1]) + " dimensions")
+                return
+            data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+            answer = json.dumps({"object": "list", "data": data, "model": model_name}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # requests carry mail text: nothing is logged
+
+    server = HTTPServer(("127.0.0.1", port), Handler)
+    print(f"serving {label} on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    server.serve_forever()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", choices=MODELS, help=argparse.SUPPRESS)
@@ -272,7 +313,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed passes over the texts; the best counts")
     parser.add_argument("--misses", action="store_true", help="list each query a model ranks below 5")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON too")
+    parser.add_argument("--serve", choices=MODELS, help="serve this model as a loopback /v1/embeddings instead")
+    parser.add_argument("--port", type=int, default=8765, help="with --serve")
     args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port)
+        return
     if args.worker:
         try:
             print(json.dumps(worker(args.worker, args.repeat, args.chunk_words)))
