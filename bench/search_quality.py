@@ -6,10 +6,12 @@ show: every hit is checked to be the first tenant's. The enricher embeds everyth
 (index_complete must then be true). On the bench's own embedded servers (var/bench).
 
 Checks (exit status 1 when one fails, so this runs as a check):
-- hybrid beats both sides on the paraphrased set: not below either side on recall@5 or MRR, and above
-  keyword. (A paraphrased target shares no word with its query, so the keyword side cannot find it, and
-  reciprocal-rank fusion can then rank it no higher than the semantic side did: hybrid equal to semantic is
-  the best possible there; what the check catches is keyword matches pushing the answers down.)
+- on the paraphrased set, hybrid is not below either side on recall@5 or MRR, and above keyword. Issue 15
+  asks that it *beat* both there, which cannot be: a paraphrased target shares no word with its query, so
+  the keyword side never finds it, and reciprocal-rank fusion can then rank it no higher than the semantic
+  side did. Equal to semantic is the best possible there, and the line printed says "equal" when it is;
+  what the check catches is keyword matches pushing the answers down.
+- hybrid beats both sides on all queries together, where each side holds part of the answers;
 - every identifier query's message is at rank 1 in hybrid mode;
 - no hit from the other tenant; the index is complete.
 Hybrid is also shown on all queries together, where each side holds part of the answers, and what the
@@ -139,8 +141,10 @@ def main() -> None:
     )
 
     print()
+    equal = para["hybrid"] == para["semantic"]
+    verdict = ("not below either, equal to semantic" if equal else "not below either") if beats else "NO"
     print(
-        f"hybrid beats both sides on the paraphrased set (>= each, > keyword): {'yes' if beats else 'NO'}"
+        f"hybrid on the paraphrased set (>= each side, > keyword; it cannot beat semantic there): {verdict}"
         f"  (hybrid {para['hybrid'][0]:.3f}/{para['hybrid'][1]:.3f}, semantic {para['semantic'][0]:.3f}/"
         f"{para['semantic'][1]:.3f}, keyword {para['keyword'][0]:.3f}/{para['keyword'][1]:.3f}; R@5/MRR)"
     )
@@ -149,7 +153,7 @@ def main() -> None:
         f"  ({len(first) - len(wrong)}/{len(first)})"
         + "".join(f"\n  {text}: first hit {top[0] if top else 'none'}" for text, top in wrong)
     )
-    print(f"hybrid above both sides on all {len(every)} queries together: {'yes' if strictly else 'no'}")
+    print(f"hybrid beats both sides on all {len(every)} queries together: {'yes' if strictly else 'NO'}")
     print(f"hits from the other tenant: {leaks}; answers with index_complete false: {incomplete}")
     floor = settings.OPERATIONS["SEARCH_SEMANTIC_MIN_SIMILARITY"]
     found = sorted(target_scores)
@@ -172,7 +176,7 @@ def main() -> None:
                         top = "; ".join(corpus.by_key[k].subject[:36] for k in ranked[:3])
                         print(f"  {name:<11} {q.text!r:<36} rank {round(1 / rr) if rr else '-'}: top 3: {top}")
 
-    if not beats or wrong or leaks or incomplete or state.waiting:
+    if not beats or not strictly or wrong or leaks or incomplete or state.waiting:
         sys.exit(1)
 
 
