@@ -86,10 +86,13 @@ def enrich_batch(embedder: Embedder | None = None, *, size: int | None = None) -
 
 def drop_replaced(model: EmbeddingModel) -> int:
     """Chunks of other models, of tenants where no message waits any more: they were re-embedded."""
+    others = list(EmbeddingModel.objects.exclude(pk=model.pk).values_list("pk", flat=True))
+    if not others:  # the usual case: one model, nothing to look for
+        return 0
     waiting = SearchDocument.objects.unscoped().filter(embedded_with__isnull=True, tenant_id=OuterRef("tenant_id"))
     deleted, _ = (
         Chunk.objects.unscoped()
-        .exclude(model=model)
+        .filter(model_id__in=others)
         .filter(~Exists(waiting), message__search_document__embedded_with=model)
         .delete()
     )
