@@ -58,6 +58,28 @@ def one_budget_hour() -> None:
 
 
 @pytest.fixture
+def account_mail_queued() -> None:
+    """Account mail goes to the broker for a real worker, as in production (see account_mail_here)."""
+
+
+@pytest.fixture(autouse=True)
+def account_mail_here(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Account mail (sign-up, password reset) is handed to a Celery worker; tests read it from this process's
+    outbox, so each such task runs here, at once, when the page hands it over. A test that asks for
+    account_mail_queued has it go through the broker instead (tests/test_account_mail.py)."""
+    if "account_mail_queued" in request.fixturenames:
+        return
+    from apps.accounts.tasks import ACCOUNT_MAIL_TASKS
+
+    for task in ACCOUNT_MAIL_TASKS:
+
+        def here(args: Any = None, kwargs: Any = None, *, _task: Any = task, **options: Any) -> Any:
+            return _task.apply(args, kwargs, throw=True)
+
+        monkeypatch.setattr(task, "apply_async", here)
+
+
+@pytest.fixture
 def alice(db: None) -> Person:
     """The person whose data a test works on."""
     return make_person("alice@example.test", "Alice's tenant")

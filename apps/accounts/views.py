@@ -14,7 +14,7 @@ from django.urls import reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from apps.accounts import mail, mailbound, signin
+from apps.accounts import mail, mailbound, signin, tasks
 from apps.accounts.forms import SignUpForm
 from apps.accounts.models import User
 from apps.core.links import public_origin
@@ -34,42 +34,50 @@ def sign_up(request: HttpRequest) -> HttpResponse:
             allowed = mailbound.may_send(request, email)
         except mailbound.MailUncountableError:
             return _mail_unavailable(request)
-        # Every answer is the same page after the same work (one password hash, one mail), so neither the
-        # wording nor the time it takes tells which addresses have accounts; the owner of a known address
-        # hears about the attempt instead.
-        if not allowed:
-            make_password(password)
-        elif getattr(form, "existing", False):
-            make_password(password)
-            mail.send(email, *mail.ALREADY_SIGNED_UP)
-        else:
-            try:
-                person = create_person(email=email, password=password, tenant_name=form.cleaned_data["tenant"])
-            except PersonExistsError:  # signed up a moment ago, by another request
-                mail.send(email, *mail.ALREADY_SIGNED_UP)
+        # Every answer is the same page after the same work (one password hash, one mail handed to a worker), so
+        # neither the wording nor the time it takes tells which addresses have accounts; the owner of a known
+        # address hears about the attempt instead. The mail leaves from the worker: SMTP's time is not the page's.
+        try:
+            if not allowed:
+                make_password(password)
+            elif getattr(form, "existing", False):
+                make_password(password)
+                tasks.queue(tasks.send_already_signed_up_task, email=email)
             else:
-                mail.send(email, *mail.verification(person.user, request))
+                try:
+                    # committed here (no request-wide transaction), so the worker finds the person
+                    person = create_person(email=email, password=password, tenant_name=form.cleaned_data["tenant"])
+                except PersonExistsError:  # signed up a moment ago, by another request
+                    tasks.queue(tasks.send_already_signed_up_task, email=email)
+                else:
+                    user_id, origin = str(person.user.pk), public_origin(request)
+                    tasks.queue(tasks.send_verification_task, user_id=user_id, origin=origin)
+        except tasks.MailUnqueuedError:
+            return _mail_unavailable(request)
         return redirect("check-mail")
     return render(request, "accounts/sign_up.html", {"form": form}, status=400 if form.errors else 200)
 
 
 class PasswordResetView(auth_views.PasswordResetView):
-    """Django's reset by mail, its mail bounded per address and client, its link on this service's origin."""
+    """Django's reset by mail, its mail bounded per address and client, its link on this service's origin, sent
+    by a worker: the page does the same work whether the address has an account or not (it hands the address to
+    a worker, which looks it up), and never waits on an SMTP server."""
 
     template_name = "accounts/password_reset.html"
-    email_template_name = "accounts/password_reset_email.txt"
-    subject_template_name = "accounts/password_reset_subject.txt"
     success_url = reverse_lazy("password-reset-sent")
 
     def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        email = form.cleaned_data["email"]
         try:
-            allowed = mailbound.may_send(self.request, form.cleaned_data["email"])
+            allowed = mailbound.may_send(self.request, email)
         except mailbound.MailUncountableError:
             return _mail_unavailable(self.request)
-        if not allowed:  # the same page as a sent link: nothing tells whether the address has an account
-            return HttpResponseRedirect(self.get_success_url())
-        self.extra_email_context = {"origin": public_origin(self.request)}
-        return super().form_valid(form)
+        if allowed:  # past a bound, the same page as a sent link: nothing tells whether the address has an account
+            try:
+                tasks.queue(tasks.send_password_reset_task, email=email, origin=public_origin(self.request))
+            except tasks.MailUnqueuedError:
+                return _mail_unavailable(self.request)
+        return HttpResponseRedirect(self.get_success_url())
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
