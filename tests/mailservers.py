@@ -207,7 +207,8 @@ class SmtpServer:
     """aiosmtpd on loopback. Every accepted message is kept in `received`; `data_commands` counts DATA
     transactions seen; with `drop_after_data` the server takes the message and closes the connection
     without answering (the client cannot know whether it was sent); with `stall_after_data` it takes the
-    message and answers nothing until `release()` (a worker can be killed while it waits); `defer_mail` makes
+    message and answers nothing until `release()` (a worker can be killed while it waits); `stall_at_rcpt` holds
+    the first RCPT TO unanswered until `release()`, before any DATA (nothing can have been sent); `defer_mail` makes
     the next that many MAIL FROM commands answer 451 (try again later); `refuse_rcpt` answers every RCPT TO
     with 550; with `deliver_to` set to an ImapServer, each message is appended to every local recipient's
     INBOX there."""
@@ -221,6 +222,8 @@ class SmtpServer:
         self.mail_commands = 0
         self.drop_after_data = False
         self.stall_after_data = False
+        self.stall_at_rcpt = False
+        self.rcpt_commands = 0
         self.defer_mail = 0
         self.refuse_rcpt = False
         self.deliver_to = deliver_to
@@ -249,6 +252,10 @@ class SmtpServer:
         return "250 OK"
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]) -> str:
+        with self._lock:
+            self.rcpt_commands += 1
+        if self.stall_at_rcpt:
+            await asyncio.get_running_loop().run_in_executor(None, self._released.wait, 300)
         if self.refuse_rcpt:
             return "550 5.1.1 no such user"
         envelope.rcpt_tos.append(address)

@@ -2,10 +2,12 @@
 server holds the message it sent, the same task is then delivered three more times (the broker's redelivery to
 a fresh worker, a direct call on that worker, a call in this process) and the sweeper runs: at most one DATA in
 all, the request ends unknown and is never resent, and reconciliation settles it only once its copy is in Sent.
+A worker killed before DATA is taken back by beat's sweep on a fresh worker and its mail goes out once.
 Mallory's tenant sees none of it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import time
 import uuid
@@ -19,9 +21,10 @@ from django.utils import timezone
 
 from apps.audit.log import input_digest
 from apps.audit.models import AuditEvent
+from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest
 from apps.worker import delivery
-from apps.worker.tasks import deliver_task, reconcile_unknown_task
+from apps.worker.tasks import deliver_task, reconcile_unknown_task, sweep_outbox_task
 from config.redis_client import redis_client
 from tests.callers import as_agent, as_person
 from tests.celeryworker import worker_process
@@ -157,6 +160,136 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
         ("recover_outbound_send", "internal", "unknown"),
         ("reconcile_outbound", "internal", "sent"),
     ]
+    # mallory's request, waiting in her tenant all along, was not touched by any of it
+    assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=hers["request_id"]).state == "awaiting_approval"
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation__contains="outbound").exists()
+
+
+def _run_on(worker: Any, task: Any) -> Any:
+    """Send `task` (one beat sends, which keeps no result) and wait for the worker to log what it returned."""
+    task_id = task.delay().id
+    marker = f"[{task_id}] succeeded in "
+    _wait_until(lambda: marker in worker.output, f"the worker ran {task.name}")
+    line = next(line for line in worker.output.splitlines() if marker in line)
+    return ast.literal_eval(line.split(marker, 1)[1].split(": ", 1)[1])
+
+
+def _claim_ages(p: Person, request_id: str, seconds: float) -> None:
+    """The claim's worker has been silent that long (the sweeper reads the real clock, so the row moves back)."""
+    OutboundRequest.objects.for_tenant(p.tenant).filter(pk=request_id).update(
+        updated_at=timezone.now() - timedelta(seconds=seconds)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_before_data_is_taken_back_by_the_sweep_task_and_its_mail_goes_out_once(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer, settings: Any
+) -> None:
+    """Beat's sweep, run by a fresh worker, takes the dead worker's claim back (nothing was sent: DATA never
+    began) and hands the request over again; it goes out exactly once. A request queued behind it whose message
+    cannot be built fails once, on the fresh worker, without a word to the SMTP server, and stays failed."""
+    me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
+    account = imap_account(alice, imap_server, smtp_server, me)
+    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
+    hers = request(
+        as_agent(mallory, scopes={"read", "write", "send"}),
+        "send_email",
+        {
+            "account_id": str(theirs.pk),
+            "to": [bob],
+            "subject": "Hers",
+            "body": "Waits.\n",
+            "idempotency_key": uuid.uuid4().hex,
+        },
+    )
+    smtp_server.stall_at_rcpt = True  # the server hears MAIL FROM and RCPT TO, and answers the RCPT nothing
+
+    def send(subject: str) -> str:
+        made = request(
+            as_person(alice),
+            "send_email",
+            {
+                "account_id": str(account.pk),
+                "to": [bob],
+                "subject": subject,
+                "body": "Once.\n",
+                "idempotency_key": uuid.uuid4().hex,
+            },
+        )
+        return str(made["request_id"])
+
+    with worker_process("doomed", env={"OAKEN_SMTP_TIMEOUT_SECONDS": "300"}) as doomed:
+        rid = send("Once")
+        _wait_until(lambda: smtp_server.rcpt_commands == 1, "the worker waits for RCPT's answer")
+        # queued behind it, while the worker is busy: a request stored before its subject was checked at input,
+        # a header the e-mail library refuses to write (its digest made again, so it is what was approved)
+        poison = send("Poison")
+        row = _row(alice, poison)
+        row.subject = "a\r\nBcc: evil@example.test"
+        row.content_hash = outbound_requests.stored_digest(row)
+        row.save(update_fields=["subject", "content_hash"])
+        doomed.kill()
+    smtp_server.stall_at_rcpt = False
+    smtp_server.release()
+    row = _row(alice, rid)
+    assert (row.state, row.attempts, row.smtp_started_at) == ("sending", 1, None)
+    assert smtp_server.data_commands == 0 and _unacked_deliveries(rid) == 1
+
+    fast_redelivery = {"visibility_timeout": 2, "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
+    with worker_process("fresh", transport_options=fast_redelivery) as fresh:
+        # the poison fails at once on the fresh worker; the dead worker's task, handed over again, is refused
+        _wait_until(lambda: _row(alice, poison).state == "failed", "the fresh worker settled the poison")
+        _wait_until(
+            lambda: _claims(alice, rid, "CONFLICT") == 1 and _unacked_deliveries(rid) == 0,
+            "the broker redelivered the dead worker's task and the fresh worker finished it",
+        )
+        assert _row(alice, rid).state == "sending"
+        # beat's sweep on the worker: nothing while the claim is young
+        assert _run_on(fresh, sweep_outbox_task) == {"requeued": 0, "reclaimed": 0, "unknown": 0}
+        # once the claim is stale: taken back before DATA, queued again and handed to a worker, which sends it
+        _claim_ages(alice, rid, settings.OPERATIONS["SENDING_STALE_SECONDS"] + 1)
+        assert _run_on(fresh, sweep_outbox_task) == {"requeued": 0, "reclaimed": 1, "unknown": 0}
+        _wait_until(lambda: _row(alice, rid).state == "sent", "the fresh worker sent it")
+        # and nothing more happens to either, however often the sweep runs or their tasks come again
+        _claim_ages(alice, rid, settings.OPERATIONS["SENDING_STALE_SECONDS"] + 1)
+        assert _run_on(fresh, sweep_outbox_task) == {"requeued": 0, "reclaimed": 0, "unknown": 0}
+        assert deliver_task.delay(rid).get(timeout=60) == "not claimed"
+        assert deliver_task.delay(poison).get(timeout=60) == "not claimed"
+
+    row = _row(alice, rid)
+    assert (row.state, row.attempts, row.error) == ("sent", 2, "")
+    assert smtp_server.data_commands == 1
+    [(_, raw, _)] = imap_server.folder_messages(bob, "INBOX")
+    assert message_from_bytes(raw)["Subject"] == "Once"
+    failed = _row(alice, poison)
+    assert (failed.state, failed.error, failed.attempts, failed.smtp_started_at) == (
+        "failed",
+        "message_could_not_be_built",
+        1,
+        None,
+    )
+    assert smtp_server.mail_commands == 2  # the dead worker's and the fresh worker's, both for "Once"
+    moves = [
+        (event.operation, target["after"].get("state"), target["after"].get("error"))
+        for event in AuditEvent.objects.for_tenant(alice.tenant).order_by("seq")
+        for target in event.targets
+        if target["id"] == rid and isinstance(target["after"], dict) and event.outcome == "ok"
+    ]
+    assert moves[-5:] == [
+        ("claim_outbound_send", "sending", None),
+        ("recover_outbound_send", "queued", "worker_lost"),
+        ("claim_outbound_send", "sending", None),
+        ("begin_outbound_data", None, None),
+        ("record_outbound_outcome", "sent", None),
+    ]
+    settled = [
+        (event.operation, target["after"].get("state"))
+        for event in AuditEvent.objects.for_tenant(alice.tenant).filter(outcome="ok").order_by("seq")
+        for target in event.targets
+        if target["id"] == poison and isinstance(target["after"], dict) and target["after"].get("state")
+    ]
+    assert settled[-2:] == [("claim_outbound_send", "sending"), ("record_outbound_outcome", "failed")]
     # mallory's request, waiting in her tenant all along, was not touched by any of it
     assert OutboundRequest.objects.for_tenant(mallory.tenant).get(pk=hers["request_id"]).state == "awaiting_approval"
     assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation__contains="outbound").exists()
