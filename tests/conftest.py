@@ -70,8 +70,10 @@ def account_mail_here(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     if "account_mail_queued" in request.fixturenames:
         return
     from apps.accounts.tasks import ACCOUNT_MAIL_TASKS
+    from config.celery import app
 
-    for task in ACCOUNT_MAIL_TASKS:
+    for named in ACCOUNT_MAIL_TASKS:
+        task = app.tasks[named.name]  # the task itself, not a proxy to whichever app is current when undone
 
         def here(args: Any = None, kwargs: Any = None, *, _task: Any = task, **options: Any) -> Any:
             return _task.apply(args, kwargs, throw=True)
