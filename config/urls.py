@@ -8,6 +8,9 @@ from apps.api.views import ApiDocsView, OperationListView
 from apps.mcp.views import endpoint as mcp_endpoint
 from config import health
 
+# what escapes a view: 503 in the error shape while the database is away, never Django's bare HTML 500 on a door
+handler500 = "config.errors.server_error"
+
 urlpatterns = [
     path("health", health.health, name="health"),
     # /mcp and /mcp/ are one endpoint: a POST must never be redirected

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
+from django.test import Client, RequestFactory
 from pydantic import BaseModel, ConfigDict
 
 from apps.audit.models import AuditEvent
@@ -18,6 +20,7 @@ from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.operations.registry import Ceiling, OpClass, operation, registry
 from config import redis_client as redis_module
+from config.errors import server_error
 from config.redis_client import LocalWindowCounter
 from tests.callers import as_person
 from tests.conftest import Person
@@ -117,3 +120,80 @@ def test_a_call_whose_database_goes_away_answers_service_unavailable_and_the_nex
         assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="test_cut_off").exists()
     finally:
         registry.remove("test_cut_off")
+
+
+@contextmanager
+def _database_away(tmp_path: Path) -> Iterator[None]:
+    """This process's database connection goes where no server listens (as while PostgreSQL restarts), and
+    comes back afterwards."""
+    settings_dict = connection.settings_dict
+    working = settings_dict["HOST"]
+    connection.close()
+    nowhere = tmp_path / "no-server"
+    nowhere.mkdir(exist_ok=True)
+    settings_dict["HOST"] = str(nowhere)
+    try:
+        yield
+    finally:
+        connection.close()
+        settings_dict["HOST"] = working
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_away_outside_the_gate_is_503_in_the_error_shape_on_every_door(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """The MCP door looks its key up, the REST door its session, the console its person, before any operation:
+    with the database away each answers 503 (the error shape on the doors that speak JSON, a page for a
+    person), never Django's HTML 500; once it is back the same calls work, each tenant seeing its own."""
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    key = key_for(alice, ["read"])
+    listing = rpc("tools/call", {"name": "list_messages", "arguments": {}})
+    browser, api = Client(raise_request_exception=False), api_client(alice.user)
+    browser.force_login(alice.user)
+    api.raise_request_exception = False
+
+    with _database_away(tmp_path):
+        answers = {
+            "mcp": post(Client(raise_request_exception=False), listing, token=key),
+            "rest": rest_post(api, "list_messages", {}),
+            "oauth": Client(raise_request_exception=False).post(
+                "/oauth/token/", {"grant_type": "authorization_code", "code": "x", "client_id": "y"}
+            ),
+        }
+        page = browser.get("/")
+    for door, answer in answers.items():
+        assert (answer.status_code, answer["Content-Type"]) == (503, "application/json"), door
+        assert answer.json() == {
+            "error": {
+                "code": "SERVICE_UNAVAILABLE",
+                "message": "the database cannot be reached right now; try again shortly",
+            }
+        }, door
+        assert answer["Retry-After"] == "5"
+    assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert "Oaken is unavailable for a moment" in page.content.decode() and "Server Error" not in page.content.decode()
+
+    # back: the next calls connect again
+    assert _subjects(post(Client(), listing, token=key)) == ["Alice's own"]
+    assert _subjects(post(Client(), listing, token=key_for(mallory, ["read"]))) == ["Mallory's own"]
+    assert [m["subject"] for m in rest_post(api, "list_messages", {}).json()["messages"]] == ["Alice's own"]
+
+
+def test_anything_else_that_escapes_a_view_is_internal_error_in_the_error_shape_on_a_json_door(
+    rf: RequestFactory,
+) -> None:
+    for path in ("/mcp", "/api/v1/ops/list_messages", "/oauth/token/"):
+        try:
+            raise RuntimeError("a bug that quotes its input")
+        except RuntimeError:
+            answer = server_error(rf.post(path))
+        assert answer.status_code == 500 and json.loads(answer.content) == {
+            "error": {"code": "INTERNAL_ERROR", "message": "the request failed"}
+        }
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError:
+        page = server_error(rf.get("/"))
+    assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
