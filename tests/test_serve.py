@@ -10,12 +10,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from tests.loopback import free_port
+from tests.test_embedded import pg_ctl
 
 
 def _get(url: str) -> tuple[int, dict]:
@@ -74,3 +77,155 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
     time.sleep(0.5)
     for pid in [c.pid for c in children] + [postmaster, redis_pid]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# ---------------------------------------------------------------- PostgreSQL restarted under a running serve
+
+
+def _oaken(env: dict[str, str], *args: str, stdin: str | None = None) -> dict[str, Any]:
+    """One `oaken` command against the servers `oaken serve` runs (it attaches to them); its JSON answer."""
+    oaken = Path(sys.executable).with_name("oaken")
+    done = subprocess.run([str(oaken), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _mcp(base: str, key: str, name: str) -> tuple[int, str, Any]:
+    """(status, content type, JSON body) of one MCP tools/call."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": {}}})
+    request = urllib.request.Request(  # noqa: S310 (loopback URL built here)
+        base + "/mcp",
+        data=body.encode(),
+        method="POST",
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            status, kind, raw = response.status, response.headers.get("Content-Type", ""), response.read()
+    except urllib.error.HTTPError as exc:
+        status, kind, raw = exc.code, exc.headers.get("Content-Type", ""), exc.read()
+    try:
+        return status, kind, json.loads(raw)
+    except ValueError:
+        return status, kind, raw.decode(errors="replace")
+
+
+def _subjects(answer: Any) -> list[str]:
+    content = answer["result"]["structuredContent"]
+    marker = content["untrusted_content"]["marker"]
+    opening, closing = f"[untrusted:{marker}]", f"[/untrusted:{marker}]"
+    return [m["subject"].removeprefix(opening).removesuffix(closing) for m in content["messages"]]
+
+
+def _postmaster(pgdata: Path) -> tuple[int, str]:
+    """The running postmaster's pid and socket folder (postmaster.pid's first and fifth lines)."""
+    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    return int(lines[0]), lines[4]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _until(check: Any, what: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart(tmp_path: Path) -> None:
+    from celery import Celery
+
+    from config.embedded import EmbeddedRedis
+    from tests.mailfactory import raw_message, write_mbox
+
+    port, data = free_port(), tmp_path / "data"
+    pgdata = data / "postgres"
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(OAKEN_DATA_DIR=str(data), OAKEN_PORT=str(port), OAKEN_WEB_WORKERS="1", OAKEN_WORKER_CONCURRENCY="1")
+    oaken = Path(sys.executable).with_name("oaken")
+    # into a file: the worker logs every task, and a pipe nobody reads for a minute would fill and stall it
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(oaken), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    broker = "redis+socket://" + str(EmbeddedRedis(data / "redis").socket)
+    tasks = Celery("probe", broker=broker, backend=broker, set_as_current=False)
+    try:
+
+        def healthy() -> bool:
+            try:
+                return _get(base + "/health")[0] == 200
+            except (urllib.error.URLError, ConnectionError, OSError):
+                return False
+
+        _until(lambda: healthy() or proc.poll() is not None, "serve answered /health", 120)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        # two people in two tenants, each with a message of their own; alice's agent key reads hers
+        for who in ("alice", "mallory"):
+            email = f"{who}@example.test"
+            _oaken(env, "user", "create", "--email", email, "--password-stdin", stdin=f"{who} long passphrase 42\n")
+            mbox = write_mbox(tmp_path / f"{who}.mbox", [raw_message(subject=f"{who}'s own", body="hello")])
+            _oaken(env, "import-mail", str(mbox), "--user", email)
+        key = _oaken(env, "apikey", "create", "--user", "alice@example.test", "--scopes", "read")["key"]
+
+        status, _, answer = _mcp(base, key, "list_messages")
+        assert status == 200 and _subjects(answer) == ["alice's own"], answer
+        # a task round trip through the worker, which reads the database (no such request: not claimed)
+        probe = str(uuid.uuid4())
+        assert tasks.send_task("outbound.deliver", args=[probe]).get(timeout=60) == "not claimed"
+
+        # PostgreSQL stops (a fast shutdown: every session is ended, as a restart or a failover does) ...
+        before, sockets = _postmaster(pgdata)
+        pg_ctl(pgdata, "-w", "-m", "fast", "stop")
+        _until(lambda: _gone(before), "the postmaster exited", 30)
+        # ... and while it is away the web answers 503 in the error shape, never an HTML 500
+        assert _get(base + "/health") == (503, {"status": "unavailable", "failing": ["database"]})
+        status, kind, answer = _mcp(base, key, "list_messages")
+        assert (status, kind.split(";")[0]) == (503, "application/json"), (status, kind, answer)
+        assert answer["error"]["code"] == "SERVICE_UNAVAILABLE", answer
+        # it starts again on the same data folder and socket (one server: the folder's lock file allows no other)
+        pg_ctl(pgdata, "-w", "-o", f'-h "" -k {sockets}', "-l", str(pgdata / "log"), "start")
+        after, _ = _postmaster(pgdata)
+        assert after != before
+
+        started = time.monotonic()
+        _until(healthy, "the web answered again", 30)
+        status, _, answer = _until(
+            lambda: (found := _mcp(base, key, "list_messages"))[0] == 200 and found, "MCP answered again", 30
+        )
+        assert _subjects(answer) == ["alice's own"]
+        web_back = time.monotonic() - started
+        # the worker's database connection died with the server; its next task gets a new one
+        after_restart = tasks.send_task("outbound.deliver", args=[probe])
+        assert after_restart.get(timeout=60) == "not claimed"
+        assert time.monotonic() - started < 60, web_back
+        # answered by this serve's worker (its log says so)
+        _until(lambda: f"outbound.deliver[{after_restart.id}] succeeded" in log.read_text(), "the worker logged it", 10)
+
+    finally:
+        # stopped as an operator stops it, whatever happened: its children and servers go with it
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    time.sleep(0.5)
+    # the restarted server was stopped with serve: nothing is left running on the data folder
+    assert _gone(after)
