@@ -70,10 +70,13 @@ def _copy_chunks(rows: list[tuple[Any, ...]]) -> None:
     copy_rows(Chunk, _CHUNK_COLUMNS, rows)
 
 
-def enrich_batch(embedder: Embedder | None = None, *, size: int | None = None) -> int:
-    """Embed one batch of waiting messages (any tenant's); returns how many (0: none waits)."""
+def enrich_batch(
+    embedder: Embedder | None = None, *, size: int | None = None, model: EmbeddingModel | None = None
+) -> int:
+    """Embed one batch of waiting messages (any tenant's); returns how many (0: none waits). `model` is the
+    embedder's row (model_of), when the caller has it already."""
     embedder = embedder or current_embedder()
-    model = model_of(embedder)
+    model = model or model_of(embedder)
     size = size or settings.OPERATIONS["SEARCH_EMBED_BATCH"]
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -132,6 +135,7 @@ def enrich_pending(
     """Embed batches until none waits, or for about `seconds`, or `limit` messages; then build the HNSW
     indexes of tenants that have grown past the exact scan."""
     embedder = embedder or current_embedder()
+    model = model_of(embedder)
     started, done, more = time.monotonic(), 0, False
     while True:
         if limit is not None and done >= limit:
@@ -141,11 +145,10 @@ def enrich_pending(
             more = True
             break
         size = settings.OPERATIONS["SEARCH_EMBED_BATCH"]
-        count = enrich_batch(embedder, size=min(size, limit - done) if limit is not None else size)
+        count = enrich_batch(embedder, size=min(size, limit - done) if limit is not None else size, model=model)
         done += count
         if count == 0:
             break
-    model = model_of(embedder)
     if done:
         drop_replaced(model)
     built = build_indexes(model) if done else []
