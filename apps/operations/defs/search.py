@@ -78,8 +78,20 @@ class SearchOut(Closed):
 
 # what a hit shows (shapes.summarize): reading the page's messages whole (bodies, address lists, every
 # timestamp) took twice as long
-_SUMMARY_FIELDS = ("account_id", "thread_id", "folder__kind", "folder__name", "subject", "sender_name")
-_SUMMARY_FIELDS += ("sender_address", "date", "snippet", "read", "pinned", "has_attachments")
+_SUMMARY_FIELDS = (
+    "account_id",
+    "thread_id",
+    "folder__kind",
+    "folder__name",
+    "subject",
+    "sender_name",
+    "sender_address",
+    "date",
+    "snippet",
+    "read",
+    "pinned",
+    "has_attachments",
+)
 
 
 def _search_targets(ctx: Context, data: SearchIn) -> Listing:
