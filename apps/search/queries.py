@@ -101,11 +101,11 @@ def keyword(scope: Scope, text: str, limit: int) -> list[Ranked]:
 
 def models_in_use(tenant: Tenant) -> list[EmbeddingModel]:
     """The models whose chunks this tenant holds, oldest first (two while it is re-embedded)."""
-    return [
-        model
-        for model in EmbeddingModel.objects.order_by("created_at", "pk")
-        if Chunk.objects.for_tenant(tenant).filter(model=model).exists()
-    ]
+    return list(
+        EmbeddingModel.objects.filter(Exists(Chunk.objects.for_tenant(tenant).filter(model=OuterRef("pk")))).order_by(
+            "created_at", "pk"
+        )
+    )
 
 
 def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:

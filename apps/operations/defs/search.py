@@ -76,6 +76,24 @@ class SearchOut(Closed):
     index_complete: bool = Field(description="false while some mail in scope still waits to be indexed by meaning")
 
 
+# what a hit shows (shapes.summarize): reading the page's messages whole (bodies, address lists, every
+# timestamp) took twice as long
+_SUMMARY_FIELDS = (
+    "account_id",
+    "thread_id",
+    "folder__kind",
+    "folder__name",
+    "subject",
+    "sender_name",
+    "sender_address",
+    "date",
+    "snippet",
+    "read",
+    "pinned",
+    "has_attachments",
+)
+
+
 def _search_targets(ctx: Context, data: SearchIn) -> Listing:
     return listing(ctx, data)
 
@@ -153,7 +171,7 @@ def search(ctx: Context, data: SearchIn) -> SearchOut:
         for m in Message.objects.for_tenant(ctx.tenant)
         .filter(pk__in=ids)
         .select_related("folder")
-        .defer("html_body", "headers")
+        .only(*_SUMMARY_FIELDS)
     }
     labels = label_ids_of(ctx, list(messages.values()))
     marked = queries.highlights(ctx.tenant, [h.message_id for h in page if "keyword" in h.matched], data.query)
