@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mailbox
 import math
 import os
 import random
@@ -37,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
@@ -47,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.mailfactory import raw_message  # noqa: E402
+from tests.mailfactory import raw_message, write_mbox  # noqa: E402
 
 BIG_SHARE = 0.95
 # the short words every English mail is full of (the `simple` configuration keeps them), then the model's
@@ -246,18 +245,6 @@ class MailMaker:
             message_id=f"<m{n}.{self.domain}@bench.test>",
             date=date,
         )
-
-
-def write_mbox(path: Path, messages: Iterator[bytes]) -> None:
-    box = mailbox.mbox(str(path), create=True)
-    box.lock()
-    try:
-        for raw in messages:
-            box.add(raw)
-        box.flush()
-    finally:
-        box.unlock()
-        box.close()
 
 
 def percentile(samples: list[float], p: float) -> float:

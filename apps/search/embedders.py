@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 from django.conf import settings
 
+from config.env import usable_http_url
+
 log = logging.getLogger("oaken.search")
 
 LOCAL_DIMENSIONS = (64, 128, 256)
@@ -93,25 +95,10 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _usable(parts: urllib.parse.SplitResult) -> bool:
-    try:
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError:
-        return False
-    return (
-        parts.scheme in {"http", "https"}
-        and bool(parts.hostname)
-        and parts.username is None
-        and parts.password is None
-        and not parts.query
-        and not parts.fragment
-    )
-
-
 def checked_base_url(base_url: str) -> str:
     """The base URL (up to /v1) without its trailing slash; ValueError, never quoting it (it may hold a
     password), unless it is http(s)://host[:port][/path] with no user, password, query or fragment."""
-    if not _usable(urllib.parse.urlsplit(base_url.strip())):
+    if not usable_http_url(base_url):
         raise ValueError(
             "the embeddings base URL must be http(s)://host[:port]/path, without a user, password, query or fragment"
         )

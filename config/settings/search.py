@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_int, env_str
+from config.env import env_int, env_str, usable_http_url
 
 _PROVIDER = env_str("OAKEN_EMBEDDINGS", "local")
 if _PROVIDER not in {"local", "openai"}:
     raise ImproperlyConfigured("OAKEN_EMBEDDINGS must be local or openai")
 
 
-def _usable_url(url: str) -> bool:
-    """http(s)://host[:port][/path]: no user or password (the key has its own setting), no query, no fragment.
-    apps.search.embedders checks the same again, and warns about plain http to another machine."""
-    try:
-        parts = urlsplit(url.strip())
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError:
-        return False
-    return (
-        parts.scheme in {"http", "https"}
-        and bool(parts.hostname)
-        and parts.username is None
-        and parts.password is None
-        and not parts.query
-        and not parts.fragment
-    )
-
-
-if _PROVIDER == "openai" and not _usable_url(env_str("OAKEN_EMBEDDINGS_BASE_URL")):
+if _PROVIDER == "openai" and not usable_http_url(env_str("OAKEN_EMBEDDINGS_BASE_URL")):
     # never the value: a URL may hold a password
     raise ImproperlyConfigured(
         "OAKEN_EMBEDDINGS=openai needs OAKEN_EMBEDDINGS_BASE_URL, an http(s) URL up to /v1 "
