@@ -65,10 +65,11 @@ def _claims(p: Person, request_id: str, outcome: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_data(
-    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer, settings: Any
-) -> None:
+def _alice_and_mallorys_waiting_request(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> tuple[str, str, Any, Any]:
+    """Alice's mail user, bob's, alice's connected account, and a request of mallory's (another tenant) that
+    waits for her approval and must stay untouched by whatever happens to alice's."""
     me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
     account = imap_account(alice, imap_server, smtp_server, me)
     theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
@@ -83,6 +84,14 @@ def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_dat
             "idempotency_key": uuid.uuid4().hex,
         },
     )
+    return me, bob, account, hers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_send_and_three_more_deliveries_make_at_most_one_data(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer, settings: Any
+) -> None:
+    me, bob, account, hers = _alice_and_mallorys_waiting_request(alice, mallory, imap_server, smtp_server)
     smtp_server.stall_after_data = True  # the server takes the message and answers nothing
 
     # the worker waits for DATA's answer far longer than the test takes to kill it
@@ -189,20 +198,7 @@ def test_a_worker_killed_before_data_is_taken_back_by_the_sweep_task_and_its_mai
     """Beat's sweep, run by a fresh worker, takes the dead worker's claim back (nothing was sent: DATA never
     began) and hands the request over again; it goes out exactly once. A request queued behind it whose message
     cannot be built fails once, on the fresh worker, without a word to the SMTP server, and stays failed."""
-    me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
-    account = imap_account(alice, imap_server, smtp_server, me)
-    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
-    hers = request(
-        as_agent(mallory, scopes={"read", "write", "send"}),
-        "send_email",
-        {
-            "account_id": str(theirs.pk),
-            "to": [bob],
-            "subject": "Hers",
-            "body": "Waits.\n",
-            "idempotency_key": uuid.uuid4().hex,
-        },
-    )
+    _, bob, account, hers = _alice_and_mallorys_waiting_request(alice, mallory, imap_server, smtp_server)
     smtp_server.stall_at_rcpt = True  # the server hears MAIL FROM and RCPT TO, and answers the RCPT nothing
 
     def send(subject: str) -> str:
