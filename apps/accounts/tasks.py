@@ -18,6 +18,14 @@ from apps.accounts.models import User
 
 # smtplib's errors are OSErrors: a server away or refusing for now is tried again, a few times, then given up
 _RETRY_ON = (OSError,)
+# every account mail task: no result kept (the worker would log it), retried while the mail server is away
+_MAIL_TASK: dict[str, Any] = {
+    "ignore_result": True,
+    "autoretry_for": _RETRY_ON,
+    "retry_backoff": 30,
+    "retry_backoff_max": 600,
+    "max_retries": 5,
+}
 
 
 class MailUnqueuedError(Exception):
@@ -26,11 +34,7 @@ class MailUnqueuedError(Exception):
 
 @shared_task(
     name="accounts.send_password_reset",
-    ignore_result=True,
-    autoretry_for=_RETRY_ON,
-    retry_backoff=30,
-    retry_backoff_max=600,
-    max_retries=5,
+    **_MAIL_TASK,
 )
 def send_password_reset_task(*, email: str, origin: str) -> None:
     """Mail a reset link, with a token made now, to the account of `email`; nothing when it has none."""
@@ -40,11 +44,7 @@ def send_password_reset_task(*, email: str, origin: str) -> None:
 
 @shared_task(
     name="accounts.send_verification",
-    ignore_result=True,
-    autoretry_for=_RETRY_ON,
-    retry_backoff=30,
-    retry_backoff_max=600,
-    max_retries=5,
+    **_MAIL_TASK,
 )
 def send_verification_task(*, user_id: str, origin: str) -> None:
     """Mail a new person the link that confirms their address (nothing once it is confirmed, or they are gone)."""
@@ -55,11 +55,7 @@ def send_verification_task(*, user_id: str, origin: str) -> None:
 
 @shared_task(
     name="accounts.send_already_signed_up",
-    ignore_result=True,
-    autoretry_for=_RETRY_ON,
-    retry_backoff=30,
-    retry_backoff_max=600,
-    max_retries=5,
+    **_MAIL_TASK,
 )
 def send_already_signed_up_task(*, email: str) -> None:
     """Tell the owner of a known address that someone tried to sign up with it."""

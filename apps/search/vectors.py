@@ -120,7 +120,7 @@ def nearest(*, tenant: Tenant, model: EmbeddingModel, vector: Any, chunks: Query
                     .values_list("message_id", "distance")[:rows_wanted]
                 )
             found = _by_message(rows, limit)
-            if len(found) == limit or (len(rows) < rows_wanted and not _filtered(chunks)):
+            if len(found) == limit:
                 return found
             if len(rows) < rows_wanted:
                 break  # the scan ended (every row in scope, or hnsw.max_scan_tuples): asking for more finds no more
@@ -149,7 +149,3 @@ def nearest(*, tenant: Tenant, model: EmbeddingModel, vector: Any, chunks: Query
         scoped.annotate(distance=distance).order_by("distance").values_list("message_id", "distance")[: counts[-1]]
     )
     return _by_message(rows, limit)
-
-
-def _filtered(chunks: QuerySet[Chunk]) -> bool:
-    return bool(chunks.query.where)
