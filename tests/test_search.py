@@ -21,7 +21,7 @@ from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.search.embedders import current_embedder
 from apps.search.indexing import enrich_pending, index_state
-from apps.search.models import Chunk, EmbeddingModel, SearchDocument
+from apps.search.models import Chunk, EmbeddingModel, EmbeddingState, SearchDocument
 from apps.search.vectors import has_index, index_name
 from apps.workspaces.models import Workspace
 from tests.callers import as_agent, as_person, call, refusal
@@ -187,9 +187,9 @@ def test_a_changed_message_waits_again_and_flags_do_not(alice: Person, boxes: di
     enrich_pending()
     message = Message.objects.for_tenant(alice.tenant).get(pk=boxes["alice"]["dentist"])
     call(as_person(alice), "mark_read", {"message_ids": [str(message.pk)]})
-    assert not SearchDocument.objects.for_tenant(alice.tenant).filter(embedded_with__isnull=True).exists()
+    assert not EmbeddingState.objects.for_tenant(alice.tenant).filter(model__isnull=True).exists()
     Message.objects.for_tenant(alice.tenant).filter(pk=message.pk).update(subject="Cancelled: dentist")
-    waiting = SearchDocument.objects.for_tenant(alice.tenant).filter(embedded_with__isnull=True)
+    waiting = EmbeddingState.objects.for_tenant(alice.tenant).filter(model__isnull=True)
     assert [str(pk) for pk in waiting.values_list("message_id", flat=True)] == [str(message.pk)]
     assert found(alice, "cancelled", mode="keyword") == [str(message.pk)]
     output = call(as_person(alice), "search", {"query": "cancelled dentist"})
@@ -354,6 +354,7 @@ def test_the_enricher_keeps_nothing_of_a_deleted_message(alice: Person, boxes: d
     Message.objects.for_tenant(alice.tenant).filter(pk=gone).delete()
     assert not Chunk.objects.for_tenant(alice.tenant).filter(message_id=gone).exists()
     assert not SearchDocument.objects.for_tenant(alice.tenant).filter(message_id=gone).exists()
+    assert not EmbeddingState.objects.for_tenant(alice.tenant).filter(message_id=gone).exists()
     assert gone not in found(alice, "plane late")
 
 

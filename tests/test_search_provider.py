@@ -29,7 +29,7 @@ from apps.mail.importing import import_mail
 from apps.operations.defs import search as search_operations
 from apps.search.embedders import EmbeddingsUnavailable, OpenAIEmbedder, current_embedder
 from apps.search.indexing import enrich_pending, index_state
-from apps.search.models import Chunk, EmbeddingModel, SearchDocument
+from apps.search.models import Chunk, EmbeddingModel, EmbeddingState
 from tests.callers import call, joined, refusal
 from tests.conftest import Person
 from tests.embeddings_server import EmbeddingsServer, embeddings_server
@@ -212,8 +212,8 @@ def test_the_enricher_embeds_through_the_provider_and_search_finds_mail_by_meani
     model = EmbeddingModel.objects.get(key=f"openai/{MODEL}/{DIMENSIONS}")
     assert model.dimensions == DIMENSIONS
     for box in boxes:
-        documents = SearchDocument.objects.for_tenant(box.person.tenant)
-        assert set(documents.values_list("embedded_with__key", flat=True)) == {model.key}
+        states = EmbeddingState.objects.for_tenant(box.person.tenant)
+        assert set(states.values_list("model__key", flat=True)) == {model.key}
         assert set(Chunk.objects.for_tenant(box.person.tenant).values_list("model_id", flat=True)) == {model.pk}
 
     requests = server.received
@@ -322,9 +322,7 @@ def test_the_key_and_the_mail_never_reach_logs_errors_audit_events_or_a_repr(
         server.misbehave(mode)
         server.redirect_to = server.base_url + "/embeddings"
         # something waits, so the enricher calls the server
-        SearchDocument.objects.for_tenant(mine.person.tenant).filter(message_id=mine.ids["boiler"]).update(
-            embedded_with=None
-        )
+        EmbeddingState.objects.for_tenant(mine.person.tenant).filter(message_id=mine.ids["boiler"]).update(model=None)
         with pytest.raises(EmbeddingsUnavailable) as failed:
             enrich_pending()
         errors.append(failed.value)

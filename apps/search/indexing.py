@@ -1,8 +1,8 @@
 """The enricher: embeds waiting messages in batches, with the model the settings name.
 
-A message waits when its document is new or its words changed (the triggers of migration 0002 unset
-`embedded_with`), or when rebuild_search_index asked for it after a model change. A batch is one transaction:
-its documents are taken FOR UPDATE SKIP LOCKED (so several workers share the work and a killed one loses
+A message waits when it is new or its words changed (the triggers of migrations 0002 and 0004 unset its
+EmbeddingState.model), or when rebuild_search_index asked for it after a model change. A batch is one
+transaction: its states are taken FOR UPDATE SKIP LOCKED (so several workers share the work and a killed one loses
 nothing: its batch waits again), embedded in one call to the model, their chunks replaced, and marked as
 embedded with the model. Chunks of the model before stay until a message's new ones replace them, so search
 finds every message by meaning while a tenant is re-embedded.
@@ -27,7 +27,7 @@ from apps.mail.bulk import copy_rows
 from apps.mail.models import Attachment
 from apps.search.chunks import chunks
 from apps.search.embedders import Embedder, current_embedder
-from apps.search.models import Chunk, EmbeddingModel, SearchDocument
+from apps.search.models import Chunk, EmbeddingModel, EmbeddingState
 from apps.search.vectors import build_indexes
 from apps.workspaces.models import Tenant
 
@@ -84,8 +84,8 @@ def enrich_batch(
             # need not wait for the disk (a flush a batch was a twentieth of the enricher's time)
             cursor.execute("SET LOCAL synchronous_commit = off")
         batch = list(
-            SearchDocument.objects.unscoped()
-            .filter(embedded_with__isnull=True)
+            EmbeddingState.objects.unscoped()
+            .filter(model__isnull=True)
             .select_for_update(skip_locked=True, of=("self",))
             .values_list("message_id", "tenant_id", "message__subject", "message__text_body")[:size]
         )
@@ -103,7 +103,7 @@ def enrich_batch(
                 for (pk, ordinal, _), vector in zip(flat, vectors, strict=True)
             ]
         )
-        SearchDocument.objects.unscoped().filter(message_id__in=list(tenant_of)).update(embedded_with=model)
+        EmbeddingState.objects.unscoped().filter(message_id__in=list(tenant_of)).update(model=model)
     return len(batch)
 
 
@@ -112,11 +112,11 @@ def drop_replaced(model: EmbeddingModel) -> int:
     others = list(EmbeddingModel.objects.exclude(pk=model.pk).values_list("pk", flat=True))
     if not others:  # the usual case: one model, nothing to look for
         return 0
-    waiting = SearchDocument.objects.unscoped().filter(embedded_with__isnull=True, tenant_id=OuterRef("tenant_id"))
+    waiting = EmbeddingState.objects.unscoped().filter(model__isnull=True, tenant_id=OuterRef("tenant_id"))
     deleted, _ = (
         Chunk.objects.unscoped()
         .filter(model_id__in=others)
-        .filter(~Exists(waiting), message__search_document__embedded_with=model)
+        .filter(~Exists(waiting), message__embedding_state__model=model)
         .delete()
     )
     return deleted
@@ -158,12 +158,7 @@ def enrich_pending(
 def rebuild(*, tenant: Tenant) -> int:
     """Ask for this tenant's messages embedded by another model than the current one; returns how many."""
     model = model_of(current_embedder())
-    return (
-        SearchDocument.objects.for_tenant(tenant)
-        .filter(embedded_with__isnull=False)
-        .exclude(embedded_with=model)
-        .update(embedded_with=None)
-    )
+    return EmbeddingState.objects.for_tenant(tenant).filter(model__isnull=False).exclude(model=model).update(model=None)
 
 
 @dataclass(frozen=True)
@@ -179,13 +174,13 @@ class IndexState:
 def index_state(*, tenant: Tenant, accounts: Any = None) -> IndexState:
     """How much of this tenant's mail (or of `accounts`' mail) search holds by meaning, and what waits."""
     model = model_of(current_embedder())
-    documents = SearchDocument.objects.for_tenant(tenant)
+    states = EmbeddingState.objects.for_tenant(tenant)
     if accounts is not None:
-        documents = documents.filter(message__account__in=accounts)
-    counts = documents.aggregate(
+        states = states.filter(message__account__in=accounts)
+    counts = states.aggregate(
         total=Count("pk"),
-        waiting=Count("pk", filter=Q(embedded_with__isnull=True)),
-        current=Count("pk", filter=Q(embedded_with=model)),
+        waiting=Count("pk", filter=Q(model__isnull=True)),
+        current=Count("pk", filter=Q(model=model)),
     )
     waiting = counts["waiting"]
     return IndexState(
@@ -199,4 +194,4 @@ def index_state(*, tenant: Tenant, accounts: Any = None) -> IndexState:
 
 def anything_waits(*, tenant: Tenant) -> bool:
     """Whether any of this tenant's messages waits for the enricher (the partial index makes this cheap)."""
-    return SearchDocument.objects.for_tenant(tenant).filter(embedded_with__isnull=True).exists()
+    return EmbeddingState.objects.for_tenant(tenant).filter(model__isnull=True).exists()
