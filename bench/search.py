@@ -441,7 +441,13 @@ def bare_model(batches: list[list[str]]) -> float:
 class Branches:
     keyword: tuple[str, Any]
     vector: list[tuple[str, Any]]  # the nearest-chunk queries it ran (one, unless the first fell short)
-    settings: list[tuple[str, Any]]  # set_config('hnsw.*', ..., true) before an index's
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the vector branch used the tenant's HNSW index (its queries order by the cast it is built on;
+        the scan's settings are the connection's, apps.search.vectors.session_settings, so the bare statements
+        run with them too)."""
+        return any("::halfvec(" in sql for sql, _ in self.vector)
 
 
 def captured(run: Callable[[], Any]) -> tuple[Any, Branches]:
@@ -458,15 +464,8 @@ def captured(run: Callable[[], Any]) -> tuple[Any, Branches]:
         result = run()
     keyword = [s for s in statements if "ts_rank_cd" in s[0] and "search_searchdocument" in s[0]]
     vector = [s for s in statements if "<=>" in s[0]]
-    sets = [s for s in statements if "set_config('hnsw." in s[0]][:1]
     assert len(keyword) == 1 and vector, [s[0][:80] for s in statements]
-    return result, Branches(keyword[0], vector, sets)
-
-
-def _set_session(cursor: Any, sets: list[tuple[str, Any]]) -> None:
-    """The settings an index's query runs with, for the session (is_local false) rather than a transaction."""
-    for sql, params in sets:
-        cursor.execute(sql.replace(", true)", ", false)"), params)
+    return result, Branches(keyword[0], vector)
 
 
 def bare(sql: str, params: Any) -> float:
@@ -494,7 +493,6 @@ class Timing:
 
 
 def time_query(caller: Any, tenant_id: str, label: str, text: str, samples: int) -> Timing:
-    from django.db import connection
 
     from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
@@ -507,10 +505,8 @@ def time_query(caller: Any, tenant_id: str, label: str, text: str, samples: int)
     for _ in range(2):  # warm: caches, the plan, the pages
         call()
     result, branches = captured(call)
-    with connection.cursor() as cursor:
-        _set_session(cursor, branches.settings)
     timing = Timing(label, text, matches(tenant_id, text), len(result.output["hits"]), [], [], [], "")
-    timing.vector_path = "hnsw index" if branches.settings else "exact"
+    timing.vector_path = "hnsw index" if branches.indexed else "exact"
     if len(branches.vector) > 1:
         timing.vector_path += f", {len(branches.vector)} queries"
     for _ in range(samples):  # interleaved, so drift hits all three alike
@@ -519,9 +515,6 @@ def time_query(caller: Any, tenant_id: str, label: str, text: str, samples: int)
         timing.dispatch.append(time.perf_counter() - began)
         timing.keyword.append(bare(*branches.keyword))
         timing.vector.append(sum(bare(sql, params) for sql, params in branches.vector))
-    with connection.cursor() as cursor:
-        cursor.execute("RESET hnsw.iterative_scan")
-        cursor.execute("RESET hnsw.ef_search")
     return timing
 
 
@@ -538,13 +531,11 @@ def matches(tenant_id: str, text: str) -> int:
         return int(cursor.fetchone()[0])
 
 
-def explain(sql: str, params: Any, sets: list[tuple[str, Any]] = ()) -> list[str]:  # type: ignore[assignment]
+def explain(sql: str, params: Any) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of one statement, cut to its plan nodes, index conditions and totals."""
-    from django.db import connection, transaction
+    from django.db import connection
 
-    with transaction.atomic(), connection.cursor() as cursor:
-        for set_sql, set_params in sets:
-            cursor.execute(set_sql, set_params)
+    with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
         lines = [row[0] for row in cursor.fetchall()]
     kept = []
@@ -696,7 +687,7 @@ def main() -> None:
     print("\n".join(explain(*branches.keyword)))
     print("vector branch")
     for sql, params in branches.vector:
-        print("\n".join(explain(sql, params, branches.settings)))
+        print("\n".join(explain(sql, params)))
 
     account = world["accounts"]["big"]["work"]
     q = queries[4]  # words with a meaning, so both sides fill the page
@@ -723,13 +714,10 @@ def main() -> None:
     print(f"dispatch p50 {statistics.median(calls) * 1000:.1f} ms; vector branch: {len(branches.vector)} queries")
     for sql, params in branches.vector:
         with connection.cursor() as cursor:
-            _set_session(cursor, branches.settings)
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-            cursor.execute("RESET hnsw.iterative_scan")
-            cursor.execute("RESET hnsw.ef_search")
         print(f"vector query: {len(rows)} chunks of {len({r[0] for r in rows})} messages")
-        print("\n".join(explain(sql, params, branches.settings)))
+        print("\n".join(explain(sql, params)))
 
 
 if __name__ == "__main__":

@@ -223,6 +223,19 @@ def test_filters_narrow_both_sides(alice: Person, boxes: dict[str, dict[str, str
     assert keys(after="2026-10-02", before="2026-10-04") == {"parcel", "invoice"}
     account = call(me, "list_accounts")["accounts"][0]["id"]
     assert "zurich" in keys(account_id=account, folder="inbox")
+    # a label narrows both sides, and each hit carries its labels (sorted by name)
+    labels = [call(me, "create_label", {"account_id": account, "name": name})["label"]["id"] for name in ("b", "a")]
+    call(me, "add_labels", {"message_ids": [mine["invoice"], mine["parcel"]], "label_ids": [labels[0]]})
+    call(me, "add_labels", {"message_ids": [mine["invoice"]], "label_ids": [labels[1]]})
+    assert keys(label_id=labels[0]) == {"invoice", "parcel"} and keys(label_id=labels[1]) == {"invoice"}
+    for mode in ("hybrid", "keyword", "semantic"):
+        shown = {
+            hit["message"]["id"]: hit["message"]["label_ids"]
+            for hit in call(me, "search", {"query": everything, "mode": mode, "limit": 50, "label_id": labels[0]})[
+                "hits"
+            ]
+        }
+        assert shown[mine["invoice"]] == [labels[1], labels[0]] and shown[mine["parcel"]] == [labels[0]], mode
 
     error = refusal(me, "search", {"query": "x", "tz": "Mars/Olympus_Mons"})
     assert (error.code, error.field) == ("INVALID_INPUT", "tz") and "Olympus" not in error.message

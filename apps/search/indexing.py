@@ -190,8 +190,3 @@ def index_state(*, tenant: Tenant, accounts: Any = None) -> IndexState:
         other_model=counts["total"] - waiting - counts["current"],
         model=model.key,
     )
-
-
-def anything_waits(*, tenant: Tenant) -> bool:
-    """Whether any of this tenant's messages waits for the enricher (the partial index makes this cheap)."""
-    return EmbeddingState.objects.for_tenant(tenant).filter(model__isnull=True).exists()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, QuerySet
 from django.db.models.functions import Cast
 from pgvector import HalfVector
@@ -28,8 +28,20 @@ from apps.workspaces.models import Tenant
 log = logging.getLogger("oaken.search")
 
 
-def index_name(tenant_id: Any, model: EmbeddingModel) -> str:
-    return f"search_chunk_hnsw_{str(tenant_id).replace('-', '')}_{model.pk}"
+def index_name(tenant_id: Any, model: EmbeddingModel | None) -> str:
+    """The name of a tenant's HNSW index for a model (without a model: the part before the model's id)."""
+    return f"search_chunk_hnsw_{str(tenant_id).replace('-', '')}_{model.pk if model is not None else ''}"
+
+
+def session_settings(*, sender: Any, connection: Any, **kwargs: Any) -> None:
+    """How HNSW scans run, set once a connection (connection_created) rather than once a search, which cost a
+    statement and a round trip a search: iterative scans (relaxed order: re-sorted here) so a filtered query
+    still fills its page, and the candidate list of SEARCH_HNSW_EF_SEARCH. Only HNSW scans read them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
+            [str(settings.OPERATIONS["SEARCH_HNSW_EF_SEARCH"])],
+        )
 
 
 def has_index(tenant: Tenant, model: EmbeddingModel) -> bool:
@@ -97,28 +109,23 @@ def _row_counts(limit: int) -> list[int]:
     return sorted({min(limit + limit // 2, limit * per_message), limit * per_message})
 
 
-def nearest(*, tenant: Tenant, model: EmbeddingModel, vector: Any, chunks: QuerySet[Chunk], limit: int) -> list[Near]:
-    """The `limit` messages nearest to vector among `chunks` (this tenant's, already filtered)."""
+def nearest(
+    *, tenant: Tenant, model: EmbeddingModel, indexed: bool, vector: Any, chunks: QuerySet[Chunk], limit: int
+) -> list[Near]:
+    """The `limit` messages nearest to vector among `chunks` (this tenant's, already filtered); `indexed`: the
+    tenant has its HNSW index for the model (has_index)."""
     query = HalfVector(list(map(float, vector)))
     scoped = chunks.filter(tenant=tenant, model=model)
     counts = _row_counts(limit)
-    if has_index(tenant, model):
+    if indexed:
+        # the scan's settings are the connection's (session_settings), not set a search
         cast = Cast("embedding", HalfVectorField(dimensions=model.dimensions))
         for rows_wanted in counts:
-            # the settings hold to the end of the transaction (a savepoint released keeps them too): inside the
-            # gate's, no savepoint of its own, which cost two round trips a search
-            with transaction.atomic(savepoint=False):
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                        "set_config('hnsw.ef_search', %s, true)",
-                        [str(settings.OPERATIONS["SEARCH_HNSW_EF_SEARCH"])],
-                    )
-                rows = list(
-                    scoped.annotate(distance=CosineDistance(cast, query))
-                    .order_by("distance")
-                    .values_list("message_id", "distance")[:rows_wanted]
-                )
+            rows = list(
+                scoped.annotate(distance=CosineDistance(cast, query))
+                .order_by("distance")
+                .values_list("message_id", "distance")[:rows_wanted]
+            )
             found = _by_message(rows, limit)
             if len(found) == limit:
                 return found
