@@ -6,8 +6,8 @@ import pytest
 from cryptography.fernet import Fernet
 from django.db import connection
 
-from apps.mail import credentials
-from apps.mail.credentials import CredentialsUnreadableError
+from apps.core import encryption as credentials
+from apps.core.encryption import CredentialsUnreadableError
 from apps.mail.models import MailAccount
 from tests.conftest import Person
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from imapclient import IMAPClient
 from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
-from apps.mail.credentials import CredentialsUnreadableError
+from apps.core.encryption import CredentialsUnreadableError
 from apps.mail.models import MailAccount
 
 SECURITY = ("ssl", "starttls", "none")

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.mail.credentials import EncryptedJSONField
+from apps.core.encryption import EncryptedJSONField
 from apps.workspaces.tenancy import TenantOwned
 
 

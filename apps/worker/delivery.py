@@ -31,9 +31,9 @@ from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
+from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
-from apps.mail.credentials import CredentialsUnreadableError
 from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_login
 from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime

@@ -6,8 +6,8 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
+import apps.core.encryption
 import apps.core.ids
-import apps.mail.credentials
 
 
 class Migration(migrations.Migration):
@@ -112,7 +112,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("email_address", models.CharField(blank=True, max_length=320)),
-                ("credentials", apps.mail.credentials.EncryptedJSONField(default=dict)),
+                ("credentials", apps.core.encryption.EncryptedJSONField(default=dict)),
                 ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
                 (
                     "tenant",

@@ -1,4 +1,4 @@
-"""Mailbox credentials, encrypted at rest with Fernet keys from settings (newest first)."""
+"""Values encrypted at rest (mailbox credentials, plugin settings) with Fernet keys from settings (newest first)."""
 
 from __future__ import annotations
 
