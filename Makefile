@@ -7,10 +7,12 @@ NODE_STAMP := node_modules/.installed
 
 .PHONY: serve test lint bench clean
 
-$(STAMP): pyproject.toml
+# the plugins shipped in this repository (plugins/*) are installed as a user's would be
+$(STAMP): pyproject.toml plugins/oaken-calendar/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e plugins/oaken-calendar
 	@touch $(STAMP)
 
 serve: $(STAMP)

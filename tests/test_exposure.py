@@ -13,7 +13,6 @@ from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.operations import plugins
 from apps.operations.exposure import offered_operations
 from apps.operations.models import ExposureSetting
 from apps.operations.registry import Callers, Ceiling, OpClass, operation, registry
@@ -38,7 +37,7 @@ class Empty(BaseModel):
 
 @pytest.fixture
 def extra_ops() -> Iterator[None]:
-    """A person-bound operation and a plugin's operation, for the duration of a test."""
+    """A person-bound operation, for the duration of a test (plugins' exposure: tests/test_plugins.py)."""
     operation(
         name="my_notifications",
         summary="t",
@@ -48,20 +47,8 @@ def extra_ops() -> Iterator[None]:
         ceiling=Ceiling.ON,
         person_bound=True,
     )(lambda ctx, data: Empty())
-    operation(
-        name="acme.lookup",
-        summary="t",
-        input=Empty,
-        output=Empty,
-        op_class=OpClass.READ,
-        ceiling=Ceiling.OFF,
-        plugin="acme",
-    )(lambda ctx, data: Empty())
-    plugins.set_plugin_health("acme", True)
     yield
     registry.remove("my_notifications")
-    registry.remove("acme.lookup")
-    plugins.set_plugin_health("acme", False)
 
 
 def test_an_admin_switches_an_operation_off_and_on_for_agents(alice: Person, mallory: Person) -> None:
@@ -148,14 +135,3 @@ def test_scopes_decide_which_tools_are_listed(alice: Person) -> None:
 def test_person_bound_operations_are_for_oauth_connections_only(alice: Person, extra_ops: None) -> None:
     assert "my_notifications" in _names(as_agent(alice, credential_kind="oauth"))
     assert "my_notifications" not in _names(as_agent(alice, credential_kind="apikey"))
-
-
-def test_plugin_operations_start_off_and_follow_the_plugin_switch(alice: Person, extra_ops: None) -> None:
-    assert "acme.lookup" not in _names(as_agent(alice))
-    _set(alice, "acme.lookup", "on")
-    assert "acme.lookup" in _names(as_agent(alice))
-    _set(alice, "plugin:acme", "off")
-    assert "acme.lookup" not in _names(as_agent(alice))
-    _set(alice, "plugin:acme", "on")
-    plugins.set_plugin_health("acme", False)  # an unhealthy plugin offers nothing
-    assert "acme.lookup" not in _names(as_agent(alice))

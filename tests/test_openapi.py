@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from jsonschema import Draft202012Validator
 
 from apps.operations.registry import Callers, Operation, registry
 from tests.conftest import Person

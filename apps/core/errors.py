@@ -29,6 +29,8 @@ HTTP_STATUS = {
     "IDEMPOTENCY_MISMATCH": 422,
     "RATE_LIMITED": 429,
     "INTERNAL_ERROR": 500,
+    # a plugin's process raised, crashed, answered wrongly or not in time (only the exception's type is told)
+    "PLUGIN_FAILED": 502,
     "SERVICE_UNAVAILABLE": 503,
 }
 

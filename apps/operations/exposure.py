@@ -27,8 +27,10 @@ def level_for(op: Operation, settings: dict[str, str]) -> str:
     """'never', 'off' or 'on': what an agent of this tenant meets for `op`."""
     if op.ceiling == Ceiling.NEVER:
         return "never"
-    if op.plugin is not None and settings.get(plugin_target(op.plugin)) == "off":
-        return "off"
+    if op.plugin is not None:
+        # a whole plugin switched off stays off; switched on, each of its operations is on unless set apart
+        whole = settings.get(plugin_target(op.plugin))
+        return "off" if whole == "off" else settings.get(op.name, whole or op.default_level)
     return settings.get(op.name, op.default_level)
 
 

@@ -110,6 +110,17 @@ OPERATIONS = {
     "SEARCH_EMBED_BATCH": _tunable("SEARCH_EMBED_BATCH", 64, minimum=1, maximum=2000),
     "SEARCH_CHUNK_CHARS": _tunable("SEARCH_CHUNK_CHARS", 1200, minimum=100, maximum=20_000),
     "SEARCH_CHUNKS_MAX": _tunable("SEARCH_CHUNKS_MAX", 8, minimum=1, maximum=100),
+    # plugins (docs/plugins.md): a call's timeout (the plugin's process is killed and replaced past it), the
+    # processes a plugin keeps per Oaken process, how often its health is checked, how many crashes in that
+    # time make it unhealthy, and what Oaken hands it and takes back: parts a call, bytes of one part's text,
+    # bytes of an answer
+    "PLUGIN_TIMEOUT_SECONDS": _tunable("PLUGIN_TIMEOUT_SECONDS", 5, minimum=1, maximum=300),
+    "PLUGIN_POOL_SIZE": _tunable("PLUGIN_POOL_SIZE", 2, minimum=1, maximum=32),
+    "PLUGIN_HEALTH_SECONDS": _tunable("PLUGIN_HEALTH_SECONDS", 60, minimum=1, maximum=86_400),
+    "PLUGIN_CRASHES_MAX": _tunable("PLUGIN_CRASHES_MAX", 3, minimum=1, maximum=100),
+    "PLUGIN_MAX_PARTS": _tunable("PLUGIN_MAX_PARTS", 200, minimum=1, maximum=5000),
+    "PLUGIN_PART_MAX_BYTES": _tunable("PLUGIN_PART_MAX_BYTES", 256 * 1024, minimum=1024, maximum=16 * 1024 * 1024),
+    "PLUGIN_ANSWER_MAX_BYTES": _tunable("PLUGIN_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1024),
 }
 
 # Pairs (smaller, larger) the start-up check holds in order: a default page within the largest page, a backoff

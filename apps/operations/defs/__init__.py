@@ -19,6 +19,7 @@ MODULES = (
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
     "apps.operations.defs.tenancy",
+    "apps.operations.defs.plugins",
 )
 
 

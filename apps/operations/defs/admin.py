@@ -62,7 +62,8 @@ def _exposed(ctx: Context, data: ExposureIn) -> Operation | None:
 def _current(ctx: Context, data: ExposureIn) -> str:
     settings = tenant_settings(ctx.tenant)
     op: Operation | None = ctx.targets
-    return level_for(op, settings) if op is not None else settings.get(data.operation, "on")
+    # a whole plugin starts off, like each of its operations
+    return level_for(op, settings) if op is not None else settings.get(data.operation, "off")
 
 
 def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:

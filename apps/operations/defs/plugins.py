@@ -1,0 +1,224 @@
+"""Plugins as a tenant's admin sees them: health, operations, settings (SPEC §17, docs/plugins.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, Field
+
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.mail.models import Attachment, MailAccount, Message
+from apps.mail.selectors import Reach, access_account_by_id, access_message_by_id
+from apps.operations.context import Context
+from apps.operations.defs.shapes import Closed, Empty
+from apps.operations.exposure import level_for, tenant_settings
+from apps.operations.models import PluginSettings
+from apps.operations.plugins import (
+    MASK,
+    SECRET_FORMAT,
+    MailReaders,
+    Runtime,
+    first_error,
+    provide_mail_readers,
+    runtime,
+    runtimes,
+    settings_of,
+)
+from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
+
+# ---------------------------------------------------------------- what a plugin's call reads
+
+
+def _targets(ctx: Context, data: BaseModel) -> Message | MailAccount | None:
+    """The message or account the input names, in the caller's reach (a restricted agent names an account)."""
+    reach = Reach(ctx.tenant, ctx.workspaces)
+    values = data.model_dump()
+    if values.get("message_id"):
+        return access_message_by_id(str(values["message_id"]), reach=reach)
+    if values.get("account_id"):
+        return access_account_by_id(str(values["account_id"]), reach=reach)
+    reach.require_account(None)
+    return None
+
+
+def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The parts of the declared types: of the message named, else of the account's newest messages."""
+    found = ctx.targets
+    if not reads or not isinstance(found, Message | MailAccount):
+        return []
+    bounds = settings.OPERATIONS
+    rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=reads)
+    rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
+    limit = data.model_dump().get("limit")
+    most = bounds["PLUGIN_MAX_PARTS"]
+    if isinstance(limit, int) and limit > 0:
+        most = min(limit, most)
+    cut = bounds["PLUGIN_PART_MAX_BYTES"]
+    parts = []
+    for row in rows.select_related("message").order_by("-message__date", "-message_id", "id")[:most]:
+        message = row.message
+        parts.append(
+            {
+                "message_id": str(message.pk),
+                "account_id": str(message.account_id),
+                "subject": message.subject,
+                "sender": message.sender_address,
+                "date": message.date.isoformat() if message.date else None,
+                "filename": row.filename,
+                "content_type": row.content_type,
+                "text": bytes(row.content[:cut]).decode("utf-8", errors="replace"),
+            }
+        )
+    return parts
+
+
+provide_mail_readers(MailReaders(targets=_targets, parts=_parts))
+
+
+# ---------------------------------------------------------------- list_plugins, set_plugin_settings
+
+
+def secret_fields(schema: dict[str, Any]) -> set[str]:
+    """The settings never shown back: SecretStr fields (JSON Schema format "password")."""
+    return {
+        name
+        for name, spec in schema.get("properties", {}).items()
+        if isinstance(spec, dict)
+        and (
+            spec.get("format") == SECRET_FORMAT or any(o.get("format") == SECRET_FORMAT for o in spec.get("anyOf", []))
+        )
+    }
+
+
+def masked(values: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    secret = secret_fields(schema)
+    return {key: (MASK if key in secret and value else value) for key, value in values.items()}
+
+
+class PluginOperationOut(Closed):
+    name: str
+    summary: str
+    op_class: str
+    exposure: str = Field(description="what this tenant's agents meet: on, off")
+
+
+class PluginOut(Closed):
+    name: str
+    version: str
+    healthy: bool
+    operations: list[PluginOperationOut]
+    settings_schema: dict[str, Any] = Field(description="JSON Schema of the plugin's settings")
+    settings: dict[str, Any] = Field(description="this tenant's settings; secrets shown as ********")
+
+
+class PluginsOut(Closed):
+    plugins: list[PluginOut]
+
+
+@operation(
+    name="list_plugins",
+    summary="The installed plugins: health, version, operations, settings schema and this tenant's settings.",
+    input=Empty,
+    output=PluginsOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    callers=Callers.PERSONS,
+)
+def list_plugins(ctx: Context, data: Empty) -> PluginsOut:
+    exposure = tenant_settings(ctx.tenant)
+    listed = []
+    for found in runtimes():
+        operations = [
+            PluginOperationOut(
+                name=op.name, summary=op.summary, op_class=op.op_class.value, exposure=level_for(op, exposure)
+            )
+            for op in registry
+            if op.plugin == found.name
+        ]
+        listed.append(
+            PluginOut(
+                name=found.name,
+                version=found.version,
+                healthy=found.healthy(),
+                operations=operations,
+                settings_schema=found.settings_schema,
+                settings=masked(settings_of(ctx.tenant, found.name), found.settings_schema),
+            )
+        )
+    return PluginsOut(plugins=listed)
+
+
+class PluginSettingsIn(Closed):
+    plugin: str = Field(min_length=1, max_length=40)
+    settings: dict[str, Any] = Field(description="the plugin's settings; a secret sent as ******** keeps its value")
+
+
+class PluginSettingsOut(Closed):
+    plugin: str
+    changed: list[str] = Field(description="the names of the settings that changed")
+    settings: dict[str, Any]
+
+
+def _plugin(ctx: Context, data: PluginSettingsIn) -> Runtime:
+    found = runtime(data.plugin)
+    if found is None:
+        raise OakenError.not_found("plugin")
+    return found
+
+
+def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[str]]:
+    """The settings as they will be stored (a masked secret keeps its value), checked against the plugin's
+    schema, and the names of those that change."""
+    found: Runtime = ctx.targets
+    stored = settings_of(ctx.tenant, found.name)
+    secret = secret_fields(found.settings_schema)
+    merged = {
+        key: (stored.get(key) if key in secret and value == MASK else value) for key, value in data.settings.items()
+    }
+    error = first_error(Draft202012Validator(found.settings_schema), merged)
+    if error is not None:
+        where = ".".join(str(part) for part in ("settings", *error["loc"]) if part is not None)
+        kind = error["type"]
+        message = (
+            "is required"
+            if kind == "missing"
+            else "is not a setting of this plugin"
+            if kind == "extra_forbidden"
+            else str(kind.message_template)
+        )
+        raise OakenError.invalid(where, message)
+    changed = sorted(key for key in set(stored) | set(merged) if stored.get(key) != merged.get(key))
+    return merged, changed
+
+
+def _settings_preview(ctx: Context, data: PluginSettingsIn) -> Preview:
+    _, changed = _merged(ctx, data)
+    return Preview(tuple(Change(f"{data.plugin}.{name}") for name in changed))
+
+
+@operation(
+    name="set_plugin_settings",
+    summary="Set this tenant's settings for a plugin, checked against the plugin's settings schema.",
+    input=PluginSettingsIn,
+    output=PluginSettingsOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_settings_preview,
+    confirm=ALWAYS,
+    targets=_plugin,
+    callers=Callers.PERSONS,
+)
+def set_plugin_settings(ctx: Context, data: PluginSettingsIn) -> PluginSettingsOut:
+    found: Runtime = ctx.targets
+    merged, changed = _merged(ctx, data)
+    PluginSettings.objects.for_tenant(ctx.tenant).update_or_create(
+        tenant=ctx.tenant, plugin=found.name, defaults={"values": merged, "updated_at": ctx.now}
+    )
+    for name in changed:  # the audit names the settings, never their values
+        ctx.touch(f"{found.name}.{name}")
+    return PluginSettingsOut(plugin=found.name, changed=changed, settings=masked(merged, found.settings_schema))

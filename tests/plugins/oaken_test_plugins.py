@@ -1,0 +1,167 @@
+"""Plugins the tests install for themselves (tests/test_plugins.py): each tries what a plugin must not do."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from oaken_plugin import Closed, MailText, Plugin, Service
+
+# ---------------------------------------------------------------- probe: what can a plugin reach?
+
+probe = Plugin(name="probe", version="0.1")
+
+
+class ProbeIn(Closed):
+    socket_path: str = Field(default="", max_length=500, description="a PostgreSQL socket to try")
+    secret_file: str = Field(default="", max_length=500, description="a file of Oaken's to try to read")
+
+
+class ProbeOut(Closed):
+    tried: dict[str, str]
+    environment: list[str]
+
+
+def _attempt(what: object) -> str:
+    try:
+        result = what() if callable(what) else what
+    except BaseException as exc:
+        return type(exc).__name__
+    return f"worked: {str(result)[:40]}"
+
+
+@probe.operation(name="reach", summary="Try to reach Oaken's data.", input=ProbeIn, output=ProbeOut)
+def reach(service: Service, data: ProbeIn) -> ProbeOut:
+    def database() -> object:
+        import django.db  # noqa: F401
+
+        return "imported django.db"
+
+    def connect() -> object:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(data.socket_path)
+        return "connected"
+
+    def tcp() -> object:
+        return socket.create_connection(("127.0.0.1", 5432), timeout=1)
+
+    def parent_environment() -> object:
+        return Path(f"/proc/{os.getppid()}/environ").read_bytes()
+
+    def spawn() -> object:
+        import subprocess
+
+        return subprocess.run(["/bin/true"], check=False)
+
+    def write() -> object:
+        return Path("/tmp/oaken-plugin-wrote-here").write_text("x")
+
+    tried = {
+        "import django.db": _attempt(database),
+        "import psycopg": _attempt(lambda: __import__("psycopg")),
+        "postgres socket": _attempt(connect),
+        "tcp": _attempt(tcp),
+        "secret file": _attempt(lambda: Path(data.secret_file).read_bytes()),
+        "parent environment": _attempt(parent_environment),
+        "subprocess": _attempt(spawn),
+        "write a file": _attempt(write),
+        "DATABASE_URL": str(os.environ.get("DATABASE_URL")),
+    }
+    return ProbeOut(tried=tried, environment=sorted(os.environ))
+
+
+# ---------------------------------------------------------------- raiser, sleeper, sick
+
+raiser = Plugin(name="raiser", version="0.1")
+
+
+class Empty(Closed):
+    seconds: float = Field(default=0, ge=0, le=60)
+
+
+class Said(Closed):
+    said: MailText
+
+
+@raiser.operation(name="boom", summary="Raise with mail in the message.", input=Empty, output=Said)
+def boom(service: Service, data: Empty) -> Said:
+    raise ValueError("Dear Alice, the secret merger closes Friday")
+
+
+sleeper = Plugin(name="sleeper", version="0.1")
+
+
+@sleeper.operation(name="nap", summary="Sleep, then answer.", input=Empty, output=Said)
+def nap(service: Service, data: Empty) -> Said:
+    time.sleep(data.seconds)
+    return Said(said=f"slept {data.seconds:g} s in process {os.getpid()}")
+
+
+@sleeper.operation(name="die", summary="End the process.", input=Empty, output=Said)
+def die(service: Service, data: Empty) -> Said:
+    sys.stdout.flush()
+    os._exit(1)
+
+
+_SICK_FLAG = Path(__file__).with_name("sick.flag")
+
+
+def _sick_health() -> bool:
+    return not _SICK_FLAG.exists()
+
+
+sick = Plugin(name="sick", version="0.1", health=_sick_health)
+
+
+@sick.operation(name="hello", summary="Say hello.", input=Empty, output=Said)
+def hello(service: Service, data: Empty) -> Said:
+    return Said(said="hello")
+
+
+# ---------------------------------------------------------------- broken: breaks registry rules
+
+
+class Open(Closed):
+    model_config = ConfigDict(extra="allow")
+
+
+open_input = Plugin(name="open_input", version="0.1")
+
+
+@open_input.operation(name="anything", summary="Takes any field.", input=Open, output=Said)
+def anything(service: Service, data: Open) -> Said:
+    return Said(said="")
+
+
+unpreviewed = Plugin(name="unpreviewed", version="0.1")
+
+
+@unpreviewed.operation(
+    name="change", summary="A mutation with no preview.", input=Empty, output=Said, op_class="mutate"
+)
+def change(service: Service, data: Empty) -> Said:
+    return Said(said="")
+
+
+misnamed = Plugin(name="other_name", version="0.1")
+
+# ---------------------------------------------------------------- settings
+
+
+class KeySettings(Closed):
+    api_key: str = Field(default="", json_schema_extra={"format": "password", "writeOnly": True})
+    region: str = Field(default="eu", pattern="^(eu|us)$")
+
+
+keyed = Plugin(name="keyed", version="0.1", settings=KeySettings)
+
+
+@keyed.operation(name="whoami", summary="Which region it is set for.", input=Empty, output=Said)
+def whoami(service: Service, data: Empty) -> Said:
+    settings = KeySettings.model_validate(service.settings.model_dump())
+    return Said(said=f"{settings.region} {'with' if settings.api_key else 'without'} a key")

@@ -1,0 +1,456 @@
+"""Plugins (SPEC §17): operations from installed packages, run in processes that hold nothing of Oaken's.
+
+The test plugins (tests/plugins/oaken_test_plugins.py) are installed for a test by naming their entry points;
+the calendar plugin (plugins/oaken-calendar) is installed by the project's own set-up, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from email.message import EmailMessage
+from importlib.metadata import EntryPoint
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.conf import settings
+
+from apps.audit.models import AuditEvent
+from apps.core.kinds import Door
+from apps.gate.dispatch import dispatch
+from apps.mail.importing import import_mail
+from apps.mail.models import Message
+from apps.operations import plugins
+from apps.operations.exposure import offered_operations
+from tests.callers import as_agent, as_person, call, joined, refusal
+from tests.conftest import Person
+from tests.mailfactory import write_mbox
+
+PLUGINS_DIR = Path(__file__).parent / "plugins"
+TEST_PLUGINS = ("probe", "raiser", "sleeper", "sick", "keyed")
+
+
+def entry(name: str, attribute: str | None = None) -> EntryPoint:
+    return EntryPoint(name=name, value=f"oaken_test_plugins:{attribute or name}", group=plugins.ENTRY_POINT_GROUP)
+
+
+@pytest.fixture
+def bounds(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """settings.OPERATIONS, changeable for one test."""
+    changed = dict(settings.OPERATIONS)
+    monkeypatch.setattr(settings, "OPERATIONS", changed)
+    return changed
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    monkeypatch.syspath_prepend(str(PLUGINS_DIR))
+    (PLUGINS_DIR / "sick.flag").unlink(missing_ok=True)
+    loaded = plugins.load_plugins([entry(name) for name in TEST_PLUGINS])
+    yield loaded
+    for name in TEST_PLUGINS:
+        plugins.unload_plugin(name)
+    (PLUGINS_DIR / "sick.flag").unlink(missing_ok=True)
+
+
+def expose(p: Person, target: str, level: str = "on") -> None:
+    dispatch(as_person(p), Door.UI, "set_operation_exposure", {"operation": target, "level": level}, confirm=True)
+
+
+def offered(caller: Any) -> set[str]:
+    return {op.name for op in offered_operations(caller)}
+
+
+# ---------------------------------------------------------------- isolation
+
+
+def test_a_plugin_gets_nothing_to_work_with(alice: Person, installed: list[str]) -> None:
+    assert installed == list(TEST_PLUGINS)
+    database = urlsplit(os.environ["DATABASE_URL"])
+    host = parse_qs(database.query).get("host", [database.hostname or ""])[0]
+    socket_path = str(Path(host) / f".s.PGSQL.{database.port or 5432}")
+    secret = Path(settings.BASE_DIR) / "var" / "secrets" / "encryption-key"
+    secret_file = str(secret) if secret.exists() else str(Path(os.environ.get("OAKEN_DATA_DIR", "var")) / "secrets")
+    tried = call(as_person(alice), "probe.reach", {"socket_path": socket_path, "secret_file": secret_file})["tried"]
+    assert tried == {
+        "import django.db": "ImportError",
+        "import psycopg": "ImportError",
+        "postgres socket": "PermissionError",
+        "tcp": "PermissionError",
+        "secret file": "PermissionError",
+        "parent environment": "PermissionError",
+        "subprocess": "PermissionError",
+        "write a file": "PermissionError",
+        "DATABASE_URL": "None",
+    }
+    environment = call(as_person(alice), "probe.reach", {})["environment"]
+    assert not [name for name in environment if name.startswith(("DATABASE", "REDIS", "DJANGO", "OAKEN", "CELERY"))]
+    assert not Path("/tmp/oaken-plugin-wrote-here").exists()
+
+
+def test_an_exception_is_reported_by_its_type_only(alice: Person, mallory: Person, installed: list[str]) -> None:
+    error = refusal(as_person(alice), "raiser.boom", {})
+    assert error.code == "PLUGIN_FAILED" and "ValueError" in error.message
+    assert "merger" not in error.message and "Alice" not in error.message
+    event = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="raiser.boom").get()
+    assert event.outcome != "ok" and "merger" not in str(event.__dict__)
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="raiser.boom").exists()
+
+
+def test_a_slow_call_is_cut_at_its_timeout_and_the_next_call_works(
+    alice: Person, installed: list[str], bounds: dict[str, int]
+) -> None:
+    bounds["PLUGIN_TIMEOUT_SECONDS"] = 1
+    me = as_person(alice)
+    first = call(me, "sleeper.nap", {"seconds": 0})["said"]
+    started = time.monotonic()
+    error = refusal(me, "sleeper.nap", {"seconds": 30})
+    assert error.code == "PLUGIN_FAILED" and "did not answer within 1 s" in error.message
+    assert time.monotonic() - started < 10  # cut, not waited for
+    after = call(me, "sleeper.nap", {"seconds": 0})["said"]
+    # the process that overran (the one the first call had used) was killed: the next call ran in another one
+    assert after.startswith("slept 0 s") and after.split()[-1] != first.split()[-1]
+
+
+def test_a_plugin_whose_processes_keep_crashing_offers_nothing(
+    alice: Person, installed: list[str], bounds: dict[str, int]
+) -> None:
+    bounds["PLUGIN_CRASHES_MAX"] = 2
+    expose(alice, "plugin:sleeper")
+    agent = as_agent(alice)
+    assert "sleeper.nap" in offered(agent)
+    for _ in range(2):
+        assert refusal(as_person(alice), "sleeper.die", {}).code == "PLUGIN_FAILED"
+    assert "sleeper.nap" not in offered(agent)
+    assert refusal(as_person(alice), "sleeper.nap", {}).code == "NOT_AVAILABLE"
+
+
+def test_a_failing_health_check_hides_the_plugin_until_it_passes(
+    alice: Person, installed: list[str], bounds: dict[str, int]
+) -> None:
+    expose(alice, "sick.hello")
+    agent = as_agent(alice)
+    assert "sick.hello" in offered(agent)
+    assert call(agent, "sick.hello", {}) == {"said": "hello"}
+    bounds["PLUGIN_HEALTH_SECONDS"] = 1
+    (PLUGINS_DIR / "sick.flag").write_text("")
+    time.sleep(1.1)
+    assert "sick.hello" not in offered(agent)
+    assert refusal(agent, "sick.hello", {}).code == "NOT_AVAILABLE"
+    assert refusal(as_person(alice), "sick.hello", {}).code == "NOT_AVAILABLE"
+    (PLUGINS_DIR / "sick.flag").unlink()
+    time.sleep(1.1)
+    assert call(agent, "sick.hello", {}) == {"said": "hello"}
+
+
+def test_a_plugin_breaking_a_registry_rule_is_refused_and_the_rest_loads(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.syspath_prepend(str(PLUGINS_DIR))
+    bad = [entry("open_input"), entry("unpreviewed"), entry("misnamed"), entry("missing", "not_there")]
+    with caplog.at_level(logging.ERROR, logger="oaken.plugins"):
+        loaded = plugins.load_plugins([*bad, entry("sick")])
+    try:
+        assert loaded == ["sick"]
+        assert not [op for op in plugins.registry if op.plugin in {"open_input", "unpreviewed", "misnamed", "missing"}]
+        lines = [r.getMessage() for r in caplog.records]
+        assert any("open_input refused" in line and "extra fields" in line for line in lines)
+        assert any("unpreviewed refused" in line and "preview" in line for line in lines)
+        assert any("misnamed refused" in line for line in lines)
+        assert any("missing refused" in line for line in lines)
+    finally:
+        plugins.unload_plugin("sick")
+
+
+# ---------------------------------------------------------------- gate, exposure, settings
+
+
+def test_plugin_operations_start_off_and_an_admins_switch_is_audited(
+    alice: Person, mallory: Person, installed: list[str]
+) -> None:
+    agent = as_agent(alice)
+    assert "sick.hello" not in offered(agent)
+    assert refusal(agent, "sick.hello", {}).code == "NOT_AVAILABLE"
+    member = joined(alice, "member@example.test")
+    error = refusal(as_person(member), "set_operation_exposure", {"operation": "plugin:sick", "level": "on"})
+    assert error.code == "FORBIDDEN"
+    expose(alice, "plugin:sick")
+    assert "sick.hello" in offered(agent)
+    assert "sick.hello" not in offered(as_agent(mallory))
+    expose(alice, "sick.hello", "off")  # one operation set apart from its plugin
+    assert "sick.hello" not in offered(agent)
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="set_operation_exposure")
+    assert events.filter(outcome="ok").count() == 2
+
+
+def test_settings_are_validated_kept_per_tenant_and_never_shown_with_secrets(
+    alice: Person, mallory: Person, installed: list[str]
+) -> None:
+    me = as_person(alice)
+
+    def set_settings(p: Person, values: dict[str, Any]) -> dict[str, Any]:
+        return dispatch(
+            as_person(p), Door.UI, "set_plugin_settings", {"plugin": "keyed", "settings": values}, confirm=True
+        ).output
+
+    error = refusal(me, "set_plugin_settings", {"plugin": "keyed", "settings": {"region": "mars"}}, confirm=True)
+    assert (error.code, error.field) == ("INVALID_INPUT", "settings.region") and "mars" not in error.message
+    error = refusal(me, "set_plugin_settings", {"plugin": "keyed", "settings": {"colour": "red"}}, confirm=True)
+    assert (error.code, error.field) == ("INVALID_INPUT", "settings.colour")
+    assert refusal(me, "set_plugin_settings", {"plugin": "nope", "settings": {}}, confirm=True).code == "NOT_FOUND"
+
+    out = set_settings(alice, {"api_key": "sk-live-0123456789", "region": "us"})
+    assert out["changed"] == ["api_key", "region"] and out["settings"]["api_key"] == "********"
+    listed = {p["name"]: p for p in call(me, "list_plugins")["plugins"]}
+    assert listed["keyed"]["settings"] == {"api_key": "********", "region": "us"}
+    assert "api_key" in listed["keyed"]["settings_schema"]["properties"] and listed["keyed"]["healthy"] is True
+    assert call(me, "keyed.whoami", {}) == {"said": "us with a key"}
+    # the mask sent back keeps the key
+    assert set_settings(alice, {"api_key": "********", "region": "eu"})["changed"] == ["region"]
+    assert call(me, "keyed.whoami", {}) == {"said": "eu with a key"}
+    # mallory's tenant has its own settings
+    assert call(as_person(mallory), "keyed.whoami", {}) == {"said": "eu without a key"}
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="set_plugin_settings")
+    assert events.filter(outcome="ok").count() == 2
+    assert not [e for e in events if "sk-live" in str(e.__dict__)]
+    member = joined(alice, "member2@example.test")
+    assert refusal(as_person(member), "list_plugins").code == "FORBIDDEN"
+
+
+# ---------------------------------------------------------------- the calendar plugin
+
+OUTLOOK = """BEGIN:VCALENDAR
+METHOD:REQUEST
+PRODID:Microsoft Exchange Server 2010
+VERSION:2.0
+BEGIN:VTIMEZONE
+TZID:W. Europe Standard Time
+BEGIN:STANDARD
+DTSTART:16010101T030000
+TZOFFSETFROM:+0200
+TZOFFSETTO:+0100
+RRULE:FREQ=YEARLY;INTERVAL=1;BYDAY=-1SU;BYMONTH=10
+END:STANDARD
+BEGIN:DAYLIGHT
+DTSTART:16010101T020000
+TZOFFSETFROM:+0100
+TZOFFSETTO:+0200
+RRULE:FREQ=YEARLY;INTERVAL=1;BYDAY=-1SU;BYMONTH=3
+END:DAYLIGHT
+END:VTIMEZONE
+BEGIN:VEVENT
+ORGANIZER;CN=Bob Builder:mailto:bob@contoso.test
+ATTENDEE;ROLE=REQ-PARTICIPANT;PARTSTAT=NEEDS-ACTION;RSVP=TRUE;CN=Alice:mailto:{me}
+SUMMARY;LANGUAGE=en-US:Quarterly planning
+DTSTART;TZID=W. Europe Standard Time:20261210T100000
+DTEND;TZID=W. Europe Standard Time:20261210T113000
+UID:040000008200E00074C5B7101A82E008-{tag}
+SEQUENCE:0
+LOCATION;LANGUAGE=en-US:Room 4.12
+STATUS:CONFIRMED
+END:VEVENT
+END:VCALENDAR
+"""
+
+GOOGLE = """BEGIN:VCALENDAR
+PRODID:-//Google Inc//Google Calendar 70.9054//EN
+VERSION:2.0
+CALSCALE:GREGORIAN
+METHOD:REQUEST
+BEGIN:VEVENT
+DTSTART:20261211T150000Z
+DTEND:20261211T153000Z
+RRULE:FREQ=WEEKLY;BYDAY=FR;COUNT=5
+ORGANIZER;CN=Carol:mailto:carol@gmail.test
+UID:{tag}-weekly@google.com
+ATTENDEE;CUTYPE=INDIVIDUAL;ROLE=REQ-PARTICIPANT;PARTSTAT=ACCEPTED;CN=Carol:mailto:carol@gmail.test
+ATTENDEE;CUTYPE=INDIVIDUAL;ROLE=REQ-PARTICIPANT;PARTSTAT=NEEDS-ACTION;CN={me}:mailto:{me}
+SUMMARY:Weekly sync
+SEQUENCE:0
+STATUS:CONFIRMED
+END:VEVENT
+END:VCALENDAR
+"""
+
+APPLE = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//Apple Inc.//macOS 15.1//EN
+METHOD:REQUEST
+BEGIN:VTIMEZONE
+TZID:America/New_York
+BEGIN:DAYLIGHT
+TZOFFSETFROM:-0500
+RRULE:FREQ=YEARLY;BYMONTH=3;BYDAY=2SU
+DTSTART:20070311T020000
+TZNAME:EDT
+TZOFFSETTO:-0400
+END:DAYLIGHT
+BEGIN:STANDARD
+TZOFFSETFROM:-0400
+RRULE:FREQ=YEARLY;BYMONTH=11;BYDAY=1SU
+DTSTART:20071104T020000
+TZNAME:EST
+TZOFFSETTO:-0500
+END:STANDARD
+END:VTIMEZONE
+BEGIN:VEVENT
+UID:{tag}-apple
+DTSTART;TZID=America/New_York:20261212T090000
+DTEND;TZID=America/New_York:20261212T100000
+SUMMARY:Dentist
+LOCATION:12 Main St
+ORGANIZER;CN="Dr. Dee":mailto:dee@icloud.test
+ATTENDEE;CN="Alice";PARTSTAT=NEEDS-ACTION:mailto:{me}
+SEQUENCE:1
+END:VEVENT
+END:VCALENDAR
+"""
+
+ALL_DAY = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//Example//Holidays//EN
+METHOD:PUBLISH
+BEGIN:VEVENT
+UID:{tag}-holiday
+DTSTART;VALUE=DATE:20261224
+DTEND;VALUE=DATE:20261225
+SUMMARY:Office closed
+END:VEVENT
+BEGIN:VEVENT
+UID:{tag}-floating
+DTSTART:20261215T120000
+DTEND:20261215T130000
+SUMMARY:Lunch (local time)
+END:VEVENT
+END:VCALENDAR
+"""
+
+CANCELLED = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//Example//EN
+METHOD:CANCEL
+BEGIN:VEVENT
+UID:{tag}-cancelled
+DTSTART:20261216T090000Z
+SUMMARY:Cancelled review
+STATUS:CANCELLED
+SEQUENCE:2
+END:VEVENT
+END:VCALENDAR
+"""
+
+
+def invite_mail(tag: str, me: str, key: str, ics: str, *, attached: bool = False) -> bytes:
+    message = EmailMessage()
+    message["From"] = "organizer@example.test"
+    message["To"] = me
+    message["Subject"] = f"Invitation: {key}"
+    message["Message-ID"] = f"<{tag}-{key}@example.test>"
+    message["Date"] = f"Mon, {1 + list(CALENDARS).index(key):02d} Dec 2026 09:00:00 +0000"
+    message.set_content("You are invited.")
+    text = ics.format(me=me, tag=tag).replace("\n", "\r\n")
+    if attached:
+        message.add_attachment(text.encode(), maintype="application", subtype="ics", filename="invite.ics")
+    else:
+        message.add_alternative(text, subtype="calendar", params={"method": "REQUEST"})
+    return bytes(message)
+
+
+CALENDARS = {"outlook": OUTLOOK, "google": GOOGLE, "apple": APPLE, "all_day": ALL_DAY, "cancelled": CANCELLED}
+
+
+def load_invites(p: Person, tmp: Path, tag: str) -> dict[str, str]:
+    mails = [invite_mail(tag, p.user.email, key, ics, attached=key == "apple") for key, ics in CALENDARS.items()]
+    import_mail(
+        tenant=p.tenant, workspace=p.workspace, account_name="Personal", path=write_mbox(tmp / f"{tag}.mbox", mails)
+    )
+    ids = dict(Message.objects.for_tenant(p.tenant).values_list("message_id", "pk"))
+    return {key: str(ids[f"{tag}-{key}@example.test"]) for key in CALENDARS}
+
+
+@pytest.fixture
+def calendar() -> None:
+    if plugins.runtime("calendar") is None:
+        pytest.fail("the calendar plugin is not installed (make test installs plugins/oaken-calendar)")
+
+
+def test_the_calendar_plugin_reads_real_world_invites_and_only_its_tenants(
+    alice: Person, mallory: Person, calendar: None, tmp_path: Path
+) -> None:
+    mine, theirs = load_invites(alice, tmp_path, "alice"), load_invites(mallory, tmp_path, "mallory")
+    account = call(as_person(alice), "list_accounts")["accounts"][0]["id"]
+    found = call(as_person(alice), "calendar.list_invites", {"account_id": account})["invites"]
+    by_uid = {invite["uid"]: invite for invite in found}
+    assert {invite["message_id"] for invite in found} == set(mine.values())
+    assert not {invite["message_id"] for invite in found} & set(theirs.values())
+
+    outlook = by_uid["040000008200E00074C5B7101A82E008-alice"]
+    assert (outlook["title"], outlook["organizer"], outlook["organizer_name"]) == (
+        "Quarterly planning",
+        "bob@contoso.test",
+        "Bob Builder",
+    )
+    assert outlook["start"] == "2026-12-10T10:00:00+01:00" and outlook["end"] == "2026-12-10T11:30:00+01:00"
+    assert outlook["location"] == "Room 4.12" and outlook["method"] == "REQUEST"
+    assert outlook["attendees"] == [{"address": alice.user.email, "name": "Alice", "response": "NEEDS-ACTION"}]
+
+    google = by_uid["alice-weekly@google.com"]
+    assert google["start"] == "2026-12-11T15:00:00+00:00" and google["recurrence"] == "FREQ=WEEKLY;COUNT=5;BYDAY=FR"
+    assert [a["response"] for a in google["attendees"]] == ["ACCEPTED", "NEEDS-ACTION"]
+
+    apple = by_uid["alice-apple"]  # sent as an .ics attachment
+    assert apple["start"] == "2026-12-12T09:00:00-05:00" and apple["time_zone"] == "America/New_York"
+    assert apple["organizer_name"] == "Dr. Dee" and apple["sequence"] == 1
+
+    holiday, floating = by_uid["alice-holiday"], by_uid["alice-floating"]
+    assert (holiday["all_day"], holiday["start"], holiday["end"]) == (True, "2026-12-24", "2026-12-25")
+    assert (floating["all_day"], floating["start"], floating["time_zone"]) == (False, "2026-12-15T12:00:00", None)
+    assert by_uid["alice-cancelled"]["method"] == "CANCEL"
+
+    one = call(as_person(alice), "calendar.get_invite", {"message_id": mine["google"]})["invites"]
+    assert [invite["uid"] for invite in one] == ["alice-weekly@google.com"]
+    # another tenant's message is not found; a limit is kept
+    error = refusal(as_person(alice), "calendar.get_invite", {"message_id": theirs["google"]})
+    assert error.code == "NOT_FOUND"
+    assert len(call(as_person(alice), "calendar.list_invites", {"account_id": account, "limit": 2})["invites"]) == 2
+    # settings: cancelled invites can be left out
+    dispatch(
+        as_person(alice),
+        Door.UI,
+        "set_plugin_settings",
+        {"plugin": "calendar", "settings": {"include_cancelled": False}},
+        confirm=True,
+    )
+    kept = call(as_person(alice), "calendar.list_invites", {"account_id": account})["invites"]
+    assert "alice-cancelled" not in {invite["uid"] for invite in kept}
+    assert "mallory-cancelled" in {
+        i["uid"]
+        for i in call(as_person(mallory), "calendar.list_invites", {"account_id": _account(mallory)})["invites"]
+    }
+
+
+def _account(p: Person) -> str:
+    return str(call(as_person(p), "list_accounts")["accounts"][0]["id"])
+
+
+def test_an_agent_meets_the_calendar_off_and_fenced_once_on(alice: Person, calendar: None, tmp_path: Path) -> None:
+    load_invites(alice, tmp_path, "alice")
+    agent = as_agent(alice)
+    assert "calendar.list_invites" not in offered(agent)
+    expose(alice, "plugin:calendar")
+    assert {"calendar.list_invites", "calendar.get_invite"} <= offered(agent)
+    found = call(agent, "calendar.list_invites", {"account_id": _account(alice)})["invites"]
+    assert found
+    schema = plugins.registry.get("calendar.list_invites").output_model.model_json_schema()  # type: ignore[union-attr]
+    invite = schema["properties"]["invites"]["items"]["properties"]
+    assert invite["title"]["x-untrusted"] is True and invite["message_id"]["x-untrusted"] is True
+    # a restricted agent names an account
+    narrow = as_agent(alice, workspaces=("nowhere",))
+    assert refusal(narrow, "calendar.list_invites", {"account_id": _account(alice)}).code in {
+        "OUT_OF_SCOPE",
+        "NOT_FOUND",
+    }
