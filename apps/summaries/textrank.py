@@ -1,7 +1,7 @@
 """The local summarizer: an extractive summary by TextRank, in the language of the text where it can tell.
 
 The text is a message's own words (apps.search.chunks.own_text: no quoted reply, no signature), cut into
-sentences. Each sentence becomes the set of its words' stems (Snowball, from `snowballstemmer`), stop words
+sentences. Each sentence becomes the set of its words' stems (Snowball, from `PyStemmer`), stop words
 left out (the lists of `stop-words`), both in the language the text's stop words point to. Two sentences are
 alike by the stems they share, over the logs of their lengths (Mihalcea & Tarau, 2004); PageRank over that graph
 ranks them, and the best that fit SUMMARY_MAX_CHARS are returned in the text's own order. Nothing is downloaded:
@@ -11,13 +11,14 @@ both packages carry their data, and neither has dependencies.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from typing import Any
 
 import numpy as np
-import snowballstemmer
+import Stemmer
 import stop_words
 
 from apps.search.chunks import own_text
@@ -47,9 +48,7 @@ ELLIPSIS = "…"
 
 def version() -> str:
     """What the local summarizer is, for the cache's key: the method and the packages it stands on."""
-    return (
-        f"textrank-1/snowballstemmer@{metadata.version('snowballstemmer')}/stop-words@{metadata.version('stop-words')}"
-    )
+    return f"textrank-1/PyStemmer@{metadata.version('PyStemmer')}/stop-words@{metadata.version('stop-words')}"
 
 
 @cache
@@ -59,7 +58,17 @@ def _stop_words(code: str) -> frozenset[str]:
 
 @cache
 def _stemmer(code: str) -> Any:
-    return snowballstemmer.stemmer(code)
+    return Stemmer.Stemmer(code)
+
+
+@cache
+def _languages_of_words() -> dict[str, tuple[str, ...]]:
+    """Each stop word of any language, with the languages it is a stop word of (built once)."""
+    found: dict[str, list[str]] = {}
+    for code in LANGUAGES:
+        for word in _stop_words(code):
+            found.setdefault(word, []).append(code)
+    return {word: tuple(codes) for word, codes in found.items()}
 
 
 def language_of(words: list[str]) -> str | None:
@@ -68,12 +77,13 @@ def language_of(words: list[str]) -> str | None:
     sample = [w.lower() for w in words[:_SAMPLE_WORDS]]
     if len(sample) < 3:
         return None
-    best, best_hits = None, 0
-    for code in LANGUAGES:
-        hits = sum(1 for w in sample if w in _stop_words(code))
-        if hits > best_hits:
-            best, best_hits = code, hits
-    return best if best_hits >= max(2, _MIN_SHARE * len(sample)) else None
+    index = _languages_of_words()
+    hits = Counter(code for w in sample for code in index.get(w, ()))
+    if not hits:
+        return None
+    # the most hits; a tie goes to the language listed first
+    best = max(LANGUAGES, key=lambda code: hits.get(code, 0))
+    return best if hits[best] >= max(2, _MIN_SHARE * len(sample)) else None
 
 
 def sentences(text: str) -> list[str]:
