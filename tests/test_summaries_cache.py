@@ -175,3 +175,51 @@ def test_with_no_worker_there_the_call_is_refused_and_leaves_no_claim(
         redis_client().lrem("celery", 0, raw)
     assert not Message.objects.for_tenant(alice.tenant).filter(read=True).exists()
     assert AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="summarize_messages").count() == 0
+
+
+def test_new_mail_of_opted_in_accounts_is_summarized_in_the_background_within_the_hourly_bound(
+    alice: Person, mallory: Person, tmp_path: Path, settings: Settings
+) -> None:
+    from apps.summaries.newmail import summarize_new_mail
+    from tests.callers import as_agent
+
+    settings.SUMMARIES = {**settings.SUMMARIES, "NEW_MAIL": True}
+    settings.OPERATIONS = {**settings.OPERATIONS, "SUMMARIES_NEW_MAIL_PER_HOUR": 3}
+    before = _import(alice, tmp_path, [REPORT], account="Before")
+    account_id = str(Message.objects.for_tenant(alice.tenant).get(pk=before[0]).account_id)
+    # an agent can neither opt an account in nor see the operation
+    assert refusal(as_agent(alice), "set_auto_summaries", {"account_id": account_id, "enabled": True}).code == (
+        "NOT_AVAILABLE"
+    )
+    assert refusal(as_person(mallory), "set_auto_summaries", {"account_id": account_id, "enabled": True}).code == (
+        "NOT_FOUND"
+    )
+    out = call(as_person(alice), "set_auto_summaries", {"account_id": account_id, "enabled": True})
+    assert out == {"account_id": account_id, "enabled": True, "running": True}
+    # mail that arrives afterwards, in the opted-in account; mallory's account is not opted in
+    raws = [
+        raw_message(subject=f"New {i}", body=f"Parcel {i} arrives on day {i}.\n", message_id=f"<n{i}@x>")
+        for i in range(5)
+    ]
+    import_mail(
+        tenant=alice.tenant,
+        workspace=alice.workspace,
+        account_name="Before",
+        path=write_mbox(tmp_path / "n.mbox", raws),
+    )
+    _import(mallory, tmp_path, [REPORT, "Another note.\n"])
+
+    assert summarize_new_mail() == 3  # the hour's bound
+    assert Summary.objects.for_tenant(alice.tenant).filter(state="done").count() == 3
+    assert summarize_new_mail() == 0  # the bound holds for the rest of the hour
+    assert Summary.objects.for_tenant(mallory.tenant).count() == 0
+    # the mail from before the opt-in was left alone, and nothing was marked read
+    assert call(as_person(alice), "get_message", {"message_id": before[0]})["message"]["summary"] is None
+    assert not Message.objects.for_tenant(alice.tenant).filter(read=True).exists()
+
+    settings.OPERATIONS = {**settings.OPERATIONS, "SUMMARIES_NEW_MAIL_PER_HOUR": 100}
+    settings.SUMMARIES = {**settings.SUMMARIES, "NEW_MAIL": False}
+    assert summarize_new_mail() == 0  # off: nothing, whatever the bound
+    settings.SUMMARIES = {**settings.SUMMARIES, "NEW_MAIL": True}
+    call(as_person(alice), "set_auto_summaries", {"account_id": account_id, "enabled": False})
+    assert summarize_new_mail() == 0  # opted out

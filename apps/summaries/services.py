@@ -160,9 +160,8 @@ def publish(signatures: list[Any]) -> None:
     group(signatures).apply_async(retry=True, retry_policy=_PUBLISH_RETRY)
 
 
-def summaries_for(*, tenant: Tenant, jobs: Sequence[Job], wait_seconds: float) -> dict[tuple[str, str], Outcome]:
-    """Each job's outcome: from the cache, or from the workers within `wait_seconds` (else pending)."""
-    identity = current_identity()
+def _claim_all(tenant: Tenant, identity: Identity, jobs: Sequence[Job]) -> tuple[list[Summary], list[Summary]]:
+    """(the rows this call claimed, the pending rows other calls own) for the jobs the cache lacks."""
     cutoff = timezone.now() - timedelta(seconds=settings.OPERATIONS["SUMMARY_PENDING_MAX_SECONDS"])
     rows = _rows(tenant, identity, jobs)
     mine: list[Summary] = []
@@ -178,19 +177,37 @@ def summaries_for(*, tenant: Tenant, jobs: Sequence[Job], wait_seconds: float) -
         elif row.state == State.PENDING:
             waited.append(row)
         _link(tenant, row, job)
-        rows[job.key] = row
-    if mine:
-        try:
-            publish([signature(SUMMARIZE_TASK, kwargs={"summary_id": str(r.pk)}, task_id=r.task_id) for r in mine])
-        except Exception as exc:  # the broker is away (kombu's OperationalError, a socket error)
-            log.warning("summaries could not be queued: %s", type(exc).__name__)
-            _withdraw(tenant, mine)
-            raise workers_away() from None
+    return mine, waited
+
+
+def _publish_claims(tenant: Tenant, mine: list[Summary]) -> None:
+    if not mine:
+        return
+    try:
+        publish([signature(SUMMARIZE_TASK, kwargs={"summary_id": str(r.pk)}, task_id=r.task_id) for r in mine])
+    except Exception as exc:  # the broker is away (kombu's OperationalError, a socket error)
+        log.warning("summaries could not be queued: %s", type(exc).__name__)
+        _withdraw(tenant, mine)
+        raise workers_away() from None
+
+
+def summaries_for(*, tenant: Tenant, jobs: Sequence[Job], wait_seconds: float) -> dict[tuple[str, str], Outcome]:
+    """Each job's outcome: from the cache, or from the workers within `wait_seconds` (else pending)."""
+    identity = current_identity()
+    mine, waited = _claim_all(tenant, identity, jobs)
+    _publish_claims(tenant, mine)
     outstanding = _pending(tenant, mine + waited)
     if outstanding:
         _wait(tenant, mine, outstanding, wait_seconds)
     fresh = _rows(tenant, identity, jobs)
     return {job.key: _outcome(fresh[job.key]) if job.key in fresh else Outcome(State.PENDING) for job in jobs}
+
+
+def queue(*, tenant: Tenant, jobs: Sequence[Job]) -> int:
+    """Hand what the cache lacks to the workers without waiting (background summaries); how many were queued."""
+    mine, _ = _claim_all(tenant, current_identity(), jobs)
+    _publish_claims(tenant, mine)
+    return len(mine)
 
 
 def _pending(tenant: Tenant, rows: list[Summary]) -> list[Summary]:

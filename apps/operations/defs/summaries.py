@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from django.conf import settings
+from pydantic import Field
+
+from apps.core.changes import Change
 from apps.core.kinds import Scope
 from apps.mail.models import Message, Thread
 from apps.mail.selectors import access_thread_by_id
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import ThreadIn, reach
+from apps.operations.defs.mail_read import AccountIn, ThreadIn, account_of, reach
 from apps.operations.defs.shapes import Closed, MailBody
-from apps.operations.registry import Ceiling, OpClass, operation
-from apps.summaries import services
+from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.summaries import newmail, services
+from apps.summaries.models import AutoSummaryAccount
 from apps.summaries.services import Job, Outcome
 
 
@@ -115,4 +120,59 @@ def summarize_thread(ctx: Context, data: ThreadIn) -> ThreadSummaryOut:
         thread_truncated=work.truncated,
         summarizer=summarizer_out(),
         **state_fields(outcome),  # type: ignore[arg-type]
+    )
+
+
+# ---------------------------------------------------------------- background summaries of new mail
+
+
+class AutoSummariesIn(AccountIn):
+    enabled: bool = Field(description="summarize this account's new mail in the background")
+
+
+class AutoSummariesOut(Closed):
+    account_id: str
+    enabled: bool
+    running: bool = Field(description="whether background summaries run at all here (OAKEN_SUMMARIZE_NEW_MAIL)")
+
+
+def _the_account(ctx: Context, data: AutoSummariesIn) -> object:
+    return account_of(ctx, data.account_id)
+
+
+def _enabled(ctx: Context) -> bool:
+    return AutoSummaryAccount.objects.for_tenant(ctx.tenant).filter(account=ctx.targets).exists()
+
+
+def _auto_preview(ctx: Context, data: AutoSummariesIn) -> Preview:
+    before = _enabled(ctx)
+    changes = (
+        ()
+        if before == data.enabled
+        else (Change(data.account_id, {"auto_summaries": before}, {"auto_summaries": data.enabled}),)
+    )
+    return Preview(changes, summary="summarize new mail in the background" if data.enabled else "stop")
+
+
+@operation(
+    name="set_auto_summaries",
+    summary="Summarize an account's new mail in the background, or stop (bounded per tenant and hour).",
+    input=AutoSummariesIn,
+    output=AutoSummariesOut,
+    op_class=OpClass.MUTATE,
+    # new mail may go to a model that costs: a person decides, never an agent
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    callers=Callers.PERSONS,
+    preview=_auto_preview,
+    confirm=NEVER,
+    targets=_the_account,
+)
+def set_auto_summaries(ctx: Context, data: AutoSummariesIn) -> AutoSummariesOut:
+    """Only mail that arrives after this is summarized; SUMMARIES_NEW_MAIL_PER_HOUR bounds each tenant's hour."""
+    before = newmail.opt_in(account=ctx.targets, enabled=data.enabled)
+    if before != data.enabled:
+        ctx.touch(data.account_id, {"auto_summaries": before}, {"auto_summaries": data.enabled})
+    return AutoSummariesOut(
+        account_id=data.account_id, enabled=data.enabled, running=bool(settings.SUMMARIES["NEW_MAIL"])
     )
