@@ -28,7 +28,7 @@ from celery import current_app, group, signature
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult, ResultSet
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -198,7 +198,14 @@ def summaries_for(*, tenant: Tenant, jobs: Sequence[Job], wait_seconds: float) -
     _publish_claims(tenant, mine)
     outstanding = _pending(tenant, mine + waited)
     if outstanding:
-        _wait(tenant, mine, outstanding, wait_seconds)
+        try:
+            _wait(tenant, mine, outstanding, wait_seconds)
+        except (OakenError, DatabaseError):
+            raise
+        except Exception as exc:  # the result backend (Redis) went away while waiting
+            log.warning("summaries could not be waited for: %s", type(exc).__name__)
+            _withdraw(tenant, mine)
+            raise workers_away() from None
     fresh = _rows(tenant, identity, jobs)
     return {job.key: _outcome(fresh[job.key]) if job.key in fresh else Outcome(State.PENDING) for job in jobs}
 
