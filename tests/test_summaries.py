@@ -221,6 +221,15 @@ def test_a_429_is_tried_again_after_its_retry_after_and_a_refusal_is_a_fixed_rea
     assert second.at - first.answered_at >= 1.0
     assert summary_of(second.mail) == out["summaries"][0]["summary"]
 
+    # two 5xx, then an answer: tried again after a short wait, within the attempts
+    _import(alice, tmp_path, [("Crane hire", "The crane is booked for Monday.\n")], name="crane")
+    crane_id = str(Message.objects.for_tenant(alice.tenant).get(subject="Crane hire").pk)
+    model.reset()
+    model.fail_next(2, 503)
+    crane = call(me, "summarize_messages", {"message_ids": [crane_id]})["summaries"][0]
+    assert crane["state"] == "done" and crane["summary"] == "Summary of: Crane hire"
+    assert len(model.received) == 3
+
     # a refusal that no retry mends (400) is a failure with a fixed reason, never the server's words
     model.reset()
     model.fail_next(1, 400)
