@@ -314,7 +314,9 @@ def test_a_thread_is_summarized_as_one_text_oldest_first(
 
     path = write_mbox(tmp_path / "thread.mbox", conversation(3, prefix="ship", subject="Harbour trip plans"))
     counts = import_mail(tenant=alice.tenant, workspace=alice.workspace, account_name="Personal", path=path)
-    thread_id = str(Message.objects.for_tenant(alice.tenant).filter(account_id=counts.account_id).first().thread_id)
+    first = Message.objects.for_tenant(alice.tenant).filter(account_id=counts.account_id).first()
+    assert first is not None
+    thread_id = str(first.thread_id)
     out = call(as_person(alice), "summarize_thread", {"thread_id": thread_id})
     assert out["state"] == "done" and out["message_count"] == 3 and not out["thread_truncated"]
     (request,) = model.received

@@ -172,7 +172,7 @@ def test_with_no_worker_there_the_call_is_refused_and_leaves_no_claim(
     body = base64.b64decode(json.loads(queued[0])["body"]).decode()
     assert "warehouse" not in body.lower()
     for raw in queued:
-        redis_client().lrem("celery", 0, raw)
+        redis_client().lrem("celery", 0, raw.decode())
     assert not Message.objects.for_tenant(alice.tenant).filter(read=True).exists()
     assert AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="summarize_messages").count() == 0
 
