@@ -100,7 +100,7 @@ def _rows(tenant: Tenant, identity: Identity, jobs: Sequence[Job]) -> dict[tuple
 
 
 def cached(*, tenant: Tenant, jobs: Sequence[Job]) -> dict[tuple[str, str], Outcome]:
-    """What the cache holds for these jobs now (done or failed), without queueing anything."""
+    """The summaries the cache holds done for these jobs, without queueing anything."""
     rows = _rows(tenant, current_identity(), jobs)
     return {key: _outcome(row) for key, row in rows.items() if row.state == State.DONE}
 
@@ -132,7 +132,9 @@ def _claim(tenant: Tenant, identity: Identity, job: Job, row: Summary | None, cu
                     claimed_at=now,
                 ), True
         except IntegrityError:  # another call claimed it first
-            row = _rows(tenant, identity, [job])[job.key]
+            row = _rows(tenant, identity, [job]).get(job.key)
+            if row is None:  # and withdrew it since
+                return _claim(tenant, identity, job, None, cutoff)
     taken = (
         Summary.objects.for_tenant(tenant)
         .filter(pk=row.pk)
