@@ -61,9 +61,15 @@ class WorkerProcess:
 
 @contextmanager
 def worker_process(
-    name: str, *, transport_options: dict[str, Any] | None = None, env: dict[str, str] | None = None
+    name: str,
+    *,
+    transport_options: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    pool: str = "solo",
+    concurrency: int = 1,
 ) -> Iterator[WorkerProcess]:
-    """A solo-pool worker named `name`, started and ready; stopped (if still alive) afterwards."""
+    """A worker named `name` (a solo pool unless asked: prefork with N processes, as `oaken serve` runs it),
+    started and ready; stopped (if still alive) afterwards."""
     environment = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0", **(env or {})}
     proc = subprocess.Popen(
         [
@@ -72,9 +78,9 @@ def worker_process(
             _MAIN,
             json.dumps(transport_options or {}),
             "--pool",
-            "solo",
+            pool,
             "--concurrency",
-            "1",
+            str(concurrency),
             "--hostname",
             f"{name}-{os.getpid()}@%h",
             "--loglevel",

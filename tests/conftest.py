@@ -82,6 +82,25 @@ def account_mail_here(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
 
 @pytest.fixture
+def summaries_on_workers() -> None:
+    """Summaries go to the broker for real workers, as in production (see summaries_here)."""
+
+
+@pytest.fixture(autouse=True)
+def summaries_here(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Summaries are a Celery group handed to the workers; in tests that start none, the group runs here, at once,
+    in the test's own transaction. A test that asks for summaries_on_workers has real workers write them
+    (tests/test_summaries.py)."""
+    if "summaries_on_workers" in request.fixturenames:
+        return
+    from celery import group
+
+    from apps.summaries import services
+
+    monkeypatch.setattr(services, "publish", lambda signatures: group(signatures).apply())
+
+
+@pytest.fixture
 def alice(db: None) -> Person:
     """The person whose data a test works on."""
     return make_person("alice@example.test", "Alice's tenant")

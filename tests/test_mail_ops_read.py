@@ -496,6 +496,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         ],
         "get_message": [{"message_id": m} for m in everyone],
         "get_thread": [{"thread_id": box.threads["trip-0"]}, {"thread_id": box.threads["newsletter"]}],
+        "summarize_thread": [{"thread_id": box.threads["trip-0"]}],
         "search": [{"query": "zeppelin", "account_id": box.personal}, {"query": "depot", "account_id": box.personal}],
         "mailbox_counts": [{"account_id": box.personal}],
         "get_reference": [{"topic": "security"}, {"topic": "operations"}],

@@ -94,6 +94,8 @@ def dispatch(
         _limits(op, data)
         if op.verify is not None:
             _verify(op, ctx, data)
+        if op.gather is not None:
+            ctx.gathered = _gather(op, ctx, data)
         return _run(ctx, op, data, digest, idempotency_key)
     except _Audited:
         raise
@@ -235,6 +237,19 @@ def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
         raise
     except Exception as exc:
         log.error("operation %s failed to verify its input: %s", op.name, type(exc).__name__)
+        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+
+
+def _gather(op: Operation, ctx: Context, data: BaseModel) -> Any:
+    """The operation's work outside the database (no transaction is open): a refusal passes through; anything
+    else is a bug, answered like a failing handler, its message never repeated."""
+    assert op.gather is not None
+    try:
+        return op.gather(ctx, data)
+    except (OakenError, *_DATABASE_AWAY):
+        raise
+    except Exception as exc:
+        log.error("operation %s failed while gathering: %s", op.name, type(exc).__name__)
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
 
 

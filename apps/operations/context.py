@@ -22,6 +22,8 @@ class Context(Act):
 
     bounds: Mapping[str, Any] = field(default_factory=_bounds)
     targets: Any = None
+    # what the operation's `gather` brought back from outside the database, before its transaction opened
+    gathered: Any = None
     # the call's own transaction is open: targets resolved now are what the change works from (and may lock)
     in_transaction: bool = False
 

@@ -147,6 +147,10 @@ class Operation:
     # checks against the world outside the database (a mail server's login): run after every other check and
     # before the handler's transaction opens, so no transaction stays open waiting on the network
     verify: Callable[..., None] | None = None
+    # (ctx, data) -> what the handler needs from work done outside the database (summaries computed by Celery
+    # workers): run after every check and `verify`, before the handler's transaction opens, so no transaction
+    # stays open while it waits; the gate puts its result on ctx.gathered. A refusal (OakenError) passes through.
+    gather: Callable[..., Any] | None = None
     # (ctx, data) -> whether this input's idempotency_key already made what it asks for: a retry (after a timeout,
     # say) then runs without asking for confirmation again, before any token is looked at, and answers as the first
     completed: Callable[..., bool] | None = None
@@ -263,6 +267,10 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
         op.op_class == OpClass.READ or not {"request_id", "approval_url"} <= set(op.output_model.model_fields)
     ):
         raise DefinitionError(f"{op.name!r}: a request awaiting approval is made by a change whose output names it")
+    if op.gather is not None and op.commits_in_batches:
+        raise DefinitionError(
+            f"{op.name!r}: an operation that commits in batches does its own work outside a transaction"
+        )
     if op.completed is not None and not op.idempotent_input:
         raise DefinitionError(f"{op.name!r}: only an operation that takes an idempotency_key can find it completed")
     if op.commits_in_batches:
@@ -297,6 +305,7 @@ def operation(
     confirm: ConfirmRule[Any] = NEVER,
     targets: Callable[..., Any] | None = None,
     verify: Callable[..., None] | None = None,
+    gather: Callable[..., Any] | None = None,
     completed: Callable[..., bool] | None = None,
     awaits_approval: bool = False,
     bounds: tuple[Bound, ...] = (),
@@ -326,6 +335,7 @@ def operation(
             confirm=confirm,
             targets=targets,
             verify=verify,
+            gather=gather,
             completed=completed,
             awaits_approval=awaits_approval,
             bounds=bounds,

@@ -6,17 +6,9 @@ change of any is seen (status, rebuild_search_index) and vectors of two models a
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import ipaddress
 import json
 import logging
-import socket
-import ssl
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import metadata
@@ -26,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 from django.conf import settings
 
-from config.env import usable_http_url
+from apps.core import httpclient
 
 log = logging.getLogger("oaken.search")
 
@@ -86,104 +78,9 @@ _ANSWER_BASE_BYTES = 1 << 20
 _BYTES_PER_NUMBER = 32
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def checked_base_url(base_url: str) -> str:
-    """The base URL (up to /v1) without its trailing slash; ValueError, never quoting it (it may hold a
-    password), unless it is http(s)://host[:port][/path] with no user, password, query or fragment."""
-    if not usable_http_url(base_url):
-        raise ValueError(
-            "the embeddings base URL must be http(s)://host[:port]/path, without a user, password, query or fragment"
-        )
-    return base_url.strip().rstrip("/")
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A 3xx is answered as a failure: following it would send the key (urllib keeps the Authorization header)
-    and the mail text to wherever it points."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class _Deadline:
-    """One deadline for a whole call: when it passes, the call's sockets are shut, so a server that sends
-    its answer (or its headers) a byte at a time cannot hold it longer. A socket timeout bounds each wait
-    for bytes, not the call."""
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def watch(self, sock: socket.socket) -> socket.socket:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-        return sock
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    # the plain socket's shutdown, also for a TLS socket: a blocked read in another thread returns at once
-    with contextlib.suppress(OSError):  # already closed
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
-    """urllib with no redirects, its debug output off (it would print the key) and the deadline on every socket;
-    proxies from the environment are kept (a deployment may reach its provider through one)."""
-
-    class Plain(http.client.HTTPConnection):
-        def connect(self) -> None:
-            super().connect()
-            deadline.watch(self.sock)
-
-    class Secure(http.client.HTTPSConnection):
-        def connect(self) -> None:
-            # HTTPSConnection.connect, with the TLS socket watched before its handshake
-            http.client.HTTPConnection.connect(self)
-            deadline.watch(self.sock)
-            context: ssl.SSLContext = self._context  # type: ignore[attr-defined]
-            secure = context.wrap_socket(
-                self.sock,
-                server_hostname=getattr(self, "_tunnel_host", None) or self.host,
-                do_handshake_on_connect=False,
-            )
-            self.sock = deadline.watch(secure)
-            secure.do_handshake()
-
-    class PlainHandler(urllib.request.HTTPHandler):
-        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(Plain, req)
-
-    class SecureHandler(urllib.request.HTTPSHandler):
-        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-            return self.do_open(Secure, req, context=ssl.create_default_context())
-
-    return urllib.request.build_opener(PlainHandler(debuglevel=0), SecureHandler(debuglevel=0), _NoRedirects())
+    """The base URL (up to /v1) without its trailing slash; ValueError, never quoting it (it may hold a password)."""
+    return httpclient.checked_base_url(base_url, "embeddings")
 
 
 class OpenAIEmbedder:
@@ -193,8 +90,7 @@ class OpenAIEmbedder:
 
     def __init__(self, *, base_url: str, api_key: str, model: str, dimensions: int, timeout: float) -> None:
         base = checked_base_url(base_url)
-        parts = urllib.parse.urlsplit(base)
-        if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
+        if httpclient.travels_in_clear(base):
             log.warning(
                 "the embeddings server is reached by plain http on another machine: the mail text sent to be "
                 "embedded, and the key, travel unencrypted (use https)"
@@ -216,46 +112,30 @@ class OpenAIEmbedder:
             {"model": self._model, "input": list(texts), "dimensions": self.dimensions, "encoding_format": "float"}
         ).encode()
         most = _ANSWER_BASE_BYTES + len(texts) * self.dimensions * _BYTES_PER_NUMBER
-        with _Deadline(self._timeout) as deadline:
-            try:
-                raw = self._post(body, most, deadline)
-            except urllib.error.HTTPError as exc:
-                exc.close()
-                log.warning("embeddings server answered HTTP %s", exc.code)
-                if 300 <= exc.code < 400:
-                    raise EmbeddingsUnavailable(
-                        f"the embeddings server answered HTTP {exc.code} (redirects are not followed)"
-                    ) from None
-                raise EmbeddingsUnavailable(f"the embeddings server answered HTTP {exc.code}") from None
-            except (OSError, ValueError, http.client.HTTPException) as exc:
-                if deadline.expired:
-                    log.warning("embeddings server did not answer within %s s", self._timeout)
-                    raise EmbeddingsUnavailable("the embeddings server did not answer in time") from None
-                log.warning("embeddings server unreachable or unreadable (%s)", type(exc).__name__)
-                raise EmbeddingsUnavailable("the embeddings server could not be reached or read") from None
-            if deadline.expired:  # a read cut short by the deadline returns what had come, without an error
-                log.warning("embeddings server did not answer within %s s", self._timeout)
-                raise EmbeddingsUnavailable("the embeddings server did not answer in time")
-        if len(raw) > most:
-            log.warning("embeddings server's answer is larger than %s bytes", most)
-            raise EmbeddingsUnavailable("the embeddings server's answer is too large")
+        try:
+            raw = httpclient.post_json(self._url, body, api_key=self._api_key, timeout=self._timeout, most=most)
+        except httpclient.HttpFailure as failure:
+            raise _unavailable(failure, self._timeout) from None
         return _vectors(raw, len(texts), self.dimensions)
 
-    def _post(self, body: bytes, most: int, deadline: _Deadline) -> bytes:
-        """The answer's body, at most `most` + 1 bytes of it."""
-        # the key goes straight into the request (no local holding it, for tracebacks that show locals)
-        request = urllib.request.Request(  # noqa: S310 (the URL is http(s): checked_base_url)
-            self._url,
-            data=body,
-            headers={"Content-Type": "application/json"}
-            | ({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}),
-            method="POST",
-        )
-        with _opener(deadline).open(request, timeout=self._timeout) as response:
-            raw = bytes(response.read(most + 1))
-            if len(raw) <= most and response.length:  # the connection ended before the promised length
-                raise http.client.IncompleteRead(b"", response.length)
-            return raw
+
+def _unavailable(failure: httpclient.HttpFailure, timeout: float) -> EmbeddingsUnavailable:
+    """The failure logged and told in fixed words (never the key, the request or the texts)."""
+    if failure.reason == "status":
+        log.warning("embeddings server answered HTTP %s", failure.status)
+        if failure.status is not None and 300 <= failure.status < 400:
+            return EmbeddingsUnavailable(
+                f"the embeddings server answered HTTP {failure.status} (redirects are not followed)"
+            )
+        return EmbeddingsUnavailable(f"the embeddings server answered HTTP {failure.status}")
+    if failure.reason == "timeout":
+        log.warning("embeddings server did not answer within %s s", timeout)
+        return EmbeddingsUnavailable("the embeddings server did not answer in time")
+    if failure.reason == "too_large":
+        log.warning("embeddings server's answer is larger than allowed")
+        return EmbeddingsUnavailable("the embeddings server's answer is too large")
+    log.warning("embeddings server unreachable or unreadable")
+    return EmbeddingsUnavailable("the embeddings server could not be reached or read")
 
 
 def _vectors(raw: bytes, count: int, dimensions: int) -> np.ndarray:

@@ -8,3 +8,4 @@ from .oauth import *  # noqa: F403
 from .operations import *  # noqa: F403
 from .queue import *  # noqa: F403
 from .search import *  # noqa: F403
+from .summaries import *  # noqa: F403

@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "apps.mail",
     "apps.outbound",
     "apps.search",
+    "apps.summaries",
     "apps.audit",
     "apps.server",
     "apps.operations",

@@ -33,6 +33,12 @@ OPERATIONS = {
     # texts: cut, and the answer says so (truncated + full length)
     "TEXT_MAX_CHARS": _tunable("TEXT_MAX_CHARS", 20_000, minimum=100),
     "SUMMARY_MAX_CHARS": _tunable("SUMMARY_MAX_CHARS", 400, minimum=50),
+    # summaries: how long a call waits for the workers (what is not done by then answers pending, and is in
+    # the cache for the next call), how long a claimed summary may stay pending before another call queues it
+    # again (a worker lost with it), and how many new messages a tenant's opted-in accounts get summarized an hour
+    "SUMMARY_WAIT_SECONDS": _tunable("SUMMARY_WAIT_SECONDS", 10, minimum=1, maximum=120),
+    "SUMMARY_PENDING_MAX_SECONDS": _tunable("SUMMARY_PENDING_MAX_SECONDS", 600, minimum=30, maximum=86400),
+    "SUMMARIES_NEW_MAIL_PER_HOUR": _tunable("SUMMARIES_NEW_MAIL_PER_HOUR", 200, minimum=0, maximum=100_000),
     # any other text taken from mail (a subject, a name, a file name): cut past this, ending in CUT_MARK
     "MAIL_FIELD_MAX_CHARS": _tunable("MAIL_FIELD_MAX_CHARS", 2000, minimum=100, maximum=100_000),
     "QUERY_MAX_CHARS": _tunable("QUERY_MAX_CHARS", 500, minimum=10),

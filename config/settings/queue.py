@@ -39,6 +39,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     },
     # search: the enricher embeds what new mail and edits left waiting (a no-op query when nothing waits)
     "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
+    # summaries: new mail of opted-in accounts (a no-op unless OAKEN_SUMMARIZE_NEW_MAIL is on)
+    "summaries-new-mail": {"task": "summaries.summarize_new_mail", "schedule": 60.0, "options": {"expires": 60.0}},
     # hourly send budgets, Redis → PostgreSQL for the console; a copy waiting longer than a period is dropped
     "outbound-roll-up-budgets": {
         "task": "outbound.roll_up_budgets",

@@ -7,6 +7,7 @@ import importlib
 MODULES = (
     "apps.operations.defs.mail_read",
     "apps.operations.defs.search",
+    "apps.operations.defs.summaries",
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound",

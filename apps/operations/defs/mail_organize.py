@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from django.db import IntegrityError, transaction
 from pydantic import Field
@@ -16,8 +15,10 @@ from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, MailAccoun
 from apps.mail.selectors import access_account_by_id, access_folder_by_name, access_labels_by_ids
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out, reach, the_messages
-from apps.operations.defs.shapes import Closed, Id, MailBody, MessageIds, Name, folder_label
+from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
+from apps.operations.defs.summaries import SummarizerOut, SummaryState, gather_jobs, state_fields, summarizer_out
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
+from apps.summaries.services import Outcome, message_job
 
 _BATCH = Bound("message_ids", "BATCH_MAX")
 
@@ -504,36 +505,19 @@ def restore_messages(ctx: Context, data: MessageIds) -> ChangedOut:
 
 
 class SummarizeIn(MessageIds):
-    mark_read: bool = Field(default=False, description="mark the summarized messages read afterwards (confirmed)")
+    mark_read: bool = Field(
+        default=False, description="mark the summarized messages read once their summaries are back (confirmed)"
+    )
 
 
-class SummaryOut(Closed):
+class SummaryOut(SummaryState):
     message_id: str
-    summary: MailBody
-    truncated: bool
 
 
 class SummariesOut(Closed):
     summaries: list[SummaryOut]
     marked_read: list[str]
-    method: Literal["extractive"]
-
-
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-
-def extractive_summary(text: str, limit: int) -> tuple[str, bool]:
-    """The opening sentences of the text, without quoted replies, up to `limit` characters."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith(">")]
-    flat = " ".join(" ".join(lines).split())
-    summary = ""
-    for sentence in _SENTENCE.split(flat):
-        if len(summary) + len(sentence) + 1 > limit:
-            break
-        summary = f"{summary} {sentence}".strip()
-    if not summary:
-        summary = flat[:limit]
-    return summary, len(summary) < len(flat)
+    summarizer: SummarizerOut
 
 
 def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
@@ -542,6 +526,11 @@ def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
         tuple(Change(str(m.pk), {"read": m.read}, {"read": True}) for m in messages if data.mark_read and not m.read),
         summary="summarize" + (" and mark read" if data.mark_read else ""),
     )
+
+
+def _gather_summaries(ctx: Context, data: SummarizeIn) -> dict[tuple[str, str], Outcome]:
+    messages: list[Message] = ctx.targets
+    return gather_jobs(ctx, [message_job(m) for m in messages])
 
 
 @operation(
@@ -554,22 +543,26 @@ def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
     preview=_summarize_preview,
     confirm=when(lambda d: d.mark_read),
     targets=the_messages,
+    gather=_gather_summaries,
     bounds=(Bound("message_ids", "SUMMARIZE_MAX"),),
     changes_read_state=True,
 )
 def summarize_messages(ctx: Context, data: SummarizeIn) -> SummariesOut:
+    """The summaries are written on Celery workers, in parallel, and cached per content and summarizer; the call
+    waits up to SUMMARY_WAIT_SECONDS, and a summary not done by then is `pending` (the next call returns it from
+    the cache). Summarizing marks nothing read; with mark_read (confirmed), the messages whose summaries came back
+    are marked read after they did."""
     messages: list[Message] = ctx.targets
-    bodies = dict(
-        Message.objects.for_tenant(ctx.tenant).filter(pk__in=[m.pk for m in messages]).values_list("pk", "text_body")
-    )
-    out = []
-    for m in messages:
-        summary, truncated = extractive_summary(bodies[m.pk], ctx.bounds["SUMMARY_MAX_CHARS"])
-        out.append(SummaryOut(message_id=str(m.pk), summary=summary, truncated=truncated))
+    outcomes: dict[tuple[str, str], Outcome] = ctx.gathered
+    out = [
+        SummaryOut(message_id=str(m.pk), **state_fields(outcomes[message_job(m).key]))  # type: ignore[arg-type]
+        for m in messages
+    ]
     marked: list[str] = []
     if data.mark_read:
-        changed = readstate.set_read(tenant=ctx.tenant, message_ids=[m.pk for m in messages], read=True)
+        done = [m.pk for m in messages if outcomes[message_job(m).key].state == "done"]
+        changed = readstate.set_read(tenant=ctx.tenant, message_ids=done, read=True)
         for pk, before in changed:
             ctx.touch(pk, {"read": before}, {"read": True})
         marked = [str(pk) for pk, _ in changed]
-    return SummariesOut(summaries=out, marked_read=marked, method="extractive")
+    return SummariesOut(summaries=out, marked_read=marked, summarizer=summarizer_out())

@@ -39,6 +39,7 @@ from apps.operations.defs.shapes import (
     summarize,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.summaries.services import cached, message_job
 
 
 def reach(ctx: Context) -> Reach:
@@ -233,9 +234,24 @@ class ListMessagesIn(Page):
     unread_only: bool = False
 
 
+_CACHED_SUMMARY = Field(
+    default=None, description="its summary by the current summarizer when one is cached (summarize_messages makes it)"
+)
+
+
+class ListedMessage(MessageSummary):
+    summary: MailBody | None = _CACHED_SUMMARY
+
+
 class MessagesOut(Closed):
-    messages: list[MessageSummary]
+    messages: list[ListedMessage]
     next_cursor: str | None
+
+
+def cached_summaries(ctx: Context, messages: list[Message]) -> dict[str, str]:
+    """Each message's cached summary (by content hash, this tenant's cache only), where there is one."""
+    found = cached(tenant=ctx.tenant, jobs=[message_job(m) for m in messages])
+    return {m.content_hash: found[message_job(m).key].text for m in messages if message_job(m).key in found}
 
 
 class Listing(NamedTuple):
@@ -304,7 +320,14 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
         size,
         _position,
     )
-    return MessagesOut(messages=summaries(ctx, page), next_cursor=next_cursor)
+    texts = cached_summaries(ctx, page)
+    return MessagesOut(
+        messages=[
+            ListedMessage(**row.model_dump(), summary=texts.get(m.content_hash))
+            for m, row in zip(page, summaries(ctx, page), strict=True)
+        ],
+        next_cursor=next_cursor,
+    )
 
 
 # ---------------------------------------------------------------- get_message
@@ -330,6 +353,7 @@ class MessageDetail(MessageSummary):
     truncated: bool
     text_length: int
     attachments: list[AttachmentOut]
+    summary: MailBody | None = _CACHED_SUMMARY
 
 
 class MessageOut(Closed):
@@ -372,6 +396,7 @@ def get_message(ctx: Context, data: MessageIn) -> MessageOut:
                 AttachmentOut(id=str(i), filename=f, content_type=media_type(t), size=s, inline=n)
                 for i, f, t, s, n in attachments
             ],
+            summary=cached_summaries(ctx, [message]).get(message.content_hash),
         )
     )
 
