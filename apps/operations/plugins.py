@@ -436,7 +436,10 @@ def _operations(found: Runtime) -> list[Operation]:
                 op_class=op_class,
                 ceiling=Ceiling.OFF,
                 role="MEMBER",
-                handler=_bridge(found, str(item["name"]), reads),
+                # the plugin works in `gather`, before the call's transaction opens (none stays open while a
+                # plugin's process runs); the handler hands its answer to the gate, which audits it
+                gather=_bridge(found, str(item["name"]), reads),
+                handler=_answer,
                 scope=_SCOPE_OF_CLASS[op_class],
                 preview=_preview(found, str(item["name"])) if op_class == OpClass.MUTATE else None,
                 targets=_targets,
@@ -546,6 +549,11 @@ def _bridge(found: Runtime, operation: str, reads: tuple[str, ...]) -> Any:
 
     handler.__doc__ = f"Runs {found.name}.{operation} in the plugin's own process."
     return handler
+
+
+def _answer(ctx: Any, data: BaseModel) -> Any:
+    """What the plugin answered (ctx.gathered), for the gate to check against the output schema."""
+    return ctx.gathered
 
 
 def _preview(found: Runtime, operation: str) -> Any:
