@@ -622,3 +622,20 @@ def test_a_url_that_cannot_be_right_is_refused_without_echoing_it(url: str) -> N
     assert settings_run.returncode != 0
     assert "ImproperlyConfigured" in settings_run.stderr and "OAKEN_EMBEDDINGS_BASE_URL" in settings_run.stderr
     assert "pa55word" not in settings_run.stderr and KEY not in settings_run.stderr
+
+
+def test_a_search_waits_for_its_query_embedding_less_than_the_enricher_waits(
+    boxes: tuple[Box, Box], server: EmbeddingsServer, settings: Any
+) -> None:
+    mine, theirs = boxes
+    settings.SEARCH_EMBEDDINGS = provider_settings(server)
+    assert enrich_pending().messages == 2 * len(MAIL)
+    # the enricher may wait 20 s for a hanging server; a search gives up on its query's embedding after 1 s
+    settings.SEARCH_EMBEDDINGS = provider_settings(server, TIMEOUT_SECONDS=20, QUERY_TIMEOUT_SECONDS=1)
+    server.misbehave("hang")
+    started = time.monotonic()
+    answer = search(mine, "plumber", "hybrid")
+    assert time.monotonic() - started < 10
+    assert hit_ids(answer)[:1] == [mine.ids["boiler"]] and answer["index_complete"] is False
+    assert_only_own(mine, answer)
+    assert search(theirs, "plumber", "keyword")["index_complete"] is True

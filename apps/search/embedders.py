@@ -34,8 +34,8 @@ class Embedder(Protocol):
     key: str
     dimensions: int
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalized float32 row per text."""
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        """One L2-normalized float32 row per text; `query`: a search waits for it (a shorter deadline)."""
         ...
 
 
@@ -67,7 +67,7 @@ class LocalEmbedder:
         self.dimensions = dimensions
         self.key = f"local/wordllama-l2_supercat@{metadata.version('wordllama')}/{dimensions}"
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         return _normalized(self._model.embed(list(texts), norm=True))
@@ -88,7 +88,9 @@ class OpenAIEmbedder:
 
     `timeout` bounds a whole call. Any failure is EmbeddingsUnavailable with a fixed message."""
 
-    def __init__(self, *, base_url: str, api_key: str, model: str, dimensions: int, timeout: float) -> None:
+    def __init__(
+        self, *, base_url: str, api_key: str, model: str, dimensions: int, timeout: float, query_timeout: float = 5
+    ) -> None:
         base = checked_base_url(base_url)
         if httpclient.travels_in_clear(base):
             log.warning(
@@ -99,23 +101,25 @@ class OpenAIEmbedder:
         self._api_key = api_key
         self._model = model
         self._timeout = timeout
+        self._query_timeout = query_timeout
         self.dimensions = dimensions
         self.key = f"openai/{model}/{dimensions}"
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAIEmbedder({self.key})"
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
+        timeout = min(self._timeout, self._query_timeout) if query else self._timeout
         body = json.dumps(
             {"model": self._model, "input": list(texts), "dimensions": self.dimensions, "encoding_format": "float"}
         ).encode()
         most = _ANSWER_BASE_BYTES + len(texts) * self.dimensions * _BYTES_PER_NUMBER
         try:
-            raw = httpclient.post_json(self._url, body, api_key=self._api_key, timeout=self._timeout, most=most)
+            raw = httpclient.post_json(self._url, body, api_key=self._api_key, timeout=timeout, most=most)
         except httpclient.HttpFailure as failure:
-            raise _unavailable(failure, self._timeout) from None
+            raise _unavailable(failure, timeout) from None
         return _vectors(raw, len(texts), self.dimensions)
 
 
@@ -187,6 +191,7 @@ def _build(config: tuple[tuple[str, object], ...]) -> Embedder:
             model=str(options["MODEL"]),
             dimensions=int(str(options["DIMENSIONS"])),
             timeout=float(str(options["TIMEOUT_SECONDS"])),
+            query_timeout=float(str(options.get("QUERY_TIMEOUT_SECONDS", options["TIMEOUT_SECONDS"]))),
         )
     return _local(int(str(options["DIMENSIONS"])))
 

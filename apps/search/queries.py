@@ -154,7 +154,7 @@ def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:
             complete = False
             continue
         try:
-            vector = embedder.embed([text])[0]
+            vector = embedder.embed([text], query=True)[0]
         except EmbeddingsUnavailable:
             complete = False
             continue

@@ -29,6 +29,8 @@ SEARCH_EMBEDDINGS: dict[str, object] = {
         "OAKEN_EMBEDDINGS_DIMENSIONS", 256 if _PROVIDER == "local" else 512, minimum=16, maximum=4000
     ),
     "TIMEOUT_SECONDS": env_int("OAKEN_EMBEDDINGS_TIMEOUT_SECONDS", 30, minimum=1, maximum=600),
+    # a search waits this long at most for its query's embedding, then answers by words (index_complete false)
+    "QUERY_TIMEOUT_SECONDS": env_int("OAKEN_EMBEDDINGS_QUERY_TIMEOUT_SECONDS", 5, minimum=1, maximum=600),
 }
 
 if _PROVIDER == "local" and SEARCH_EMBEDDINGS["DIMENSIONS"] not in (64, 128, 256):
