@@ -141,6 +141,12 @@ def invites_in(part: Part, settings: Settings) -> list[Invite]:
     return invites
 
 
+def _invites(service: Service) -> list[Invite]:
+    """The invites of every part Oaken handed over, in its order (newest mail first)."""
+    settings = Settings.model_validate(service.settings.model_dump())
+    return [invite for part in service.parts for invite in invites_in(part, settings)]
+
+
 @plugin.operation(
     name="list_invites",
     summary="The calendar invites in an account's mail, newest mail first: title, organizer, start and end, place.",
@@ -149,11 +155,7 @@ def invites_in(part: Part, settings: Settings) -> list[Invite]:
     reads=CALENDAR_TYPES,
 )
 def list_invites(service: Service, data: ListIn) -> InvitesOut:
-    settings = Settings.model_validate(service.settings.model_dump())
-    invites: list[Invite] = []
-    for part in service.parts:
-        invites += invites_in(part, settings)
-    return InvitesOut(invites=invites[: data.limit])
+    return InvitesOut(invites=_invites(service)[: data.limit])
 
 
 @plugin.operation(
@@ -164,5 +166,4 @@ def list_invites(service: Service, data: ListIn) -> InvitesOut:
     reads=CALENDAR_TYPES,
 )
 def get_invite(service: Service, data: GetIn) -> InvitesOut:
-    settings = Settings.model_validate(service.settings.model_dump())
-    return InvitesOut(invites=[i for part in service.parts for i in invites_in(part, settings)])
+    return InvitesOut(invites=_invites(service))
