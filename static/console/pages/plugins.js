@@ -1,6 +1,6 @@
 // /plugins: the installed plugins, their health and operations, and this tenant's settings for each, as a
 // form built from the plugin's settings schema (list_plugins, set_plugin_settings).
-import { el, load, perform, row, table } from "../lib.js";
+import { el, load, notice, perform, row, table } from "../lib.js";
 
 const MASK = "********";
 
@@ -79,8 +79,10 @@ function settingsForm(plugin) {
       const problem = document.getElementById(`setting-${plugin.name}-${name}-problem`);
       if (!problem) return;
       const reason = (error.message || "").split(": ").slice(1).join(": ") || "is not valid";
-      problem.textContent = `${labelOf(name, properties[name] || {})} ${reason}.`;
+      const sentence = `${labelOf(name, properties[name] || {})} ${reason}.`;
+      problem.textContent = sentence;
       problem.hidden = false;
+      notice(`Nothing was saved: ${sentence}`, true);
     };
     const saved = await perform(
       "set_plugin_settings",
