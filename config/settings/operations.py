@@ -25,6 +25,8 @@ OPERATIONS = {
     # lists: a page is at most this long; a larger `limit` is refused, never cut
     "PAGE_SIZE_DEFAULT": _tunable("PAGE_SIZE_DEFAULT", 50, minimum=1),
     "PAGE_SIZE_MAX": _tunable("PAGE_SIZE_MAX", 200, minimum=1),
+    # an audit chain's export: events per page (the default and the most a page may ask for)
+    "AUDIT_EXPORT_PAGE_MAX": _tunable("AUDIT_EXPORT_PAGE_MAX", 2000, minimum=1, maximum=50_000),
     # batches: ids per call
     "BATCH_MAX": _tunable("BATCH_MAX", 500, minimum=1),
     "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),
