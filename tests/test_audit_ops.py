@@ -62,7 +62,7 @@ def test_events_read_in_words_with_names_and_never_mail(alice: Person, mallory: 
     marked = rows[1]
     assert marked["credential"] == f"laptop script ({key.prefix}_…)" and marked["person"] == "alice@example.test"
     assert marked["description"] == (
-        f"laptop script ({key.prefix}_…) (API key) for alice@example.test mark read on 2 messages over MCP"
+        f"API key laptop script ({key.prefix}_…) for alice@example.test mark read on 2 messages over MCP"
     )
     assert [t["kind"] for t in marked["targets"]] == ["message", "message"]
     assert rows[0]["description"].endswith("was refused list audit events over MCP: NOT_AVAILABLE")

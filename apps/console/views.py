@@ -21,6 +21,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
+from apps.core.kinds import Role
+from apps.operations.registry import registry
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import (
     SESSION_TENANT_KEY,
@@ -54,10 +56,22 @@ def current_membership(request: HttpRequest) -> Membership | None:
         return None
 
 
+def allowed_operations(membership: Membership | None) -> frozenset[str]:
+    """The operations the person's role reaches: a page offers a button only when its operation would not refuse
+    it for the role alone (the operation decides, as ever, when it is called)."""
+    if membership is None:
+        return frozenset()
+    role = Role(membership.role)
+    return frozenset(op.name for op in registry if role.covers(op.role))
+
+
 @login_required
 def page(request: HttpRequest, name: str) -> HttpResponse:
     """A console page: a shell whose script module lists and changes things through the operations."""
-    return render(request, f"console/{name}.html", {"membership": current_membership(request)})
+    membership = current_membership(request)
+    return render(
+        request, f"console/{name}.html", {"membership": membership, "allowed_ops": allowed_operations(membership)}
+    )
 
 
 @login_required

@@ -74,6 +74,12 @@ export function row(attrs, cells) {
   return el("tr", attrs, cells.map((c) => el("td", {}, c)));
 }
 
+// "What it did": the audit log of one API key ("apikey") or connection ("oauth")
+export function auditLink(kind, id, name) {
+  const query = new URLSearchParams({ credential_kind: kind, credential_id: id });
+  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What ${name} did` }, "What it did");
+}
+
 export function button(label, onClick, attrs) {
   return el("button", { type: "button", onclick: onClick, ...(attrs || {}) }, label);
 }

@@ -182,7 +182,7 @@ def _actor(event: AuditEvent, person: str | None, credential: str | None) -> str
         return "Oaken"
     if event.principal == "agent":
         kind = _CREDENTIAL_WORDS.get(event.credential_kind, "agent")
-        who = f"{credential} ({kind})" if credential else f"a removed {kind}"
+        who = f"{kind} {credential}" if credential else f"a removed {kind}"
         return f"{who} for {person}" if person else who
     return person or "a former member"
 
