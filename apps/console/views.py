@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from csp.constants import SELF
+from csp.decorators import csp_exempt, csp_update
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,9 +21,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from apps.core.kinds import Role
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door, Role
+from apps.gate.dispatch import dispatch
 from apps.operations.registry import registry
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import (
@@ -72,6 +78,52 @@ def page(request: HttpRequest, name: str) -> HttpResponse:
     return render(
         request, f"console/{name}.html", {"membership": membership, "allowed_ops": allowed_operations(membership)}
     )
+
+
+@csp_update({"frame-src": [SELF]})  # a message's HTML part shows in a frame of Oaken's own (message_html)
+def mail(request: HttpRequest) -> HttpResponse:
+    """The mailbox: accounts and folders, the message list, search, and a thread with its messages."""
+    return page(request, "mail")
+
+
+# The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail
+# (its one place that has them: the document holds nothing else), and the frame sandboxed again by this header.
+_FRAME_POLICY = (
+    "default-src 'none'; img-src {images}; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'self'; sandbox allow-popups allow-popups-to-escape-sandbox"
+)
+_FRAME = (
+    '<!doctype html><html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+    "<title>Message</title></head><body>{html}</body></html>"
+)
+
+
+@login_required
+@require_GET
+@xframe_options_sameorigin
+@csp_exempt()
+def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
+    """A message's HTML part as a document for the mailbox's sandboxed frame: the operation get_message_html,
+    called for the signed-in person as the REST door would, shown under a policy that runs no script; remote
+    images load only when the person asked for them (?remote_images=1)."""
+    membership = current_membership(request)
+    if membership is None:
+        raise Http404
+    remote = request.GET.get("remote_images") == "1"
+    try:
+        result = dispatch(
+            Caller.person(membership),
+            Door.UI,
+            "get_message_html",
+            {"message_id": message_id, "remote_images": remote},
+        )
+    except OakenError as error:
+        return HttpResponse(error.message, status=error.http_status, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(_FRAME.format(html=result.output["html"]), content_type="text/html; charset=utf-8")
+    response["Content-Security-Policy"] = _FRAME_POLICY.format(images="http: https:" if remote else "'none'")
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
 
 
 @login_required

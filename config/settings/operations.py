@@ -44,6 +44,8 @@ OPERATIONS = {
     # any other text taken from mail (a subject, a name, a file name): cut past this, ending in CUT_MARK
     "MAIL_FIELD_MAX_CHARS": _tunable("MAIL_FIELD_MAX_CHARS", 2000, minimum=100, maximum=100_000),
     "QUERY_MAX_CHARS": _tunable("QUERY_MAX_CHARS", 500, minimum=10),
+    # a message's HTML part shown to a person (get_message_html): cut past this many characters, and says so
+    "HTML_MAX_CHARS": _tunable("HTML_MAX_CHARS", 1_000_000, minimum=1000),
     "RAW_MESSAGE_MAX_BYTES": _tunable("RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
     # confirmation: small reversible changes up to this many items pass unconfirmed
     "CONFIRM_FREE_MAX": _tunable("CONFIRM_FREE_MAX", 10, minimum=0),
