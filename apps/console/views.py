@@ -101,7 +101,7 @@ _FRAME = (
 @login_required
 @require_GET
 @xframe_options_sameorigin
-@csp_exempt()
+@csp_exempt()  # type: ignore[arg-type]  # (django-csp types a view as taking the request alone)
 def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
     """A message's HTML part as a document for the mailbox's sandboxed frame: the operation get_message_html,
     called for the signed-in person as the REST door would, shown under a policy that runs no script; remote

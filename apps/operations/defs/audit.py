@@ -11,7 +11,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from django.db import transaction
 from django.db.models import Q
@@ -142,7 +142,7 @@ class _Names:
             self.rows[k.pk] = ("API key", f"{k.name or 'unnamed'} ({k.prefix}_…)")
         for c in Connection.objects.for_tenant(tenant).filter(pk__in=connections | ids):
             self.rows[c.pk] = ("connection", c.client_name or "an assistant")
-        named: Iterable[tuple[str, type[MailAccount | Workspace | SendPolicy], str]] = (
+        named: Iterable[tuple[str, Any, str]] = (
             ("account", MailAccount, "name"),
             ("workspace", Workspace, "name"),
             ("send policy", SendPolicy, "name"),
@@ -152,7 +152,7 @@ class _Names:
             for pk, name in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", field):
                 self.rows[pk] = (kind, name)
         # mail is never named here: its subject or name is a stranger's text
-        unnamed: Iterable[tuple[str, type[Message | Thread | Label | Draft | OutboundRequest]]] = (
+        unnamed: Iterable[tuple[str, Any]] = (
             ("message", Message),
             ("thread", Thread),
             ("label", Label),
