@@ -223,6 +223,10 @@ def test_a_person_reads_searches_and_organizes_mail(
     expect(page.locator("#notice")).to_have_text("Pinned.")
     expect(page.locator(f'li.message[data-message-id="{notices[0]}"] .pin')).to_have_count(1)
     assert set(mine.filter(pinned=True).values_list("pk", flat=True)) == {m.pk for m in mine.filter(pk__in=notices[:2])}
+    select(notices[0])
+    page.select_option("#bulk-label", box.labels["Receipts"])
+    page.click("#bulk button[data-bulk=label]")
+    expect(page.locator(f'li.message[data-message-id="{notices[0]}"] .label-chip')).to_have_text("Receipts")
     select(*notices)
     page.click("#bulk button[data-bulk=trash]")
     dialog = page.locator("#confirm-dialog")
@@ -253,6 +257,19 @@ def test_a_person_reads_searches_and_organizes_mail(
     page.click("#bulk button[data-bulk=unread]")
     expect(latest).to_have_class("message unread")
     assert mine.get(pk=box.messages["notice-16"]).read is False
+
+    # a person who prefers it may open mail without marking it read, and mark it read when they choose
+    page.uncheck("#pref-mark-read")
+    expect(page.locator("#notice")).to_have_text("Opening a message leaves it unread.")
+    latest.locator("button.open").click()
+    expect(page.locator("#thread-title")).to_have_text("Parcel notice 16")
+    expect(page.locator("#thread pre.message-text")).to_contain_text("Your parcel number 16")
+    assert mine.get(pk=box.messages["notice-16"]).read is False
+    page.click("#thread button.mark-read")
+    expect(page.locator("#thread button.mark-read")).to_have_count(0)
+    assert mine.get(pk=box.messages["notice-16"]).read is True
+    page.reload()
+    expect(page.locator("#pref-mark-read")).not_to_be_checked()
 
     html = page.content()
     assert "mallory" not in html.lower()

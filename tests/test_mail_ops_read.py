@@ -511,6 +511,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_audit_events": [{}, {"outcome": "refused"}],
         "verify_audit": [{}],
         "export_audit_chain": [{}],
+        "get_preferences": [{}],
         "list_api_keys": [{}],
         "list_connections": [{}],
         "list_members": [{}],

@@ -18,6 +18,7 @@ MODULES = (
     "apps.operations.defs.importing",
     "apps.operations.defs.admin",
     "apps.operations.defs.audit",
+    "apps.operations.defs.preferences",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
     "apps.operations.defs.tenancy",

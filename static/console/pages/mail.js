@@ -1,11 +1,12 @@
 // /mail: accounts and folders with unread counts, the message list (newest first, a page at a time), search,
 // a thread with its messages, and changes to several messages at once. Everything comes from the operations:
 // list_accounts, list_folders, list_labels, list_messages, search, get_thread, get_message, get_attachment,
-// and for changes mark_read, mark_unread, set_pinned, move_messages, trash_messages, restore_messages (through
-// perform(), which shows the gate's proposal when a change needs confirmation). A message's HTML part is shown
-// in a sandboxed frame of its own (/mail/messages/<id>/html: get_message_html, under a policy that runs no
-// script), with remote images held back until the person asks for them. Opening a message marks it read with
-// mark_read, because the person asked by opening it; reading it (get_message) never does.
+// and for changes mark_read, mark_unread, set_pinned, add_labels, move_messages, trash_messages and
+// restore_messages (through perform(), which shows the gate's proposal when a change needs confirmation).
+// A message's HTML part is shown in a sandboxed frame of its own (/mail/messages/<id>/html: get_message_html,
+// under a policy that runs no script), with remote images held back until the person asks for them. Opening a message marks it read with
+// mark_read, because the person asked by opening it (unless they turned that off: get_preferences /
+// set_preferences); reading it (get_message) never does.
 import { call, describeError, el, notice, perform } from "../lib.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
@@ -22,6 +23,7 @@ const threadTitle = document.getElementById("thread-title");
 const bulk = document.getElementById("bulk");
 const bulkCount = document.getElementById("bulk-count");
 const bulkFolder = document.getElementById("bulk-folder");
+const bulkLabel = document.getElementById("bulk-label");
 const searchForm = document.getElementById("mail-search");
 const searchClear = document.getElementById("search-clear");
 
@@ -35,6 +37,7 @@ const state = {
   cursor: null,
   rows: new Map(), // message id -> summary shown
   selected: new Set(),
+  markReadOnOpen: true,
 };
 
 const folderValue = (f) => (f.kind === "custom" ? f.name : f.kind);
@@ -105,6 +108,9 @@ function renderAccounts() {
   );
   const folders = (state.folders[state.account] || []).filter((f) => f.kind !== "trash" && f.kind !== "drafts");
   bulkFolder.replaceChildren(...folders.map((f) => el("option", { value: folderValue(f) }, folderName(f))));
+  const labels = Object.values(state.labels).filter((l) => l.account_id === state.account);
+  bulkLabel.replaceChildren(...labels.map((l) => el("option", { value: l.id }, l.name)));
+  bulkLabel.closest(".bulk-move").hidden = !labels.length;
 }
 
 async function refreshCounts() {
@@ -237,6 +243,7 @@ const BULK = {
   unread: (ids) => ["mark_unread", { message_ids: ids }, "Marked unread."],
   pin: (ids) => ["set_pinned", { message_ids: ids, pinned: true }, "Pinned."],
   unpin: (ids) => ["set_pinned", { message_ids: ids, pinned: false }, "Unpinned."],
+  label: (ids) => ["add_labels", { message_ids: ids, label_ids: [bulkLabel.value] }, "Labelled."],
   move: (ids) => ["move_messages", { message_ids: ids, folder: bulkFolder.value }, "Moved."],
   trash: (ids) => ["trash_messages", { message_ids: ids }, "Moved to the trash."],
   restore: (ids) => ["restore_messages", { message_ids: ids }, "Restored."],
@@ -388,18 +395,47 @@ async function openMessage(m) {
     opened[1].scrollIntoView({ block: "nearest" });
   }
   threadTitle.focus?.();
-  if (!m.read) await markReadOnOpen(m);
+  if (m.read) return;
+  if (state.markReadOnOpen) await markRead(m);
+  else if (opened) {
+    const button = el("button", { type: "button", class: "mark-read" }, "Mark read");
+    button.addEventListener("click", async () => {
+      if (await markRead(m)) button.remove();
+    });
+    opened[1].querySelector(".message-body").prepend(button);
+  }
 }
 
-// the person opened it: that is their asking to mark it read (mark_read, audited as theirs)
-async function markReadOnOpen(m) {
+// the person opened it (or asked): mark_read, audited as theirs
+async function markRead(m) {
   const out = await perform("mark_read", { message_ids: [m.id] });
-  if (!out) return;
+  if (!out) return false;
   m.read = true;
   const row = list.querySelector(`li[data-message-id="${CSS.escape(m.id)}"]`);
   if (row) row.replaceWith(messageRow(m));
   refreshCounts();
+  return true;
 }
+
+// the person's own preference: whether opening a message marks it read
+const preference = document.getElementById("pref-mark-read");
+async function loadPreference() {
+  try {
+    state.markReadOnOpen = (await call("get_preferences", {})).mark_read_on_open;
+    preference.checked = state.markReadOnOpen;
+    preference.disabled = false;
+  } catch (_) {
+    preference.closest("label").hidden = true; // opening still marks read, as by default
+  }
+}
+preference.addEventListener("change", async () => {
+  const out = await perform("set_preferences", { mark_read_on_open: preference.checked });
+  if (out) {
+    state.markReadOnOpen = out.mark_read_on_open;
+    notice(out.mark_read_on_open ? "Opening a message marks it read." : "Opening a message leaves it unread.");
+  }
+  preference.checked = state.markReadOnOpen;
+});
 
 threadTitle.tabIndex = -1;
 
@@ -407,6 +443,7 @@ threadTitle.tabIndex = -1;
 
 (async () => {
   const asked = new URLSearchParams(location.search);
+  loadPreference();
   if (!(await loadAccounts())) return;
   const account = asked.get("account");
   if (account && state.accounts.some((a) => a.id === account)) state.account = account;
