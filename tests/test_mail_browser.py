@@ -271,6 +271,14 @@ def test_a_person_reads_searches_and_organizes_mail(
     page.reload()
     expect(page.locator("#pref-mark-read")).not_to_be_checked()
 
+    # coming back, the folder last opened is where the page opens
+    page.click('.mail-account button.folder[data-folder="archive"]')
+    expect(rows).to_have_count(1)
+    page.goto("/mail")
+    expect(page.locator("#list-title")).to_have_text("Archive")
+    expect(page.locator('.mail-account button.folder[data-folder="archive"]')).to_have_attribute("aria-current", "true")
+    expect(rows).to_have_count(1)
+
     html = page.content()
     assert "mallory" not in html.lower()
     assert not Message.objects.for_tenant(mallory.tenant).filter(read=True, pk__in=theirs.ids("trip-0")).exists()
