@@ -70,7 +70,7 @@ def main() -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     import httpx2
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Request, sync_playwright
 
     from apps.server.management.commands.serve import web_command
     from tests.browser import ARGS
@@ -131,8 +131,13 @@ def main() -> None:
                     took = run()
                     samples["REST list_messages" if run is call_rest else "/mail first list"].append(took)
             # where one load's time goes: each request the page made, from the navigation on
-            finished: list[tuple[str, dict[str, float]]] = []
-            page.on("requestfinished", lambda r: finished.append((r.url.removeprefix(base), r.timing)))
+            finished: list[tuple[str, float, float]] = []
+
+            def done(request: Request) -> None:
+                timing = request.timing
+                finished.append((request.url.removeprefix(base), timing["startTime"], timing["responseEnd"]))
+
+            page.on("requestfinished", done)
             took = load_page()
             page.wait_for_timeout(500)  # the folders' counts may still be arriving
             browser.close()
@@ -148,10 +153,9 @@ def main() -> None:
     ratio = medians["/mail first list"] / medians["REST list_messages"]
     print(f"ratio page / REST    : {ratio:.2f}   target <= 1.5")
     print(f"one more load ({took * 1000:.0f} ms), request by request (ms from the first request: start, end):")
-    zero = min((timing["startTime"] for _, timing in finished), default=0.0)
-    for url, timing in sorted(finished, key=lambda f: f[1]["startTime"]):
-        start = timing["startTime"] - zero
-        print(f"  {start:7.1f} {start + timing['responseEnd']:7.1f}  {url[:70]}")
+    zero = min((start for _, start, _ in finished), default=0.0)
+    for url, start, end in sorted(finished, key=lambda f: f[1]):
+        print(f"  {start - zero:7.1f} {start - zero + end:7.1f}  {url[:70]}")
 
 
 if __name__ == "__main__":
