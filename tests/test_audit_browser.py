@@ -15,13 +15,14 @@ import pytest
 from apps.audit import chainfile
 from apps.audit.models import AuditEvent
 from tests.browser import look
-from tests.callers import call, joined
+from tests.callers import as_agent, call, joined
 from tests.commands import run_json
 from tests.conftest import Person
 from tests.mailbox import build_mailbox
 from tests.test_audit import _triggers_off
 from tests.test_audit_ops import _key
 from tests.test_console_browser import _sign_in
+from tests.test_send_budgets import _connection
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -38,6 +39,9 @@ def test_a_person_reads_verifies_and_exports_the_audit_log(
     key, agent = _key(alice, "laptop script")
     call(agent, "get_message", {"message_id": box.messages["zeppelin"]})
     call(agent, "mark_read", {"message_ids": box.ids("trip-0", "trip-1")})
+    connection = _connection(alice)
+    assistant = as_agent(alice, credential_id=str(connection.pk), credential_kind="oauth")
+    call(assistant, "list_accounts")
     _, their_agent = _key(mallory, "mallory's secret bot")
     call(their_agent, "mark_read", {"message_ids": theirs.ids("trip-0")})
     page = browser_page
@@ -55,6 +59,13 @@ def test_a_person_reads_verifies_and_exports_the_audit_log(
     expect(rows.nth(1)).to_contain_text("get message over MCP")
     look(page, "audit-credential")
 
+    # from the Connections page: what this assistant did
+    page.goto("/connections")
+    page.locator(f'#connections-list tr[data-connection-id="{connection.pk}"] a[data-action=audit]').click()
+    expect(page.locator("#audit-title")).to_have_text("What connection Desk assistant did")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("connection Desk assistant for alice@example.test list accounts over MCP")
+
     # the whole log, filtered and paged
     settings.OPERATIONS = {**settings.OPERATIONS, "PAGE_SIZE_DEFAULT": 5}
     page.goto("/audit")
@@ -65,7 +76,7 @@ def test_a_person_reads_verifies_and_exports_the_audit_log(
     assert seqs == sorted(seqs, reverse=True) and len(set(seqs)) == 10  # newest first, nothing twice
     page.select_option("#filter-principal", "agent")
     page.click("#audit-filters button[type=submit]")
-    expect(rows).to_have_count(2)
+    expect(rows).to_have_count(3)
     page.select_option("#filter-principal", "")
     page.fill("#filter-operation", "create_label")
     page.click("#audit-filters button[type=submit]")
