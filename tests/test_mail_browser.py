@@ -206,6 +206,16 @@ def test_a_person_reads_searches_and_organizes_mail(
     expect(rows.first).to_have_attribute("data-message-id", box.messages["zeppelin"])
     found = rows.evaluate_all("rows => rows.map(r => r.dataset.messageId)")
     assert not set(found) & set(theirs.messages.values())
+    # with the search's filters: words only, read mail only
+    page.fill("#search-query", "parcel")
+    page.click(".search-filters summary")
+    page.select_option("#search-mode", "keyword")
+    page.select_option("#search-unread", "false")
+    page.click("#mail-search button[type=submit]")
+    expect(page.locator("#list-title")).to_have_text("Search: parcel")
+    read_notices = {str(pk) for pk in mine.filter(subject__startswith="Parcel", read=True).values_list("pk", flat=True)}
+    expect(rows).to_have_count(len(read_notices))
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.messageId)")) == read_notices
     look(page, "mail-search")
     page.click("#search-clear")
     expect(page.locator("#list-title")).to_have_text("Inbox")

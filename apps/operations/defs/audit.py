@@ -187,12 +187,16 @@ def _actor(event: AuditEvent, person: str | None, credential: str | None) -> str
     return person or "a former member"
 
 
+def _plural(kind: str) -> str:
+    return kind[:-1] + "ies" if kind.endswith("y") else kind if kind.endswith("s") else kind + "s"
+
+
 def _what(targets: list[TargetOut]) -> str:
     if not targets:
         return ""
     named = [f"{t.kind} {t.name}" for t in targets if t.name]
     counts = Counter(t.kind or "item" for t in targets if not t.name)
-    parts = named[:3] + [f"{n} {kind}{'s' if n > 1 and not kind.endswith('s') else ''}" for kind, n in counts.items()]
+    parts = named[:3] + [f"{n} {_plural(kind) if n > 1 else kind}" for kind, n in counts.items()]
     if len(named) > 3:
         parts.append(f"{len(named) - 3} more")
     return " on " + ", ".join(parts)

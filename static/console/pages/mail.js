@@ -173,7 +173,9 @@ async function loadMessages() {
     let rows;
     let next;
     if (state.query) {
-      const out = await call("search", state.cursor ? { query: state.query, cursor: state.cursor } : { query: state.query });
+      const body = { ...state.query };
+      if (state.cursor) body.cursor = state.cursor;
+      const out = await call("search", body);
       rows = out.hits.map((h) => [h.message, h.highlight]);
       next = out.next_cursor;
     } else {
@@ -239,12 +241,28 @@ function openFolder(accountId, folder) {
   return resetList();
 }
 
+// the search's words and the filters set (the search operation's own inputs; days in the person's time zone)
+function searchInput() {
+  const data = new FormData(searchForm);
+  const query = (data.get("query") || "").trim();
+  if (!query) return null;
+  const body = { query, mode: data.get("mode") || "hybrid", tz: Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC" };
+  for (const key of ["from", "to", "after", "before"]) {
+    const value = (data.get(key) || "").trim();
+    if (value) body[key] = value;
+  }
+  for (const key of ["unread", "has_attachment"]) {
+    if (data.get(key)) body[key] = data.get(key) === "true";
+  }
+  return body;
+}
+
 searchForm.addEventListener("submit", (event) => {
   event.preventDefault();
-  const query = (new FormData(searchForm).get("query") || "").trim();
+  const query = searchInput();
   if (!query) return;
   state.query = query;
-  listTitle.textContent = `Search: ${query}`;
+  listTitle.textContent = `Search: ${query.query}`;
   searchClear.hidden = false;
   closeReader();
   renderAccounts();
