@@ -3,8 +3,10 @@
 Each page loads one small script module (static/console/pages/<page>.js) on top of the shared
 static/console/lib.js. The views here only choose the tenant, render pages and serve the static files;
 what a page shows and changes comes from the operations, the same ones the API documents.
-The one exception is accepting an invitation: its person is not yet a member of the tenant,
-so no operation can be called for them there (see workspaces.services.accept_invitation).
+Two views do more. Accepting an invitation: its person is not yet a member of the tenant, so no operation
+can be called for them there (see workspaces.services.accept_invitation). And a message's HTML part
+(message_html): a document of its own for a sandboxed frame, under its own policy, which no JSON answer can
+be; it calls the operation get_message_html through the gate for the signed-in person, as the REST door would.
 """
 
 from __future__ import annotations
