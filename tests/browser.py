@@ -6,6 +6,7 @@ installs it). Tests that need it skip, saying why, when it is missing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,7 @@ def chromium_page(base_url: str) -> Iterator[Page]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
         try:
-            context = browser.new_context(base_url=base_url)
+            context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
             context.set_default_timeout(TIMEOUT_MS)
             page = context.new_page()
             # refusals (a 409 asking for confirmation, a 404) are answers; exceptions and 5xx are not
@@ -42,3 +43,46 @@ def chromium_page(base_url: str) -> Iterator[Page]:
         finally:
             browser.close()
     assert errors == [], f"the page reported script errors: {errors}"
+
+
+# ------------------------------------------------------------ looking at a page as a person would
+
+ROOT = Path(__file__).resolve().parent.parent
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"  # from npm (package.json), installed by `make test`
+# where the walks leave what each page looks like, at a desktop's width and a phone's (README names it)
+SCREENSHOTS = Path(os.environ.get("OAKEN_SCREENSHOTS_DIR", ROOT / "var" / "screenshots"))
+WIDTHS = {"desktop": (1280, 900), "phone": (375, 800)}
+_SERIOUS = {"serious", "critical"}
+_AXE_RUN = """async () => {
+  const result = await axe.run(document, {iframes: false, resultTypes: ["violations"]});
+  return result.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,
+                                        nodes: v.nodes.slice(0, 5).map((n) => n.target.join(" "))}));
+}"""
+
+
+def accessibility_violations(page: Page) -> list[dict[str, object]]:
+    """axe-core's serious and critical violations on the page as it is now (axe is injected over the DevTools
+    protocol, so the page's Content-Security-Policy stays as strict as ever)."""
+    if not AXE.exists():
+        pytest.skip(f"{AXE} is missing: `make node_modules/.installed` installs axe-core from npm")
+    if not page.evaluate("typeof axe !== 'undefined'"):
+        page.evaluate(AXE.read_text(encoding="utf-8") + "\n;undefined")
+    found: list[dict[str, object]] = page.evaluate(_AXE_RUN)
+    return [v for v in found if v["impact"] in _SERIOUS]
+
+
+def look(page: Page, name: str) -> None:
+    """What a person sees on this page, at 1280 and at 375 px: a screenshot of each into SCREENSHOTS, no serious
+    or critical accessibility violation, and nothing wider than a phone's screen (no sideways scrolling)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        for label, (width, height) in WIDTHS.items():
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(100)  # let the layout settle at the new width
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+            found = accessibility_violations(page)
+            assert found == [], f"{name} at {width} px ({label}): {found}"
+            overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            assert overflow <= 0, f"{name} is {overflow} px wider than a {width} px screen"
+    finally:
+        page.set_viewport_size({"width": WIDTHS["desktop"][0], "height": WIDTHS["desktop"][1]})

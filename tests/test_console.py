@@ -14,8 +14,21 @@ from tests.callers import joined
 from tests.conftest import Person
 from tests.test_rest_door import api_client, error_of, post
 
-PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/mailboxes", "/budgets"]
-MODULE_PAGES = ["keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets"]
+PAGES = [
+    "/",
+    "/keys",
+    "/connections",
+    "/workspaces",
+    "/members",
+    "/exposure",
+    "/mailboxes",
+    "/budgets",
+    "/audit",
+    "/mail",
+]
+MODULE_PAGES = [
+    "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
+]  # fmt: skip
 
 
 def _signed_in(p: Person) -> Client:
@@ -96,6 +109,25 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "approve_outbound",
         "reject_outbound",
         "settle_outbound_request",
+        "list_audit_events",
+        "verify_audit",
+        "export_audit_chain",
+        "list_folders",
+        "list_labels",
+        "list_messages",
+        "search",
+        "get_thread",
+        "get_message",
+        "get_attachment",
+        "mark_read",
+        "mark_unread",
+        "set_pinned",
+        "add_labels",
+        "move_messages",
+        "trash_messages",
+        "restore_messages",
+        "get_preferences",
+        "set_preferences",
     ):
         assert f'"{op}"' in script, op
     # text only, and no rule of their own: what a person may do comes with the rows
@@ -128,6 +160,9 @@ def test_a_member_sees_no_admin_forms(alice: Person) -> None:
     owner_page = _signed_in(alice).get("/members").content.decode()
     assert 'id="invite-member"' in owner_page and '<option value="OWNER">' in owner_page
     assert 'id="connect-mailbox"' in _signed_in(alice).get("/mailboxes").content.decode()
+    # the audit log's proof (Verify, Export) is offered where the role reaches verify_audit
+    assert 'id="verify-chain"' not in client.get("/audit").content.decode()
+    assert 'id="verify-chain"' in _signed_in(alice).get("/audit").content.decode()
     admin = joined(alice, "ada@example.test", "ADMIN")
     admin_client = _signed_in(admin)
     admin_client.post("/tenant", {"tenant_id": str(alice.tenant.pk)})

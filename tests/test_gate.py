@@ -155,7 +155,7 @@ def test_a_role_below_the_operations_role_is_forbidden(alice: Person) -> None:
     member = User.objects.create_user(email="member@example.test", password="x")
     Membership.objects.create(tenant=alice.tenant, user=member, role="MEMBER")
     caller = Caller.person(Membership.objects.get(user=member))
-    refused = refusal(caller, "list_audit_events", {})
+    refused = refusal(caller, "verify_audit", {})
     assert (refused.code, refused.http_status) == ("FORBIDDEN", 403)
     assert dispatch(caller, Door.UI, "status", {}).output["tenant"] == alice.tenant.name
 

@@ -502,9 +502,16 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "get_reference": [{"topic": "security"}, {"topic": "operations"}],
         "status": [{}],
         "get_raw_message": [{"message_id": m} for m in everyone],
+        "get_message_html": [
+            {"message_id": box.messages["newsletter"]},
+            {"message_id": everyone[0], "remote_images": True},
+        ],
+        "get_attachment": [{"attachment_id": _an_attachment(box)}],
         "list_operation_exposure": [{}],
-        "list_audit_events": [{}],
+        "list_audit_events": [{}, {"outcome": "refused"}],
         "verify_audit": [{}],
+        "export_audit_chain": [{}],
+        "get_preferences": [{}],
         "list_api_keys": [{}],
         "list_connections": [{}],
         "list_members": [{}],
@@ -519,6 +526,17 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "calendar.list_invites": [{"account_id": box.personal}],
         "calendar.get_invite": [{"message_id": m} for m in everyone],
     }
+
+
+def _an_attachment(box: Mailbox) -> str:
+    """A file attached to the zeppelin invoice, as a row (downloading it reads nothing else)."""
+    from apps.mail.models import Attachment
+
+    row = Attachment.objects.create(
+        tenant=box.person.tenant, message_id=box.messages["zeppelin"], filename="invoice.txt",
+        content_type="text/plain", size=4, content=b"1000",
+    )  # fmt: skip
+    return str(row.pk)
 
 
 def _agent_request(box: Mailbox) -> str:

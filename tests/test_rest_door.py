@@ -332,7 +332,7 @@ def test_the_operation_list_shows_what_the_person_may_call(
     alice: Person, alice_mail: Mailbox, mallory: Person, mallory_mail: Mailbox
 ) -> None:
     admin_ops = {op.name for op in registry if op.role in {"ADMIN", "OWNER"}}
-    assert {"set_operation_exposure", "list_audit_events"} <= admin_ops
+    assert {"set_operation_exposure", "verify_audit", "export_audit_chain"} <= admin_ops
 
     # alice owns her tenant: everything but the system's own operations (the internal door's only) and the server
     # side's (the cli and internal doors' only: they name the server's files)

@@ -58,3 +58,15 @@ class User(AbstractBaseUser, PermissionsMixin):
     def save(self, *args: Any, **kwargs: Any) -> None:
         self.email = normalize_email(self.email)
         super().save(*args, **kwargs)
+
+
+class Preferences(models.Model):
+    """How the console behaves for one person, in every tenant they belong to (their own choice, nobody else's)."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, primary_key=True, related_name="preferences")
+    # opening a message in the console marks it read (mark_read, as the person's own act), as mail clients do
+    mark_read_on_open = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user_id}"

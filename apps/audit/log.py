@@ -8,7 +8,6 @@ the next event's seq and prev_hash come from the head, never from "the newest ev
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
@@ -20,6 +19,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
+from apps.audit.chainfile import canonical_json, sha256_hex
 from apps.audit.events import INTERNAL_EVENTS
 from apps.audit.models import ZERO_HASH, AuditEvent
 from apps.core.changes import Change
@@ -47,17 +47,9 @@ class UnknownTenantError(LookupError):
     """No tenant has this id."""
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def canonical_json(value: object) -> str:
-    """The one JSON spelling of a value: sorted keys, no whitespace, non-JSON types as str()."""
-    return _ENCODER.encode(value)
-
-
-def _sha256(text: str) -> str:
-    # surrogatepass: a lone surrogate (legal in JSON input) must digest, not crash the caller
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+# canonical_json (the one JSON spelling) and the digest live in apps.audit.chainfile, which an exported chain is
+# verified with offline: the chain and its verifier cannot spell an event two ways
+_sha256 = sha256_hex
 
 
 def input_digest(payload: object) -> str:
@@ -102,10 +94,14 @@ def _content(
     }
 
 
-def _chain_hash(*, created_at: datetime, prev_hash: str, seq: int, **fields: Any) -> str:
+def _hashed(*, created_at: datetime, prev_hash: str, seq: int, **fields: Any) -> dict[str, Any]:
     content = _content(**fields)
     content.update(created_at=_timestamp(created_at), prev_hash=prev_hash, seq=seq)
-    return _sha256(canonical_json(content))
+    return content
+
+
+def _chain_hash(**fields: Any) -> str:
+    return _sha256(canonical_json(_hashed(**fields)))
 
 
 def _hash_frame(content: dict[str, Any]) -> list[str]:
@@ -414,15 +410,35 @@ def verify_chain(tenant_id: uuid.UUID) -> tuple[int, Break | None]:
     Safe while others append: the head is read after the walk, and an event and its head move
     commit together, so any head seen later is covered by walking on up to its seq.
     """
+    status = chain_status(tenant_id)
+    return status.checked, status.broken
+
+
+@dataclass(frozen=True)
+class ChainStatus:
+    """A walk of one chain: events checked, the first break (None: intact) and the head hash it reached."""
+
+    checked: int
+    broken: Break | None
+    head_hash: str
+
+
+def chain_status(tenant_id: uuid.UUID) -> ChainStatus:
+    """verify_chain, with the hash of the last event the walk accepted (the head's, when the chain is intact)."""
     walker = _Walker(tenant_id)
+    broken = _walk_to_head(walker, tenant_id)
+    return ChainStatus(walker.checked, broken, walker.hash)
+
+
+def _walk_to_head(walker: _Walker, tenant_id: uuid.UUID) -> Break | None:
     if broken := walker.walk():
-        return walker.checked, broken
+        return broken
     with connection.cursor() as cursor:
         cursor.execute(_HEAD, [tenant_id])
         head_seq, head_hash = cursor.fetchone() or (0, ZERO_HASH)
     # appended meanwhile, or the chain's tail is gone
     if head_seq > walker.seq and (broken := walker.walk(upto=head_seq)):
-        return walker.checked, broken
+        return broken
     if head_seq < walker.seq:
         # events the head never saw were put in beside it: the first of them is the break
         with connection.cursor() as cursor:
@@ -430,12 +446,41 @@ def verify_chain(tenant_id: uuid.UUID) -> tuple[int, Break | None]:
                 "SELECT id FROM audit_auditevent WHERE tenant_id = %s AND seq = %s", [tenant_id, head_seq + 1]
             )
             extra = cursor.fetchone()
-        return walker.checked, Break(tenant_id, head_seq + 1, extra[0] if extra else None, "head mismatch")
+        return Break(tenant_id, head_seq + 1, extra[0] if extra else None, "head mismatch")
     if head_seq > walker.seq:
-        return walker.checked, Break(tenant_id, walker.seq + 1, None, "head mismatch")
+        return Break(tenant_id, walker.seq + 1, None, "head mismatch")
     if head_hash != walker.hash:
-        return walker.checked, Break(tenant_id, walker.seq, walker.event_id, "head mismatch")
-    return walker.checked, None
+        return Break(tenant_id, walker.seq, walker.event_id, "head mismatch")
+    return None
+
+
+def exported_line(event: AuditEvent) -> str:
+    """One event as a line of an export: its hashed fields and its stored hash, in canonical JSON (the form
+    apps.audit.chainfile verifies offline). What the database holds, so a changed row shows in the file too."""
+    content = _hashed(
+        tenant_id=event.tenant_id,
+        seq=event.seq,
+        created_at=event.created_at,
+        principal=event.principal,
+        person_id=event.person_id,
+        credential_id=event.credential_id,
+        credential_kind=event.credential_kind,
+        door=event.door,
+        operation=event.operation,
+        outcome=event.outcome,
+        targets=event.targets,
+        input_digest=event.input_digest,
+        prev_hash=event.prev_hash,
+    )
+    return canonical_json({**content, "hash": event.hash})
+
+
+def head_seq(tenant_id: uuid.UUID) -> int:
+    """The sequence number of the tenant's newest event (0 before its first)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HEAD, [tenant_id])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def verify_all(tenant_id: uuid.UUID | None = None) -> list[tuple[uuid.UUID, int, Break | None]]:

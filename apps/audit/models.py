@@ -66,6 +66,20 @@ class AuditEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "seq"], name="audit_event_seq_unique_in_tenant"),
         ]
+        # the log as people read it, newest first: a MEMBER's own events, and what one key or connection did
+        # (without them a rare credential's page would walk the tenant's whole chain)
+        indexes = [
+            models.Index(
+                fields=["tenant", "person_id", "-seq"],
+                name="audit_event_person_seq",
+                condition=models.Q(person_id__isnull=False),
+            ),
+            models.Index(
+                fields=["tenant", "credential_id", "-seq"],
+                name="audit_event_credential_seq",
+                condition=~models.Q(credential_id=""),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.operation} #{self.seq} ({self.outcome})"

@@ -15,6 +15,9 @@ urlpatterns = [
     path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
     path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("plugins", views.page, {"name": "plugins"}, name="console-plugins"),
+    path("audit", views.page, {"name": "audit"}, name="console-audit"),
+    path("mail", views.mail, name="console-mail"),
+    path("mail/messages/<str:message_id>/html", views.message_html, name="console-message-html"),
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route

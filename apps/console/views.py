@@ -3,8 +3,10 @@
 Each page loads one small script module (static/console/pages/<page>.js) on top of the shared
 static/console/lib.js. The views here only choose the tenant, render pages and serve the static files;
 what a page shows and changes comes from the operations, the same ones the API documents.
-The one exception is accepting an invitation: its person is not yet a member of the tenant,
-so no operation can be called for them there (see workspaces.services.accept_invitation).
+Two views do more. Accepting an invitation: its person is not yet a member of the tenant, so no operation
+can be called for them there (see workspaces.services.accept_invitation). And a message's HTML part
+(message_html): a document of its own for a sandboxed frame, under its own policy, which no JSON answer can
+be; it calls the operation get_message_html through the gate for the signed-in person, as the REST door would.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from csp.constants import SELF
+from csp.decorators import csp_exempt, csp_update
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,8 +23,14 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.core.callers import Caller
+from apps.core.errors import OakenError
+from apps.core.kinds import Door, Role
+from apps.gate.dispatch import dispatch
+from apps.operations.registry import registry
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import (
     SESSION_TENANT_KEY,
@@ -54,10 +64,68 @@ def current_membership(request: HttpRequest) -> Membership | None:
         return None
 
 
+def allowed_operations(membership: Membership | None) -> frozenset[str]:
+    """The operations the person's role reaches: a page offers a button only when its operation would not refuse
+    it for the role alone (the operation decides, as ever, when it is called)."""
+    if membership is None:
+        return frozenset()
+    role = Role(membership.role)
+    return frozenset(op.name for op in registry if role.covers(op.role))
+
+
 @login_required
 def page(request: HttpRequest, name: str) -> HttpResponse:
     """A console page: a shell whose script module lists and changes things through the operations."""
-    return render(request, f"console/{name}.html", {"membership": current_membership(request)})
+    membership = current_membership(request)
+    return render(
+        request, f"console/{name}.html", {"membership": membership, "allowed_ops": allowed_operations(membership)}
+    )
+
+
+@csp_update({"frame-src": [SELF]})  # a message's HTML part shows in a frame of Oaken's own (message_html)
+def mail(request: HttpRequest) -> HttpResponse:
+    """The mailbox: accounts and folders, the message list, search, and a thread with its messages."""
+    return page(request, "mail")
+
+
+# The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail
+# (its one place that has them: the document holds nothing else), and the frame sandboxed again by this header.
+_FRAME_POLICY = (
+    "default-src 'none'; img-src {images}; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'self'; sandbox allow-popups allow-popups-to-escape-sandbox"
+)
+_FRAME = (
+    '<!doctype html><html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+    "<title>Message</title></head><body>{html}</body></html>"
+)
+
+
+@login_required
+@require_GET
+@xframe_options_sameorigin
+@csp_exempt()  # type: ignore[arg-type]  # (django-csp types a view as taking the request alone)
+def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
+    """A message's HTML part as a document for the mailbox's sandboxed frame: the operation get_message_html,
+    called for the signed-in person as the REST door would, shown under a policy that runs no script; remote
+    images load only when the person asked for them (?remote_images=1)."""
+    membership = current_membership(request)
+    if membership is None:
+        raise Http404
+    remote = request.GET.get("remote_images") == "1"
+    try:
+        result = dispatch(
+            Caller.person(membership),
+            Door.UI,
+            "get_message_html",
+            {"message_id": message_id, "remote_images": remote},
+        )
+    except OakenError as error:
+        return HttpResponse(error.message, status=error.http_status, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(_FRAME.format(html=result.output["html"]), content_type="text/html; charset=utf-8")
+    response["Content-Security-Policy"] = _FRAME_POLICY.format(images="http: https:" if remote else "'none'")
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
 
 
 @login_required

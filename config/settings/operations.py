@@ -25,6 +25,8 @@ OPERATIONS = {
     # lists: a page is at most this long; a larger `limit` is refused, never cut
     "PAGE_SIZE_DEFAULT": _tunable("PAGE_SIZE_DEFAULT", 50, minimum=1),
     "PAGE_SIZE_MAX": _tunable("PAGE_SIZE_MAX", 200, minimum=1),
+    # an audit chain's export: events per page (the default and the most a page may ask for)
+    "AUDIT_EXPORT_PAGE_MAX": _tunable("AUDIT_EXPORT_PAGE_MAX", 2000, minimum=1, maximum=50_000),
     # batches: ids per call
     "BATCH_MAX": _tunable("BATCH_MAX", 500, minimum=1),
     "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),
@@ -42,6 +44,8 @@ OPERATIONS = {
     # any other text taken from mail (a subject, a name, a file name): cut past this, ending in CUT_MARK
     "MAIL_FIELD_MAX_CHARS": _tunable("MAIL_FIELD_MAX_CHARS", 2000, minimum=100, maximum=100_000),
     "QUERY_MAX_CHARS": _tunable("QUERY_MAX_CHARS", 500, minimum=10),
+    # a message's HTML part shown to a person (get_message_html): cut past this many characters, and says so
+    "HTML_MAX_CHARS": _tunable("HTML_MAX_CHARS", 1_000_000, minimum=1000),
     "RAW_MESSAGE_MAX_BYTES": _tunable("RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
     # confirmation: small reversible changes up to this many items pass unconfirmed
     "CONFIRM_FREE_MAX": _tunable("CONFIRM_FREE_MAX", 10, minimum=0),

@@ -64,12 +64,20 @@ export function el(tag, attrs, ...children) {
 export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "—");
 export const list = (items, empty) => (items && items.length ? items.join(", ") : empty);
 
+// A table in a box of its own that scrolls sideways on a narrow screen, so the page itself never does.
 export function table(headers, rows) {
-  return el("table", {}, el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))), el("tbody", {}, rows));
+  const head = el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h))));
+  return el("div", { class: "table-wrap", tabindex: "0" }, el("table", {}, head, el("tbody", {}, rows)));
 }
 
 export function row(attrs, cells) {
   return el("tr", attrs, cells.map((c) => el("td", {}, c)));
+}
+
+// "What it did": the audit log of one API key ("apikey") or connection ("oauth")
+export function auditLink(kind, id, name) {
+  const query = new URLSearchParams({ credential_kind: kind, credential_id: id });
+  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What ${name} did` }, "What it did");
 }
 
 export function button(label, onClick, attrs) {

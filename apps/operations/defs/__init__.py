@@ -17,6 +17,8 @@ MODULES = (
     "apps.operations.defs.mailboxes",
     "apps.operations.defs.importing",
     "apps.operations.defs.admin",
+    "apps.operations.defs.audit",
+    "apps.operations.defs.preferences",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
     "apps.operations.defs.tenancy",

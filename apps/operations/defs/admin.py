@@ -1,25 +1,19 @@
-"""Tenant administration reachable by persons only: exposure settings and the audit log (ceiling never)."""
+"""Tenant administration reachable by persons only: exposure settings (ceiling never; the audit log is in audit.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
-from django.db import transaction
 from pydantic import Field
 
-from apps.audit.log import verify_chain
-from apps.audit.models import AuditEvent
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.pages import cut_page, read_cursor
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Empty, Page
+from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.exposure import level_for, plugin_target, tenant_settings
 from apps.operations.models import ExposureSetting
 from apps.operations.registry import (
     ALWAYS,
-    Bound,
     Callers,
     Ceiling,
     OpClass,
@@ -130,104 +124,3 @@ def list_operation_exposure(ctx: Context, data: Empty) -> ExposureListOut:
             )
         )
     return ExposureListOut(operations=rows)
-
-
-# ---------------------------------------------------------------- audit
-
-
-class AuditListIn(Page):
-    operation: str | None = Field(default=None, max_length=200)
-
-
-class AuditEventOut(Closed):
-    seq: int
-    created_at: datetime
-    principal: str
-    person_id: str | None
-    credential_id: str
-    door: str
-    operation: str
-    outcome: str
-    targets: list[dict[str, object]]
-    input_digest: str
-    hash: str
-
-
-class AuditListOut(Closed):
-    events: list[AuditEventOut]
-    next_cursor: str | None
-
-
-def _seq(seq: object) -> int:
-    """The log pages newest first: its cursor is the sequence number of the last event shown."""
-    if not isinstance(seq, int):
-        raise ValueError("not a sequence number")
-    return seq
-
-
-@operation(
-    name="list_audit_events",
-    summary="The tenant's audit log, newest first. Never offered to agents.",
-    input=AuditListIn,
-    output=AuditListOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    role="ADMIN",
-    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
-)
-def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
-    size = data.size(ctx.bounds)
-    events = AuditEvent.objects.for_tenant(ctx.tenant)
-    if data.operation:
-        events = events.filter(operation=data.operation)
-    before = read_cursor(data.cursor or None, 1, _seq)
-    if before is not None:
-        events = events.filter(seq__lt=before)
-    page, next_cursor = cut_page(events.order_by("-seq")[: size + 1], size, lambda e: [e.seq])
-    return AuditListOut(
-        events=[
-            AuditEventOut(
-                seq=e.seq,
-                created_at=e.created_at,
-                principal=e.principal,
-                person_id=str(e.person_id) if e.person_id else None,
-                credential_id=e.credential_id,
-                door=e.door,
-                operation=e.operation,
-                outcome=e.outcome,
-                targets=list(e.targets),
-                input_digest=e.input_digest,
-                hash=e.hash,
-            )
-            for e in page
-        ],
-        next_cursor=next_cursor,
-    )
-
-
-class VerifyOut(Closed):
-    ok: bool
-    events_checked: int
-    first_broken_seq: int | None
-    reason: str | None
-
-
-@operation(
-    name="verify_audit",
-    summary="Walk the tenant's audit hash chain and report the first broken link, if any.",
-    input=Empty,
-    output=VerifyOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    role="ADMIN",
-)
-def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
-    # The chain is read as committed before this call; this call's own event comes after it.
-    with transaction.atomic():
-        checked, broken = verify_chain(ctx.tenant.pk)
-    return VerifyOut(
-        ok=broken is None,
-        events_checked=checked,
-        first_broken_seq=broken.seq if broken else None,
-        reason=broken.reason if broken else None,
-    )

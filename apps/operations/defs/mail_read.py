@@ -14,6 +14,7 @@ from pydantic import Field
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
+from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage, Thread
 from apps.mail.selectors import (
@@ -352,6 +353,7 @@ class MessageDetail(MessageSummary):
     text: MailBody
     truncated: bool
     text_length: int
+    has_html: bool = Field(description="the message has an HTML part (get_message_html gives it, made safe)")
     attachments: list[AttachmentOut]
     summary: MailBody | None = _CACHED_SUMMARY
 
@@ -392,12 +394,107 @@ def get_message(ctx: Context, data: MessageIn) -> MessageOut:
             text=text,
             truncated=truncated,
             text_length=length,
+            has_html=bool(message.html_body),
             attachments=[
                 AttachmentOut(id=str(i), filename=f, content_type=media_type(t), size=s, inline=n)
                 for i, f, t, s, n in attachments
             ],
             summary=cached_summaries(ctx, [message]).get(message.content_hash),
         )
+    )
+
+
+# ---------------------------------------------------------------- get_message_html
+
+
+class MessageHtmlIn(Closed):
+    message_id: Id
+    remote_images: bool = Field(default=False, description="keep remote images (fetching them tells the sender)")
+
+
+class MessageHtmlOut(Closed):
+    message_id: str
+    html: MailBody = Field(description="the HTML part sanitized (nh3): no script, style sheet, form or frame")
+    remote_images: int = Field(description="remote images in the part: held back unless remote_images was asked")
+    truncated: bool
+    html_length: int
+
+
+@operation(
+    name="get_message_html",
+    summary="A message's HTML part, sanitized to show in a sandboxed frame; remote images only when asked for.",
+    input=MessageHtmlIn,
+    output=MessageHtmlOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    targets=the_message,
+)
+def get_message_html(ctx: Context, data: MessageHtmlIn) -> MessageHtmlOut:
+    """For a person's eyes (the console): an agent reads the text part with get_message."""
+    message: Message = ctx.targets
+    source, truncated, length = cut(message.html_body, ctx.bounds["HTML_MAX_CHARS"])
+    safe = sanitize(source, remote_images=data.remote_images)
+    return MessageHtmlOut(
+        message_id=str(message.pk),
+        html=safe.html,
+        remote_images=safe.remote_images,
+        truncated=truncated,
+        html_length=length,
+    )
+
+
+# ---------------------------------------------------------------- get_attachment
+
+
+class AttachmentIn(Closed):
+    attachment_id: Id
+
+
+class AttachmentFileOut(Closed):
+    id: str
+    message_id: str
+    filename: MailText
+    content_type: MailText
+    size: int
+    content_base64: str
+
+
+def _the_attachment(ctx: Context, data: AttachmentIn) -> Attachment:
+    """An attachment of a message in reach: another tenant's is NOT_FOUND, another workspace's OUT_OF_SCOPE."""
+    row = (
+        Attachment.objects.for_tenant(ctx.tenant)
+        .filter(pk=parse_id(data.attachment_id, "attachment_id"))
+        .only("id", "message_id", "size")
+        .first()
+    )
+    if row is None:
+        raise OakenError.not_found("attachment_id")
+    access_message_by_id(str(row.message_id), reach=reach(ctx), field="attachment_id")
+    return row
+
+
+@operation(
+    name="get_attachment",
+    summary="One attachment's file (base64), to download it. Never offered to agents.",
+    input=AttachmentIn,
+    output=AttachmentFileOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    targets=_the_attachment,
+)
+def get_attachment(ctx: Context, data: AttachmentIn) -> AttachmentFileOut:
+    found: Attachment = ctx.targets
+    if found.size > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
+        raise OakenError("LIMIT_EXCEEDED", "the attachment is larger than the raw-message bound")
+    row = Attachment.objects.for_tenant(ctx.tenant).get(pk=found.pk)
+    content = bytes(row.content)
+    return AttachmentFileOut(
+        id=str(row.pk),
+        message_id=str(row.message_id),
+        filename=row.filename,
+        content_type=media_type(row.content_type),
+        size=len(content),
+        content_base64=base64.b64encode(content).decode(),
     )
 
 

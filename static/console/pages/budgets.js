@@ -28,7 +28,7 @@ const next = async () => {
     ));
     if (!cursor) {
       const headers = ["Budget", "What", "Whose", "This hour", "Last 24 hours", "Status"].map((h) => el("th", { scope: "col" }, h));
-      target.replaceChildren(out.budgets.length ? el("table", {}, el("thead", {}, el("tr", {}, headers)), body) : el("p", { class: "hint" }, "No budgets in use."));
+      target.replaceChildren(out.budgets.length ? el("div", { class: "table-wrap", tabindex: "0" }, el("table", {}, el("thead", {}, el("tr", {}, headers)), body)) : el("p", { class: "hint" }, "No budgets in use."));
     }
     stale.textContent = out.live ? "" : "The budget counters cannot be read right now: this hour shows the figures last rolled up.";
     stale.hidden = out.live;

@@ -1,5 +1,5 @@
 // /connections: the assistants the person connected through the consent screen.
-import { button, el, list, load, perform, row, table, when } from "../lib.js";
+import { auditLink, button, el, list, load, perform, row, table, when } from "../lib.js";
 
 const refresh = () =>
   load("list_connections", "connections-list", (out) =>
@@ -16,7 +16,10 @@ const refresh = () =>
               c.expires_at ? when(c.expires_at) : "when revoked",
               c.last_used_at ? when(c.last_used_at) : "never",
               c.revoked ? el("span", { class: "status-revoked" }, "revoked") : "active",
-              c.revoked ? "" : button("Revoke", () => revoke(c), { "data-action": "revoke" }),
+              el("span", { class: "row-actions" },
+                auditLink("oauth", c.id, c.client_name || "this assistant"),
+                c.revoked ? "" : button("Revoke", () => revoke(c), { "data-action": "revoke" }),
+              ),
             ]),
           ),
         )

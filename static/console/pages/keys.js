@@ -1,5 +1,5 @@
 // /keys: the person's API keys; a new key is shown once, right after it is created.
-import { button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
+import { auditLink, button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
 
 const status = (k) => {
   if (k.revoked) return el("span", { class: "status-revoked" }, "revoked");
@@ -23,7 +23,10 @@ const refresh = () =>
               k.expires_at ? when(k.expires_at) : "never",
               k.last_used_at ? when(k.last_used_at) : "never",
               status(k),
-              k.revoked ? "" : button("Revoke", () => revoke(k), { "data-action": "revoke" }),
+              el("span", { class: "row-actions" },
+                auditLink("apikey", k.id, k.name || k.prefix),
+                k.revoked ? "" : button("Revoke", () => revoke(k), { "data-action": "revoke" }),
+              ),
             ]),
           ),
         )

@@ -1,4 +1,4 @@
-"""`oaken audit verify [--tenant ID]`"""
+"""`oaken audit verify [--tenant ID | --file chain.jsonl]`"""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from apps.audit.chainfile import verify_file
 from apps.audit.log import UnknownTenantError, verify_all
 from apps.cli.command import JsonCommand
 
@@ -20,9 +21,16 @@ class Command(JsonCommand):
         verify = sub.add_parser(
             "verify", help="Walk the hash chains and name the first broken link (exit 1 when one is broken)."
         )
-        verify.add_argument("--tenant", help="tenant id (default: every tenant)")
+        which = verify.add_mutually_exclusive_group()
+        which.add_argument("--tenant", help="tenant id (default: every tenant)")
+        which.add_argument(
+            "--file", help="an exported chain (JSON lines, docs/audit.md): verified offline, the database unread"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["file"] is not None:
+            self._verify_file(options["file"])
+            return
         tenant_id = None
         if options["tenant"] is not None:
             try:
@@ -53,3 +61,12 @@ class Command(JsonCommand):
             }
         )
         sys.exit(1)
+
+    def _verify_file(self, path: str) -> None:
+        try:
+            report = verify_file(path)
+        except OSError:
+            self.fail("NOT_FOUND", "the file cannot be read", "file")
+        self.emit({**report.as_dict(), "summary": report.sentence()})
+        if not report.ok:
+            sys.exit(1)

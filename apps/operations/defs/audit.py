@@ -1,0 +1,342 @@
+"""The audit log for persons (SPEC §12): read, filtered and in words, verified, exported. Never offered to agents.
+
+Who sees what: an ADMIN reads, verifies and exports the tenant's whole chain; a MEMBER reads the events of their
+own calls and of their own agents' (their keys and connections), never anyone else's. A row names the people and
+credentials it speaks of (resolved here, at read time) but never mail: a message is "a message", not its subject.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db import transaction
+from django.db.models import Q
+from pydantic import AwareDatetime, Field
+
+from apps.agents.models import ApiKey, Connection
+from apps.audit.log import chain_status, exported_line, head_seq
+from apps.audit.models import AuditEvent
+from apps.core.kinds import Role
+from apps.core.pages import cut_page, encode_cursor, read_cursor
+from apps.mail.models import Label, MailAccount, Message, Thread
+from apps.operations.context import Context
+from apps.operations.defs.shapes import Closed, Empty, Id, Page
+from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.outbound.models import Draft, OutboundRequest, SendPolicy
+from apps.workspaces.models import Invitation, Membership, Workspace
+
+# ---------------------------------------------------------------- list_audit_events
+
+
+class AuditListIn(Page):
+    operation: str | None = Field(default=None, max_length=200, description="only this operation's events")
+    principal: Literal["person", "agent", "internal"] | None = None
+    person_id: Id | None = Field(default=None, description="only this person's calls and their agents'")
+    credential_kind: Literal["apikey", "oauth"] | None = Field(default=None, description="with credential_id")
+    credential_id: Id | None = Field(default=None, description="only this API key's or connection's calls")
+    outcome: str | None = Field(
+        default=None, max_length=50, description="ok, refused (every outcome but ok), or one error code"
+    )
+    since: AwareDatetime | None = Field(default=None, description="events at or after this time")
+    until: AwareDatetime | None = Field(default=None, description="events before this time")
+
+
+class TargetOut(Closed):
+    id: str
+    kind: str = Field(description="what the id is (message, account, API key, ...); '' when it is no row's id")
+    name: str | None = Field(description="its name where it has one that is not mail text")
+    before: object
+    after: object
+
+
+class AuditEventOut(Closed):
+    seq: int
+    created_at: datetime
+    principal: str
+    person_id: str | None
+    person: str | None = Field(description="the person's e-mail address ('a former member' once they left)")
+    credential_kind: str
+    credential_id: str
+    credential: str | None = Field(description="the API key's or connection's name")
+    door: str
+    operation: str
+    outcome: str
+    targets: list[TargetOut]
+    description: str = Field(description="the event in words")
+    input_digest: str
+    hash: str
+
+
+class AuditListOut(Closed):
+    events: list[AuditEventOut]
+    next_cursor: str | None
+
+
+def _seq(seq: object) -> int:
+    """The log pages newest first: its cursor is the sequence number of the last event shown."""
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise ValueError("not a sequence number")
+    return seq
+
+
+def _visible(ctx: Context) -> Q:
+    """The whole tenant's log for an ADMIN; a MEMBER's own calls and their agents' otherwise."""
+    if ctx.caller.has_role(Role.ADMIN):
+        return Q()
+    assert ctx.caller.user is not None
+    return Q(person_id=ctx.caller.user.pk)
+
+
+def _filters(data: AuditListIn) -> Q:
+    q = Q()
+    if data.operation:
+        q &= Q(operation=data.operation)
+    if data.principal:
+        q &= Q(principal=data.principal)
+    if data.person_id:
+        q &= Q(person_id=_uuid(data.person_id))
+    if data.credential_id:
+        q &= Q(credential_id=data.credential_id)
+        if data.credential_kind:
+            q &= Q(credential_kind=data.credential_kind)
+    elif data.credential_kind:
+        q &= Q(credential_kind=data.credential_kind)
+    if data.outcome == "refused":
+        q &= ~Q(outcome="ok")
+    elif data.outcome:
+        q &= Q(outcome=data.outcome)
+    if data.since:
+        q &= Q(created_at__gte=data.since)
+    if data.until:
+        q &= Q(created_at__lt=data.until)
+    return q
+
+
+def _uuid(value: object) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+class _Names:
+    """The names of what a page of events speaks of, each looked up once and only in the caller's tenant."""
+
+    def __init__(self, ctx: Context, events: list[AuditEvent]) -> None:
+        tenant = ctx.tenant
+        people = {e.person_id for e in events if e.person_id}
+        ids = {u for e in events for t in e.targets if (u := _uuid(t.get("id"))) is not None}
+        keys = {c for e in events if e.credential_kind == "apikey" if (c := _uuid(e.credential_id))}
+        connections = {c for e in events if e.credential_kind == "oauth" if (c := _uuid(e.credential_id))}
+        members = Membership.objects.for_tenant(tenant).filter(user_id__in=people | ids).select_related("user")
+        self.people = {m.user_id: m.user.email for m in members}
+        self.rows: dict[uuid.UUID, tuple[str, str | None]] = {}
+        for m in members:
+            self.rows[m.pk] = ("member", m.user.email)
+            self.rows[m.user_id] = ("person", m.user.email)
+        for k in ApiKey.objects.for_tenant(tenant).filter(pk__in=keys | ids):
+            self.rows[k.pk] = ("API key", f"{k.name or 'unnamed'} ({k.prefix}_…)")
+        for c in Connection.objects.for_tenant(tenant).filter(pk__in=connections | ids):
+            self.rows[c.pk] = ("connection", c.client_name or "an assistant")
+        named: Iterable[tuple[str, Any, str]] = (
+            ("account", MailAccount, "name"),
+            ("workspace", Workspace, "name"),
+            ("send policy", SendPolicy, "name"),
+            ("invitation", Invitation, "email"),
+        )
+        for kind, model, field in named:
+            for pk, name in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", field):
+                self.rows[pk] = (kind, name)
+        # mail is never named here: its subject or name is a stranger's text
+        unnamed: Iterable[tuple[str, Any]] = (
+            ("message", Message),
+            ("thread", Thread),
+            ("label", Label),
+            ("draft", Draft),
+            ("outbound request", OutboundRequest),
+        )
+        for kind, unnamed_model in unnamed:
+            for pk in unnamed_model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
+                self.rows[pk] = (kind, None)
+
+    def target(self, raw: dict[str, object]) -> TargetOut:
+        key = _uuid(raw.get("id"))
+        kind, name = self.rows.get(key, ("", None)) if key is not None else ("", None)
+        return TargetOut(id=str(raw.get("id")), kind=kind, name=name, before=raw.get("before"), after=raw.get("after"))
+
+    def credential(self, event: AuditEvent) -> str | None:
+        key = _uuid(event.credential_id)
+        return self.rows[key][1] if key in self.rows else None
+
+
+_DOOR_WORDS = {"ui": "in the console", "cli": "at the command line", "mcp": "over MCP", "internal": ""}
+_CREDENTIAL_WORDS = {"apikey": "API key", "oauth": "connection"}
+
+
+def _actor(event: AuditEvent, person: str | None, credential: str | None) -> str:
+    if event.principal == "internal":
+        return "Oaken"
+    if event.principal == "agent":
+        kind = _CREDENTIAL_WORDS.get(event.credential_kind, "agent")
+        who = f"{kind} {credential}" if credential else f"a removed {kind}"
+        return f"{who} for {person}" if person else who
+    return person or "a former member"
+
+
+def _plural(kind: str) -> str:
+    return kind[:-1] + "ies" if kind.endswith("y") else kind if kind.endswith("s") else kind + "s"
+
+
+def _what(targets: list[TargetOut]) -> str:
+    if not targets:
+        return ""
+    named = [f"{t.kind} {t.name}" for t in targets if t.name]
+    counts = Counter(t.kind or "item" for t in targets if not t.name)
+    parts = named[:3] + [f"{n} {_plural(kind) if n > 1 else kind}" for kind, n in counts.items()]
+    if len(named) > 3:
+        parts.append(f"{len(named) - 3} more")
+    return " on " + ", ".join(parts)
+
+
+def _description(event: AuditEvent, actor: str, targets: list[TargetOut]) -> str:
+    words = event.operation.replace("_", " ")
+    where = _DOOR_WORDS.get(event.door, "")
+    where = f" {where}" if where else ""
+    if event.outcome == "ok":
+        return f"{actor} {words}{_what(targets)}{where}"
+    return f"{actor} was refused {words}{where}: {event.outcome}"
+
+
+@operation(
+    name="list_audit_events",
+    summary="The audit log, newest first, filtered, each event in words (an ADMIN sees the tenant's; a MEMBER "
+    "their own calls and their agents'). Never offered to agents.",
+    input=AuditListIn,
+    output=AuditListOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
+)
+def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
+    size = data.size(ctx.bounds)
+    events = AuditEvent.objects.for_tenant(ctx.tenant).filter(_visible(ctx) & _filters(data))
+    before = read_cursor(data.cursor or None, 1, _seq)
+    if before is not None:
+        events = events.filter(seq__lt=before)
+    page, next_cursor = cut_page(events.order_by("-seq")[: size + 1], size, lambda e: [e.seq])
+    names = _Names(ctx, page)
+    rows = []
+    for e in page:
+        person = names.people.get(e.person_id) if e.person_id else None
+        if e.person_id and person is None:
+            person = "a former member"
+        credential = names.credential(e) if e.credential_id else None
+        targets = [names.target(t) for t in e.targets]
+        rows.append(
+            AuditEventOut(
+                seq=e.seq,
+                created_at=e.created_at,
+                principal=e.principal,
+                person_id=str(e.person_id) if e.person_id else None,
+                person=person,
+                credential_kind=e.credential_kind,
+                credential_id=e.credential_id,
+                credential=credential,
+                door=e.door,
+                operation=e.operation,
+                outcome=e.outcome,
+                targets=targets,
+                description=_description(e, _actor(e, person, credential), targets),
+                input_digest=e.input_digest,
+                hash=e.hash,
+            )
+        )
+    return AuditListOut(events=rows, next_cursor=next_cursor)
+
+
+# ---------------------------------------------------------------- verify_audit
+
+
+class VerifyOut(Closed):
+    ok: bool
+    events_checked: int
+    head_hash: str = Field(description="the hash of the last event checked: the chain's head when it is intact")
+    first_broken_seq: int | None
+    reason: str | None
+    broken_operation: str | None = Field(description="the first broken event's operation (None when it is missing)")
+    broken_at: datetime | None
+
+
+@operation(
+    name="verify_audit",
+    summary="Walk the tenant's audit hash chain: intact with its event count and head hash, or its first broken event.",
+    input=Empty,
+    output=VerifyOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+)
+def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
+    # The chain is read as committed before this call; this call's own event comes after it.
+    with transaction.atomic():
+        status = chain_status(ctx.tenant.pk)
+    broken = status.broken
+    event = None
+    if broken is not None and broken.event_id is not None:
+        event = AuditEvent.objects.for_tenant(ctx.tenant).filter(pk=broken.event_id).first()
+    return VerifyOut(
+        ok=broken is None,
+        events_checked=status.checked,
+        head_hash=status.head_hash,
+        first_broken_seq=broken.seq if broken else None,
+        reason=broken.reason if broken else None,
+        broken_operation=event.operation if event else None,
+        broken_at=event.created_at if event else None,
+    )
+
+
+# ---------------------------------------------------------------- export_audit_chain
+
+
+class ExportIn(Closed):
+    limit: int | None = Field(default=None, ge=1, description="events per page (default and maximum: a setting)")
+    cursor: str | None = Field(default=None, max_length=500, description="from the previous page's next_cursor")
+
+
+class ExportOut(Closed):
+    lines: list[str] = Field(description="one event per line, oldest first, in the canonical form (docs/audit.md)")
+    next_cursor: str | None
+    head_seq: int = Field(description="the export ends at this event: the newest when its first page was asked for")
+
+
+def _position(after: object, upto: object) -> tuple[int, int]:
+    return _seq(after), _seq(upto)
+
+
+@operation(
+    name="export_audit_chain",
+    summary="The tenant's whole audit chain as JSON lines in its canonical form, oldest first, a page at a time, "
+    "to verify offline (docs/audit.md). Never offered to agents.",
+    input=ExportIn,
+    output=ExportOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    bounds=(Bound("limit", "AUDIT_EXPORT_PAGE_MAX"),),
+)
+def export_audit_chain(ctx: Context, data: ExportIn) -> ExportOut:
+    size = data.limit or ctx.bounds["AUDIT_EXPORT_PAGE_MAX"]
+    # the export is of the chain as it was at its first page: the export's own calls come after it
+    after, upto = read_cursor(data.cursor or None, 2, _position) or (0, head_seq(ctx.tenant.pk))
+    rows = list(AuditEvent.objects.for_tenant(ctx.tenant).filter(seq__gt=after, seq__lte=upto).order_by("seq")[:size])
+    last = rows[-1].seq if rows else upto
+    more = bool(rows) and last < upto
+    return ExportOut(
+        lines=[exported_line(e) for e in rows],
+        next_cursor=encode_cursor([last, upto]) if more else None,
+        head_seq=upto,
+    )
