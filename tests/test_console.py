@@ -25,9 +25,11 @@ PAGES = [
     "/budgets",
     "/audit",
     "/mail",
+    "/plugins",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
+    "plugins",
 ]  # fmt: skip
 
 
