@@ -105,6 +105,23 @@ def cached(*, tenant: Tenant, jobs: Sequence[Job]) -> dict[tuple[str, str], Outc
     return {key: _outcome(row) for key, row in rows.items() if row.state == State.DONE}
 
 
+def cached_texts(*, tenant: Tenant, scope: str, content_hashes: Sequence[str]) -> dict[str, str]:
+    """content hash -> the text the cache holds done for it by the current summarizer (what a listing shows
+    beside each message: one narrow read, no rows built)."""
+    if not content_hashes:
+        return {}
+    identity = current_identity()
+    rows = Summary.objects.for_tenant(tenant).filter(
+        scope=scope,
+        kind=identity.kind,
+        model=identity.model,
+        prompt_version=identity.prompt_version,
+        state=State.DONE,
+        content_hash__in=set(content_hashes),
+    )
+    return dict(rows.values_list("content_hash", "text"))
+
+
 def _outcome(row: Summary) -> Outcome:
     if row.state == State.DONE:
         return Outcome(State.DONE, row.text, row.truncated)

@@ -17,6 +17,7 @@ from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage, Thread
+from apps.mail.reads import message_detail
 from apps.mail.selectors import (
     Reach,
     access_account_by_id,
@@ -40,7 +41,8 @@ from apps.operations.defs.shapes import (
     summarize,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.summaries.services import cached, message_job
+from apps.summaries.models import Scope
+from apps.summaries.services import cached, cached_texts, message_job
 
 
 def reach(ctx: Context) -> Reach:
@@ -362,8 +364,13 @@ class MessageOut(Closed):
     message: MessageDetail
 
 
-def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
-    return [AddressOut(name=a.get("name", ""), address=a.get("address", "")) for a in items]
+def _addresses(items: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"name": a.get("name", ""), "address": a.get("address", "")} for a in items]
+
+
+def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
+    """What get_message shows of the message, read in one statement within the caller's reach."""
+    return message_detail(data.message_id, reach=reach(ctx), text_max=ctx.bounds["TEXT_MAX_CHARS"])
 
 
 @operation(
@@ -373,35 +380,19 @@ def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
     output=MessageOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=the_message,
+    targets=the_message_detail,
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
-    message: Message = ctx.targets
-    text, truncated, length = cut(message.text_body, ctx.bounds["TEXT_MAX_CHARS"])
-    attachments = (
-        Attachment.objects.for_tenant(ctx.tenant)
-        .filter(message=message)
-        .order_by("filename")
-        .values_list("id", "filename", "content_type", "size", "inline")
-    )
-    base = summaries(ctx, [message])[0].model_dump()
-    return MessageOut(
-        message=MessageDetail(
-            **base,
-            to=_addresses(message.to_addresses),
-            cc=_addresses(message.cc_addresses),
-            message_id_header=message.message_id,
-            text=text,
-            truncated=truncated,
-            text_length=length,
-            has_html=bool(message.html_body),
-            attachments=[
-                AttachmentOut(id=str(i), filename=f, content_type=media_type(t), size=s, inline=n)
-                for i, f, t, s, n in attachments
-            ],
-            summary=cached_summaries(ctx, [message]).get(message.content_hash),
-        )
-    )
+    row: dict[str, Any] = dict(ctx.targets)
+    content_hash = row.pop("content_hash")
+    row["to"], row["cc"] = _addresses(row["to"]), _addresses(row["cc"])
+    row["attachments"] = [
+        {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}
+        for i, f, t, s, n in row["attachments"]
+    ]
+    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[content_hash])
+    row["summary"] = texts.get(content_hash)
+    return MessageOut.model_validate({"message": row})
 
 
 # ---------------------------------------------------------------- get_message_html
