@@ -8,13 +8,15 @@ import json
 from functools import cache
 from typing import Any
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
+from django.db.models import OuterRef, QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel
 from apps.mail.selectors import Reach, in_reach
-from apps.workspaces.models import Workspace
+from apps.workspaces.models import Tenant, Workspace
 
 
 @cache
@@ -70,4 +72,49 @@ def message_detail(message_id: str, *, reach: Reach, text_max: int, field: str =
         "has_html": has_html,
         "attachments": json.loads(attachments) if attachments else [],
         "content_hash": content_hash,
+    }
+
+
+# what a listing shows of each message (shapes.MessageSummary), read as values: no model rows, labels in the
+# same statement
+SUMMARY_FIELDS = (
+    "id",
+    "account_id",
+    "thread_id",
+    "folder__kind",
+    "folder__name",
+    "subject",
+    "sender_name",
+    "sender_address",
+    "date",
+    "snippet",
+    "read",
+    "pinned",
+    "has_attachments",
+    "content_hash",
+)
+
+
+def summary_rows(messages: QuerySet[Message], tenant: Tenant) -> QuerySet[Message, dict[str, Any]]:
+    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`."""
+    labels = MessageLabel.objects.for_tenant(tenant).filter(message=OuterRef("pk")).order_by("label__name")
+    return messages.annotate(label_list=ArraySubquery(labels.values("label_id"))).values(*SUMMARY_FIELDS, "label_list")
+
+
+def summary_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary_rows row in the shape of shapes.MessageSummary (validated where the output is built)."""
+    kind = row["folder__kind"]
+    return {
+        "id": str(row["id"]),
+        "account_id": str(row["account_id"]),
+        "thread_id": str(row["thread_id"]),
+        "folder": kind if kind != "custom" else row["folder__name"],
+        "subject": row["subject"],
+        "sender": {"name": row["sender_name"], "address": row["sender_address"]} if row["sender_address"] else None,
+        "date": row["date"],
+        "snippet": row["snippet"],
+        "read": row["read"],
+        "pinned": row["pinned"],
+        "has_attachments": row["has_attachments"],
+        "label_ids": [str(label) for label in row["label_list"]],
     }

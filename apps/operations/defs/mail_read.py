@@ -4,7 +4,6 @@ None of it marks anything read."""
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -16,8 +15,8 @@ from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage, Thread
-from apps.mail.reads import message_detail
+from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, RawMessage, Thread
+from apps.mail.reads import message_detail, summary_of, summary_rows
 from apps.mail.selectors import (
     Reach,
     access_account_by_id,
@@ -38,11 +37,10 @@ from apps.operations.defs.shapes import (
     MessageSummary,
     Page,
     cut,
-    summarize,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.summaries.models import Scope
-from apps.summaries.services import cached, cached_texts, message_job
+from apps.summaries.services import cached_texts
 
 
 def reach(ctx: Context) -> Reach:
@@ -74,19 +72,6 @@ def the_message(ctx: Context, data: MessageIn) -> Message:
 
 def the_messages(ctx: Context, data: MessageIds) -> list[Message]:
     return access_messages_by_ids(data.message_ids, reach=reach(ctx))
-
-
-def label_ids_of(ctx: Context, messages: list[Message]) -> dict[object, list[str]]:
-    labels: dict[object, list[str]] = defaultdict(list)
-    rows = MessageLabel.objects.for_tenant(ctx.tenant).filter(message__in=[m.pk for m in messages])
-    for message_id, label_id in rows.order_by("label__name").values_list("message_id", "label_id"):
-        labels[message_id].append(str(label_id))
-    return labels
-
-
-def summaries(ctx: Context, messages: list[Message]) -> list[MessageSummary]:
-    labels = label_ids_of(ctx, messages)
-    return [summarize(m, labels[m.pk]) for m in messages]
 
 
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
@@ -251,12 +236,6 @@ class MessagesOut(Closed):
     next_cursor: str | None
 
 
-def cached_summaries(ctx: Context, messages: list[Message]) -> dict[str, str]:
-    """Each message's cached summary (by content hash, this tenant's cache only), where there is one."""
-    found = cached(tenant=ctx.tenant, jobs=[message_job(m) for m in messages])
-    return {m.content_hash: found[message_job(m).key].text for m in messages if message_job(m).key in found}
-
-
 class Listing(NamedTuple):
     account: MailAccount | None
     label: Label | None
@@ -280,9 +259,9 @@ def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
     return Listing(account, label)
 
 
-def _position(message: Message) -> list[str | None]:
+def _position(row: dict[str, Any]) -> list[str | None]:
     """Newest first, undated last: (date, id), as _after reads it back."""
-    return [message.date.isoformat() if message.date else None, str(message.pk)]
+    return [row["date"].isoformat() if row["date"] else None, str(row["id"])]
 
 
 def _after(date_raw: str | None, pk_raw: str) -> Q:
@@ -316,21 +295,16 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     if data.unread_only:
         messages = messages.filter(read=False)
     page, next_cursor = cut_page(
-        messages.filter(read_cursor(data.cursor, 2, _after) or Q())
-        .select_related("folder")
-        .defer("text_body", "html_body", "headers")
-        .order_by(F("date").desc(nulls_last=True), "-id")[: size + 1],  # undated last, as _after expects
+        summary_rows(messages.filter(read_cursor(data.cursor, 2, _after) or Q()), ctx.tenant).order_by(
+            F("date").desc(nulls_last=True),
+            "-id",  # undated last, as _after expects
+        )[: size + 1],
         size,
         _position,
     )
-    texts = cached_summaries(ctx, page)
-    return MessagesOut(
-        messages=[
-            ListedMessage(**row.model_dump(), summary=texts.get(m.content_hash))
-            for m, row in zip(page, summaries(ctx, page), strict=True)
-        ],
-        next_cursor=next_cursor,
-    )
+    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[r["content_hash"] for r in page])
+    listed = [summary_of(r) | {"summary": texts.get(r["content_hash"])} for r in page]
+    return MessagesOut.model_validate({"messages": listed, "next_cursor": next_cursor})
 
 
 # ---------------------------------------------------------------- get_message
@@ -525,22 +499,19 @@ def _thread(ctx: Context, data: ThreadIn) -> Thread:
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
     limit = ctx.bounds["THREAD_MAX_MESSAGES"]
-    messages = list(
-        Message.objects.for_tenant(ctx.tenant)
-        .filter(thread=thread)
-        .select_related("folder")
-        .defer("text_body", "html_body", "headers")
-        .order_by("date", "id")[: limit + 1]
-    )
-    return ThreadMessagesOut(
-        thread=ThreadOut(
-            id=str(thread.pk),
-            account_id=str(thread.account_id),
-            subject=thread.subject,
-            message_count=thread.message_count,
-        ),
-        messages=summaries(ctx, messages[:limit]),
-        truncated=len(messages) > limit,
+    rows = Message.objects.for_tenant(ctx.tenant).filter(thread=thread)
+    messages = list(summary_rows(rows, ctx.tenant).order_by("date", "id")[: limit + 1])
+    return ThreadMessagesOut.model_validate(
+        {
+            "thread": {
+                "id": str(thread.pk),
+                "account_id": str(thread.account_id),
+                "subject": thread.subject,
+                "message_count": thread.message_count,
+            },
+            "messages": [summary_of(r) for r in messages[:limit]],
+            "truncated": len(messages) > limit,
+        }
     )
 
 
