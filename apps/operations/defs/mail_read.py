@@ -102,20 +102,23 @@ class AccountsOut(Closed):
     ceiling=Ceiling.ON,
 )
 def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
-    accounts = reach(ctx).accounts().select_related("workspace").order_by("workspace__name", "name")
-    return AccountsOut(
-        accounts=[
-            AccountOut(
-                id=str(a.pk),
-                name=a.name,
-                kind=a.kind,
-                email_address=a.email_address,
-                workspace=a.workspace.name,
-                last_synced_at=a.synced_at,
-                sync_error=a.sync_error,
-            )
-            for a in accounts
-        ]
+    accounts = reach(ctx).accounts().order_by("workspace__name", "name")
+    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    return AccountsOut.model_validate(
+        {
+            "accounts": [
+                {
+                    "id": str(pk),
+                    "name": name,
+                    "kind": kind,
+                    "email_address": address,
+                    "workspace": workspace,
+                    "last_synced_at": synced,
+                    "sync_error": error,
+                }
+                for pk, name, kind, address, workspace, synced, error in accounts.values_list(*fields)
+            ]
+        }
     )
 
 
@@ -160,14 +163,14 @@ def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
     )
 
 
-def folder_counts(ctx: Context, account: Any) -> list[dict[str, Any]]:
-    """Each folder of the account with its total and unread counts."""
+def folder_counts(ctx: Context, accounts: Any) -> list[dict[str, Any]]:
+    """Each folder of the account (or of the accounts, a list of ids) with its total and unread counts."""
+    folders = Folder.objects.for_tenant(ctx.tenant)
+    folders = folders.filter(account__in=accounts) if isinstance(accounts, list) else folders.filter(account=accounts)
     return list(
-        Folder.objects.for_tenant(ctx.tenant)
-        .filter(account=account)
-        .annotate(total=Count("messages"), unread=Count("messages", filter=Q(messages__read=False)))
+        folders.annotate(total=Count("messages"), unread=Count("messages", filter=Q(messages__read=False)))
         .order_by("kind", "name")
-        .values("id", "kind", "name", "total", "unread")
+        .values("id", "account_id", "kind", "name", "total", "unread")
     )
 
 
@@ -548,22 +551,15 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
     accounts = reach(ctx).accounts().order_by("name")
     if named is not None:
         accounts = accounts.filter(pk=named.pk)
-    result = []
-    for account in accounts:
-        folders = folder_counts(ctx, account)
-        result.append(
-            AccountCounts(
-                account_id=str(account.pk),
-                name=account.name,
-                folders=[
-                    FolderCount(
-                        folder=f["kind"] if f["kind"] != "custom" else f["name"], total=f["total"], unread=f["unread"]
-                    )
-                    for f in folders
-                ],
-            )
-        )
-    return CountsOut(accounts=result)
+    listed = list(accounts.values_list("id", "name"))
+    # every folder of those accounts with its counts, in one statement (not one per account)
+    folders: dict[Any, list[dict[str, Any]]] = {pk: [] for pk, _ in listed}
+    for f in folder_counts(ctx, [pk for pk, _ in listed]):
+        label = f["kind"] if f["kind"] != "custom" else f["name"]
+        folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
+    return CountsOut.model_validate(
+        {"accounts": [{"account_id": str(pk), "name": name, "folders": folders[pk]} for pk, name in listed]}
+    )
 
 
 # ---------------------------------------------------------------- get_raw_message
