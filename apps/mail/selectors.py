@@ -80,7 +80,8 @@ def _each(
 
 
 def access_account_by_id(account_id: str, *, reach: Reach, field: str = "account_id") -> MailAccount:
-    rows = MailAccount.objects.for_tenant(reach.tenant).select_related("workspace")
+    # its credentials stay deferred: decrypted only by what uses them (a sync, a delivery), not by every listing
+    rows = MailAccount.objects.for_tenant(reach.tenant).select_related("workspace").defer("credentials")
     return _one(rows, account_id, reach=reach, field=field, workspace=lambda account: account.workspace.name)
 
 
