@@ -5,14 +5,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
-from typing import cast
+from functools import cache
 
+from django.db import connection
+from django.db.models import Model
 from django.utils import timezone
 
+from apps.accounts.models import User
 from apps.agents.models import ApiKey
 from apps.core.callers import Caller
 from apps.core.kinds import recorded_scopes
-from apps.workspaces.models import Membership, current_role
+from apps.workspaces.models import Membership, Tenant
 
 KEY_PREFIX = "oak_"
 # last-use times are kept to the minute: a write per call would cost every agent call a row lock
@@ -52,32 +55,61 @@ def issue_key(
     return row, key
 
 
+# what a call needs of the key (the rest stays deferred)
+_KEY_NEEDS = {"id", "tenant_id", "user_id", "scopes", "workspaces", "allow_list", "expires_at", "revoked_at"}
+_KEY_NEEDS |= {"last_used_at"}
+
+
+def _columns(model: type[Model], only: set[str] | None = None) -> list[str]:
+    """Column names in the model's field order (the order Model.from_db reads a subset in)."""
+    return [f.attname for f in model._meta.concrete_fields if only is None or f.attname in only]
+
+
+@cache
+def _lookup() -> tuple[str, list[str], list[str], list[str]]:
+    """The key lookup in plain SQL, built once from the models: the key's columns, its tenant's and person's, and
+    the person's role in that tenant now (NULL when no longer a member). Compiling the same ORM query on every
+    agent call cost more than running it."""
+    key, tenant, user = _columns(ApiKey, _KEY_NEEDS), _columns(Tenant), _columns(User)
+    select = [f"k.{c}" for c in key] + [f"t.{c}" for c in tenant] + [f"u.{c}" for c in user]
+    members, keys, tenants, users = (m._meta.db_table for m in (Membership, ApiKey, Tenant, User))
+    sql = f"""
+SELECT {", ".join(select)},
+       (SELECT m.role FROM {members} m WHERE m.tenant_id = k.tenant_id AND m.user_id = k.user_id LIMIT 1)
+  FROM {keys} k JOIN {tenants} t ON t.id = k.tenant_id JOIN {users} u ON u.id = k.user_id
+ WHERE k.key_hash = %s
+"""  # noqa: S608 (every name is the models' own; the one value is a parameter)
+    return sql, key, tenant, user
+
+
 def caller_for_key(key: str) -> Caller | None:
     """The agent caller a bearer API key stands for, or None (unknown, revoked, expired, person gone)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     # Authentication itself: the secret's hash is what finds the tenant, so this lookup cannot be scoped.
     # One statement: the key, its tenant and person, and the person's role there now.
-    row = cast(
-        "ApiKey | None",
-        ApiKey.objects.unscoped()
-        .filter(key_hash=_hash(key))
-        .select_related("tenant", "user")
-        .annotate(role=current_role())
-        .first(),
-    )
-    now = timezone.now()
-    role = getattr(row, "role", None)
-    if row is None or not row.is_live(now) or not row.user.is_active or role is None:
+    sql, key_columns, tenant_columns, user_columns = _lookup()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_hash(key)])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    membership = Membership(tenant=row.tenant, user=row.user, role=role)
-    if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
-        ApiKey.objects.for_tenant(row.tenant).filter(pk=row.pk).update(last_used_at=now)
+    found = ApiKey.from_db(connection.alias, key_columns, row[: len(key_columns)])
+    rest = row[len(key_columns) :]
+    tenant = Tenant.from_db(connection.alias, tenant_columns, rest[: len(tenant_columns)])
+    user = User.from_db(connection.alias, user_columns, rest[len(tenant_columns) : -1])
+    role = rest[-1]
+    now = timezone.now()
+    if not found.is_live(now) or not user.is_active or role is None:
+        return None
+    membership = Membership(tenant=tenant, user=user, role=role)
+    if found.last_used_at is None or now - found.last_used_at > _LAST_USED_GRANULARITY:
+        ApiKey.objects.for_tenant(tenant).filter(pk=found.pk).update(last_used_at=now)
     return Caller.agent(
         membership,
-        scopes=set(row.scopes),
-        workspaces=tuple(row.workspaces),
-        allow_list=set(row.allow_list) if row.allow_list is not None else None,
-        credential_id=str(row.pk),
+        scopes=set(found.scopes),
+        workspaces=tuple(found.workspaces),
+        allow_list=set(found.allow_list) if found.allow_list is not None else None,
+        credential_id=str(found.pk),
         credential_kind="apikey",
     )

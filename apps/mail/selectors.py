@@ -48,7 +48,7 @@ class Reach:
             raise OakenError("OUT_OF_SCOPE", NAME_AN_ACCOUNT, field="account_id")
 
 
-def _in_reach(reach: Reach, workspace_name: str, field: str) -> None:
+def in_reach(reach: Reach, workspace_name: str, field: str) -> None:
     if reach.workspaces is not None and workspace_name not in reach.workspaces:
         raise OakenError("OUT_OF_SCOPE", f"{field}: outside the workspaces this connection may reach", field=field)
 
@@ -62,7 +62,7 @@ def _one(rows: QuerySet[_Row], value: str, *, reach: Reach, field: str, workspac
     found = rows.filter(pk=parse_id(value, field)).first()
     if found is None:
         raise OakenError.not_found(field)
-    _in_reach(reach, workspace(found), field)
+    in_reach(reach, workspace(found), field)
     return found
 
 
@@ -75,12 +75,13 @@ def _each(
     if len(found) != len(wanted):
         raise OakenError.not_found(field)
     for row in found.values():
-        _in_reach(reach, workspace(row), field)
+        in_reach(reach, workspace(row), field)
     return [found[pk] for pk in wanted]
 
 
 def access_account_by_id(account_id: str, *, reach: Reach, field: str = "account_id") -> MailAccount:
-    rows = MailAccount.objects.for_tenant(reach.tenant).select_related("workspace")
+    # its credentials stay deferred: decrypted only by what uses them (a sync, a delivery), not by every listing
+    rows = MailAccount.objects.for_tenant(reach.tenant).select_related("workspace").defer("credentials")
     return _one(rows, account_id, reach=reach, field=field, workspace=lambda account: account.workspace.name)
 
 

@@ -28,7 +28,7 @@ from celery import current_app, group, signature
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult, ResultSet
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -103,6 +103,37 @@ def cached(*, tenant: Tenant, jobs: Sequence[Job]) -> dict[tuple[str, str], Outc
     """The summaries the cache holds done for these jobs, without queueing anything."""
     rows = _rows(tenant, current_identity(), jobs)
     return {key: _outcome(row) for key, row in rows.items() if row.state == State.DONE}
+
+
+def cached_texts(*, tenant: Tenant, scope: str, content_hashes: Sequence[str]) -> dict[str, str]:
+    """content hash -> the text the cache holds done for it by the current summarizer (what a listing shows
+    beside each message: one narrow read, no rows built)."""
+    if not content_hashes:
+        return {}
+    identity = current_identity()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _TEXTS_SQL,
+            {
+                "tenant": tenant.pk,
+                "scope": scope,
+                "kind": identity.kind,
+                "model": identity.model,
+                "prompt": identity.prompt_version,
+                "done": State.DONE,
+                "hashes": list(set(content_hashes)),
+            },
+        )
+        return dict(cursor.fetchall())
+
+
+# what cached_texts reads, in plain SQL: on every get_message and listing, where compiling the ORM query cost more
+# than running it
+_TEXTS_SQL = f"""
+SELECT content_hash, text FROM {Summary._meta.db_table}
+ WHERE tenant_id = %(tenant)s AND scope = %(scope)s AND kind = %(kind)s AND model = %(model)s
+   AND prompt_version = %(prompt)s AND state = %(done)s AND content_hash = ANY(%(hashes)s)
+"""  # noqa: S608 (the table name is the model's own; every value is a parameter)
 
 
 def _outcome(row: Summary) -> Outcome:

@@ -4,7 +4,6 @@ None of it marks anything read."""
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -16,7 +15,8 @@ from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, RawMessage, Thread
+from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, RawMessage, Thread
+from apps.mail.reads import message_detail, summary_of, summary_rows
 from apps.mail.selectors import (
     Reach,
     access_account_by_id,
@@ -37,10 +37,10 @@ from apps.operations.defs.shapes import (
     MessageSummary,
     Page,
     cut,
-    summarize,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.summaries.services import cached, message_job
+from apps.summaries.models import Scope
+from apps.summaries.services import cached_texts
 
 
 def reach(ctx: Context) -> Reach:
@@ -74,19 +74,6 @@ def the_messages(ctx: Context, data: MessageIds) -> list[Message]:
     return access_messages_by_ids(data.message_ids, reach=reach(ctx))
 
 
-def label_ids_of(ctx: Context, messages: list[Message]) -> dict[object, list[str]]:
-    labels: dict[object, list[str]] = defaultdict(list)
-    rows = MessageLabel.objects.for_tenant(ctx.tenant).filter(message__in=[m.pk for m in messages])
-    for message_id, label_id in rows.order_by("label__name").values_list("message_id", "label_id"):
-        labels[message_id].append(str(label_id))
-    return labels
-
-
-def summaries(ctx: Context, messages: list[Message]) -> list[MessageSummary]:
-    labels = label_ids_of(ctx, messages)
-    return [summarize(m, labels[m.pk]) for m in messages]
-
-
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
 
 # ---------------------------------------------------------------- list_accounts
@@ -115,20 +102,23 @@ class AccountsOut(Closed):
     ceiling=Ceiling.ON,
 )
 def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
-    accounts = reach(ctx).accounts().select_related("workspace").order_by("workspace__name", "name")
-    return AccountsOut(
-        accounts=[
-            AccountOut(
-                id=str(a.pk),
-                name=a.name,
-                kind=a.kind,
-                email_address=a.email_address,
-                workspace=a.workspace.name,
-                last_synced_at=a.synced_at,
-                sync_error=a.sync_error,
-            )
-            for a in accounts
-        ]
+    accounts = reach(ctx).accounts().order_by("workspace__name", "name")
+    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    return AccountsOut.model_validate(
+        {
+            "accounts": [
+                {
+                    "id": str(pk),
+                    "name": name,
+                    "kind": kind,
+                    "email_address": address,
+                    "workspace": workspace,
+                    "last_synced_at": synced,
+                    "sync_error": error,
+                }
+                for pk, name, kind, address, workspace, synced, error in accounts.values_list(*fields)
+            ]
+        }
     )
 
 
@@ -173,14 +163,14 @@ def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
     )
 
 
-def folder_counts(ctx: Context, account: Any) -> list[dict[str, Any]]:
-    """Each folder of the account with its total and unread counts."""
+def folder_counts(ctx: Context, accounts: Any) -> list[dict[str, Any]]:
+    """Each folder of the account (or of the accounts, a list of ids) with its total and unread counts."""
+    folders = Folder.objects.for_tenant(ctx.tenant)
+    folders = folders.filter(account__in=accounts) if isinstance(accounts, list) else folders.filter(account=accounts)
     return list(
-        Folder.objects.for_tenant(ctx.tenant)
-        .filter(account=account)
-        .annotate(total=Count("messages"), unread=Count("messages", filter=Q(messages__read=False)))
+        folders.annotate(total=Count("messages"), unread=Count("messages", filter=Q(messages__read=False)))
         .order_by("kind", "name")
-        .values("id", "kind", "name", "total", "unread")
+        .values("id", "account_id", "kind", "name", "total", "unread")
     )
 
 
@@ -249,12 +239,6 @@ class MessagesOut(Closed):
     next_cursor: str | None
 
 
-def cached_summaries(ctx: Context, messages: list[Message]) -> dict[str, str]:
-    """Each message's cached summary (by content hash, this tenant's cache only), where there is one."""
-    found = cached(tenant=ctx.tenant, jobs=[message_job(m) for m in messages])
-    return {m.content_hash: found[message_job(m).key].text for m in messages if message_job(m).key in found}
-
-
 class Listing(NamedTuple):
     account: MailAccount | None
     label: Label | None
@@ -278,9 +262,9 @@ def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
     return Listing(account, label)
 
 
-def _position(message: Message) -> list[str | None]:
+def _position(row: dict[str, Any]) -> list[str | None]:
     """Newest first, undated last: (date, id), as _after reads it back."""
-    return [message.date.isoformat() if message.date else None, str(message.pk)]
+    return [row["date"].isoformat() if row["date"] else None, str(row["id"])]
 
 
 def _after(date_raw: str | None, pk_raw: str) -> Q:
@@ -314,21 +298,16 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     if data.unread_only:
         messages = messages.filter(read=False)
     page, next_cursor = cut_page(
-        messages.filter(read_cursor(data.cursor, 2, _after) or Q())
-        .select_related("folder")
-        .defer("text_body", "html_body", "headers")
-        .order_by(F("date").desc(nulls_last=True), "-id")[: size + 1],  # undated last, as _after expects
+        summary_rows(messages.filter(read_cursor(data.cursor, 2, _after) or Q()), ctx.tenant).order_by(
+            F("date").desc(nulls_last=True),
+            "-id",  # undated last, as _after expects
+        )[: size + 1],
         size,
         _position,
     )
-    texts = cached_summaries(ctx, page)
-    return MessagesOut(
-        messages=[
-            ListedMessage(**row.model_dump(), summary=texts.get(m.content_hash))
-            for m, row in zip(page, summaries(ctx, page), strict=True)
-        ],
-        next_cursor=next_cursor,
-    )
+    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[r["content_hash"] for r in page])
+    listed = [summary_of(r) | {"summary": texts.get(r["content_hash"])} for r in page]
+    return MessagesOut.model_validate({"messages": listed, "next_cursor": next_cursor})
 
 
 # ---------------------------------------------------------------- get_message
@@ -362,8 +341,13 @@ class MessageOut(Closed):
     message: MessageDetail
 
 
-def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
-    return [AddressOut(name=a.get("name", ""), address=a.get("address", "")) for a in items]
+def _addresses(items: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"name": a.get("name", ""), "address": a.get("address", "")} for a in items]
+
+
+def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
+    """What get_message shows of the message, read in one statement within the caller's reach."""
+    return message_detail(data.message_id, reach=reach(ctx), text_max=ctx.bounds["TEXT_MAX_CHARS"])
 
 
 @operation(
@@ -373,35 +357,19 @@ def _addresses(items: list[dict[str, str]]) -> list[AddressOut]:
     output=MessageOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=the_message,
+    targets=the_message_detail,
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
-    message: Message = ctx.targets
-    text, truncated, length = cut(message.text_body, ctx.bounds["TEXT_MAX_CHARS"])
-    attachments = (
-        Attachment.objects.for_tenant(ctx.tenant)
-        .filter(message=message)
-        .order_by("filename")
-        .values_list("id", "filename", "content_type", "size", "inline")
-    )
-    base = summaries(ctx, [message])[0].model_dump()
-    return MessageOut(
-        message=MessageDetail(
-            **base,
-            to=_addresses(message.to_addresses),
-            cc=_addresses(message.cc_addresses),
-            message_id_header=message.message_id,
-            text=text,
-            truncated=truncated,
-            text_length=length,
-            has_html=bool(message.html_body),
-            attachments=[
-                AttachmentOut(id=str(i), filename=f, content_type=media_type(t), size=s, inline=n)
-                for i, f, t, s, n in attachments
-            ],
-            summary=cached_summaries(ctx, [message]).get(message.content_hash),
-        )
-    )
+    row: dict[str, Any] = dict(ctx.targets)
+    content_hash = row.pop("content_hash")
+    row["to"], row["cc"] = _addresses(row["to"]), _addresses(row["cc"])
+    row["attachments"] = [
+        {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}
+        for i, f, t, s, n in row["attachments"]
+    ]
+    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[content_hash])
+    row["summary"] = texts.get(content_hash)
+    return MessageOut.model_validate({"message": row})
 
 
 # ---------------------------------------------------------------- get_message_html
@@ -534,22 +502,19 @@ def _thread(ctx: Context, data: ThreadIn) -> Thread:
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
     limit = ctx.bounds["THREAD_MAX_MESSAGES"]
-    messages = list(
-        Message.objects.for_tenant(ctx.tenant)
-        .filter(thread=thread)
-        .select_related("folder")
-        .defer("text_body", "html_body", "headers")
-        .order_by("date", "id")[: limit + 1]
-    )
-    return ThreadMessagesOut(
-        thread=ThreadOut(
-            id=str(thread.pk),
-            account_id=str(thread.account_id),
-            subject=thread.subject,
-            message_count=thread.message_count,
-        ),
-        messages=summaries(ctx, messages[:limit]),
-        truncated=len(messages) > limit,
+    rows = Message.objects.for_tenant(ctx.tenant).filter(thread=thread)
+    messages = list(summary_rows(rows, ctx.tenant).order_by("date", "id")[: limit + 1])
+    return ThreadMessagesOut.model_validate(
+        {
+            "thread": {
+                "id": str(thread.pk),
+                "account_id": str(thread.account_id),
+                "subject": thread.subject,
+                "message_count": thread.message_count,
+            },
+            "messages": [summary_of(r) for r in messages[:limit]],
+            "truncated": len(messages) > limit,
+        }
     )
 
 
@@ -586,22 +551,15 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
     accounts = reach(ctx).accounts().order_by("name")
     if named is not None:
         accounts = accounts.filter(pk=named.pk)
-    result = []
-    for account in accounts:
-        folders = folder_counts(ctx, account)
-        result.append(
-            AccountCounts(
-                account_id=str(account.pk),
-                name=account.name,
-                folders=[
-                    FolderCount(
-                        folder=f["kind"] if f["kind"] != "custom" else f["name"], total=f["total"], unread=f["unread"]
-                    )
-                    for f in folders
-                ],
-            )
-        )
-    return CountsOut(accounts=result)
+    listed = list(accounts.values_list("id", "name"))
+    # every folder of those accounts with its counts, in one statement (not one per account)
+    folders: dict[Any, list[dict[str, Any]]] = {pk: [] for pk, _ in listed}
+    for f in folder_counts(ctx, [pk for pk, _ in listed]):
+        label = f["kind"] if f["kind"] != "custom" else f["name"]
+        folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
+    return CountsOut.model_validate(
+        {"accounts": [{"account_id": str(pk), "name": name, "folders": folders[pk]} for pk, name in listed]}
+    )
 
 
 # ---------------------------------------------------------------- get_raw_message
