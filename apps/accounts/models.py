@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.ids import new_id
+from apps.workspaces.tenancy import TenantOwned
 
 
 def normalize_email(email: str) -> str:
@@ -70,3 +71,16 @@ class Preferences(models.Model):
 
     def __str__(self) -> str:
         return f"preferences of {self.user_id}"
+
+
+class Signature(TenantOwned):
+    """The text the console's compose form puts below what a person writes from one mail account (set_signature).
+    It is never added to mail by itself: the console inserts it into the draft, where the person can still change
+    it or take it out."""
+
+    account = models.OneToOneField("mail.MailAccount", on_delete=models.CASCADE, related_name="+")
+    text = models.TextField()
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"signature of {self.account_id}"

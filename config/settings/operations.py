@@ -101,6 +101,9 @@ OPERATIONS = {
     "SEND_ATTACHMENTS_MAX": _tunable("SEND_ATTACHMENTS_MAX", 20, minimum=0, maximum=100),
     "SEND_ATTACHMENT_MAX_BYTES": _tunable("SEND_ATTACHMENT_MAX_BYTES", 10 << 20, minimum=1),
     "SEND_ATTACHMENTS_TOTAL_MAX_BYTES": _tunable("SEND_ATTACHMENTS_TOTAL_MAX_BYTES", 20 << 20, minimum=1),
+    # an account's signature (set_signature): at most this many characters, never more than a mail field holds
+    # (an agent reads it as MailText, which would cut it)
+    "SIGNATURE_MAX_CHARS": _tunable("SIGNATURE_MAX_CHARS", 1000, minimum=1, maximum=100_000),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)
@@ -140,6 +143,7 @@ OPERATIONS_ORDERED = (
     ("SYNC_BACKOFF_BASE_SECONDS", "SYNC_BACKOFF_MAX_SECONDS"),
     ("SEND_RETRY_BASE_SECONDS", "SEND_RETRY_MAX_SECONDS"),
     ("SEARCH_CANDIDATES", "SEARCH_MAX_RESULTS"),
+    ("SIGNATURE_MAX_CHARS", "MAIL_FIELD_MAX_CHARS"),
 )
 
 # A body at the operation doors (REST, MCP; apps.gate.payload) must hold the largest e-mail the bounds allow:

@@ -19,6 +19,7 @@ MODULES = (
     "apps.operations.defs.admin",
     "apps.operations.defs.audit",
     "apps.operations.defs.preferences",
+    "apps.operations.defs.signatures",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
     "apps.operations.defs.tenancy",
