@@ -446,7 +446,9 @@ def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
 
 class ForwardIn(Closed):
     message_id: Id
-    to: list[Address] = Field(min_length=1, max_length=ADDRESSES_MAX)
+    to: list[Address] = Field(
+        default=[], max_length=ADDRESSES_MAX, description="may be left for later (update_draft); send_draft needs one"
+    )
     cc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
     body: str = Field(default="", description="a note above the forwarded message")
     attachments: bool = Field(default=True, description="forward the original's attachments")
