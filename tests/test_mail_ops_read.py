@@ -519,7 +519,8 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_workspaces": [{}],
         "list_drafts": [{"account_id": box.personal}],
         "get_outbound_request": [{"request_id": _agent_request(box)}],
-        "list_outbound": [{}, {"state": "awaiting_approval"}],
+        "list_outbound": [{}, {"state": "awaiting_approval"}, {"limit": 1}],
+        "get_outbound_attachment": [{"attachment_id": _an_outbound_file(box)}],
         "list_send_policies": [{}],
         "list_send_budgets": [{}, {"limit": 1}],
         "list_plugins": [{}],
@@ -560,8 +561,19 @@ def _agent_request(box: Mailbox) -> str:
         credential_id="key-1",
         credential_kind="apikey",
         caller_key="-",
-        idempotency_key="read-test",
+        idempotency_key=f"read-test-{uuid.uuid4().hex}",
     )
+    return str(row.pk)
+
+
+def _an_outbound_file(box: Mailbox) -> str:
+    """A file of an agent's outbound request, as a row (downloading it sends nothing)."""
+    from apps.outbound.models import OutboundAttachment
+
+    row = OutboundAttachment.objects.create(
+        tenant=box.person.tenant, request_id=_agent_request(box), filename="plan.txt", content_type="text/plain",
+        content=b"plan", sha256="0" * 64,
+    )  # fmt: skip
     return str(row.pk)
 
 

@@ -92,6 +92,8 @@ class OutboundRequest(TenantOwned):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy"
+    # why the person who rejected it did so, in their words (REJECT_REASON_MAX_CHARS; '' when none was given)
+    reject_reason = models.TextField(blank=True, default="")
     policy = models.ForeignKey("SendPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     # execution: each claim by a worker is one attempt (its number guards the claim's later steps)

@@ -308,13 +308,21 @@ def approve(
         enqueue_on_commit(request.pk)
 
 
-def reject(request: OutboundRequest, *, act: Act) -> None:
+def reject(request: OutboundRequest, *, act: Act, reason: str = "") -> None:
+    """Never sent; the person's reason is kept for the agent to read (the audit event says only that one was
+    given: it is a person's free text, like mail)."""
     before = transition(
-        act.tenant, request.pk, State.AWAITING_APPROVAL, State.REJECTED, decided_by=act.caller.user, decided_at=act.now
+        act.tenant,
+        request.pk,
+        State.AWAITING_APPROVAL,
+        State.REJECTED,
+        decided_by=act.caller.user,
+        decided_at=act.now,
+        reject_reason=reason,
     )
     if before is None:
         raise OakenError("CONFLICT", "this request is no longer waiting for approval", field="request_id")
-    act.touch(request.pk, {"state": before}, {"state": State.REJECTED})
+    act.touch(request.pk, {"state": before}, {"state": State.REJECTED, "reason_given": bool(reason)})
 
 
 def cancel(request: OutboundRequest, *, act: Act) -> None:

@@ -83,6 +83,8 @@ OPERATIONS = {
     "SEND_RECIPIENTS_MAX": _tunable("SEND_RECIPIENTS_MAX", 50, minimum=1),
     "SEND_RECIPIENTS_PER_HOUR": _tunable("SEND_RECIPIENTS_PER_HOUR", 200, minimum=1),
     "SEND_BODY_MAX_CHARS": _tunable("SEND_BODY_MAX_CHARS", 500_000, minimum=1000),
+    # the reason a person may give when rejecting a request (reject_outbound), read back by the agent
+    "REJECT_REASON_MAX_CHARS": _tunable("REJECT_REASON_MAX_CHARS", 1000, minimum=1, maximum=10_000),
     "SMTP_TIMEOUT_SECONDS": _tunable("SMTP_TIMEOUT_SECONDS", 30, minimum=1),
     "OUTBOX_REQUEUE_SECONDS": _tunable("OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
     "SENDING_STALE_SECONDS": _tunable("SENDING_STALE_SECONDS", 900, minimum=60),
