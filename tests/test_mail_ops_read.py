@@ -512,7 +512,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "verify_audit": [{}],
         "export_audit_chain": [{}],
         "get_preferences": [{}],
-        "list_signatures": [{}, {"account_id": box.personal}],
+        "list_signatures": [{"account_id": box.personal}],
         "list_api_keys": [{}],
         "list_connections": [{}],
         "list_members": [{}],

@@ -86,8 +86,9 @@ def test_the_agent_reads_the_reason_at_the_mcp_door_fenced_as_data(
     key = key_for(alice, sorted(SENDER))
 
     def tool(name: str, arguments: dict[str, Any], token: str = key) -> dict[str, Any]:
-        result: dict[str, Any] = post(client, rpc("tools/call", {"name": name, "arguments": arguments}), token=token)
-        return result.json()["result"]
+        answer = post(client, rpc("tools/call", {"name": name, "arguments": arguments}), token=token)
+        result: dict[str, Any] = answer.json()["result"]
+        return result
 
     arguments = _email(world["account"], world["bob"])
     proposal = json.loads(tool("send_email", arguments)["content"][0]["text"])["error"]["proposal"]
@@ -118,7 +119,11 @@ def test_the_list_names_the_credential_and_serves_each_file_only_to_its_tenant(
     key.save(update_fields=["name"])
     agent = as_agent(alice, scopes=SENDER, credential_id=str(key.pk))
     data = b"%PDF-1.4 the plan\n"
-    file = {"filename": "plan.pdf", "content_type": "application/pdf", "content_base64": base64.b64encode(data).decode()}
+    file = {
+        "filename": "plan.pdf",
+        "content_type": "application/pdf",
+        "content_base64": base64.b64encode(data).decode(),
+    }
     made = request(agent, "send_email", _email(world["account"], world["bob"], attachments=[file]))
 
     [shown] = call(as_person(alice), "list_outbound", {"state": "awaiting_approval"})["requests"]
