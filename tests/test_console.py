@@ -8,6 +8,7 @@ from urllib.parse import urljoin
 import pytest
 from django.test import Client
 
+from apps.console.assets import asset_url
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import SESSION_TENANT_KEY
 from tests.callers import joined
@@ -45,9 +46,9 @@ def test_a_page_renders_for_a_signed_in_person(path: str, alice: Person, mallory
     page = response.content.decode()
     assert response.status_code == 200
     assert "Alice&#x27;s tenant" in page and "Mallory" not in page
-    assert '<script type="module" src="/static/console/nav.js"></script>' in page
+    assert f'<script type="module" src="{asset_url("console/nav.js")}"></script>' in page
     if path != "/":
-        assert f'<script type="module" src="/static/console/pages{path}.js"></script>' in page
+        assert f'<script type="module" src="{asset_url(f"console/pages{path}.js")}"></script>' in page
     assert '<meta name="csrf-token"' in page and 'href="/exposure"' in page
     assert "<script>" not in page and " onclick=" not in page  # no inline scripts: a strict CSP can come
 
@@ -83,7 +84,7 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
     modules: dict[str, str] = {}
     for page in MODULE_PAGES:
         loaded = _modules(client, client.get(f"/{page}").content.decode())
-        assert {f"/static/console/pages/{page}.js", "/static/console/lib.js"} <= set(loaded), page
+        assert {asset_url(f"console/pages/{page}.js"), asset_url("console/lib.js")} <= set(loaded), page
         modules |= loaded
     script = "\n".join(modules.values())
     for op in (
@@ -142,6 +143,12 @@ def test_the_console_files_are_served_without_a_static_server(db: None) -> None:
     script = Client().get("/static/console/lib.js")
     assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
     assert b"CONFIRMATION_REQUIRED" in script.content
+    # asked again with its validator, an unchanged file is a 304 with no body; another validator gets the file
+    again = Client().get("/static/console/lib.js", headers={"If-None-Match": script["ETag"]})
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == script["ETag"]
+    assert script["Cache-Control"] == "no-cache"
+    stale = Client().get("/static/console/lib.js", headers={"If-None-Match": '"0-0"'})
+    assert stale.status_code == 200 and stale.content == script.content
     for name in ("nav.js", *(f"pages/{page}.js" for page in MODULE_PAGES)):
         module = Client().get(f"/static/console/{name}")
         assert module.status_code == 200 and module["Content-Type"].startswith("text/javascript"), name
@@ -149,6 +156,25 @@ def test_the_console_files_are_served_without_a_static_server(db: None) -> None:
     assert style.status_code == 200 and style["Content-Type"].startswith("text/css")
     for missing in ("other.js", "pages/other.js", "pages/../lib.js", "../../config/settings/base.py", "lib.js.map"):
         assert Client().get(f"/static/console/{missing}").status_code == 404, missing
+
+
+def test_the_console_files_are_kept_by_the_browser_until_they_change(db: None) -> None:
+    """Under the address naming their content, a browser keeps them for good: a page then asks for none of them;
+    an address naming another version (a page from before a deploy) gets the current file, revalidated."""
+    current = asset_url("console/lib.js")
+    assert re.fullmatch(r"/assets/[0-9a-f]{16}/console/lib\.js", current)
+    kept = Client().get(current)
+    plain = Client().get("/static/console/lib.js")
+    assert kept.status_code == 200 and kept.content == plain.content
+    assert kept["Cache-Control"] == "public, max-age=31536000, immutable"
+    older = Client().get("/assets/0000000000000000/console/lib.js")
+    assert older.status_code == 200 and older.content == plain.content and older["Cache-Control"] == "no-cache"
+    for missing in ("console/other.js", "console/../../manage.py", "console/lib.js.map"):
+        assert Client().get(asset_url(missing)).status_code == 404, missing
+    # a module's relative imports resolve under the same version, so they are kept as well
+    page = asset_url("console/pages/mail.js")
+    assert 'from "../lib.js"' in Client().get(page).content.decode()
+    assert urljoin(page, "../lib.js") == current
 
 
 def test_a_member_sees_no_admin_forms(alice: Person) -> None:
@@ -226,7 +252,7 @@ def test_an_unknown_address_is_a_404_in_the_consoles_layout(path: str, alice: Pe
     assert anonymous.status_code == 404 and anonymous["Content-Type"].startswith("text/html")
     page = anonymous.content.decode()
     assert "There is nothing here" in page and '<a href="/">Go to the start page</a>' in page
-    assert 'href="/static/console/console.css"' in page and "Not Found</h1>" not in page
+    assert f'href="{asset_url("console/console.css")}"' in page and "Not Found</h1>" not in page
     signed_in = _signed_in(alice).get(path)
     assert signed_in.status_code == 404
     assert 'href="/exposure"' in signed_in.content.decode()  # the console's navigation, for a signed-in person

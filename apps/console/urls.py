@@ -21,5 +21,6 @@ urlpatterns = [
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route
+    path("assets/<str:version>/<path:path>", views.asset, name="versioned-asset"),
     path("static/<path:path>", views.asset, name="static-asset"),
 ]

@@ -11,6 +11,7 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.console import assets
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Role
@@ -51,6 +53,18 @@ def current_membership(request: HttpRequest) -> Membership | None:
     A choice that no longer holds (the person was removed) is dropped here, so the page and the
     API calls it makes agree on the tenant.
     """
+    # asked by the view and by the navigation of the same page: one lookup per request
+    known = getattr(request, "_oaken_membership", _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
+    request._oaken_membership = found = _membership(request)  # type: ignore[attr-defined]
+    return found
+
+
+_UNKNOWN = object()
+
+
+def _membership(request: HttpRequest) -> Membership | None:
     user: User = request.user  # type: ignore[assignment]
     chosen = request.session.get(SESSION_TENANT_KEY)
     if chosen is not None:
@@ -189,16 +203,27 @@ _STATIC_TYPES = {
 }
 
 
-def asset(request: HttpRequest, path: str) -> HttpResponse:
+def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpResponse:
     """A static file (the console's, the favicon, the API docs' from drf-spectacular-sidecar), for servers that
-    do not serve /static/ themselves (gunicorn)."""
+    do not serve /static/ themselves (gunicorn); under /assets/<version>/ the console's own, kept for good by a
+    browser while the version is the current one (apps.console.assets)."""
     suffix = PurePosixPath(path).suffix
     if suffix not in _STATIC_TYPES or any(part in {"", ".", ".."} for part in path.split("/")):
         raise Http404
     found = finders.find(path)
     if not found or isinstance(found, list):
         raise Http404
-    with open(found, "rb") as file:
-        response = HttpResponse(file.read(), content_type=_STATIC_TYPES[suffix])
-    response["Cache-Control"] = "no-cache"
+    # "no-cache" keeps a changed file from being used stale; the validator makes asking again cheap: a page's
+    # shell, styles and script modules come back as a 304 while they have not changed
+    stat = os.stat(found)
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    response: HttpResponse
+    if etag in {tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")}:
+        response = HttpResponseNotModified()
+    else:
+        with open(found, "rb") as file:
+            response = HttpResponse(file.read(), content_type=_STATIC_TYPES[suffix])
+    response["ETag"] = etag
+    current = version is not None and version == assets.version()
+    response["Cache-Control"] = "public, max-age=31536000, immutable" if current else "no-cache"
     return response

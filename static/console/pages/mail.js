@@ -502,21 +502,27 @@ const remembered = () => {
   }
 };
 
+// That list goes first and alone: the server answers it before the side's accounts, labels, folder counts and
+// preferences, which follow at once (the rows' label chips are added when the labels are in).
 (async () => {
   const asked = new URLSearchParams(location.search);
-  loadPreference();
   const last = asked.get("account") ? { account: asked.get("account"), folder: asked.get("folder") || "inbox" } : remembered();
-  let early = null;
   if (last) {
     state.account = last.account;
     state.folder = last.folder;
-    early = resetList();
+    await resetList();
   }
+  loadPreference();
   if (!(await loadAccounts())) return;
-  if (!state.accounts.some((a) => a.id === state.account)) {
-    state.account = state.accounts[0].id;
-    state.folder = "inbox";
-    early = null;
+  if (last && state.accounts.some((a) => a.id === state.account)) {
+    for (const row of list.querySelectorAll("li.message")) {
+      const m = state.rows.get(row.dataset.messageId);
+      if (m && m.label_ids.length) row.querySelector(".meta time").before(...labelChips(m));
+    }
+    await loadAllFolders();
+    return;
   }
-  await Promise.all([early || openFolder(state.account, state.folder), loadAllFolders()]);
+  state.account = state.accounts[0].id;
+  state.folder = "inbox";
+  await Promise.all([openFolder(state.account, state.folder), loadAllFolders()]);
 })();
