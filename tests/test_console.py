@@ -26,10 +26,11 @@ PAGES = [
     "/audit",
     "/mail",
     "/plugins",
+    "/policies",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
-    "plugins",
+    "plugins", "policies",
 ]  # fmt: skip
 
 
@@ -111,6 +112,11 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "approve_outbound",
         "reject_outbound",
         "settle_outbound_request",
+        "get_outbound_request",
+        "get_outbound_attachment",
+        "list_send_policies",
+        "create_send_policy",
+        "delete_send_policy",
         "list_audit_events",
         "verify_audit",
         "export_audit_chain",
