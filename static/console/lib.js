@@ -101,7 +101,7 @@ export function notice(text, isError) {
 // ({"imap.password": "The IMAP password"}); any other field is said in words made from its name.
 
 const WORDS = { imap: "IMAP", smtp: "SMTP", id: "", ids: "", base64: "", url: "address", mime: "MIME" };
-const IDENTIFIER = /\b[a-z][a-z0-9]*(?:[._][a-z0-9]+)+\b/g; // snake_case or dotted names (not e-mail addresses)
+const IDENTIFIER = /(?<![@.\w])[a-z][a-z0-9]+(?:[._][a-z0-9]+)+\b/g; // snake_case or dotted names (an address's domain is left alone)
 
 export function fieldWords(field) {
   const words = String(field || "").split(/[._]/).filter((w) => w && !/^\d+$/.test(w)).map((w) => (w in WORDS ? WORDS[w] : w)).filter(Boolean);
