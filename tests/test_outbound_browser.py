@@ -152,6 +152,7 @@ def test_a_person_reviews_approves_and_rejects_an_assistants_mail_in_a_browser(
     assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=invite["request_id"]).state == "awaiting_approval"
     other.locator("button[data-action=reject]").click()
     page.fill("#ask-first-text", REASON)
+    look(page, "outbound-reject-asks")  # the question itself, read on a desktop and a phone
     page.click("#ask-first-yes")
     expect(page.locator("#notice")).to_contain_text("Rejected: it will not be sent.")
     expect(page.locator("#outbound-list")).to_contain_text("Nothing is waiting for your approval.")
