@@ -218,8 +218,10 @@ const historyQuery = (cursor) => {
 };
 
 async function loadHistory() {
+  const asked = filter ? filter.value : "";
   try {
     const out = await call("list_outbound", historyQuery(null));
+    if ((filter ? filter.value : "") !== asked) return; // picked again meanwhile: the newer load shows it
     historyRows = out.requests;
     nextCursor = out.next_cursor;
     drawHistory();
@@ -230,8 +232,10 @@ async function loadHistory() {
 
 // a poll: the newest page again; rows shown are brought up to date, newer ones come on top
 async function pollHistory() {
+  const asked = filter ? filter.value : "";
   try {
     const out = await call("list_outbound", historyQuery(null));
+    if ((filter ? filter.value : "") !== asked) return; // the filter changed meanwhile: its own load shows it
     const shown = new Map(historyRows.map((r, i) => [idOf(r), i]));
     if (historyRows.length && !out.requests.some((r) => shown.has(idOf(r)))) {
       historyRows = out.requests; // more arrived than a page: start again from the newest
@@ -255,7 +259,9 @@ if (more) {
   more.addEventListener("click", async () => {
     more.disabled = true;
     try {
+      const asked = filter ? filter.value : "";
       const out = await call("list_outbound", historyQuery(nextCursor));
+      if ((filter ? filter.value : "") !== asked) return;
       const shown = new Set(historyRows.map(idOf));
       historyRows = [...historyRows, ...out.requests.filter((r) => !shown.has(idOf(r)))];
       nextCursor = out.next_cursor;
