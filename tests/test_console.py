@@ -27,10 +27,11 @@ PAGES = [
     "/audit",
     "/mail",
     "/plugins",
+    "/policies",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
-    "plugins",
+    "plugins", "policies",
 ]  # fmt: skip
 
 
@@ -112,6 +113,11 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "approve_outbound",
         "reject_outbound",
         "settle_outbound_request",
+        "get_outbound_request",
+        "get_outbound_attachment",
+        "list_send_policies",
+        "create_send_policy",
+        "delete_send_policy",
         "list_audit_events",
         "verify_audit",
         "export_audit_chain",
@@ -265,3 +271,30 @@ def test_every_page_links_the_favicon_it_serves(alice: Person) -> None:
         assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page, path
     icon = Client().get("/static/favicon.svg")
     assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+
+
+def test_a_form_without_its_token_and_a_failure_are_plain_pages_in_the_consoles_layout(
+    alice: Person, mallory: Person
+) -> None:
+    from django.test import RequestFactory
+
+    from config.errors import server_error
+
+    # a form sent from a stale page (or another site): refused with a page that says what to do, never Django's
+    for client, path in (
+        (api_client(alice.user, csrf=False), "/tenant"),
+        (Client(enforce_csrf_checks=True), "/accounts/sign-in"),
+    ):
+        refused = client.post(path, {"tenant_id": str(alice.tenant.pk), "username": "a", "password": "b"})
+        page = refused.content.decode()
+        assert refused.status_code == 403 and "That form could not be sent" in page, path
+        assert 'href="/static/console/console.css"' in page and "CSRF verification failed" not in page
+    assert SESSION_TENANT_KEY not in Client().session
+    # anything that escapes a page: the console's own words, nothing of the exception
+    try:
+        raise RuntimeError("a bug that quotes mallory@example.test")
+    except RuntimeError:
+        failed = server_error(RequestFactory().get("/keys"))
+    page = failed.content.decode()
+    assert failed.status_code == 500 and "Something went wrong on Oaken's side" in page
+    assert 'href="/static/console/console.css"' in page and "Server Error (500)" not in page and "mallory" not in page

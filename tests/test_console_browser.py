@@ -283,7 +283,10 @@ def test_a_person_connects_a_mailbox_in_a_browser(
     page.fill("#imap-password", "wrong-password-42")
     page.click("#connect-mailbox button[type=submit]")
     expect(page.locator('[data-error-for="imap.password"]')).to_be_visible()
-    expect(page.locator('[data-error-for="imap.password"]')).to_contain_text("imap.password")
+    refused = page.locator('[data-error-for="imap.password"]')
+    expect(refused).to_contain_text("the server refused this username and password")
+    expect(page.locator("main")).not_to_contain_text("imap.password")  # in words, never a path
+    expect(page.locator("#notice")).not_to_contain_text("imap.password")
     expect(page.locator('[data-error-for="imap.host"]')).to_be_hidden()
     expect(page.locator("#imap-password")).to_have_value("")
     assert not MailAccount.objects.unscoped().exists()
@@ -393,6 +396,7 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     assert (settled.state, settled.error, settled.settled_by_id) == ("failed", "settled_not_sent", alice.user.pk)
 
     waiting.locator("button[data-action=approve]").click()
+    page.click("#ask-first-yes")  # the page asks once more
     expect(page.locator("#notice")).to_contain_text("Approved")
     expect(page.locator("#outbound-list")).to_contain_text("Nothing is waiting for your approval.")
 
@@ -413,6 +417,7 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     article.locator("button[data-action=show-whole]").click()
     expect(article.locator("pre")).to_contain_text(tail)
     article.locator("button[data-action=approve]").click()
+    page.click("#ask-first-yes")
     expect(page.locator("#notice")).to_contain_text("Approved")
     assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked_long["request_id"]).state == "queued"
     assert OutboundRequest.objects.for_tenant(alice.tenant).get(pk=asked["request_id"]).state == "queued"
@@ -429,5 +434,5 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
         email("Mallory's secret") | {"account_id": str(theirs.pk)},
     )
     page.goto(f"/outbound?request={hidden['request_id']}")
-    expect(page.locator("#outbound-named")).to_contain_text("request_id: no such item")  # as for any unknown id
+    expect(page.locator("#outbound-named")).to_contain_text("was not found")  # as for any unknown id, in words
     expect(page.locator("main")).not_to_contain_text("Mallory's secret")

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 PAGES = {
     "home": "/", "keys": "/keys", "connections": "/connections", "workspaces": "/workspaces",
     "members": "/members", "exposure": "/exposure", "outbound": "/outbound", "mailboxes": "/mailboxes",
-    "budgets": "/budgets", "plugins": "/plugins", "audit-empty": "/audit", "mail-empty": "/mail",
+    "budgets": "/budgets", "plugins": "/plugins", "policies-empty": "/policies", "audit-empty": "/audit",
+    "mail-empty": "/mail",
 }  # fmt: skip
 PUBLIC = {"sign-in": "/accounts/sign-in", "sign-up": "/accounts/sign-up", "password-reset": "/accounts/password-reset"}
 

@@ -440,7 +440,8 @@ def test_the_console_page_lists_and_approves_over_the_rest_door(
     page = Client()
     page.force_login(alice.user)
     html = page.get("/outbound").content.decode()
-    assert "Outbound mail waiting for you" in html and 'href="/outbound"' in html and "<script>" not in html
+    assert "<h1>Outbound mail</h1>" in html and "Waiting for you" in html and "Show older requests" in html
+    assert 'href="/outbound"' in html and 'href="/policies"' in html and "<script>" not in html
     theirs = post(api_client(mallory.user), "approve_outbound", {"request_id": made["request_id"]})
     assert error_of(theirs)["code"] == "NOT_FOUND"
     mine = api_client(alice.user)

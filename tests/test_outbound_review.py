@@ -166,3 +166,52 @@ def test_the_history_pages_newest_first_by_cursor(alice: Person, mallory: Person
     assert {r["request_id"] for r in made} == mine
     forged = refusal(as_person(alice), "list_outbound", {"cursor": "bm90IGEgY3Vyc29y"})
     assert (forged.code, forged.field) == ("INVALID_INPUT", "cursor")
+
+
+def test_a_page_of_requests_costs_the_same_few_queries_however_many_it_holds(
+    alice: Person, mallory: Person, world: dict[str, Any]
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.outbound.models import OutboxEntry
+
+    key_for(alice, sorted(SENDER))
+    agent = as_agent(alice, scopes=SENDER, credential_id=str(ApiKey.objects.for_tenant(alice.tenant).get().pk))
+    files = [
+        {
+            "filename": f"part{i}.txt",
+            "content_type": "text/plain",
+            "content_base64": base64.b64encode(b"x" * i).decode(),
+        }
+        for i in (1, 2)
+    ]
+
+    def make(n: int) -> list[str]:
+        made = [
+            request(agent, "send_email", _email(world["account"], world["bob"], subject=f"s{n}-{i}", attachments=files))
+            for i in range(n)
+        ]
+        # one of them approved, tried once and queued again: its retry time is looked up too
+        call(as_person(alice), "approve_outbound", {"request_id": made[0]["request_id"]})
+        OutboundRequest.objects.for_tenant(alice.tenant).filter(pk=made[0]["request_id"]).update(attempts=1)
+        return [m["request_id"] for m in made]
+
+    def listed() -> tuple[int, list[dict[str, Any]]]:
+        with CaptureQueriesContext(connection) as queries:
+            out = call(as_person(alice), "list_outbound", {"limit": 100})
+        return len(queries.captured_queries), out["requests"]
+
+    ids = make(2)
+    few, rows = listed()
+    ids += make(20)
+    many, rows = listed()
+    assert many == few and many <= 10, (few, many)  # one query for the files of the whole page, not one each
+    assert sorted(r["request"]["request_id"] for r in rows) == sorted(ids)
+    assert all([f["filename"] for f in r["files"]] == ["part1.txt", "part2.txt"] for r in rows)
+    assert all([f["size"] for f in r["files"]] == [1, 2] for r in rows)
+    retrying = [r for r in rows if r["request"]["retry_at"] is not None]
+    assert len(retrying) == 2 and OutboxEntry.objects.for_tenant(alice.tenant).count() == 2
+    assert all(r["credential"] and r["credential"].startswith("the API key") for r in rows)
+    # Mallory's tenant lists none of them
+    assert call(as_person(mallory), "list_outbound", {"limit": 100})["requests"] == []

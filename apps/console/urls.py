@@ -12,6 +12,7 @@ urlpatterns = [
     path("members", views.page, {"name": "members"}, name="console-members"),
     path("exposure", views.page, {"name": "exposure"}, name="console-exposure"),
     path("outbound", views.page, {"name": "outbound"}, name="console-outbound"),
+    path("policies", views.page, {"name": "policies"}, name="console-policies"),
     path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
     path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("plugins", views.page, {"name": "plugins"}, name="console-plugins"),

@@ -12,8 +12,9 @@ The rules that make delivery at most once live here, not in the worker that repo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -22,6 +23,9 @@ from apps.core.acts import Act
 from apps.core.errors import OakenError
 from apps.outbound import requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
+
+if TYPE_CHECKING:
+    from apps.workspaces.models import Tenant
 
 Outcome = Literal["sent", "refused", "temporary", "unknown"]
 LOST_AFTER_DATA = "worker_lost_after_data"
@@ -51,13 +55,24 @@ def retry_delay(attempt: int) -> timedelta:
     return timedelta(seconds=min(cap, base * 2 ** max(0, attempt - 1)))
 
 
+def _retrying(request: OutboundRequest) -> bool:
+    return request.state == State.QUEUED and bool(request.attempts)
+
+
 def retry_at(request: OutboundRequest) -> datetime | None:
     """When a queued request that failed an attempt is tried again."""
-    if request.state != State.QUEUED or not request.attempts:
+    if not _retrying(request):
         return None
-    found = OutboxEntry.objects.for_tenant(request.tenant).filter(request=request).values_list("available_at")
-    first = found.first()
-    return first[0] if first else None
+    return retry_times(request.tenant, [request]).get(request.pk)
+
+
+def retry_times(tenant: Tenant, rows: Iterable[OutboundRequest]) -> dict[Any, datetime]:
+    """retry_at for each of these requests of the tenant that is queued again after an attempt, in one query."""
+    retrying = [r.pk for r in rows if _retrying(r)]
+    if not retrying:
+        return {}
+    found = OutboxEntry.objects.for_tenant(tenant).filter(request_id__in=retrying)
+    return dict(found.values_list("request_id", "available_at"))
 
 
 def claim(request_id: Any, *, act: Act) -> OutboundRequest:

@@ -94,12 +94,105 @@ export function notice(text, isError) {
   box.hidden = !text;
 }
 
-export function describeError(err) {
-  if (err instanceof OperationError) {
-    return err.error.message || err.error.code;
-  }
-  return "Something went wrong in this page.";
+// ------------------------------------------------------------ errors in plain words
+//
+// The one place a refusal becomes a sentence for a person: from the error shape's code and field, never the
+// field's path (imap.password) or a validator's regular expression. `labels` names a page's own fields in words
+// ({"imap.password": "The IMAP password"}); any other field is said in words made from its name.
+
+const WORDS = { imap: "IMAP", smtp: "SMTP", id: "", ids: "", base64: "", url: "address", mime: "MIME" };
+const IDENTIFIER = /(?<![@.\w])[a-z][a-z0-9]+(?:[._][a-z0-9]+)+\b/g; // snake_case or dotted names (an address's domain is left alone)
+
+export function fieldWords(field) {
+  const words = String(field || "").split(/[._]/).filter((w) => w && !/^\d+$/.test(w)).map((w) => (w in WORDS ? WORDS[w] : w)).filter(Boolean);
+  return words.join(" ") || "this value";
 }
+
+const capital = (text) => text.charAt(0).toUpperCase() + text.slice(1);
+const sentence = (text) => { const t = capital(text.trim()); return /[.!?]$/.test(t) ? t : `${t}.`; };
+
+// what a validator said, in words (the gate's own "is required" and the like, pydantic's messages, the domain's)
+const DETAILS = [
+  [/^is required$/, (l) => `${l} is required`],
+  [/^is not a field of this operation$/, () => "This form sent something the server does not take; reload the page and try again"],
+  [/should have at least 1 (character|item)/, (l) => `${l} cannot be empty`],
+  [/should have at least (\d+) characters?/, (l, m) => `${l} needs at least ${m[1]} characters`],
+  [/should have at most (\d+) characters?/, (l, m) => `${l} is too long: at most ${m[1]} characters`],
+  [/should have at least (\d+) items?/, (l, m) => `${l}: name at least ${m[1]}`],
+  [/should have at most (\d+) items?/, (l, m) => `${l}: at most ${m[1]}`],
+  [/valid integer|valid number/, (l) => `${l} must be a whole number`],
+  [/greater than or equal to (-?[\d.]+)/, (l, m) => `${l} must be at least ${m[1]}`],
+  [/greater than (-?[\d.]+)/, (l, m) => `${l} must be more than ${m[1]}`],
+  [/less than or equal to (-?[\d.]+)/, (l, m) => `${l} must be at most ${m[1]}`],
+  [/less than (-?[\d.]+)/, (l, m) => `${l} must be less than ${m[1]}`],
+  [/valid email|not an e-mail address|not a valid e-mail/i, (l) => `${l} is not an e-mail address`],
+  [/valid datetime|valid date/, (l) => `${l} is not a date and time`],
+  [/^Input should be '|^Input should be "/, (l) => `${l} must be one of the choices offered`],
+  [/pattern|regex|expected form/i, (l) => `${l} does not have the expected form`],
+  [/^Input should be /, (l) => `${l} is not valid`],
+];
+const VERB = /^(is|are|does|do|must|needs|has|have|holds|cannot|can|should|was|were|only)\b/;
+
+export function plainError(err, labels) {
+  const error = err instanceof OperationError ? err.error : err && err.code ? err : null;
+  if (!error) return "Something went wrong in this page; reload it and try again.";
+  const field = error.field || "";
+  const named = (labels || {})[field];
+  const label = named || capital(fieldWords(field));
+  let detail = String(error.message || "");
+  if (field && detail.startsWith(`${field}: `)) detail = detail.slice(field.length + 2);
+  detail = detail.replace(/^Value error, /, "");
+  const words = (text) => text.replace(IDENTIFIER, (name) => (labels && labels[name]) || fieldWords(name));
+  switch (error.code) {
+    case "NOT_FOUND":
+      return field ? sentence(`${label} was not found: it may have been removed, or it is not yours to see`) : "That was not found.";
+    case "SERVICE_UNAVAILABLE":
+      return "Oaken cannot be reached right now; nothing was changed. Try again in a moment.";
+    case "INTERNAL_ERROR":
+      return "Something went wrong on the server; nothing was changed. Try again, and tell your administrator if it persists.";
+    case "RATE_LIMITED":
+      return error.retry_after ? `Too many attempts: try again in ${error.retry_after} seconds.` : "Too many attempts: try again shortly.";
+    case "UNAUTHENTICATED":
+      return "You are signed out: sign in again.";
+    case "INSUFFICIENT_SCOPE":
+    case "FORBIDDEN":
+    case "OUT_OF_SCOPE":
+    case "NOT_AVAILABLE":
+      return detail ? sentence(words(detail)) : "You may not do that here.";
+    case "CONFLICT":
+    case "LAST_OWNER":
+    case "IDEMPOTENCY_MISMATCH":
+    case "CONFIRMATION_INVALID":
+      return detail ? sentence(words(detail)) : "That cannot be done now; reload the page.";
+    case "LIMIT_EXCEEDED":
+      if (field && detail) return sentence(`${label} is over the limit: ${words(detail)}`);
+      break;
+    default:
+      break;
+  }
+  if (!field) return detail ? sentence(words(detail)) : "That was refused.";
+  for (const [match, say] of DETAILS) {
+    const found = detail.match(match);
+    if (found) return sentence(say(label, found));
+  }
+  if (/[\^$\\[\]]/.test(detail)) return sentence(`${label} does not have the expected form`); // never a regex
+  if (!detail) return sentence(`${label} is not valid`);
+  const said = words(detail);
+  return sentence(VERB.test(said) ? `${label} ${said}` : `${label}: ${said}`);
+}
+
+// The words a form gives its fields (each input's <label>), by the input's name: for plainError's `labels`.
+export function formLabels(form) {
+  const labels = {};
+  for (const input of form ? form.querySelectorAll("[name][id]") : []) {
+    const label = form.querySelector(`label[for="${CSS.escape(input.id)}"]`);
+    if (label) labels[input.name] = label.textContent.trim();
+  }
+  return labels;
+}
+
+// (every page's refusals go through plainError; the name stays for the pages that use it)
+export const describeError = (err) => plainError(err);
 
 function describeValue(value) {
   if (value === null || value === undefined) return "—";
@@ -123,6 +216,37 @@ function ask(proposal) {
     dialog.showModal();
   });
 }
+
+// The page's own second ask before a change the operation takes at once (approving or rejecting a send): a
+// dialog saying what will happen, optionally with a text box (`input`: {label, maxlength}); resolves to
+// {text} when the person confirms, null when they cancel. The operation's own confirmation rule is unchanged.
+export function askFirst(title, text, confirmLabel, input) {
+  const dialog = el("dialog", { class: "ask-first", "aria-labelledby": "ask-first-title" });
+  const box = input ? el("textarea", { id: "ask-first-text", name: "text", rows: "3", maxlength: input.maxlength || null }) : null;
+  const form = el("form", { method: "dialog" },
+    el("h2", { id: "ask-first-title" }, title),
+    el("p", {}, text),
+    box ? el("label", { for: "ask-first-text" }, input.label) : null,
+    box,
+    el("button", { type: "submit", value: "cancel" }, "Cancel"),
+    " ",
+    el("button", { type: "submit", value: "confirm", id: "ask-first-yes" }, confirmLabel),
+  );
+  dialog.append(form);
+  document.body.append(dialog);
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      const confirmed = dialog.returnValue === "confirm";
+      const value = box ? box.value : "";
+      dialog.remove();
+      resolve(confirmed ? { text: value } : null);
+    }, { once: true });
+    dialog.showModal();
+    if (box) box.focus();
+  });
+}
+
+export const isAsking = () => Boolean(document.querySelector("dialog[open]"));
 
 // Calls `op`; on CONFIRMATION_REQUIRED shows the proposal and, once confirmed, calls again with
 // confirm. Returns the output, or null when it was refused or not confirmed (the notice says so;

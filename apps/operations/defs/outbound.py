@@ -17,7 +17,7 @@ import base64
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from django.db.models import Q
 from django.db.models.functions import Length
@@ -106,9 +106,10 @@ def _next(request: OutboundRequest, state: State, retry_at: datetime | None) -> 
     return _NEXT[state].format(url=requests.approval_url(request.pk))
 
 
-def request_out(request: OutboundRequest) -> RequestOut:
+def request_out(request: OutboundRequest, retries: dict[Any, datetime] | None = None) -> RequestOut:
+    """The request's state; `retries`: the retry times of its page, looked up once (execution.retry_times)."""
     state = State(request.state)
-    retry = execution.retry_at(request)
+    retry = execution.retry_at(request) if retries is None else retries.get(request.pk)
     decides = state == State.AWAITING_APPROVAL  # (the MCP door asks a client to open it exactly then)
     return RequestOut(
         request_id=str(request.pk),
@@ -585,23 +586,47 @@ def credential_names(ctx: Context, rows: Iterable[OutboundRequest]) -> dict[tupl
     return names
 
 
+FileRow = tuple[uuid.UUID, str, str, int]  # id, filename, content type, size
+
+
+def files_of(ctx: Context, rows: Iterable[OutboundRequest]) -> dict[uuid.UUID, list[FileRow]]:
+    """Each request's files in their order, for a whole page of requests in one query (never their content)."""
+    found: dict[uuid.UUID, list[FileRow]] = {}
+    files = (
+        OutboundAttachment.objects.for_tenant(ctx.tenant)
+        .filter(request_id__in=[r.pk for r in rows])
+        .order_by("request_id", "position")
+        .annotate(size=Length("content"))
+        .values_list("request_id", "pk", "filename", "content_type", "size")
+    )
+    for request_id, *file in files:
+        found.setdefault(request_id, []).append((file[0], file[1], file[2], file[3]))
+    return found
+
+
+class PageFacts(NamedTuple):
+    """What a page of requests looks up once for all its rows: credential names, files and retry times."""
+
+    names: dict[tuple[str, str], str]
+    files: dict[uuid.UUID, list[FileRow]]
+    retries: dict[Any, datetime]
+
+
+def page_facts(ctx: Context, rows: list[OutboundRequest]) -> PageFacts:
+    return PageFacts(credential_names(ctx, rows), files_of(ctx, rows), execution.retry_times(ctx.tenant, rows))
+
+
 def outbound_detail(
-    ctx: Context, request: OutboundRequest, *, whole: bool = False, names: dict[tuple[str, str], str] | None = None
+    ctx: Context, request: OutboundRequest, *, whole: bool = False, facts: PageFacts | None = None
 ) -> OutboundDetail:
     body, truncated, length = (
         (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
     )
-    files = list(
-        OutboundAttachment.objects.for_tenant(ctx.tenant)
-        .filter(request=request)
-        .order_by("position")
-        .annotate(size=Length("content"))
-        .values_list("pk", "filename", "content_type", "size")
-    )
-    if names is None:
-        names = credential_names(ctx, [request])
+    if facts is None:
+        facts = page_facts(ctx, [request])
+    files, names = facts.files.get(request.pk, []), facts.names
     return OutboundDetail(
-        request=request_out(request),
+        request=request_out(request, facts.retries),
         to=list(request.to),
         cc=list(request.cc),
         bcc=list(request.bcc),
@@ -650,10 +675,10 @@ def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
     page, next_cursor = cut_page(
         rows.order_by("-created_at", "-pk")[: limit + 1], limit, lambda r: (r.created_at.isoformat(), str(r.pk))
     )
-    names = credential_names(ctx, page)
+    facts = page_facts(ctx, page)  # a few queries for the whole page, never one per request
     whole = data.request_id is not None
     return OutboundListOut(
-        requests=[outbound_detail(ctx, r, whole=whole, names=names) for r in page], next_cursor=next_cursor
+        requests=[outbound_detail(ctx, r, whole=whole, facts=facts) for r in page], next_cursor=next_cursor
     )
 
 

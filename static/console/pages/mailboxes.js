@@ -1,5 +1,5 @@
 // /mailboxes: the tenant's mail accounts, sync on demand, removal, and connecting an IMAP mailbox.
-import { button, call, el, load, notice, onSubmit, perform, row, table, when } from "../lib.js";
+import { button, call, el, formLabels, load, notice, onSubmit, perform, plainError, row, table, when } from "../lib.js";
 
 // the page says whether this person may remove accounts (the server renders it, from their role)
 const mayRemove = document.getElementById("accounts-list").hasAttribute("data-can-remove");
@@ -72,7 +72,7 @@ if (form) {
   const showError = (error) => {
     const slot = slots.find((s) => s.dataset.errorFor === error.field);
     if (!slot) return;
-    slot.textContent = error.message || error.code;
+    slot.textContent = plainError(error, formLabels(form)); // in words, never the field's path
     slot.hidden = false;
     const input = form.elements.namedItem(error.field);
     if (input && input.focus) input.focus();

@@ -1,25 +1,163 @@
-// /outbound: sends waiting for the person's approval, and sends whose outcome is unknown.
-import { button, call, describeError, el, list, notice, perform, when } from "../lib.js";
+// /outbound: what assistants asked to send, exactly as it would be sent, for the person to approve or reject;
+// requests whose outcome is unknown, to settle; and the history of every request, filtered by state and paged
+// by cursor. list_outbound, get_outbound_attachment, approve_outbound, reject_outbound, settle_outbound_request
+// and get_outbound_request; the page polls every few seconds so states change while it is open.
+import { askFirst, button, call, describeError, el, isAsking, list, notice, perform, row, table, when } from "../lib.js";
+
+const POLL_MS = 5000;
+const HISTORY_PAGE = 10;
+const STATES = {
+  requested: "being recorded", awaiting_approval: "waiting for approval", approved: "approved, scheduled",
+  queued: "queued", sending: "sending", sent: "sent", failed: "failed", rejected: "rejected",
+  cancelled: "cancelled", unknown: "outcome unknown",
+};
 
 // the approval link an assistant hands on names its request: that one is picked out (or its fate told)
 const named = new URLSearchParams(window.location.search).get("request");
-const recipients = (r) => list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)]);
+const idOf = (r) => r.request.request_id;
+const recipients = (r) => list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.bcc.map((a) => `${a} (bcc)`)], "nobody");
+const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.ceil(n / 1024)} KB` : `${n} bytes`);
+const asker = (r) => (r.principal === "agent" ? `${r.credential || "an assistant"}, for ${r.requested_by}` : `${r.requested_by || "a person"} (in person)`);
 
-const show = async (targetId, state, render, empty) => {
+// every header that will be sent, as it is sent (the From header with its display name), and the content's hash
+const headers = (r) => {
+  const rows = [
+    ["From", r.request.from_header],
+    ["To", list(r.to, "")],
+    ["Cc", list(r.cc, "")],
+    ["Bcc", list(r.bcc, "")],
+    ["Subject", r.subject || "(no subject)"],
+    ["In-Reply-To", r.in_reply_to ? `<${r.in_reply_to}>` : ""],
+    ["References", r.references.map((m) => `<${m}>`).join(" ")],
+    ["Content hash", r.request.content_hash],
+  ].filter(([, value]) => value);
+  return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+};
+
+async function download(file) {
+  try {
+    const out = await call("get_outbound_attachment", { attachment_id: file.id });
+    const bytes = Uint8Array.from(atob(out.content_base64), (c) => c.charCodeAt(0));
+    const link = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: out.content_type })), download: out.filename, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+  } catch (err) {
+    notice(describeError(err), true);
+  }
+}
+
+const files = (r) =>
+  r.files.length
+    ? el("div", { class: "outbound-files" }, el("h3", {}, `Attachments (${r.files.length})`),
+      el("ul", { class: "attachments" }, r.files.map((f) => el("li", {},
+        `${f.filename} (${f.content_type}, ${size(f.size)}) `,
+        button("Download", () => download(f), { "data-action": "download", "data-file-id": f.id, "aria-label": `Download ${f.filename}` }),
+      ))))
+    : el("p", { class: "hint" }, "No attachments.");
+
+// ------------------------------------------------------------ waiting for approval
+
+function waiting(r) {
+  const body = el("pre", { class: "message-text" }, r.body + (r.body_truncated ? "\n…" : ""));
+  const approve = button("Approve and send", () => approveIt(r), { "data-action": "approve" });
+  const reject = button("Reject", () => rejectIt(r), { "data-action": "reject" });
+  const parts = [];
+  if (r.body_truncated) {
+    // what is approved is what is sent: the whole of it is read first
+    approve.disabled = true;
+    const whole = button(`Show the whole message (${r.body_chars} characters) before approving`, async () => {
+      try {
+        const out = await call("list_outbound", { request_id: idOf(r) });
+        const found = out.requests[0];
+        if (!found || found.request.content_hash !== r.request.content_hash) return refresh();
+        body.textContent = found.body;
+        approve.disabled = false;
+        whole.remove();
+      } catch (err) {
+        notice(describeError(err), true);
+      }
+    }, { "data-action": "show-whole" });
+    parts.push(whole);
+  }
+  return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
+    el("h3", {}, r.subject || "(no subject)"),
+    el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}` +
+      (r.request.send_at ? `; to be sent ${when(r.request.send_at)}` : "")),
+    headers(r),
+    files(r),
+    el("h3", {}, "Message"),
+    body,
+    ...parts,
+    el("div", { class: "row-actions" }, approve, reject),
+  );
+}
+
+async function approveIt(r) {
+  const asked = await askFirst("Send this e-mail?",
+    `From ${r.request.from_header} to ${recipients(r)}, exactly as shown` +
+    (r.files.length ? `, with ${r.files.length} attachment(s)` : "") + ". Once approved it is delivered.",
+    "Approve and send");
+  if (!asked) return notice("Nothing was changed.");
+  const body = { request_id: idOf(r), content_hash: r.request.content_hash }; // approve exactly what is shown
+  if (await perform("approve_outbound", body, "Approved: it is queued for delivery.")) refresh();
+}
+
+async function rejectIt(r) {
+  const asked = await askFirst("Reject this e-mail?",
+    `“${r.subject || "(no subject)"}” to ${recipients(r)} will not be sent. The assistant that asked is told, with your reason if you give one.`,
+    "Reject", { label: "Reason (optional; the assistant reads it)" });
+  if (!asked) return notice("Nothing was changed.");
+  const body = { request_id: idOf(r) };
+  if (asked.text.trim()) body.reason = asked.text.trim();
+  if (await perform("reject_outbound", body, "Rejected: it will not be sent.")) refresh();
+}
+
+// ------------------------------------------------------------ outcome unknown
+
+const unknown = (r) =>
+  el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
+    el("h3", {}, r.subject || "(no subject)"),
+    el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
+    el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
+    el("div", { class: "row-actions" },
+      button("It was sent", () => settle(r, "sent", "Recorded as sent."), { "data-action": "settle-sent" }),
+      button("It was not sent", () => settle(r, "not_sent", "Recorded as not sent: it will not be sent again."), { "data-action": "settle-not-sent" }),
+    ),
+  );
+
+const settle = async (r, outcome, done) => {
+  if (await perform("settle_outbound_request", { request_id: idOf(r), outcome }, done)) refresh();
+};
+
+// A section of articles kept in place when nothing about them changed (an expanded body stays expanded).
+async function section(targetId, state, render, empty) {
   const target = document.getElementById(targetId);
   try {
     const out = await call("list_outbound", { state });
-    target.replaceChildren(out.requests.length ? el("div", {}, out.requests.map(render)) : el("p", { class: "hint" }, empty));
-    return out.requests.map((r) => r.request.request_id);
+    const kept = new Map([...target.querySelectorAll("article[data-request-id]")].map((a) => [a.dataset.requestId, a]));
+    const articles = out.requests.map((r) => {
+      const old = kept.get(idOf(r));
+      return old && old.dataset.hash === r.request.content_hash ? old : render(r);
+    });
+    if (!articles.length) {
+      if (!target.querySelector("p.hint.empty")) target.replaceChildren(el("p", { class: "hint empty" }, empty));
+    } else if (articles.length !== target.children.length || articles.some((a, i) => target.children[i] !== a)) {
+      target.replaceChildren(...articles);
+    }
+    return out.requests.map(idOf);
   } catch (err) {
     target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
     return [];
   }
-};
+}
 
-const pickOut = async (shown) => {
+let picked = false;
+async function pickOut(shown) {
   const note = document.getElementById("outbound-named");
-  if (!named || !note) return;
+  if (!named || !note || picked) return;
+  picked = true;
   const article = document.querySelector(`article[data-request-id="${CSS.escape(named)}"]`);
   if (article && shown.includes(named)) {
     article.classList.add("selected");
@@ -30,87 +168,127 @@ const pickOut = async (shown) => {
   }
   try {
     const r = await call("get_outbound_request", { request_id: named });
-    note.replaceChildren(el("p", { class: "hint" }, `The request this link names is no longer waiting: ${r.state.replace("_", " ")}. ${r.next}`));
+    note.replaceChildren(el("p", { class: "hint" }, `The request this link names is no longer waiting: ${STATES[r.state] || r.state}. ${r.next}`));
   } catch (err) {
     note.replaceChildren(el("p", { class: "errors" }, describeError(err)));
   }
+}
+
+// ------------------------------------------------------------ history, newest first, a page at a time
+
+const historyBox = document.getElementById("outbound-history");
+const more = document.getElementById("history-more");
+const filter = document.getElementById("history-state");
+let historyRows = [];
+let nextCursor = null;
+
+const outcome = (r) => {
+  const state = r.request.state;
+  const parts = [el("span", { class: `state state-${state}` }, STATES[state] || state)];
+  if (r.decided_by) parts.push(el("br"), el("span", { class: "hint" }, `${state === "rejected" ? "rejected" : "approved"} by ${r.decided_by} ${when(r.decided_at)}`));
+  else if (r.approved_via === "policy") parts.push(el("br"), el("span", { class: "hint" }, "approved by a send policy"));
+  if (r.request.reject_reason) parts.push(el("br"), el("span", { class: "reject-reason" }, `Reason: ${r.request.reject_reason}`));
+  if (r.error) parts.push(el("br"), el("span", { class: "hint" }, `error: ${r.error}`));
+  return parts;
 };
 
-// every header that will be sent, as it is sent (the From header with its display name), and the content's hash
-const headers = (r) => {
-  const rows = [
-    ["From", r.request.from_header],
-    ["To", list(r.to)],
-    ["Cc", list(r.cc)],
-    ["Bcc", list(r.bcc)],
-    ["Subject", r.subject],
-    ["In-Reply-To", r.in_reply_to],
-    ["References", r.references.join(" ")],
-    ["Content hash", r.request.content_hash],
-  ].filter(([, value]) => value);
-  return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
-};
-
-const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.ceil(n / 1024)} KB` : `${n} bytes`);
-const files = (r) => list(r.files.map((f) => `${f.filename} (${f.content_type}, ${size(f.size)})`));
-
-const waiting = (r) => {
-  const body = el("pre", {}, r.body + (r.body_truncated ? "\n…" : ""));
-  const approve = button("Approve and send", () => decide("approve_outbound", r, "Approved: it is queued for delivery."), { "data-action": "approve" });
-  const parts = [body];
-  if (r.body_truncated) {
-    // what is approved is what is sent: the whole of it is read first
-    approve.disabled = true;
-    const whole = button(`Show the whole message (${r.body_chars} characters) before approving`, async () => {
-      try {
-        const out = await call("list_outbound", { request_id: r.request.request_id });
-        const found = out.requests[0];
-        if (!found || found.request.content_hash !== r.request.content_hash) return refresh();
-        body.textContent = found.body;
-        approve.disabled = false;
-        whole.remove();
-      } catch (err) {
-        notice(describeError(err), true);
-      }
-    }, { "data-action": "show-whole" });
-    parts.push(whole, " ");
+function drawHistory() {
+  if (!historyRows.length) {
+    historyBox.replaceChildren(el("p", { class: "hint" }, filter && filter.value ? "No request in this state." : "No request yet."));
+  } else {
+    historyBox.replaceChildren(table(
+      ["Asked", "Subject", "To", "Asked by", "State"],
+      historyRows.map((r) => row({ "data-request-id": idOf(r), "data-state": r.request.state }, [
+        when(r.request.created_at),
+        r.subject || "(no subject)",
+        recipients(r),
+        asker(r),
+        el("span", {}, outcome(r)),
+      ])),
+    ));
   }
-  return el("article", { class: "outbound", "data-request-id": r.request.request_id },
-    el("h2", {}, r.subject || "(no subject)"),
-    headers(r),
-    el("p", { class: "hint" }, `Requested ${when(r.request.created_at)} by ${r.principal === "agent" ? "an assistant" : r.requested_by}` +
-      (r.request.send_at ? `, to be sent ${when(r.request.send_at)}` : "")),
-    r.files.length ? el("p", {}, `Attachments: ${files(r)}`) : "",
-    ...parts,
-    approve,
-    " ",
-    button("Reject", () => decide("reject_outbound", r, "Rejected: it will not be sent."), { "data-action": "reject" }),
-  );
+  more.hidden = !nextCursor;
+}
+
+const historyQuery = (cursor) => {
+  const body = { limit: HISTORY_PAGE };
+  if (filter && filter.value) body.state = filter.value;
+  if (cursor) body.cursor = cursor;
+  return body;
 };
 
-const unknown = (r) =>
-  el("article", { class: "outbound", "data-request-id": r.request.request_id },
-    el("h2", {}, r.subject || "(no subject)"),
-    el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
-    el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
-    button("It was sent", () => settle(r, "sent", "Recorded as sent."), { "data-action": "settle-sent" }),
-    " ",
-    button("It was not sent", () => settle(r, "not_sent", "Recorded as not sent: it will not be sent again."), { "data-action": "settle-not-sent" }),
-  );
+async function loadHistory() {
+  const asked = filter ? filter.value : "";
+  try {
+    const out = await call("list_outbound", historyQuery(null));
+    if ((filter ? filter.value : "") !== asked) return; // picked again meanwhile: the newer load shows it
+    historyRows = out.requests;
+    nextCursor = out.next_cursor;
+    drawHistory();
+  } catch (err) {
+    historyBox.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+  }
+}
 
-const refresh = () => Promise.all([
-  show("outbound-list", "awaiting_approval", waiting, "Nothing is waiting for your approval."),
-  show("outbound-unknown", "unknown", unknown, "No request has an unknown outcome."),
-]).then(([waitingIds, unknownIds]) => pickOut([...waitingIds, ...unknownIds]));
+// a poll: the newest page again; rows shown are brought up to date, newer ones come on top
+async function pollHistory() {
+  const asked = filter ? filter.value : "";
+  try {
+    const out = await call("list_outbound", historyQuery(null));
+    if ((filter ? filter.value : "") !== asked) return; // the filter changed meanwhile: its own load shows it
+    const shown = new Map(historyRows.map((r, i) => [idOf(r), i]));
+    if (historyRows.length && !out.requests.some((r) => shown.has(idOf(r)))) {
+      historyRows = out.requests; // more arrived than a page: start again from the newest
+      nextCursor = out.next_cursor;
+    } else {
+      const fresh = [];
+      for (const r of out.requests) {
+        if (shown.has(idOf(r))) historyRows[shown.get(idOf(r))] = r;
+        else fresh.push(r);
+      }
+      historyRows = [...fresh, ...historyRows];
+      if (!historyRows.length) nextCursor = out.next_cursor;
+    }
+    drawHistory();
+  } catch (_) {
+    // a poll that failed is tried again at the next tick; the page keeps what it shows
+  }
+}
 
-const decide = async (op, r, done) => {
-  const body = { request_id: r.request.request_id };
-  if (op === "approve_outbound") body.content_hash = r.request.content_hash; // approve exactly what is shown
-  if (await perform(op, body, done)) refresh();
-};
+if (more) {
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    try {
+      const asked = filter ? filter.value : "";
+      const out = await call("list_outbound", historyQuery(nextCursor));
+      if ((filter ? filter.value : "") !== asked) return;
+      const shown = new Set(historyRows.map(idOf));
+      historyRows = [...historyRows, ...out.requests.filter((r) => !shown.has(idOf(r)))];
+      nextCursor = out.next_cursor;
+      drawHistory();
+    } catch (err) {
+      notice(describeError(err), true);
+    } finally {
+      more.disabled = false;
+    }
+  });
+}
+if (filter) filter.addEventListener("change", loadHistory);
+const filters = document.getElementById("history-filters");
+if (filters) filters.addEventListener("submit", (event) => { event.preventDefault(); loadHistory(); });
 
-const settle = async (r, outcome, done) => {
-  if (await perform("settle_outbound_request", { request_id: r.request.request_id, outcome }, done)) refresh();
-};
+// ------------------------------------------------------------ refreshing
 
-refresh();
+function refresh() {
+  return Promise.all([
+    section("outbound-list", "awaiting_approval", waiting, "Nothing is waiting for your approval."),
+    section("outbound-unknown", "unknown", unknown, "No request has an unknown outcome."),
+    pollHistory(),
+  ]).then(([waitingIds, unknownIds]) => pickOut([...waitingIds, ...unknownIds]));
+}
+
+loadHistory().then(refresh);
+// live: states change while the page is open (not while the person is answering a question, or away)
+setInterval(() => {
+  if (!isAsking() && document.visibilityState === "visible") refresh();
+}, POLL_MS);

@@ -1,6 +1,6 @@
 // /plugins: the installed plugins, their health and operations, and this tenant's settings for each, as a
 // form built from the plugin's settings schema (list_plugins, set_plugin_settings).
-import { el, load, notice, perform, row, table } from "../lib.js";
+import { el, load, notice, perform, plainError, row, table } from "../lib.js";
 
 const MASK = "********";
 
@@ -78,8 +78,7 @@ function settingsForm(plugin) {
       const name = (error.field || "").replace(/^settings\./, "");
       const problem = document.getElementById(`setting-${plugin.name}-${name}-problem`);
       if (!problem) return;
-      const reason = (error.message || "").split(": ").slice(1).join(": ") || "is not valid";
-      const sentence = `${labelOf(name, properties[name] || {})} ${reason}.`;
+      const sentence = plainError(error, { [error.field]: labelOf(name, properties[name] || {}) });
       problem.textContent = sentence;
       problem.hidden = false;
       notice(`Nothing was saved: ${sentence}`, true);
