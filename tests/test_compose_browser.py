@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from apps.mail.models import Attachment
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
 from apps.summaries.models import Summary
 from tests.browser import expect_unavailable, look
@@ -204,3 +205,82 @@ def test_a_person_replies_with_an_uploaded_file_and_the_mail_arrives_threaded_an
     assert "Mallory private plans" not in html and str(secret.pk) not in html
     assert OutboundRequest.objects.for_tenant(mallory.tenant).count() == 0
     assert Summary.objects.for_tenant(mallory.tenant).count() == 0
+
+
+@pytest.mark.slow
+def test_a_forward_keeps_the_original_files_reply_all_copies_the_others_and_a_cancelled_send_sends_nothing(
+    browser_page: Page,
+    live_server: Any,
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+) -> None:
+    from playwright.sync_api import expect
+
+    me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
+    account = imap_account(alice, imap_server, smtp_server, me, name="Work")
+    original = stored_message(
+        alice,
+        account,
+        sender=bob,
+        subject="Invoice",
+        message_id="invoice@example.test",
+        text="See the invoice.\n",
+        cc=["carol@example.test"],
+    )
+    Attachment.objects.create(
+        tenant=alice.tenant, message=original, filename="invoice.pdf", content_type="application/pdf", size=9,
+        content=b"%PDF-1.4\n",
+    )  # fmt: skip
+    theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"), name="Hers")
+    stored_message(mallory, theirs, sender=bob, subject="Mallory invoice", message_id="m@example.test")
+
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/mail")
+    page.locator(f'li.message[data-message-id="{original.pk}"] button.open').click()
+    opened = page.locator(f'#thread article[data-message-id="{original.pk}"]')
+
+    # reply all: bob, and carol in Cc (never alice herself); no signature set, so none is added
+    opened.locator("button.reply-all").click()
+    expect(page.locator("#composer-title")).to_have_text("Reply to all")
+    expect(page.locator("#compose-to")).to_have_value(bob)
+    expect(page.locator("#compose-cc")).to_have_value("carol@example.test")
+    assert "-- \n" not in page.locator("#compose-body").input_value()
+    page.click("#compose-discard")
+    page.click("#confirm-yes")
+    expect(page.locator("#notice")).to_have_text("The draft was discarded.")
+    expect(page.locator("#reader")).to_be_visible()  # back where the person was
+
+    # a forward: the original's file is the draft's; one uploaded beside it keeps it, byte for byte
+    opened.locator("button.forward").click()
+    expect(page.locator("#composer-title")).to_have_text("Forward")
+    expect(page.locator("#compose-subject")).to_have_value("Fwd: Invoice")
+    expect(page.locator("#compose-attachments li")).to_have_count(1)
+    expect(page.locator("#compose-attachments li")).to_contain_text("invoice.pdf")
+    assert page.locator("#compose-body").input_value().startswith("---------- Forwarded message")
+    page.fill("#compose-to", "dave@example.test")
+    expect(page.locator("#compose-state")).to_contain_text("Draft saved at")
+    page.set_input_files("#compose-files", files=[_file("notes.txt", "text/plain", b"my notes\n")])
+    expect(page.locator("#compose-attachments li")).to_have_count(2)
+    expect(page.locator("#compose-state")).to_contain_text("Draft saved at")
+    (draft,) = Draft.objects.for_tenant(alice.tenant)
+    assert draft.to == ["dave@example.test"]
+    held = OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft=draft).order_by("position")
+    assert [(f.filename, bytes(f.content)) for f in held] == [
+        ("invoice.pdf", b"%PDF-1.4\n"),
+        ("notes.txt", b"my notes\n"),
+    ]
+
+    # Send, then Cancel in the gate's proposal: nothing is requested, the draft stays
+    page.click("#compose-send")
+    expect(page.locator("#confirm-dialog")).to_be_visible()
+    page.click("#confirm-dialog button[value=cancel]")
+    expect(page.locator("#notice")).to_have_text("Nothing was changed.")
+    expect(page.locator("#composer")).to_be_visible()
+    assert not OutboundRequest.objects.for_tenant(alice.tenant).exists()
+    assert Draft.objects.for_tenant(alice.tenant).count() == 1
+    html = page.content()
+    assert "Mallory invoice" not in html
+    assert not Draft.objects.for_tenant(mallory.tenant).exists()

@@ -47,6 +47,7 @@ function newSession(draft) {
     savedAt: draft ? new Date(draft.updated_at) : null, // when the page last saved it
     chain: Promise.resolve(true),
     reading: 0, // files being read
+    saving: 0, // saves asked for and not yet answered
   };
 }
 
@@ -123,7 +124,8 @@ function saveNow() {
   clearTimeout(s.timer);
   s.timer = null;
   setState("Saving…");
-  s.chain = s.chain.then(() => saveOnce(s));
+  s.saving++;
+  s.chain = s.chain.then(() => saveOnce(s)).finally(() => s.saving--);
   return s.chain;
 }
 
@@ -249,6 +251,7 @@ export function compose() {
 }
 
 async function started(op, body, heading) {
+  if (!(await leave())) return;
   let draft;
   try {
     draft = await call(op, body);
@@ -273,6 +276,7 @@ export function forward(m) {
 }
 
 export async function openDraft(draft) {
+  if (!composer.hidden && !(await leave())) return;
   fill(draft, draft.subject ? `Draft: ${draft.subject}` : "Draft");
   inputs.to.focus();
 }
@@ -437,6 +441,11 @@ export function start(found) {
   accounts = found;
   loadSignatures();
 }
+
+// leaving the page with a change not yet saved: the browser asks first
+window.addEventListener("beforeunload", (event) => {
+  if (session && (session.timer || session.saving || session.reading)) event.preventDefault();
+});
 
 document.getElementById("compose-new").addEventListener("click", async () => {
   if (await leave()) compose();
