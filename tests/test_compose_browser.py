@@ -2,8 +2,9 @@
 summary asked for (first with no summary worker there, then with one), a reply with a file uploaded, saved as
 they type, and sent through the person's send path (the gate's proposal confirmed). A real Celery worker delivers
 it over SMTP into the loopback Dovecot, where it is read back over IMAP: threaded to the original, signed, the
-file byte for byte; exactly one outbound request. A draft's own files are kept when another is added. Another
-tenant's mail, drafts and requests never show."""
+file byte for byte; exactly one outbound request. A draft's own files are kept when another is added; a summary
+slower than the call waits is shown pending and asked for again until it is there; a forward keeps the original's
+files; a send cancelled in the proposal requests nothing. Another tenant's mail, drafts and requests never show."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from apps.mail.models import Attachment
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
+from apps.summaries import services
 from apps.summaries.models import Summary
 from tests.browser import expect_unavailable, look
 from tests.celeryworker import worker_process
@@ -208,14 +210,17 @@ def test_a_person_replies_with_an_uploaded_file_and_the_mail_arrives_threaded_an
 
 
 @pytest.mark.slow
-def test_a_forward_keeps_the_original_files_reply_all_copies_the_others_and_a_cancelled_send_sends_nothing(
+def test_a_pending_summary_is_awaited_a_forward_keeps_its_files_and_a_cancelled_send_sends_nothing(
     browser_page: Page,
     live_server: Any,
     alice: Person,
     mallory: Person,
     imap_server: ImapServer,
     smtp_server: SmtpServer,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from celery import group
     from playwright.sync_api import expect
 
     me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
@@ -241,6 +246,18 @@ def test_a_forward_keeps_the_original_files_reply_all_copies_the_others_and_a_ca
     page.goto("/mail")
     page.locator(f'li.message[data-message-id="{original.pk}"] button.open').click()
     opened = page.locator(f'#thread article[data-message-id="{original.pk}"]')
+
+    # a summary slower than the call waits: the page says it is pending and asks again until it is there
+    settings.OPERATIONS = {**settings.OPERATIONS, "SUMMARY_WAIT_SECONDS": 1}
+    held: list[Any] = []
+    monkeypatch.setattr(services, "publish", held.extend)  # queued, not yet run
+    monkeypatch.setattr(services, "_workers_answer", lambda: True)  # a worker is there, busy
+    opened.locator("button.summarize").click()
+    expect(opened.locator(".summary-state")).to_contain_text("has not finished yet", timeout=20_000)
+    assert len(held) == 1
+    group(held).apply()  # the worker gets to it
+    expect(opened.locator(".summary-text")).to_have_text("See the invoice.", timeout=20_000)
+    assert Summary.objects.for_tenant(mallory.tenant).count() == 0
 
     # reply all: bob, and carol in Cc (never alice herself); no signature set, so none is added
     opened.locator("button.reply-all").click()

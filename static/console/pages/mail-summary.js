@@ -12,8 +12,9 @@ const POLL_TRIES = 10;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function showSummary(box, text, truncated) {
+  const thread = box.dataset.scope === "thread";
   box.replaceChildren(
-    el("h4", { class: "summary-title" }, "Summary"),
+    el(thread ? "h3" : "h4", { class: "summary-title" }, thread ? "Summary of the thread" : "Summary"),
     el("p", { class: "summary-text" }, text, truncated ? " […]" : ""),
   );
 }
@@ -73,7 +74,7 @@ export function messageSummary(m) {
 
 // The thread's summary, on demand.
 export function threadSummary(thread) {
-  const box = el("div", { class: "summary-box", "aria-live": "polite" });
+  const box = el("div", { class: "summary-box", "aria-live": "polite", "data-scope": "thread" });
   const button = el("button", { type: "button", class: "summarize-thread" }, "Summarize the thread");
   button.addEventListener("click", () => summarize(box, button, "summarize_thread", { thread_id: thread.id }, (out) => out));
   return el("div", { class: "summary thread-summary" }, button, box);
