@@ -284,8 +284,8 @@ def test_a_pending_summary_is_awaited_a_forward_keeps_its_files_and_a_cancelled_
     expect(page.locator("#compose-state")).to_contain_text("Draft saved at")
     (draft,) = Draft.objects.for_tenant(alice.tenant)
     assert draft.to == ["dave@example.test"]
-    held = OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft=draft).order_by("position")
-    assert [(f.filename, bytes(f.content)) for f in held] == [
+    files = OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft=draft).order_by("position")
+    assert [(f.filename, bytes(f.content)) for f in files] == [
         ("invoice.pdf", b"%PDF-1.4\n"),
         ("notes.txt", b"my notes\n"),
     ]
