@@ -10,7 +10,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -38,11 +39,30 @@ def chromium_page(base_url: str) -> Iterator[Page]:
             page = context.new_page()
             # refusals (a 409 asking for confirmation, a 404) are answers; exceptions and 5xx are not
             page.on("pageerror", lambda error: errors.append(str(error)))
-            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 500 else None)
-            yield page
+            page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if _failed(page, r) else None)
+            try:
+                yield page
+            finally:
+                _UNAVAILABLE.pop(id(page), None)
         finally:
             browser.close()
     assert errors == [], f"the page reported script errors: {errors}"
+
+
+# the paths (per page) where a test makes the server answer 503 on purpose: a worker it did not start
+_UNAVAILABLE: dict[int, set[str]] = {}
+
+
+def expect_unavailable(page: Page, path: str) -> None:
+    """The test makes `path` answer 503 (SERVICE_UNAVAILABLE) on purpose, to see the page say so: that one answer
+    is not a failure of the page; every other 5xx, and any 500 there, still is."""
+    _UNAVAILABLE.setdefault(id(page), set()).add(path)
+
+
+def _failed(page: Page, response: Any) -> bool:
+    if response.status < 500:
+        return False
+    return not (response.status == 503 and urlsplit(response.url).path in _UNAVAILABLE.get(id(page), set()))
 
 
 # ------------------------------------------------------------ looking at a page as a person would

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from apps.mail.models import Attachment, Folder, MailAccount, Message, Thread
-from apps.outbound.models import Draft, OutboundRequest
+from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest
 from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
@@ -199,3 +199,54 @@ def test_a_subject_that_would_break_its_header_is_refused_and_nothing_is_written
     assert list(Draft.objects.for_tenant(alice.tenant).values_list("subject", flat=True)) == ["fine"]
     assert not OutboundRequest.objects.for_tenant(alice.tenant).exists()
     assert not Draft.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_draft_keeps_its_own_files_by_id_when_another_is_added_or_one_removed(
+    alice: Person, mallory: Person, box: dict[str, Any]
+) -> None:
+    import base64
+
+    me = as_person(alice)
+    account = str(box["account"].pk)
+
+    def new_file(name: str, data: bytes) -> dict[str, str]:
+        return {"filename": name, "content_type": "text/plain", "content_base64": base64.b64encode(data).decode()}
+
+    draft = call(me, "create_draft", {"account_id": account, "attachments": [new_file("a.txt", b"first\n")]})
+    (held,) = draft["attachments"]
+    assert (held["filename"], held["size"]) == ("a.txt", 6) and held["id"]
+    # the draft's file kept by id, a new one added after it: both, in that order, the first byte for byte
+    both = call(
+        me,
+        "update_draft",
+        {"draft_id": draft["id"], "attachments": [{"draft_attachment_id": held["id"]}, new_file("b.txt", b"two")]},
+    )
+    assert [(f["filename"], f["size"]) for f in both["attachments"]] == [("a.txt", 6), ("b.txt", 3)]
+    rows = OutboundAttachment.objects.for_tenant(alice.tenant).filter(draft_id=draft["id"]).order_by("position")
+    assert [bytes(f.content) for f in rows] == [b"first\n", b"two"]
+    # one removed by leaving it out; the other kept
+    second = both["attachments"][1]["id"]
+    kept = call(me, "update_draft", {"draft_id": draft["id"], "attachments": [{"draft_attachment_id": second}]})
+    assert [f["filename"] for f in kept["attachments"]] == ["b.txt"]
+
+    # another draft's file, another tenant's, a new draft naming one, or an id beside a new file: refused
+    other = call(me, "create_draft", {"account_id": account, "attachments": [new_file("c.txt", b"c")]})
+    foreign = other["attachments"][0]["id"]
+    wrong = refusal(me, "update_draft", {"draft_id": draft["id"], "attachments": [{"draft_attachment_id": foreign}]})
+    assert (wrong.code, wrong.field) == ("NOT_FOUND", "attachments.0.draft_attachment_id")
+    theirs = call(as_person(mallory), "create_draft", {"account_id": str(box["theirs"].pk), "attachments": [
+        new_file("m.txt", b"mallory's")]})  # fmt: skip
+    mine_now = kept["attachments"][0]["id"]
+    stolen = refusal(me, "update_draft", {"draft_id": draft["id"], "attachments": [
+        {"draft_attachment_id": mine_now}, {"draft_attachment_id": theirs["attachments"][0]["id"]}]})  # fmt: skip
+    assert (stolen.code, stolen.field) == ("NOT_FOUND", "attachments.1.draft_attachment_id")
+    fresh = refusal(me, "create_draft", {"account_id": account, "attachments": [{"draft_attachment_id": mine_now}]})
+    assert (fresh.code, fresh.field) == ("INVALID_INPUT", "attachments.0.draft_attachment_id")
+    both_ways = refusal(me, "update_draft", {"draft_id": draft["id"], "attachments": [
+        {"draft_attachment_id": mine_now, **new_file("x.txt", b"x")}]})  # fmt: skip
+    assert (both_ways.code, both_ways.field) == ("INVALID_INPUT", "attachments.0")
+    assert [bytes(f.content) for f in OutboundAttachment.objects.for_tenant(alice.tenant).filter(
+        draft_id=draft["id"])] == [b"two"]  # fmt: skip
+    # mallory cannot name alice's draft file in her own draft either
+    assert refusal(as_person(mallory), "update_draft", {"draft_id": theirs["id"], "attachments": [
+        {"draft_attachment_id": mine_now}]}).code == "NOT_FOUND"  # fmt: skip

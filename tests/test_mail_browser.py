@@ -1,7 +1,7 @@
 """The mailbox (/mail) in headless Chromium, walked as a person: folders with unread counts, the list newest first
 and paged, a thread with an HTML part (no script runs, a remote image is fetched only once the person asks), its
-attachment downloaded, opening marks read, search, and changes to several messages (confirmed above the free
-threshold). Another tenant's mail never shows."""
+attachment downloaded, opening marks read, search by words and by meaning (through the embeddings stand-in), and
+changes to several messages (confirmed above the free threshold). Another tenant's mail never shows."""
 
 from __future__ import annotations
 
@@ -19,18 +19,22 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
+from apps.search.indexing import enrich_pending
 from tests.browser import look
 from tests.callers import call
 from tests.conftest import Person
+from tests.embeddings_server import embeddings_server
 from tests.mailbox import build_mailbox
 from tests.mailfactory import BASE_DATE, write_mbox
 from tests.test_audit_ops import _key
 from tests.test_console_browser import _sign_in
+from tests.test_search_provider import KEY, provider_settings
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 CSV = b"figure,value\nrevenue,42\n"
+MEANING_QUERY = "spring flower bulbs"  # the gardening newsletter's meaning, none of its words
 
 
 class _Seen(BaseHTTPRequestHandler):
@@ -219,6 +223,25 @@ def test_a_person_reads_searches_and_organizes_mail(
     look(page, "mail-search")
     page.click("#search-clear")
     expect(page.locator("#list-title")).to_have_text("Inbox")
+
+    # search by meaning: words no mail holds, found through the embeddings provider (the loopback stand-in)
+    with embeddings_server(key=KEY) as stand_in:
+        settings.SEARCH_EMBEDDINGS = provider_settings(stand_in)
+        assert enrich_pending().messages == mine.count() + Message.objects.for_tenant(mallory.tenant).count()
+        page.fill("#search-query", MEANING_QUERY)
+        page.select_option("#search-mode", "keyword")
+        page.click("#mail-search button[type=submit]")
+        expect(page.locator("#message-list")).to_contain_text("Nothing matches.")  # not one of its words is there
+        stand_in.reset()
+        page.select_option("#search-mode", "semantic")
+        page.click("#mail-search button[type=submit]")
+        expect(page.locator("#list-title")).to_have_text(f"Search: {MEANING_QUERY}")
+        expect(rows.first).to_have_attribute("data-message-id", box.messages["newsletter"])
+        found = rows.evaluate_all("rows => rows.map(r => r.dataset.messageId)")
+        assert not set(found) & set(theirs.messages.values())
+        assert [r.json["input"] for r in stand_in.received] == [[MEANING_QUERY]]  # the query went by meaning
+        page.click("#search-clear")
+        expect(page.locator("#list-title")).to_have_text("Inbox")
 
     # several at once: pin two (free), trash three (above the threshold: the gate's proposal is confirmed)
     notices = [box.messages[f"notice-{i:02d}"] for i in (13, 14, 15)]  # on the first page

@@ -40,6 +40,7 @@ OPEN_STATES = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.Q
 
 
 class DraftAttachmentOut(Closed):
+    id: str = Field(description="keep this file in update_draft's attachments with {draft_attachment_id: id}")
     filename: MailText
     content_type: MailText
     size: int
@@ -80,7 +81,8 @@ def draft_out(ctx: Context, draft: Draft) -> DraftOut:
         references=list(draft.references),
         source_message_id=str(draft.source_message_id) if draft.source_message_id else None,
         attachments=[
-            DraftAttachmentOut(filename=f.filename, content_type=f.content_type, size=len(f.content)) for f in files
+            DraftAttachmentOut(id=str(f.pk), filename=f.filename, content_type=f.content_type, size=len(f.content))
+            for f in files
         ],
         created_at=draft.created_at,
         updated_at=draft.updated_at,
@@ -196,7 +198,8 @@ class UpdateDraftIn(Closed):
     attachments: list[AttachmentIn] | None = Field(
         default=None,
         max_length=100,
-        description=f"null: unchanged; a list replaces the draft's files ({ATTACHMENTS_HELP})",
+        description="null: unchanged; a list replaces the draft's files (keep one with draft_attachment_id; "
+        f"{ATTACHMENTS_HELP})",
     )
 
 
@@ -213,7 +216,8 @@ def _draft_edit(ctx: Context, data: UpdateDraftIn) -> DraftEdit:
     draft = access_draft_by_id(data.draft_id, reach=reach(ctx), lock=ctx.in_transaction)
     recipients(data.to or [], data.cc or [], data.bcc or [])
     _check_body(ctx, data.body)
-    return DraftEdit(draft, attached_files(ctx, data.attachments) if data.attachments is not None else None)
+    files = attached_files(ctx, data.attachments, draft) if data.attachments is not None else None
+    return DraftEdit(draft, files)
 
 
 def _changed_fields(ctx: Context, edit: DraftEdit, data: UpdateDraftIn) -> list[str]:

@@ -20,6 +20,7 @@ from apps.outbound.compose import (
     decode_base64,
     stored_attachment,
 )
+from apps.outbound.models import Draft, OutboundAttachment
 
 # an e-mail's files in order: (file name, content type, bytes)
 Files = tuple[tuple[str, str, bytes], ...]
@@ -31,8 +32,9 @@ ATTACHMENTS_HELP = (
 
 
 class AttachmentIn(Closed):
-    """One file of an e-mail: either a new file (filename and content_base64, optionally content_type), or an
-    attachment of a message the caller can read (attachment_id alone, as get_message lists it)."""
+    """One file of an e-mail: either a new file (filename and content_base64, optionally content_type), an
+    attachment of a message the caller can read (attachment_id alone, as get_message lists it), or, in
+    update_draft, a file the draft already holds (draft_attachment_id alone, as the draft lists it)."""
 
     filename: str | None = Field(default=None, max_length=255, description="a new file's name, e.g. report.pdf")
     content_type: str | None = Field(
@@ -47,6 +49,11 @@ class AttachmentIn(Closed):
         default=None,
         description="instead of a new file: the id of an attachment of a message you can read (from "
         "get_message); its name, type and bytes are sent as they are",
+    )
+    draft_attachment_id: Id | None = Field(
+        default=None,
+        description="update_draft only, instead of a new file: the id of a file the draft already holds (from its "
+        "attachments), kept as it is",
     )
 
 
@@ -79,16 +86,37 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     return (*stored_attachment(name, ctype), bytes(data))
 
 
-def attached_files(ctx: Context, items: list[AttachmentIn]) -> Files:
-    """The e-mail's files, in order; the count is refused before anything is decoded or loaded."""
+def _draft_file(ctx: Context, draft: Draft | None, draft_attachment_id: str, field: str) -> tuple[str, str, bytes]:
+    """A file the draft being changed already holds (another draft's, or another tenant's, is NOT_FOUND)."""
+    if draft is None:
+        raise OakenError.invalid(field, "names a draft's own file: only update_draft keeps one")
+    rows = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(
+        draft=draft, pk=parse_id(draft_attachment_id, field)
+    )
+    found = rows.values_list("filename", "content_type", "content").first()
+    if found is None:
+        raise OakenError.not_found(field)
+    return found[0], found[1], bytes(found[2])
+
+
+def attached_files(ctx: Context, items: list[AttachmentIn], draft: Draft | None = None) -> Files:
+    """The e-mail's files, in order; the count is refused before anything is decoded or loaded. `draft`: the draft
+    being changed, whose own files may be kept by id."""
     check_attachment_limits(ctx.bounds, [0] * len(items), "attachments")
     files = []
     for i, item in enumerate(items):
         field = f"attachments.{i}"
+        new = item.filename is not None or item.content_type is not None or item.content_base64 is not None
+        if item.attachment_id is not None and item.draft_attachment_id is not None:
+            raise OakenError.invalid(field, "give attachment_id or draft_attachment_id, not both")
         if item.attachment_id is not None:
-            if item.filename is not None or item.content_type is not None or item.content_base64 is not None:
+            if new:
                 raise OakenError.invalid(field, "give attachment_id alone, or filename and content_base64")
             files.append(_stored_file(ctx, item.attachment_id, f"{field}.attachment_id"))
+        elif item.draft_attachment_id is not None:
+            if new:
+                raise OakenError.invalid(field, "give draft_attachment_id alone, or filename and content_base64")
+            files.append(_draft_file(ctx, draft, item.draft_attachment_id, f"{field}.draft_attachment_id"))
         else:
             files.append(_new_file(ctx, item, field))
         check_attachment_limits(ctx.bounds, [len(data) for _, _, data in files], "attachments")

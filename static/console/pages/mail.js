@@ -6,8 +6,11 @@
 // A message's HTML part is shown in a sandboxed frame of its own (/mail/messages/<id>/html: get_message_html,
 // under a policy that runs no script), with remote images held back until the person asks for them. Opening a message marks it read with
 // mark_read, because the person asked by opening it (unless they turned that off: get_preferences /
-// set_preferences); reading it (get_message) never does.
+// set_preferences); reading it (get_message) never does. Writing (compose, reply, forward, drafts, signatures) is
+// in mail-compose.js; a message's and a thread's summary in mail-summary.js.
 import { call, describeError, el, notice, perform } from "../lib.js";
+import * as composing from "./mail-compose.js";
+import { messageSummary, threadSummary } from "./mail-summary.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
 const ORDER = ["inbox", "drafts", "sent", "archive", "spam", "trash"];
@@ -20,6 +23,7 @@ const more = document.getElementById("messages-more");
 const reader = document.getElementById("reader");
 const threadBox = document.getElementById("thread");
 const threadTitle = document.getElementById("thread-title");
+const threadSummaryBox = document.getElementById("thread-summary");
 const bulk = document.getElementById("bulk");
 const bulkCount = document.getElementById("bulk-count");
 const bulkFolder = document.getElementById("bulk-folder");
@@ -228,7 +232,8 @@ function setTitle() {
   listTitle.textContent = `${name}${state.accounts.length > 1 && account ? ` · ${account.name}` : ""}`;
 }
 
-function openFolder(accountId, folder) {
+async function openFolder(accountId, folder) {
+  if (!(await composing.leave())) return;
   state.account = accountId;
   state.folder = folder;
   remember();
@@ -257,10 +262,10 @@ function searchInput() {
   return body;
 }
 
-searchForm.addEventListener("submit", (event) => {
+searchForm.addEventListener("submit", async (event) => {
   event.preventDefault();
   const query = searchInput();
-  if (!query) return;
+  if (!query || !(await composing.leave())) return;
   state.query = query;
   listTitle.textContent = `Search: ${query.query}`;
   searchClear.hidden = false;
@@ -307,6 +312,7 @@ function closeReader() {
   reader.hidden = true;
   listView.hidden = false;
   threadBox.replaceChildren();
+  threadSummaryBox.replaceChildren();
 }
 
 document.getElementById("reader-back").addEventListener("click", () => {
@@ -365,12 +371,18 @@ async function expand(article, summary) {
     return;
   }
   const parts = [
+    el("div", { class: "message-actions row-actions" },
+      el("button", { type: "button", class: "reply", onclick: () => composing.reply(m, false) }, "Reply"),
+      el("button", { type: "button", class: "reply-all", onclick: () => composing.reply(m, true) }, "Reply all"),
+      el("button", { type: "button", class: "forward", onclick: () => composing.forward(m) }, "Forward"),
+    ),
     el("dl", { class: "headers" },
       el("dt", {}, "From"), el("dd", {}, m.sender ? address(m.sender) : "—"),
       el("dt", {}, "To"), el("dd", {}, m.to.map(address).join(", ") || "—"),
       m.cc.length ? [el("dt", {}, "Cc"), el("dd", {}, m.cc.map(address).join(", "))] : null,
       el("dt", {}, "Date"), el("dd", {}, m.date ? new Date(m.date).toLocaleString() : "—"),
     ),
+    messageSummary(m),
   ];
   const text = el("pre", { class: "message-text" }, m.text, m.truncated ? `\n\n[… cut: ${m.text_length} characters in all]` : "");
   if (m.has_html) {
@@ -413,10 +425,12 @@ function threadMessage(m, opened) {
 }
 
 async function openMessage(m) {
+  if (!(await composing.leave())) return;
   listView.hidden = true;
   reader.hidden = false;
   reader.dataset.opened = m.id;
   threadTitle.textContent = m.subject || "(no subject)";
+  threadSummaryBox.replaceChildren(threadSummary({ id: m.thread_id }));
   threadBox.replaceChildren(el("p", { class: "hint" }, "Loading…"));
   let thread;
   try {
@@ -514,6 +528,7 @@ const remembered = () => {
   }
   loadPreference();
   if (!(await loadAccounts())) return;
+  composing.start(state.accounts);
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li.message")) {
       const m = state.rows.get(row.dataset.messageId);
