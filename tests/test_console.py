@@ -26,10 +26,11 @@ PAGES = [
     "/audit",
     "/mail",
     "/plugins",
+    "/import",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
-    "plugins",
+    "plugins", "import",
 ]  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
@@ -79,6 +80,21 @@ def page(request: HttpRequest, name: str) -> HttpResponse:
     membership = current_membership(request)
     return render(
         request, f"console/{name}.html", {"membership": membership, "allowed_ops": allowed_operations(membership)}
+    )
+
+
+@login_required
+def import_page(request: HttpRequest) -> HttpResponse:
+    """Uploading a mail file to import (upload_import) and following its import (get_import, list_imports)."""
+    membership = current_membership(request)
+    return render(
+        request,
+        "console/import.html",
+        {
+            "membership": membership,
+            "allowed_ops": allowed_operations(membership),
+            "max_upload_bytes": settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"],
+        },
     )
 
 
