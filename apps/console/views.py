@@ -11,6 +11,7 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Role
+from apps.core.links import MCP_PATH, public_origin
 from apps.gate.dispatch import dispatch
 from apps.operations.registry import registry
 from apps.workspaces.models import Membership
@@ -146,9 +148,21 @@ def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The console's home: who you are and the tenants you belong to."""
+    """The console's home: what needs the person now (its script asks the operations), the three steps to start
+    for a new tenant with a client configuration naming this server's /mcp, and the tenants they belong to."""
     memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
-    return render(request, "console/home.html", {"memberships": memberships, "membership": current_membership(request)})
+    mcp_url = public_origin(request) + MCP_PATH
+    client_config = json.dumps({"mcpServers": {"oaken": {"url": mcp_url}}}, indent=2)
+    return render(
+        request,
+        "console/home.html",
+        {
+            "memberships": memberships,
+            "membership": current_membership(request),
+            "mcp_url": mcp_url,
+            "client_config": client_config,
+        },
+    )
 
 
 @login_required

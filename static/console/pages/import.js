@@ -72,8 +72,8 @@ function showFailures(job) {
     return;
   }
   const rows = job.failures.map((f) => row({ "data-failure": "" }, [f.position, f.reason]));
-  const more = job.failures_truncated ? el("p", { class: "hint" }, "More messages failed than are listed here.") : null;
-  box.replaceChildren(el("h3", {}, "Messages that could not be imported"), table(["Where in the file", "Why"], rows), more);
+  const more = job.failures_truncated ? [el("p", { class: "hint" }, "More messages failed than are listed here.")] : [];
+  box.replaceChildren(el("h3", {}, "Messages that could not be imported"), table(["Where in the file", "Why"], rows), ...more);
 }
 
 async function follow(importId) {
