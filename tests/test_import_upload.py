@@ -240,3 +240,36 @@ def test_uploading_is_an_admins_and_never_an_agents(alice: Person, mallory: Pers
     answer = _upload(api_client(bob.user), b"From x\n\nhello\n", tenant=alice.tenant.pk)
     assert answer.status_code == 403 and error_of(answer)["code"] == "FORBIDDEN"
     assert _spool_is_empty() and not ImportRun.objects.for_tenant(alice.tenant).exists()
+
+
+def test_an_import_whose_worker_was_lost_is_swept_failed_and_a_moving_one_is_not(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.mail.tasks import sweep_stale_imports_task
+
+    client = api_client(alice.user)
+    lost, waiting, moving = (_upload(client, _mbox_bytes(tmp_path, [raw_message()], f"{n}.mbox")).json() for n in "abc")
+    theirs = _upload(api_client(mallory.user), _mbox_bytes(tmp_path, [raw_message()], "m.mbox")).json()
+    long_ago = timezone.now() - timedelta(hours=2)
+    ImportRun.objects.for_tenant(alice.tenant).filter(pk=lost["import_id"]).update(state="running", updated_at=long_ago)
+    ImportRun.objects.for_tenant(alice.tenant).filter(pk=waiting["import_id"]).update(updated_at=long_ago)
+    ImportRun.objects.for_tenant(alice.tenant).filter(pk=moving["import_id"]).update(state="running")
+    assert sweep_stale_imports_task.apply().get() == 2
+    states = {
+        row["import_id"]: (row["state"], row["error"]) for row in post(client, "list_imports", {}).json()["imports"]
+    }
+    assert states == {
+        lost["import_id"]: ("failed", "worker_lost"),
+        waiting["import_id"]: ("failed", "never_started"),
+        moving["import_id"]: ("running", ""),
+    }
+    run = ImportRun.objects.for_tenant(alice.tenant).get(pk=lost["import_id"])
+    assert not importing.upload_path(run).exists()
+    # a copy of a task that is still running leaves it running (a redelivered task)
+    assert _run(alice, moving["import_id"])["error"]["code"] == "CONFLICT"
+    assert ImportRun.objects.for_tenant(alice.tenant).get(pk=moving["import_id"]).state == "running"
+    assert ImportRun.objects.for_tenant(mallory.tenant).get(pk=theirs["import_id"]).state == "queued"

@@ -8,6 +8,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
@@ -93,7 +94,8 @@ class _Importer(MessageStore):
         self.run.imported += len(fresh)
         self.run.duplicates += len(duplicates)
         self.run.failed += len(failures)
-        self.run.save(update_fields=["imported", "duplicates", "failed"])
+        self.run.updated_at = timezone.now()
+        self.run.save(update_fields=["imported", "duplicates", "failed", "updated_at"])
 
 
 _NOT_MAIL = "is not an mbox file, an .eml file or a zip of them"
@@ -143,6 +145,20 @@ def fail_run(run_id: uuid.UUID | str, reason: str) -> None:
         _drop_upload(run)
 
 
+def sweep_stale_imports(now: datetime | None = None) -> int:
+    """Mark failed every import (of any tenant) queued or running that has not moved for IMPORT_STALE_SECONDS:
+    its worker was lost or its task never came. How many were."""
+    before = (now or timezone.now()) - timedelta(seconds=settings.OPERATIONS["IMPORT_STALE_SECONDS"])
+    stale = ImportRun.objects.unscoped().filter(
+        state__in=[ImportState.QUEUED, ImportState.RUNNING], updated_at__lt=before
+    )
+    swept = 0
+    for run_id, state in list(stale.values_list("pk", "state")[:500]):
+        fail_run(run_id, "worker_lost" if state == ImportState.RUNNING else "never_started")
+        swept += 1
+    return swept
+
+
 def _drop_upload(run: ImportRun) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(upload_path(run))
@@ -154,15 +170,15 @@ def import_upload(*, run: ImportRun, batch_size: int | None = None) -> ImportCou
     claimed = (
         ImportRun.objects.for_tenant(run.tenant)
         .filter(pk=run.pk, state=ImportState.QUEUED)
-        .update(state=ImportState.RUNNING, started_at=timezone.now())
+        .update(state=ImportState.RUNNING, started_at=timezone.now(), updated_at=timezone.now())
     )
     if not claimed:
         raise ImportRefusedError("CONFLICT", "this import has already started or ended", "import_id")
     run.refresh_from_db()
     path = upload_path(run)
     try:
-        run.total = count_messages(path)
-        run.save(update_fields=["total"])
+        run.total, run.updated_at = count_messages(path), timezone.now()
+        run.save(update_fields=["total", "updated_at"])
         return _run_import(run, run.account, path, batch_size)
     except SourceError:
         # the run is marked failed by _run_import, or here when counting failed before it began

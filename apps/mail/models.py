@@ -241,6 +241,8 @@ class ImportRun(TenantOwned):
     upload = models.CharField(max_length=255, blank=True)
     upload_size = models.BigIntegerField(default=0)
     total = models.PositiveIntegerField(null=True)
+    # when it last moved (queued, started, a batch committed): one that stops moving is swept as failed
+    updated_at = models.DateTimeField(default=timezone.now)
 
 
 class ImportFailure(TenantOwned):

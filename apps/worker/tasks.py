@@ -62,7 +62,8 @@ def start_import_task(*, tenant_id: str, import_id: str) -> dict[str, Any]:
         tenant = Tenant.objects.get(pk=tenant_id)
         return call_internal(tenant, "import_mail", {"import_id": import_id}).output
     except OakenError as error:
-        fail_run(import_id, error.code)
+        if error.code != "CONFLICT":  # CONFLICT: another copy of this task has it (or had it) running
+            fail_run(import_id, error.code)
         return {"error": error.as_dict()}
     except BaseException as exc:
         fail_run(import_id, type(exc).__name__)
