@@ -144,32 +144,51 @@ def test_a_stream_past_the_bound_is_stopped_as_it_passes_it(settings: Settings, 
     assert uploads.spooled("../../etc/passwd") is None
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_declared_length_over_the_bound_is_answered_before_the_body_is_sent(
-    alice: Person, mallory: Person, live_server: Any
-) -> None:
-    """The live server answers 413 to the headers alone: if it waited for the (never sent) body, this would
-    time out."""
-    from django.conf import settings as django_settings
-
-    limit = django_settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"]
-    client = api_client(alice.user)
+def _headers_only(live_server: Any, client: Client, length: int, tenant: object = None) -> str:
+    """The live server's answer to an upload's headers alone, its body never sent: an answer that waited for
+    the body would time out here."""
     cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
     address = urlsplit(live_server.url)
+    tenant_header = f"Oaken-Tenant: {tenant}\r\n" if tenant is not None else ""
     request = (
         f"POST {UPLOAD}?filename=big.mbox HTTP/1.1\r\nHost: {address.netloc}\r\n"
-        f"Content-Type: application/octet-stream\r\nContent-Length: {limit + 1}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n{tenant_header}"
         f"X-CSRFToken: {client.defaults['HTTP_X_CSRFTOKEN']}\r\nCookie: {cookies}\r\n\r\n"
     )
     with socket.create_connection((address.hostname, address.port), timeout=20) as conn:
         conn.sendall(request.encode())
         answer = ""
-        while "}}" not in answer:  # the whole answer (its JSON body ends the error shape), with no body sent
+        while "}}" not in answer:  # the whole answer (its JSON body ends the error shape)
             chunk = conn.recv(65536).decode()
             assert chunk, answer
             answer += chunk
+    return answer
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_declared_length_over_the_bound_is_answered_before_the_body_is_sent(
+    alice: Person, mallory: Person, live_server: Any
+) -> None:
+    from django.conf import settings as django_settings
+
+    limit = django_settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"]
+    answer = _headers_only(live_server, api_client(alice.user), limit + 1)
     assert answer.startswith("HTTP/1.1 413"), answer[:200]
     assert '"LIMIT_EXCEEDED"' in answer and '"size"' in answer
+    assert not ImportRun.objects.for_tenant(alice.tenant).exists()
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="upload_import").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_person_who_may_not_upload_is_refused_before_the_body_is_sent(
+    alice: Person, mallory: Person, live_server: Any
+) -> None:
+    bob = member_of(alice)
+    answer = _headers_only(live_server, api_client(bob.user), 50_000, tenant=alice.tenant.pk)
+    assert answer.startswith("HTTP/1.1 403"), answer[:200]
+    assert '"FORBIDDEN"' in answer
+    [event] = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="upload_import")
+    assert event.outcome == "FORBIDDEN"
     assert not ImportRun.objects.for_tenant(alice.tenant).exists()
     assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="upload_import").exists()
 

@@ -25,8 +25,8 @@ from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.operations.exposure import offered_operations
-from apps.operations.registry import Operation
+from apps.operations.exposure import is_offered, is_permitted, offered_operations
+from apps.operations.registry import Operation, registry
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = "Oaken-Tenant"
@@ -157,7 +157,8 @@ _UPLOAD_FIELDS = ("filename", "workspace", "workspace_id", "account_name")
 class ImportUploadView(APIView):
     """POST /api/v1/imports/upload?filename=…[&workspace_id=…][&account_name=…]: the body is the file itself (an
     mbox, an .eml or a zip of them). The door only carries it: it spools the bytes to disk, stopping as soon as
-    they pass IMPORT_UPLOAD_MAX_BYTES (before reading any when the request's Content-Length says so already),
+    they pass IMPORT_UPLOAD_MAX_BYTES (before reading any when the request's Content-Length says so already, or
+    when the person may not call upload_import at all, as the operation list would say),
     and calls the operation upload_import with the size it counted and the stored file's token; the operation
     decides (the bound included), and the answer is the operation's, in the one error shape."""
 
@@ -176,8 +177,10 @@ class ImportUploadView(APIView):
         except ValueError:
             declared = 0
         token: str | None = None
-        if declared > limit:
-            size = declared  # refused without reading a byte of it
+        op = registry.get("upload_import")
+        may_call = op is not None and is_offered(caller, op, door=Door.UI) and is_permitted(caller, op)
+        if declared > limit or not may_call:
+            size = declared  # refused (by the gate, audited) without reading a byte of it
         else:
             try:
                 token, size = uploads.spool(request._request, limit)
