@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,12 @@ from tests.test_rest_door import api_client, error_of, member_of, post
 
 UPLOAD = "/api/v1/imports/upload"
 GARBAGE = b"\x00\x01\x02\xff\xfe binary junk without headers \x00\x00"
+
+
+@pytest.fixture(autouse=True)
+def upload_dir(settings: Settings, tmp_path: Path) -> None:
+    """Each test's uploads in a folder of its own, so what one leaves cannot pass or fail another."""
+    settings.IMPORT_UPLOAD_DIR = str(tmp_path / "imports")
 
 
 def _mbox_bytes(tmp_path: Path, messages: list[bytes], name: str = "box.mbox") -> bytes:
@@ -277,7 +285,13 @@ def test_an_import_whose_worker_was_lost_is_swept_failed_and_a_moving_one_is_not
     ImportRun.objects.for_tenant(alice.tenant).filter(pk=lost["import_id"]).update(state="running", updated_at=long_ago)
     ImportRun.objects.for_tenant(alice.tenant).filter(pk=waiting["import_id"]).update(updated_at=long_ago)
     ImportRun.objects.for_tenant(alice.tenant).filter(pk=moving["import_id"]).update(state="running")
+    orphan, _ = uploads.spool(io.BytesIO(b"From x\n\nleft by a killed request\n"), 1000)
+    fresh, _ = uploads.spool(io.BytesIO(b"From x\n\nbeing uploaded now\n"), 1000)
+    old = time.time() - 7200
+    os.utime(uploads.spool_dir() / orphan, (old, old))
     assert sweep_stale_imports_task.apply().get() == 2
+    assert uploads.spooled(orphan) is None and uploads.spooled(fresh) is not None
+    uploads.discard(fresh)
     states = {
         row["import_id"]: (row["state"], row["error"]) for row in post(client, "list_imports", {}).json()["imports"]
     }

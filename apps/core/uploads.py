@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -64,3 +65,17 @@ def discard(token: str) -> None:
     path = spooled(token)
     if path is not None:
         path.unlink(missing_ok=True)
+
+
+def purge_spool(older_than_seconds: int) -> int:
+    """Remove spool files left by requests that never got to an operation (a process killed mid-upload)."""
+    cutoff = time.time() - older_than_seconds
+    removed = 0
+    for path in spool_dir().iterdir():
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed

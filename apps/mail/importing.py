@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core import uploads
 from apps.mail.models import (
     STANDARD_FOLDERS,
     AccountKind,
@@ -147,7 +148,8 @@ def fail_run(run_id: uuid.UUID | str, reason: str) -> None:
 
 def sweep_stale_imports(now: datetime | None = None) -> int:
     """Mark failed every import (of any tenant) queued or running that has not moved for IMPORT_STALE_SECONDS:
-    its worker was lost or its task never came. How many were."""
+    its worker was lost or its task never came. How many were. Spooled uploads as old go too (their request
+    never reached upload_import)."""
     before = (now or timezone.now()) - timedelta(seconds=settings.OPERATIONS["IMPORT_STALE_SECONDS"])
     stale = ImportRun.objects.unscoped().filter(
         state__in=[ImportState.QUEUED, ImportState.RUNNING], updated_at__lt=before
@@ -156,6 +158,7 @@ def sweep_stale_imports(now: datetime | None = None) -> int:
     for run_id, state in list(stale.values_list("pk", "state")[:500]):
         fail_run(run_id, "worker_lost" if state == ImportState.RUNNING else "never_started")
         swept += 1
+    uploads.purge_spool(settings.OPERATIONS["IMPORT_STALE_SECONDS"])
     return swept
 
 
