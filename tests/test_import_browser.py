@@ -11,6 +11,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from apps.mail.models import ImportRun, Message
+from apps.workspaces.models import Workspace
 from config.celery import app
 from tests.browser import look
 from tests.conftest import Person
@@ -51,6 +52,8 @@ def test_an_mbox_uploaded_in_the_page_is_imported_by_a_worker_while_the_bar_move
     # smaller batches than the default: the counts move forty times in the import
     settings.OPERATIONS = {**settings.OPERATIONS, "IMPORT_BATCH_SIZE": 50}
     source = _mbox(tmp_path)
+    Workspace.objects.create(tenant=alice.tenant, name="archive")
+    Workspace.objects.create(tenant=mallory.tenant, name="mallory-only")
     page = browser_page
     page.add_init_script(_WATCH_BAR)
     _sign_in(page, alice, live_server.url)
@@ -61,6 +64,8 @@ def test_an_mbox_uploaded_in_the_page_is_imported_by_a_worker_while_the_bar_move
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
         page.set_input_files("#import-file", str(source))
         page.fill("#import-account", "Archive")
+        expect(page.locator("#import-workspace option")).to_have_text(["archive", "default"])
+        page.select_option("#import-workspace", label="archive")
         page.click("#upload-form button[type=submit]")
         expect(page.locator("#progress-words")).to_contain_text("Done", timeout=180_000)
 
@@ -87,6 +92,7 @@ def test_an_mbox_uploaded_in_the_page_is_imported_by_a_worker_while_the_bar_move
     look(page, "import-done")
     run = ImportRun.objects.for_tenant(alice.tenant).get()
     assert (run.state, run.total, run.imported, run.duplicates, run.failed) == ("done", 2000, 1995, 4, 1)
+    assert run.account.workspace.name == "archive"
     assert Message.objects.for_tenant(alice.tenant).count() == 1995
 
     # mallory: no import listed, and alice's by its id is no such import

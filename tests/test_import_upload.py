@@ -306,3 +306,20 @@ def test_an_import_whose_worker_was_lost_is_swept_failed_and_a_moving_one_is_not
     assert _run(alice, moving["import_id"])["error"]["code"] == "CONFLICT"
     assert ImportRun.objects.for_tenant(alice.tenant).get(pk=moving["import_id"]).state == "running"
     assert ImportRun.objects.for_tenant(mallory.tenant).get(pk=theirs["import_id"]).state == "queued"
+
+
+def test_an_upload_goes_into_the_workspace_named_and_never_another_tenants(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    from apps.workspaces.models import Workspace
+
+    ours = Workspace.objects.create(tenant=alice.tenant, name="archive")
+    theirs = Workspace.objects.create(tenant=mallory.tenant, name="archive")
+    client = api_client(alice.user)
+    body = _mbox_bytes(tmp_path, [raw_message()])
+    job = _upload(client, body, workspace_id=str(ours.pk)).json()
+    assert ImportRun.objects.for_tenant(alice.tenant).get(pk=job["import_id"]).account.workspace == ours
+    refused = _upload(client, body, workspace_id=str(theirs.pk))
+    assert refused.status_code == 404 and error_of(refused)["field"] == "workspace_id"
+    assert ImportRun.objects.for_tenant(alice.tenant).count() == 1 and _spool_is_empty()
+    assert not ImportRun.objects.for_tenant(mallory.tenant).exists()

@@ -13,8 +13,9 @@ const csrfToken = () => {
 };
 
 // The file as the request's body (never read whole into the page), with its name and account in the address.
-async function upload(file, accountName) {
+async function upload(file, accountName, workspaceId) {
   const query = new URLSearchParams({ filename: file.name || "upload", account_name: accountName || "Imported" });
+  if (workspaceId) query.set("workspace_id", workspaceId);
   let response;
   try {
     response = await fetch(`/api/v1/imports/upload?${query}`, {
@@ -89,7 +90,21 @@ async function follow(importId) {
     if (ENDED.has(job.state)) {
       showFailures(job);
       notice(job.state === "done" ? "The import is done." : `The import failed: ${job.error}.`, job.state !== "done");
-      await loadImports();
+      await // a choice of workspace only where there is one to make (the default workspace otherwise)
+async function loadWorkspaces() {
+  try {
+    const { workspaces } = await call("list_workspaces", {});
+    if (workspaces.length < 2) return;
+    const select = document.getElementById("import-workspace");
+    select.replaceChildren(...workspaces.map((w) => el("option", { value: w.id, selected: w.name === "default" }, w.name)));
+    document.getElementById("workspace-field").hidden = false;
+  } catch (_) {
+    // the default workspace, as the operation takes it when none is named
+  }
+}
+
+loadWorkspaces();
+loadImports();
       return;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
@@ -124,7 +139,7 @@ onSubmit("upload-form", async (form) => {
   notice("Uploading…");
   let job;
   try {
-    job = await upload(file, form.elements.namedItem("account_name").value.trim());
+    job = await upload(file, form.elements.namedItem("account_name").value.trim(), form.elements.namedItem("workspace_id").value);
   } catch (err) {
     notice(describeError(err), true);
     return;
@@ -135,4 +150,18 @@ onSubmit("upload-form", async (form) => {
   await follow(job.import_id);
 });
 
+// a choice of workspace only where there is one to make (the default workspace otherwise)
+async function loadWorkspaces() {
+  try {
+    const { workspaces } = await call("list_workspaces", {});
+    if (workspaces.length < 2) return;
+    const select = document.getElementById("import-workspace");
+    select.replaceChildren(...workspaces.map((w) => el("option", { value: w.id, selected: w.name === "default" }, w.name)));
+    document.getElementById("workspace-field").hidden = false;
+  } catch (_) {
+    // the default workspace, as the operation takes it when none is named
+  }
+}
+
+loadWorkspaces();
 loadImports();
