@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from apps.api.urls import operation_urls
-from apps.api.views import ApiDocsView, OperationListView
+from apps.api.views import ApiDocsView, ImportUploadView, OperationListView
 from apps.mcp.views import endpoint as mcp_endpoint
 from config import health
 
@@ -17,6 +17,7 @@ urlpatterns = [
     path("mcp", mcp_endpoint, name="mcp"),
     path("mcp/", mcp_endpoint),
     path("api/v1/ops", OperationListView.as_view(), name="operations"),
+    path("api/v1/imports/upload", ImportUploadView.as_view(), name="import-upload"),
     *operation_urls(),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs", ApiDocsView.as_view(url_name="schema"), name="api-docs"),

@@ -28,10 +28,11 @@ PAGES = [
     "/mail",
     "/plugins",
     "/policies",
+    "/import",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
-    "plugins", "policies",
+    "plugins", "policies", "import",
 ]  # fmt: skip
 
 
@@ -288,7 +289,7 @@ def test_a_form_without_its_token_and_a_failure_are_plain_pages_in_the_consoles_
         refused = client.post(path, {"tenant_id": str(alice.tenant.pk), "username": "a", "password": "b"})
         page = refused.content.decode()
         assert refused.status_code == 403 and "That form could not be sent" in page, path
-        assert 'href="/static/console/console.css"' in page and "CSRF verification failed" not in page
+        assert f'href="{asset_url("console/console.css")}"' in page and "CSRF verification failed" not in page
     assert SESSION_TENANT_KEY not in Client().session
     # anything that escapes a page: the console's own words, nothing of the exception
     try:
@@ -297,4 +298,5 @@ def test_a_form_without_its_token_and_a_failure_are_plain_pages_in_the_consoles_
         failed = server_error(RequestFactory().get("/keys"))
     page = failed.content.decode()
     assert failed.status_code == 500 and "Something went wrong on Oaken's side" in page
-    assert 'href="/static/console/console.css"' in page and "Server Error (500)" not in page and "mallory" not in page
+    assert f'href="{asset_url("console/console.css")}"' in page
+    assert "Server Error (500)" not in page and "mallory" not in page

@@ -67,7 +67,7 @@ def test_a_person_creates_a_read_only_key_sees_it_once_and_revokes_it(
     page.fill("#id_username", EMAIL)
     page.fill("#id_password", PASSWORD)
     page.click("main button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Your tenants")
+    expect(page.locator("h1")).to_have_text("Carol's team")  # home, acting in the tenant made at sign-up
 
     page.click("nav >> text=API keys")
     page.wait_for_url("**/keys")

@@ -524,6 +524,8 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_send_policies": [{}],
         "list_send_budgets": [{}, {"limit": 1}],
         "list_plugins": [{}],
+        "list_imports": [{}, {"limit": 1}],
+        "get_import": [{"import_id": _an_import(box)}],
         # the calendar plugin (plugins/oaken-calendar, installed with Oaken): reads through its own process
         "calendar.list_invites": [{"account_id": box.personal}],
         "calendar.get_invite": [{"message_id": m} for m in everyone],
@@ -538,6 +540,18 @@ def _an_attachment(box: Mailbox) -> str:
         tenant=box.person.tenant, message_id=box.messages["zeppelin"], filename="invoice.txt",
         content_type="text/plain", size=4, content=b"1000",
     )  # fmt: skip
+    return str(row.pk)
+
+
+def _an_import(box: Mailbox) -> str:
+    """An import into the personal account, as a row (following one reads no mail)."""
+    from apps.mail.models import ImportFailure, ImportRun
+
+    row = ImportRun.objects.create(
+        tenant=box.person.tenant, account_id=box.personal, source_name="old.mbox", source_kind="mbox", state="done",
+        imported=3, failed=1, total=4,
+    )  # fmt: skip
+    ImportFailure.objects.create(tenant=box.person.tenant, run=row, position="mbox:#4 (byte 90)", reason="no headers")
     return str(row.pk)
 
 

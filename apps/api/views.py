@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from drf_spectacular.views import SpectacularSwaggerSplitView
@@ -17,13 +18,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.api.parsers import UnreadBodyParser
+from apps.core import uploads
 from apps.core.callers import Caller
 from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.operations.exposure import offered_operations
-from apps.operations.registry import Operation
+from apps.operations.exposure import is_offered, is_permitted, offered_operations
+from apps.operations.registry import Operation, registry
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = "Oaken-Tenant"
@@ -146,6 +149,56 @@ class UnknownOperationView(APIView):
     @extend_schema(exclude=True)
     def post(self, request: Request, name: str) -> Response:
         return call_operation(request, name)
+
+
+_UPLOAD_FIELDS = ("filename", "workspace", "workspace_id", "account_name")
+
+
+class ImportUploadView(APIView):
+    """POST /api/v1/imports/upload?filename=…[&workspace_id=…][&account_name=…]: the body is the file itself (an
+    mbox, an .eml or a zip of them). The door only carries it: it spools the bytes to disk, stopping as soon as
+    they pass IMPORT_UPLOAD_MAX_BYTES (before reading any when the request's Content-Length says so already, or
+    when the person may not call upload_import at all, as the operation list would say),
+    and calls the operation upload_import with the size it counted and the stored file's token; the operation
+    decides (the bound included), and the answer is the operation's, in the one error shape."""
+
+    parser_classes = [UnreadBodyParser]  # the body is never parsed: it is read as a stream, once
+
+    @extend_schema(exclude=True)
+    def post(self, request: Request) -> Response:
+        try:
+            caller = person_caller(request)
+        except OakenError as error:
+            return error_response(error)
+        fields = {name: request.query_params[name] for name in _UPLOAD_FIELDS if name in request.query_params}
+        limit = int(settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        token: str | None = None
+        op = registry.get("upload_import")
+        may_call = op is not None and is_offered(caller, op, door=Door.UI) and is_permitted(caller, op)
+        if declared > limit or not may_call:
+            size = declared  # refused (by the gate, audited) without reading a byte of it
+        else:
+            try:
+                token, size = uploads.spool(request._request, limit)
+            except uploads.UploadTooLargeError as too_large:
+                size = too_large.size
+        data: dict[str, Any] = {**fields, "size": size}
+        if token is not None:
+            data["upload"] = token
+        try:
+            result = dispatch(caller, Door.UI, "upload_import", data)
+        except OakenError as error:
+            if token is not None:
+                uploads.discard(token)
+            response = error_response(error)
+            if error.code == "LIMIT_EXCEEDED" and error.field == "size":
+                response.status_code = 413
+            return response
+        return Response(result.output)
 
 
 class OperationRow(BaseModel):

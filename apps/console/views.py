@@ -11,12 +11,14 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
@@ -31,6 +33,7 @@ from apps.console import assets
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Role
+from apps.core.links import MCP_PATH, public_origin
 from apps.gate.dispatch import dispatch
 from apps.operations.registry import registry
 from apps.workspaces.models import Membership
@@ -96,6 +99,21 @@ def page(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
+@login_required
+def import_page(request: HttpRequest) -> HttpResponse:
+    """Uploading a mail file to import (upload_import) and following its import (get_import, list_imports)."""
+    membership = current_membership(request)
+    return render(
+        request,
+        "console/import.html",
+        {
+            "membership": membership,
+            "allowed_ops": allowed_operations(membership),
+            "max_upload_bytes": settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"],
+        },
+    )
+
+
 @csp_update({"frame-src": [SELF]})  # a message's HTML part shows in a frame of Oaken's own (message_html)
 def mail(request: HttpRequest) -> HttpResponse:
     """The mailbox: accounts and folders, the message list, search, and a thread with its messages."""
@@ -144,9 +162,21 @@ def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The console's home: who you are and the tenants you belong to."""
+    """The console's home: what needs the person now (its script asks the operations), the three steps to start
+    for a new tenant with a client configuration naming this server's /mcp, and the tenants they belong to."""
     memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
-    return render(request, "console/home.html", {"memberships": memberships, "membership": current_membership(request)})
+    mcp_url = public_origin(request) + MCP_PATH
+    client_config = json.dumps({"mcpServers": {"oaken": {"url": mcp_url}}}, indent=2)
+    return render(
+        request,
+        "console/home.html",
+        {
+            "memberships": memberships,
+            "membership": current_membership(request),
+            "mcp_url": mcp_url,
+            "client_config": client_config,
+        },
+    )
 
 
 @login_required

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
@@ -12,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core import uploads
 from apps.mail.models import (
     STANDARD_FOLDERS,
     AccountKind,
@@ -24,7 +29,7 @@ from apps.mail.models import (
 )
 from apps.mail.pipeline import long_lived_frozen, parse_pool
 from apps.mail.rows import MessageRow
-from apps.mail.sources import RawItem, SourceError, detect_kind, iter_source
+from apps.mail.sources import RawItem, SourceError, count_messages, detect_kind, iter_source
 from apps.mail.store import MessageStore
 from apps.workspaces.models import Tenant, Workspace
 
@@ -90,7 +95,103 @@ class _Importer(MessageStore):
         self.run.imported += len(fresh)
         self.run.duplicates += len(duplicates)
         self.run.failed += len(failures)
-        self.run.save(update_fields=["imported", "duplicates", "failed"])
+        self.run.updated_at = timezone.now()
+        self.run.save(update_fields=["imported", "duplicates", "failed", "updated_at"])
+
+
+_NOT_MAIL = "is not an mbox file, an .eml file or a zip of them"
+
+
+def upload_path(run: ImportRun) -> Path:
+    return Path(settings.IMPORT_UPLOAD_DIR) / str(run.tenant_id) / run.upload
+
+
+def queue_upload(
+    *, tenant: Tenant, workspace: Workspace, account_name: str, spooled: Path, filename: str, size: int
+) -> ImportRun:
+    """An import of an uploaded file, queued: the file moves from the spool to the tenant's own folder, under
+    the run's id (never the name it came with); the run waits for a worker (start_import_task)."""
+    try:
+        kind = detect_kind(spooled)
+    except (SourceError, OSError) as exc:
+        raise ImportRefusedError("INVALID_INPUT", _NOT_MAIL, "file") from exc
+    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
+    run = ImportRun.objects.create(
+        tenant=tenant,
+        account=account,
+        source_name=filename[:255],
+        source_kind=kind,
+        state=ImportState.QUEUED,
+        upload_size=size,
+    )
+    run.upload = f"{run.pk}.{kind}"
+    target = upload_path(run)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(spooled, target)
+    run.save(update_fields=["upload"])
+    return run
+
+
+def fail_run(run_id: uuid.UUID | str, reason: str) -> None:
+    """Mark an import that has not ended failed, with a reason (a code, never mail), and drop its upload."""
+    run = ImportRun.objects.unscoped().filter(pk=run_id).first()
+    if run is None:
+        return
+    updated = (
+        ImportRun.objects.unscoped()
+        .filter(pk=run_id, state__in=[ImportState.QUEUED, ImportState.RUNNING])
+        .update(state=ImportState.FAILED, error=reason[:255], finished_at=timezone.now())
+    )
+    if updated and run.upload:
+        _drop_upload(run)
+
+
+def sweep_stale_imports(now: datetime | None = None) -> int:
+    """Mark failed every import (of any tenant) queued or running that has not moved for IMPORT_STALE_SECONDS:
+    its worker was lost or its task never came. How many were. Spooled uploads as old go too (their request
+    never reached upload_import)."""
+    before = (now or timezone.now()) - timedelta(seconds=settings.OPERATIONS["IMPORT_STALE_SECONDS"])
+    stale = ImportRun.objects.unscoped().filter(
+        state__in=[ImportState.QUEUED, ImportState.RUNNING], updated_at__lt=before
+    )
+    swept = 0
+    for run_id, state in list(stale.values_list("pk", "state")[:500]):
+        fail_run(run_id, "worker_lost" if state == ImportState.RUNNING else "never_started")
+        swept += 1
+    uploads.purge_spool(settings.OPERATIONS["IMPORT_STALE_SECONDS"])
+    return swept
+
+
+def _drop_upload(run: ImportRun) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(upload_path(run))
+
+
+def import_upload(*, run: ImportRun, batch_size: int | None = None) -> ImportCounts:
+    """Run a queued upload's import (its counts move batch by batch, each batch committed); the upload is
+    removed when it ends, whichever way."""
+    claimed = (
+        ImportRun.objects.for_tenant(run.tenant)
+        .filter(pk=run.pk, state=ImportState.QUEUED)
+        .update(state=ImportState.RUNNING, started_at=timezone.now(), updated_at=timezone.now())
+    )
+    if not claimed:
+        raise ImportRefusedError("CONFLICT", "this import has already started or ended", "import_id")
+    run.refresh_from_db()
+    path = upload_path(run)
+    try:
+        run.total, run.updated_at = count_messages(path), timezone.now()
+        run.save(update_fields=["total", "updated_at"])
+        return _run_import(run, run.account, path, batch_size)
+    except SourceError:
+        # the run is marked failed by _run_import, or here when counting failed before it began
+        fail_run(run.pk, "unreadable_file")
+        raise ImportRefusedError("INVALID_INPUT", _NOT_MAIL, "file") from None
+    except BaseException as exc:
+        fail_run(run.pk, type(exc).__name__)
+        raise
+    finally:
+        _drop_upload(run)
 
 
 def import_mail(
@@ -105,6 +206,10 @@ def import_mail(
         ) from exc
     account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
     run = ImportRun.objects.create(tenant=tenant, account=account, source_name=path.name[:255], source_kind=kind)
+    return _run_import(run, account, path, batch_size)
+
+
+def _run_import(run: ImportRun, account: MailAccount, path: Path, batch_size: int | None) -> ImportCounts:
     importer = _Importer(run, account)
     size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
     try:

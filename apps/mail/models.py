@@ -219,6 +219,7 @@ class Attachment(TenantOwned):
 
 
 class ImportState(models.TextChoices):
+    QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
@@ -235,6 +236,13 @@ class ImportRun(TenantOwned):
     error = models.CharField(max_length=255, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True)
+    # an upload from the console (upload_import): its file under IMPORT_UPLOAD_DIR until the import ends, its
+    # size, and how many messages it holds (counted when the import starts, for a progress bar's 100%)
+    upload = models.CharField(max_length=255, blank=True)
+    upload_size = models.BigIntegerField(default=0)
+    total = models.PositiveIntegerField(null=True)
+    # when it last moved (queued, started, a batch committed): one that stops moving is swept as failed
+    updated_at = models.DateTimeField(default=timezone.now)
 
 
 class ImportFailure(TenantOwned):

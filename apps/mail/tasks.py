@@ -6,6 +6,7 @@ from celery import shared_task
 from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
+from apps.mail.importing import sweep_stale_imports
 from apps.mail.mirror import PUSH_FLAGS_TASK, PUSH_MOVES_TASK, MirrorBusyError, push_flags, push_moves
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant
@@ -25,6 +26,12 @@ def sync_due_accounts_task() -> int:
     for account_id in due:
         sync_account_task.delay(account_id=str(account_id))
     return len(due)
+
+
+@shared_task(name="mail.sweep_stale_imports", ignore_result=True)
+def sweep_stale_imports_task() -> int:
+    """Imports whose worker was lost end failed with a reason, never left queued or running."""
+    return sweep_stale_imports()
 
 
 # A server that is down now may answer in a minute; the state pushed is read when the task runs.

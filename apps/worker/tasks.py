@@ -9,6 +9,7 @@ from celery import shared_task
 
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
+from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
 from apps.worker import delivery
@@ -51,3 +52,19 @@ def import_mail_task(*, tenant_id: str, workspace_id: str, account_name: str, pa
         return call_internal(tenant, "import_mail", data).output
     except OakenError as error:
         return {"error": error.as_dict()}
+
+
+@shared_task(name="mail.start_import")
+def start_import_task(*, tenant_id: str, import_id: str) -> dict[str, Any]:
+    """Run an upload's queued import (upload_import) as the system, through the operation `import_mail`. It never
+    stays queued or running when this ends: a refusal or a crash marks it failed with a reason (a code)."""
+    try:
+        tenant = Tenant.objects.get(pk=tenant_id)
+        return call_internal(tenant, "import_mail", {"import_id": import_id}).output
+    except OakenError as error:
+        if error.code != "CONFLICT":  # CONFLICT: another copy of this task has it (or had it) running
+            fail_run(import_id, error.code)
+        return {"error": error.as_dict()}
+    except BaseException as exc:
+        fail_run(import_id, type(exc).__name__)
+        raise

@@ -29,3 +29,5 @@ EMAIL_VERIFICATION_MAX_AGE_SECONDS = env_int("OAKEN_EMAIL_VERIFICATION_MAX_AGE",
 ACCOUNT_MAIL_PER_ADDRESS = env_int("OAKEN_ACCOUNT_MAIL_PER_ADDRESS", 3, minimum=1)
 ACCOUNT_MAIL_PER_CLIENT = env_int("OAKEN_ACCOUNT_MAIL_PER_CLIENT", 20, minimum=1)
 ACCOUNT_MAIL_WINDOW_SECONDS = env_int("OAKEN_ACCOUNT_MAIL_WINDOW_SECONDS", 3600, minimum=60)
+# mail files uploaded in the console for an import (upload_import), kept until their import ends
+IMPORT_UPLOAD_DIR = str(data_dir() / "imports")

@@ -18,6 +18,12 @@ OPERATIONS = {
     # import
     "IMPORT_BATCH_SIZE": _tunable("IMPORT_BATCH_SIZE", 500, minimum=1, maximum=5000),
     "IMPORT_MAX_MESSAGE_BYTES": _tunable("IMPORT_MAX_MESSAGE_BYTES", 50 * 1024 * 1024, minimum=1024),
+    # an mbox, .eml or zip file uploaded in the console (upload_import): refused past this many bytes, before it
+    # is read when the request says its length, else as soon as the bytes read pass it
+    "IMPORT_UPLOAD_MAX_BYTES": _tunable("IMPORT_UPLOAD_MAX_BYTES", 1 << 30, minimum=1024),
+    # an import queued or running that has not moved (no batch committed) for this long is marked failed: its
+    # worker was lost or its task never came (the sweep runs every five minutes)
+    "IMPORT_STALE_SECONDS": _tunable("IMPORT_STALE_SECONDS", 1800, minimum=60, maximum=86_400),
     # threading: a reply-prefixed subject joins an earlier thread with the same subject this recent
     "THREAD_SUBJECT_WINDOW_DAYS": _tunable("THREAD_SUBJECT_WINDOW_DAYS", 60, minimum=0),
     # text kept for search from a text attachment

@@ -33,6 +33,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "outbound-release-scheduled": {"task": "outbound.release_scheduled", "schedule": 30.0},
     "outbound-sweep-outbox": {"task": "outbound.sweep_outbox", "schedule": 30.0},
     "outbound-reconcile-unknown": {"task": "outbound.reconcile_unknown", "schedule": 300.0},
+    # an import whose worker was lost (killed, or its task never arrived) is marked failed, never left waiting
+    "mail-sweep-stale-imports": {"task": "mail.sweep_stale_imports", "schedule": 300.0, "options": {"expires": 300.0}},
     "mail-sync-due-accounts": {
         "task": "mail.sync_due_accounts",
         "schedule": float(OPERATIONS["SYNC_INTERVAL_SECONDS"]),

@@ -87,6 +87,27 @@ class AccountOut(Closed):
     workspace: str
     last_synced_at: datetime | None = Field(description="connected mailboxes: when the last sync succeeded")
     sync_error: str = Field(description="connected mailboxes: why syncing fails ('' when it does not)")
+    sync_problem: str = Field(description="connected mailboxes: why syncing fails, in words ('' when it does not)")
+
+
+# the reasons a sync fails (apps.mail.sync, apps.mail.imap), as a person reads them
+_SYNC_PROBLEMS = {
+    "login_failed": "the mail server refused the login: enter the password again",
+    "credentials_unreadable": "its login can no longer be read: enter the password again",
+    "connection_failed": "the mail server could not be reached",
+    "tls_failed": "no secure connection could be made to the mail server",
+    "private_host": "the mail server is on a private network, which Oaken may not reach",
+    "server_error": "the mail server answered with an error",
+    "unsupported_characters": "the login holds characters the mail server cannot take",
+    "not_connected": "the mailbox is not connected",
+    "sync_failed": "syncing failed; it is tried again later",
+}
+
+
+def sync_problem(reason: str) -> str:
+    if not reason:
+        return ""
+    return _SYNC_PROBLEMS.get(reason, "syncing fails (" + reason.replace("_", " ") + ")")
 
 
 class AccountsOut(Closed):
@@ -115,6 +136,7 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                     "workspace": workspace,
                     "last_synced_at": synced,
                     "sync_error": error,
+                    "sync_problem": sync_problem(error),
                 }
                 for pk, name, kind, address, workspace, synced, error in accounts.values_list(*fields)
             ]
