@@ -136,6 +136,24 @@ SELECT content_hash, text FROM {Summary._meta.db_table}
 """  # noqa: S608 (the table name is the model's own; every value is a parameter)
 
 
+def cached_text_column(tenant_column: str, hash_column: str) -> tuple[str, dict[str, Any]]:
+    """cached_texts for one message as a column of another statement: SQL that reads the text the cache holds done
+    for the row's tenant and content hash by the current summarizer (NULL when none), and its parameters (named
+    apart from the statement's own). get_message reads the message and its summary in one round trip."""
+    identity = current_identity()
+    sql = f"""(SELECT s.text FROM {Summary._meta.db_table} s
+  WHERE s.tenant_id = {tenant_column} AND s.content_hash = {hash_column} AND s.scope = %(summary_scope)s
+    AND s.kind = %(summary_kind)s AND s.model = %(summary_model)s AND s.prompt_version = %(summary_prompt)s
+    AND s.state = %(summary_done)s LIMIT 1)"""  # noqa: S608 (the caller's column names; every value is a parameter)
+    return sql, {
+        "summary_scope": Scope.MESSAGE,
+        "summary_kind": identity.kind,
+        "summary_model": identity.model,
+        "summary_prompt": identity.prompt_version,
+        "summary_done": State.DONE,
+    }
+
+
 def _outcome(row: Summary) -> Outcome:
     if row.state == State.DONE:
         return Outcome(State.DONE, row.text, row.truncated)
