@@ -268,7 +268,7 @@ def profile(key: str, message_id: str, calls: int) -> None:
 
     def request() -> None:
         answer = client.post("/mcp", _rpc(1, message_id), content_type="application/json")
-        assert answer.status_code == 200 and b'"isError": false' in answer.content, answer.content[:300]
+        assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.content[:300]
 
     caller = caller_for_key(key)
     assert caller is not None
