@@ -307,6 +307,46 @@ def profile(key: str, message_id: str, calls: int) -> None:
         print(f"--- cProfile of {calls} MCP requests, top by {order}\n" + out.getvalue().split("\n\n", 2)[-1].rstrip())
 
 
+# ---------------------------------------------------------------- load
+
+
+def load_test(name: str, url: str, headers: dict[str, str], message_id: str, clients: int, seconds: float) -> None:
+    """`clients` threads, each with its own persistent HTTP client, calling get_message for `seconds`: requests/s,
+    median and p95 (the clients share this one interpreter: the same for both servers)."""
+    import httpx2
+
+    start = threading.Barrier(clients + 1)
+    times: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    until = 0.0
+
+    def client(n: int) -> None:
+        with httpx2.Client(headers=headers, timeout=30) as http:
+            start.wait()
+            while time.perf_counter() < until:
+                began = time.perf_counter()
+                answer = http.post(url + "/mcp", json=_rpc(n, message_id))
+                times[n].append(time.perf_counter() - began)
+                if answer.status_code != 200 or answer.json()["result"].get("isError"):
+                    errors.append(f"HTTP {answer.status_code} {answer.text[:200]}")
+                    return
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for t in threads:
+        t.start()
+    until = time.perf_counter() + seconds
+    start.wait()
+    for t in threads:
+        t.join()
+    assert not errors, f"{name}: {errors[0]}"
+    every = [x for per in times for x in per]
+    print(
+        f"load {name:<10}: {clients} clients x {seconds:.0f} s: {len(every) / seconds:7.1f} requests/s, "
+        f"median {statistics.median(every) * 1000:.3f} ms, p95 {_pct(every, 0.95):.3f} ms, "
+        f"load {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -316,6 +356,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls per door first")
     parser.add_argument("--round", type=int, default=10, help="calls per door per round")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N in-process calls")
+    parser.add_argument("--load", type=float, default=0, metavar="SECONDS", help="load test per server")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients in the load test")
     parser.add_argument("--serve-sdk", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sdk:
@@ -402,6 +444,17 @@ def main() -> None:
                         raise RuntimeError(f"{name}: HTTP {answer.status_code} {answer.text[:300]}")
                 samples[name] += times
             rounds.append({name: statistics.median(times) for name, times in this_round.items()})
+        if args.load:
+            load_test("Oaken MCP", oaken_url, dict(mcp.headers), message_id, args.clients, args.load)
+            load_test("SDK server", sdk_url, dict(ref.headers), message_id, args.clients, args.load)
+            from apps.agents.keys import caller_for_key
+            from apps.audit.log import verify_chain
+
+            caller = caller_for_key(key)
+            assert caller is not None
+            checked, broken = verify_chain(caller.tenant.pk)
+            print(f"audit chain after the load: {checked} events, {'intact' if broken is None else broken.reason}")
+            assert broken is None
     finally:
         for client in clients:
             client.close()
