@@ -57,6 +57,19 @@ SELECT ml.label_id FROM mail_messagelabel ml JOIN mail_label l ON l.id = ml.labe
 ATTACHMENTS_SQL = """
 SELECT id, filename, content_type, size, inline FROM mail_attachment WHERE message_id = %s ORDER BY filename
 """
+# what list_messages(account_id, limit) reads, as plain SQL: one page newest first, each message's label ids and the
+# summary the cache holds done for it (no summarizer identity: the bench's cache is empty or of one summarizer)
+LIST_SQL = """
+SELECT m.id, m.account_id, m.thread_id, f.kind, f.name, m.subject, m.sender_name, m.sender_address, m.date,
+       m.snippet, m.read, m.pinned, m.has_attachments,
+       ARRAY(SELECT ml.label_id FROM mail_messagelabel ml JOIN mail_label l ON l.id = ml.label_id
+              WHERE ml.message_id = m.id ORDER BY l.name),
+       (SELECT s.text FROM summaries_summary s WHERE s.tenant_id = m.tenant_id AND s.content_hash = m.content_hash
+           AND s.scope = 'message' AND s.state = 'done' LIMIT 1)
+  FROM mail_message m JOIN mail_folder f ON f.id = m.folder_id
+ WHERE m.account_id = %s ORDER BY m.date DESC NULLS LAST, m.id DESC LIMIT %s
+"""
+LIST_LIMIT = 50
 TABLES = {"Message": "mail_message", "Folder": "mail_folder", "MessageLabel": "mail_messagelabel",
           "Label": "mail_label", "Attachment": "mail_attachment"}  # fmt: skip
 
@@ -135,6 +148,49 @@ def serve_sdk(port: int) -> None:
             }
         }
 
+    @server.tool()
+    def list_messages(account_id: str, limit: int = 50) -> dict[str, Any]:
+        """List messages newest first."""
+        with cursor() as cur:
+            rows = cur.execute(LIST_SQL, (account_id, limit)).fetchall()
+        return {
+            "messages": [
+                {
+                    "id": str(pk),
+                    "account_id": str(account),
+                    "thread_id": str(thread),
+                    "folder": kind if kind != "custom" else folder,
+                    "subject": subject,
+                    "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
+                    "date": date.isoformat() if date else None,
+                    "snippet": snippet,
+                    "read": read,
+                    "pinned": pinned,
+                    "has_attachments": has_attachments,
+                    "label_ids": [str(x) for x in labels],
+                    "summary": summary,
+                }
+                for (
+                    pk,
+                    account,
+                    thread,
+                    kind,
+                    folder,
+                    subject,
+                    sender_name,
+                    sender_address,
+                    date,
+                    snippet,
+                    read,
+                    pinned,
+                    has_attachments,
+                    labels,
+                    summary,
+                ) in rows
+            ],
+            "next_cursor": None,
+        }
+
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
@@ -182,6 +238,16 @@ def _rpc(n: int, message_id: str) -> dict[str, Any]:
     }
 
 
+def _list_rpc(n: int, account_id: str) -> dict[str, Any]:
+    arguments = {"account_id": account_id, "limit": LIST_LIMIT}
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {"name": "list_messages", "arguments": arguments},
+    }
+
+
 def _message_of(answer: Any, door: str) -> dict[str, Any]:
     """The message in an answer, after checking it is a success."""
     assert answer.status_code == 200, f"{door}: HTTP {answer.status_code} {answer.text[:300]}"
@@ -221,7 +287,7 @@ def _make_data(workdir: Path) -> tuple[str, str, str, str, str]:
         person.user.email_verified_at = timezone.now()
         person.user.save(update_fields=["email_verified_at"])
         mbox = workdir / f"{who}.mbox"
-        write_mbox(mbox, 40)
+        write_mbox(mbox, LIST_LIMIT + 10)
         import_mail(tenant=person.tenant, workspace=person.workspace, account_name="bench", path=mbox)
         # a multipart message with attachments, so every read get_message makes returns rows
         with_files = Attachment.objects.for_tenant(person.tenant).values_list("message_id", flat=True).first()
@@ -444,6 +510,27 @@ def main() -> None:
                         raise RuntimeError(f"{name}: HTTP {answer.status_code} {answer.text[:300]}")
                 samples[name] += times
             rounds.append({name: statistics.median(times) for name, times in this_round.items()})
+        # list_messages(50): the same page of summaries from both MCP servers, in interleaved rounds
+        account_id = seen["SDK server"]["account_id"]
+        lists: dict[str, Callable[[], Any]] = {
+            "Oaken MCP list50": lambda: mcp.post(oaken_url + "/mcp", json=_list_rpc(next(counter), account_id)),
+            "SDK list50": lambda: ref.post(sdk_url + "/mcp", json=_list_rpc(next(counter), account_id)),
+        }
+        pages = {n: call().json()["result"]["structuredContent"]["messages"] for n, call in lists.items()}
+        assert [m["id"] for m in pages["Oaken MCP list50"]] == [m["id"] for m in pages["SDK list50"]], "pages differ"
+        assert len(pages["SDK list50"]) == LIST_LIMIT
+        for call in lists.values():
+            for _ in range(args.warmup):
+                assert call().status_code == 200
+        list_samples: dict[str, list[float]] = {name: [] for name in lists}
+        list_names = list(lists)
+        for r in range(max(1, args.calls // args.round)):
+            for name in list_names[r % 2 :] + list_names[: r % 2]:
+                for _ in range(args.round):
+                    began = time.perf_counter()
+                    answer = lists[name]()
+                    list_samples[name].append(time.perf_counter() - began)
+                    assert answer.status_code == 200 and not answer.json()["result"]["isError"], name
         if args.load:
             load_test("Oaken MCP", oaken_url, dict(mcp.headers), message_id, args.clients, args.load)
             load_test("SDK server", sdk_url, dict(ref.headers), message_id, args.clients, args.load)
@@ -480,6 +567,14 @@ def main() -> None:
             f"p95 {_pct(samples['Oaken MCP'], 0.95) / _pct(samples[other], 0.95):.2f}  "
             f"(per-round ratio p10-p90 {q[0]:.2f}-{q[-1]:.2f}){target}"
         )
+    for name, s in list_samples.items():
+        print(f"{name:<16} {statistics.median(s) * 1000:>6.3f} {_pct(s, 0.95):>10.3f} {min(s) * 1000:>10.3f}")
+    o, k = list_samples["Oaken MCP list50"], list_samples["SDK list50"]
+    print(
+        f"list_messages({LIST_LIMIT}) Oaken MCP / SDK server: "
+        f"median {statistics.median(o) / statistics.median(k):.2f}, "
+        f"p95 {_pct(o, 0.95) / _pct(k, 0.95):.2f}   target <= 1.2"
+    )
     base = [r["SDK server"] * 1000 for r in rounds]
     print(
         f"noise: SDK server per-round median ranged {min(base):.3f}-{max(base):.3f} ms "
