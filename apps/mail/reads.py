@@ -107,10 +107,13 @@ SUMMARY_FIELDS = (
 )
 
 
-def summary_rows(messages: QuerySet[Message], tenant: Tenant) -> QuerySet[Message, dict[str, Any]]:
-    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`."""
+def summary_rows(messages: QuerySet[Message], tenant: Tenant, **extra: Any) -> QuerySet[Message, dict[str, Any]]:
+    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`,
+    and any `extra` expressions (what the layer above reads about each message in the same statement)."""
     labels = MessageLabel.objects.for_tenant(tenant).filter(message=OuterRef("pk")).order_by("label__name")
-    return messages.annotate(label_list=ArraySubquery(labels.values("label_id"))).values(*SUMMARY_FIELDS, "label_list")
+    return messages.annotate(label_list=ArraySubquery(labels.values("label_id")), **extra).values(
+        *SUMMARY_FIELDS, "label_list", *extra
+    )
 
 
 def summary_of(row: dict[str, Any]) -> dict[str, Any]:

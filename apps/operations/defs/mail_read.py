@@ -39,8 +39,7 @@ from apps.operations.defs.shapes import (
     cut,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.summaries.models import Scope
-from apps.summaries.services import cached_text_column, cached_texts
+from apps.summaries.services import cached_text_column, cached_text_expression
 
 
 def reach(ctx: Context) -> Reach:
@@ -298,15 +297,18 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     if data.unread_only:
         messages = messages.filter(read=False)
     page, next_cursor = cut_page(
-        summary_rows(messages.filter(read_cursor(data.cursor, 2, _after) or Q()), ctx.tenant).order_by(
+        summary_rows(
+            messages.filter(read_cursor(data.cursor, 2, _after) or Q()),
+            ctx.tenant,
+            cached_summary=cached_text_expression(Message._meta.db_table),
+        ).order_by(
             F("date").desc(nulls_last=True),
             "-id",  # undated last, as _after expects
         )[: size + 1],
         size,
         _position,
     )
-    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[r["content_hash"] for r in page])
-    listed = [summary_of(r) | {"summary": texts.get(r["content_hash"])} for r in page]
+    listed = [summary_of(r) | {"summary": r["cached_summary"]} for r in page]
     return MessagesOut.model_validate({"messages": listed, "next_cursor": next_cursor})
 
 
