@@ -57,6 +57,19 @@ SELECT ml.label_id FROM mail_messagelabel ml JOIN mail_label l ON l.id = ml.labe
 ATTACHMENTS_SQL = """
 SELECT id, filename, content_type, size, inline FROM mail_attachment WHERE message_id = %s ORDER BY filename
 """
+# what list_messages(account_id, limit) reads, as plain SQL: one page newest first, each message's label ids and the
+# summary the cache holds done for it (no summarizer identity: the bench's cache is empty or of one summarizer)
+LIST_SQL = """
+SELECT m.id, m.account_id, m.thread_id, f.kind, f.name, m.subject, m.sender_name, m.sender_address, m.date,
+       m.snippet, m.read, m.pinned, m.has_attachments,
+       ARRAY(SELECT ml.label_id FROM mail_messagelabel ml JOIN mail_label l ON l.id = ml.label_id
+              WHERE ml.message_id = m.id ORDER BY l.name),
+       (SELECT s.text FROM summaries_summary s WHERE s.tenant_id = m.tenant_id AND s.content_hash = m.content_hash
+           AND s.scope = 'message' AND s.state = 'done' LIMIT 1)
+  FROM mail_message m JOIN mail_folder f ON f.id = m.folder_id
+ WHERE m.account_id = %s ORDER BY m.date DESC NULLS LAST, m.id DESC LIMIT %s
+"""
+LIST_LIMIT = 50
 TABLES = {"Message": "mail_message", "Folder": "mail_folder", "MessageLabel": "mail_messagelabel",
           "Label": "mail_label", "Attachment": "mail_attachment"}  # fmt: skip
 
@@ -135,6 +148,49 @@ def serve_sdk(port: int) -> None:
             }
         }
 
+    @server.tool()
+    def list_messages(account_id: str, limit: int = 50) -> dict[str, Any]:
+        """List messages newest first."""
+        with cursor() as cur:
+            rows = cur.execute(LIST_SQL, (account_id, limit)).fetchall()
+        return {
+            "messages": [
+                {
+                    "id": str(pk),
+                    "account_id": str(account),
+                    "thread_id": str(thread),
+                    "folder": kind if kind != "custom" else folder,
+                    "subject": subject,
+                    "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
+                    "date": date.isoformat() if date else None,
+                    "snippet": snippet,
+                    "read": read,
+                    "pinned": pinned,
+                    "has_attachments": has_attachments,
+                    "label_ids": [str(x) for x in labels],
+                    "summary": summary,
+                }
+                for (
+                    pk,
+                    account,
+                    thread,
+                    kind,
+                    folder,
+                    subject,
+                    sender_name,
+                    sender_address,
+                    date,
+                    snippet,
+                    read,
+                    pinned,
+                    has_attachments,
+                    labels,
+                    summary,
+                ) in rows
+            ],
+            "next_cursor": None,
+        }
+
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
@@ -182,6 +238,16 @@ def _rpc(n: int, message_id: str) -> dict[str, Any]:
     }
 
 
+def _list_rpc(n: int, account_id: str) -> dict[str, Any]:
+    arguments = {"account_id": account_id, "limit": LIST_LIMIT}
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {"name": "list_messages", "arguments": arguments},
+    }
+
+
 def _message_of(answer: Any, door: str) -> dict[str, Any]:
     """The message in an answer, after checking it is a success."""
     assert answer.status_code == 200, f"{door}: HTTP {answer.status_code} {answer.text[:300]}"
@@ -221,7 +287,7 @@ def _make_data(workdir: Path) -> tuple[str, str, str, str, str]:
         person.user.email_verified_at = timezone.now()
         person.user.save(update_fields=["email_verified_at"])
         mbox = workdir / f"{who}.mbox"
-        write_mbox(mbox, 40)
+        write_mbox(mbox, LIST_LIMIT + 10)
         import_mail(tenant=person.tenant, workspace=person.workspace, account_name="bench", path=mbox)
         # a multipart message with attachments, so every read get_message makes returns rows
         with_files = Attachment.objects.for_tenant(person.tenant).values_list("message_id", flat=True).first()
@@ -268,7 +334,7 @@ def profile(key: str, message_id: str, calls: int) -> None:
 
     def request() -> None:
         answer = client.post("/mcp", _rpc(1, message_id), content_type="application/json")
-        assert answer.status_code == 200 and b'"isError": false' in answer.content, answer.content[:300]
+        assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.content[:300]
 
     caller = caller_for_key(key)
     assert caller is not None
@@ -307,6 +373,46 @@ def profile(key: str, message_id: str, calls: int) -> None:
         print(f"--- cProfile of {calls} MCP requests, top by {order}\n" + out.getvalue().split("\n\n", 2)[-1].rstrip())
 
 
+# ---------------------------------------------------------------- load
+
+
+def load_test(name: str, url: str, headers: dict[str, str], message_id: str, clients: int, seconds: float) -> None:
+    """`clients` threads, each with its own persistent HTTP client, calling get_message for `seconds`: requests/s,
+    median and p95 (the clients share this one interpreter: the same for both servers)."""
+    import httpx2
+
+    start = threading.Barrier(clients + 1)
+    times: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    until = 0.0
+
+    def client(n: int) -> None:
+        with httpx2.Client(headers=headers, timeout=30) as http:
+            start.wait()
+            while time.perf_counter() < until:
+                began = time.perf_counter()
+                answer = http.post(url + "/mcp", json=_rpc(n, message_id))
+                times[n].append(time.perf_counter() - began)
+                if answer.status_code != 200 or answer.json()["result"].get("isError"):
+                    errors.append(f"HTTP {answer.status_code} {answer.text[:200]}")
+                    return
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for t in threads:
+        t.start()
+    until = time.perf_counter() + seconds
+    start.wait()
+    for t in threads:
+        t.join()
+    assert not errors, f"{name}: {errors[0]}"
+    every = [x for per in times for x in per]
+    print(
+        f"load {name:<10}: {clients} clients x {seconds:.0f} s: {len(every) / seconds:7.1f} requests/s, "
+        f"median {statistics.median(every) * 1000:.3f} ms, p95 {_pct(every, 0.95):.3f} ms, "
+        f"load {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -316,6 +422,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls per door first")
     parser.add_argument("--round", type=int, default=10, help="calls per door per round")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N in-process calls")
+    parser.add_argument("--load", type=float, default=0, metavar="SECONDS", help="load test per server")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients in the load test")
     parser.add_argument("--serve-sdk", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sdk:
@@ -402,6 +510,38 @@ def main() -> None:
                         raise RuntimeError(f"{name}: HTTP {answer.status_code} {answer.text[:300]}")
                 samples[name] += times
             rounds.append({name: statistics.median(times) for name, times in this_round.items()})
+        # list_messages(50): the same page of summaries from both MCP servers, in interleaved rounds
+        account_id = seen["SDK server"]["account_id"]
+        lists: dict[str, Callable[[], Any]] = {
+            "Oaken MCP list50": lambda: mcp.post(oaken_url + "/mcp", json=_list_rpc(next(counter), account_id)),
+            "SDK list50": lambda: ref.post(sdk_url + "/mcp", json=_list_rpc(next(counter), account_id)),
+        }
+        pages = {n: call().json()["result"]["structuredContent"]["messages"] for n, call in lists.items()}
+        assert [m["id"] for m in pages["Oaken MCP list50"]] == [m["id"] for m in pages["SDK list50"]], "pages differ"
+        assert len(pages["SDK list50"]) == LIST_LIMIT
+        for call in lists.values():
+            for _ in range(args.warmup):
+                assert call().status_code == 200
+        list_samples: dict[str, list[float]] = {name: [] for name in lists}
+        list_names = list(lists)
+        for r in range(max(1, args.calls // args.round)):
+            for name in list_names[r % 2 :] + list_names[: r % 2]:
+                for _ in range(args.round):
+                    began = time.perf_counter()
+                    answer = lists[name]()
+                    list_samples[name].append(time.perf_counter() - began)
+                    assert answer.status_code == 200 and not answer.json()["result"]["isError"], name
+        if args.load:
+            load_test("Oaken MCP", oaken_url, dict(mcp.headers), message_id, args.clients, args.load)
+            load_test("SDK server", sdk_url, dict(ref.headers), message_id, args.clients, args.load)
+            from apps.agents.keys import caller_for_key
+            from apps.audit.log import verify_chain
+
+            caller = caller_for_key(key)
+            assert caller is not None
+            checked, broken = verify_chain(caller.tenant.pk)
+            print(f"audit chain after the load: {checked} events, {'intact' if broken is None else broken.reason}")
+            assert broken is None
     finally:
         for client in clients:
             client.close()
@@ -427,6 +567,14 @@ def main() -> None:
             f"p95 {_pct(samples['Oaken MCP'], 0.95) / _pct(samples[other], 0.95):.2f}  "
             f"(per-round ratio p10-p90 {q[0]:.2f}-{q[-1]:.2f}){target}"
         )
+    for name, s in list_samples.items():
+        print(f"{name:<16} {statistics.median(s) * 1000:>6.3f} {_pct(s, 0.95):>10.3f} {min(s) * 1000:>10.3f}")
+    o, k = list_samples["Oaken MCP list50"], list_samples["SDK list50"]
+    print(
+        f"list_messages({LIST_LIMIT}) Oaken MCP / SDK server: "
+        f"median {statistics.median(o) / statistics.median(k):.2f}, "
+        f"p95 {_pct(o, 0.95) / _pct(k, 0.95):.2f}   target <= 1.2"
+    )
     base = [r["SDK server"] * 1000 for r in rounds]
     print(
         f"noise: SDK server per-round median ranged {min(base):.3f}-{max(base):.3f} ms "

@@ -135,3 +135,40 @@ def test_scopes_decide_which_tools_are_listed(alice: Person) -> None:
 def test_person_bound_operations_are_for_oauth_connections_only(alice: Person, extra_ops: None) -> None:
     assert "my_notifications" in _names(as_agent(alice, credential_kind="oauth"))
     assert "my_notifications" not in _names(as_agent(alice, credential_kind="apikey"))
+
+
+def test_an_api_key_brings_its_tenants_exposure_read_in_the_same_statement(alice: Person, mallory: Person) -> None:
+    """caller_for_key reads the tenant's exposure settings with the key (one round trip fewer per call): the gate
+    decides on exactly what the settings hold at that moment, each tenant its own."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.agents.keys import EXPOSURE_TABLE, caller_for_key, issue_key
+
+    assert ExposureSetting._meta.db_table == EXPOSURE_TABLE  # named in a lower layer, not imported
+    _set(alice, "search", "off")
+    keys = {
+        who: issue_key(
+            membership=Membership.objects.for_user(p.user).get(tenant=p.tenant),
+            scopes=["read"],
+            workspaces=["default"],
+            allow_list=None,
+            expires_at=None,
+        )[1]
+        for who, p in (("alice", alice), ("mallory", mallory))
+    }
+    caller = caller_for_key(keys["alice"])
+    theirs = caller_for_key(keys["mallory"])
+    assert caller is not None and theirs is not None
+    assert caller.exposure == {"search": "off"} and theirs.exposure == {}  # another tenant's setting stays its own
+    with CaptureQueriesContext(connection) as queries:
+        with pytest.raises(OakenError) as info:
+            dispatch(caller, Door.MCP, "search", {"query": "x"})
+        assert info.value.code == "NOT_AVAILABLE"
+        dispatch(theirs, Door.MCP, "list_accounts", {})
+    assert not any(EXPOSURE_TABLE in q["sql"] for q in queries.captured_queries)
+    assert "search" not in _names(caller) and "search" in _names(theirs)
+    # switched back on: the next request's key lookup sees it
+    _set(alice, "search", "on")
+    again = caller_for_key(keys["alice"])
+    assert again is not None and again.exposure == {"search": "on"} and "search" in _names(again)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from datetime import timedelta
 from functools import cache
@@ -55,6 +56,10 @@ def issue_key(
     return row, key
 
 
+# the tenant's exposure settings (apps.operations.models.ExposureSetting, a layer above: named, not imported; a
+# test holds the name to the model's)
+EXPOSURE_TABLE = "gate_exposuresetting"
+
 # what a call needs of the key (the rest stays deferred)
 _KEY_NEEDS = {"id", "tenant_id", "user_id", "scopes", "workspaces", "allow_list", "expires_at", "revoked_at"}
 _KEY_NEEDS |= {"last_used_at"}
@@ -68,14 +73,16 @@ def _columns(model: type[Model], only: set[str] | None = None) -> list[str]:
 @cache
 def _lookup() -> tuple[str, list[str], list[str], list[str]]:
     """The key lookup in plain SQL, built once from the models: the key's columns, its tenant's and person's, and
-    the person's role in that tenant now (NULL when no longer a member). Compiling the same ORM query on every
+    the person's role in that tenant now (NULL when no longer a member), and the tenant's exposure settings (what
+    the gate checks first, so one round trip fewer per call). Compiling the same ORM query on every
     agent call cost more than running it."""
     key, tenant, user = _columns(ApiKey, _KEY_NEEDS), _columns(Tenant), _columns(User)
     select = [f"k.{c}" for c in key] + [f"t.{c}" for c in tenant] + [f"u.{c}" for c in user]
     members, keys, tenants, users = (m._meta.db_table for m in (Membership, ApiKey, Tenant, User))
     sql = f"""
 SELECT {", ".join(select)},
-       (SELECT m.role FROM {members} m WHERE m.tenant_id = k.tenant_id AND m.user_id = k.user_id LIMIT 1)
+       (SELECT m.role FROM {members} m WHERE m.tenant_id = k.tenant_id AND m.user_id = k.user_id LIMIT 1),
+       (SELECT json_object_agg(e.target, e.level)::text FROM {EXPOSURE_TABLE} e WHERE e.tenant_id = k.tenant_id)
   FROM {keys} k JOIN {tenants} t ON t.id = k.tenant_id JOIN {users} u ON u.id = k.user_id
  WHERE k.key_hash = %s
 """  # noqa: S608 (every name is the models' own; the one value is a parameter)
@@ -97,8 +104,8 @@ def caller_for_key(key: str) -> Caller | None:
     found = ApiKey.from_db(connection.alias, key_columns, row[: len(key_columns)])
     rest = row[len(key_columns) :]
     tenant = Tenant.from_db(connection.alias, tenant_columns, rest[: len(tenant_columns)])
-    user = User.from_db(connection.alias, user_columns, rest[len(tenant_columns) : -1])
-    role = rest[-1]
+    user = User.from_db(connection.alias, user_columns, rest[len(tenant_columns) : -2])
+    role, exposure = rest[-2], rest[-1]
     now = timezone.now()
     if not found.is_live(now) or not user.is_active or role is None:
         return None
@@ -112,4 +119,5 @@ def caller_for_key(key: str) -> Caller | None:
         allow_list=set(found.allow_list) if found.allow_list is not None else None,
         credential_id=str(found.pk),
         credential_kind="apikey",
+        exposure=json.loads(exposure) if exposure is not None else {},
     )

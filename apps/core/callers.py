@@ -3,7 +3,8 @@ handlers and domain services read it as the actor."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from apps.core.kinds import CredentialKind, Principal, Role, granted_scopes
@@ -29,6 +30,9 @@ class Caller:
     allow_list: frozenset[str] | None = None
     credential_id: str = ""
     credential_kind: str = CredentialKind.NONE
+    # the tenant's exposure settings (target -> level), when the door read them with the credential in the same
+    # statement; None: the gate reads them itself (apps.operations.exposure)
+    exposure: Mapping[str, str] | None = field(default=None, compare=False, hash=False)
 
     def has_role(self, role: Role) -> bool:
         """Whether the caller's role in the tenant covers `role` (the system and strangers have none)."""
@@ -48,6 +52,7 @@ class Caller:
         allow_list: set[str] | frozenset[str] | None = None,
         credential_id: str,
         credential_kind: str,
+        exposure: Mapping[str, str] | None = None,
     ) -> Caller:
         return cls(
             Principal.AGENT,
@@ -59,6 +64,7 @@ class Caller:
             allow_list=frozenset(allow_list) if allow_list is not None else None,
             credential_id=credential_id,
             credential_kind=credential_kind,
+            exposure=exposure,
         )
 
     @classmethod

@@ -20,7 +20,7 @@ from apps.workspaces.models import Tenant, Workspace
 
 
 @cache
-def _message_sql() -> str:
+def _message_sql(extra: str) -> str:
     m, f, a, w = (x._meta.db_table for x in (Message, Folder, MailAccount, Workspace))
     ml, lb, at = (x._meta.db_table for x in (MessageLabel, Label, Attachment))
     return f"""
@@ -31,24 +31,35 @@ SELECT m.id, m.account_id, m.thread_id, f.kind, f.name, m.subject, m.sender_name
               WHERE ml.message_id = m.id AND ml.tenant_id = m.tenant_id ORDER BY l.name),
        (SELECT json_agg(json_build_array(x.id, x.filename, x.content_type, x.size, x.inline)
                         ORDER BY x.filename)::text
-          FROM {at} x WHERE x.message_id = m.id AND x.tenant_id = m.tenant_id)
+          FROM {at} x WHERE x.message_id = m.id AND x.tenant_id = m.tenant_id),
+       {extra}
   FROM {m} m JOIN {f} f ON f.id = m.folder_id JOIN {a} a ON a.id = m.account_id JOIN {w} w ON w.id = a.workspace_id
  WHERE m.tenant_id = %(tenant)s AND m.id = %(id)s
 """  # noqa: S608 (every name is the models' own; every value is a parameter)
 
 
-def message_detail(message_id: str, *, reach: Reach, text_max: int, field: str = "message_id") -> dict[str, Any]:
+def message_detail(
+    message_id: str,
+    *,
+    reach: Reach,
+    text_max: int,
+    field: str = "message_id",
+    extra: tuple[str, dict[str, Any]] = ("NULL", {}),
+) -> dict[str, Any]:
     """One message as get_message shows it (its text cut at text_max, with its full length), its label ids (by
-    label name) and attachments (by file name), and its content hash; NOT_FOUND or OUT_OF_SCOPE as the selectors."""
+    label name) and attachments (by file name), and its content hash; NOT_FOUND or OUT_OF_SCOPE as the selectors.
+    `extra`: one more column of the same statement (SQL over the message `m`, and its parameters), as "extra"
+    (the layer above reads what another domain keeps about the message without a round trip of its own)."""
     params: dict[str, Any] = {"tenant": reach.tenant.pk, "id": parse_id(message_id, field), "text_max": text_max}
+    params.update(extra[1])
     with connection.cursor() as cursor:
-        cursor.execute(_message_sql(), params)
+        cursor.execute(_message_sql(extra[0]), params)
         row = cursor.fetchone()
     if row is None:
         raise OakenError.not_found(field)
     (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
      has_attachments, to, cc, header_id, text, length, has_html, content_hash, workspace, labels,
-     attachments) = row  # fmt: skip
+     attachments, also) = row  # fmt: skip
     in_reach(reach, workspace, field)
     return {
         "id": str(pk),
@@ -72,6 +83,7 @@ def message_detail(message_id: str, *, reach: Reach, text_max: int, field: str =
         "has_html": has_html,
         "attachments": json.loads(attachments) if attachments else [],
         "content_hash": content_hash,
+        "extra": also,
     }
 
 
@@ -95,10 +107,13 @@ SUMMARY_FIELDS = (
 )
 
 
-def summary_rows(messages: QuerySet[Message], tenant: Tenant) -> QuerySet[Message, dict[str, Any]]:
-    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`."""
+def summary_rows(messages: QuerySet[Message], tenant: Tenant, **extra: Any) -> QuerySet[Message, dict[str, Any]]:
+    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`,
+    and any `extra` expressions (what the layer above reads about each message in the same statement)."""
     labels = MessageLabel.objects.for_tenant(tenant).filter(message=OuterRef("pk")).order_by("label__name")
-    return messages.annotate(label_list=ArraySubquery(labels.values("label_id"))).values(*SUMMARY_FIELDS, "label_list")
+    return messages.annotate(label_list=ArraySubquery(labels.values("label_id")), **extra).values(
+        *SUMMARY_FIELDS, "label_list", *extra
+    )
 
 
 def summary_of(row: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import secrets
 from functools import cache
 from typing import Any
 
+import orjson
+
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS
 from apps.operations.registry import OpClass, Operation
@@ -33,6 +35,19 @@ _FLAG_SCHEMA = {
     "properties": {"marker": {"type": "string"}, "fields": {"type": "array", "items": {"type": "string"}}},
     "required": ["marker", "fields"],
 }
+
+
+def dumps(value: Any) -> str:
+    """JSON text of an answer (orjson: a listing's fifty messages encode several times faster); what orjson does not
+    take (an integer past 64 bits) goes through the standard encoder, so the same value always encodes."""
+    return dump_bytes(value).decode()
+
+
+def dump_bytes(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, ensure_ascii=False).encode()
 
 
 @cache
@@ -108,7 +123,7 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     if fields:
         content[FLAG] = {"marker": marker, "fields": _unique(fields)}
     return {
-        "content": [{"type": "text", "text": json.dumps(content, ensure_ascii=False)}],
+        "content": [{"type": "text", "text": dumps(content)}],
         "structuredContent": content,
         "isError": False,
     }
@@ -148,4 +163,4 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
             )
         if fields:
             body[FLAG] = {"marker": marker, "fields": _unique(fields)}
-    return {"content": [{"type": "text", "text": json.dumps(body, ensure_ascii=False)}], "isError": True}
+    return {"content": [{"type": "text", "text": dumps(body)}], "isError": True}

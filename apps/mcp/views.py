@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.agents.connections import caller_for_token
@@ -42,7 +42,7 @@ CHALLENGE_SCOPE = "read write send"
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    response = JsonResponse(body, status=status, json_dumps_params={"ensure_ascii": False}, safe=False)
+    response = HttpResponse(tools.dump_bytes(body), status=status, content_type="application/json")
     for name, value in (headers or {}).items():
         response[name] = value
     response["Cache-Control"] = "no-store"

@@ -13,7 +13,8 @@ from apps.workspaces.models import Tenant
 
 
 def tenant_settings(tenant: Tenant) -> dict[str, str]:
-    """target -> level ('on' / 'off') for this tenant (read on every agent call, so in plain SQL)."""
+    """target -> level ('on' / 'off') for this tenant (read on every agent call, so in plain SQL; an API key's
+    caller brings them along, read with the key in one statement: apps.agents.keys)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT target, level FROM gate_exposuresetting WHERE tenant_id = %s", [tenant.pk])
         return dict(cursor.fetchall())
@@ -47,7 +48,9 @@ def is_offered(
         return caller.principal == Principal.PERSON
     if caller.principal != Principal.AGENT:
         return True
-    if level_for(op, tenant_settings(caller.tenant) if settings is None else settings) != "on":
+    if settings is None:
+        settings = dict(caller.exposure) if caller.exposure is not None else tenant_settings(caller.tenant)
+    if level_for(op, settings) != "on":
         return False
     if op.plugin is not None and not plugin_health(op.plugin):
         return False
@@ -68,5 +71,5 @@ def is_permitted(caller: Caller, op: Operation) -> bool:
 def offered_operations(caller: Caller, *, door: Door | None = None) -> list[Operation]:
     """Every operation this caller may call through `door` (None: over the network), in a stable order (what a
     tool list or console shows)."""
-    settings = tenant_settings(caller.tenant)
+    settings = dict(caller.exposure) if caller.exposure is not None else tenant_settings(caller.tenant)
     return [op for op in registry if is_offered(caller, op, settings, door=door) and is_permitted(caller, op)]

@@ -30,6 +30,7 @@ from celery.result import AsyncResult, ResultSet
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.core.errors import OakenError
@@ -134,6 +135,35 @@ SELECT content_hash, text FROM {Summary._meta.db_table}
  WHERE tenant_id = %(tenant)s AND scope = %(scope)s AND kind = %(kind)s AND model = %(model)s
    AND prompt_version = %(prompt)s AND state = %(done)s AND content_hash = ANY(%(hashes)s)
 """  # noqa: S608 (the table name is the model's own; every value is a parameter)
+
+
+def cached_text_column(tenant_column: str, hash_column: str) -> tuple[str, dict[str, Any]]:
+    """cached_texts for one message as a column of another statement: SQL that reads the text the cache holds done
+    for the row's tenant and content hash by the current summarizer (NULL when none), and its parameters (named
+    apart from the statement's own). get_message reads the message and its summary in one round trip."""
+    identity = current_identity()
+    sql = f"""(SELECT s.text FROM {Summary._meta.db_table} s
+  WHERE s.tenant_id = {tenant_column} AND s.content_hash = {hash_column} AND s.scope = %(summary_scope)s
+    AND s.kind = %(summary_kind)s AND s.model = %(summary_model)s AND s.prompt_version = %(summary_prompt)s
+    AND s.state = %(summary_done)s LIMIT 1)"""  # noqa: S608 (the caller's column names; every value is a parameter)
+    return sql, {
+        "summary_scope": Scope.MESSAGE,
+        "summary_kind": identity.kind,
+        "summary_model": identity.model,
+        "summary_prompt": identity.prompt_version,
+        "summary_done": State.DONE,
+    }
+
+
+def cached_text_expression(table: str) -> RawSQL:
+    """cached_text_column as an ORM expression over rows of `table` (a listing's messages): their summaries read in
+    the listing's own statement."""
+    quoted = connection.ops.quote_name(table)
+    sql, named = cached_text_column(f"{quoted}.tenant_id", f"{quoted}.content_hash")
+    order = ("summary_scope", "summary_kind", "summary_model", "summary_prompt", "summary_done")
+    for name in order:
+        sql = sql.replace(f"%({name})s", "%s")
+    return RawSQL(sql, [named[name] for name in order])  # noqa: S611 (the model's own names; values are params)
 
 
 def _outcome(row: Summary) -> Outcome:

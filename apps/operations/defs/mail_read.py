@@ -39,8 +39,7 @@ from apps.operations.defs.shapes import (
     cut,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.summaries.models import Scope
-from apps.summaries.services import cached_texts
+from apps.summaries.services import cached_text_column, cached_text_expression
 
 
 def reach(ctx: Context) -> Reach:
@@ -320,15 +319,18 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     if data.unread_only:
         messages = messages.filter(read=False)
     page, next_cursor = cut_page(
-        summary_rows(messages.filter(read_cursor(data.cursor, 2, _after) or Q()), ctx.tenant).order_by(
+        summary_rows(
+            messages.filter(read_cursor(data.cursor, 2, _after) or Q()),
+            ctx.tenant,
+            cached_summary=cached_text_expression(Message._meta.db_table),
+        ).order_by(
             F("date").desc(nulls_last=True),
             "-id",  # undated last, as _after expects
         )[: size + 1],
         size,
         _position,
     )
-    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[r["content_hash"] for r in page])
-    listed = [summary_of(r) | {"summary": texts.get(r["content_hash"])} for r in page]
+    listed = [summary_of(r) | {"summary": r["cached_summary"]} for r in page]
     return MessagesOut.model_validate({"messages": listed, "next_cursor": next_cursor})
 
 
@@ -368,8 +370,14 @@ def _addresses(items: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
-    """What get_message shows of the message, read in one statement within the caller's reach."""
-    return message_detail(data.message_id, reach=reach(ctx), text_max=ctx.bounds["TEXT_MAX_CHARS"])
+    """What get_message shows of the message, its cached summary included, read in one statement within the
+    caller's reach."""
+    return message_detail(
+        data.message_id,
+        reach=reach(ctx),
+        text_max=ctx.bounds["TEXT_MAX_CHARS"],
+        extra=cached_text_column("m.tenant_id", "m.content_hash"),
+    )
 
 
 @operation(
@@ -383,14 +391,13 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
     row: dict[str, Any] = dict(ctx.targets)
-    content_hash = row.pop("content_hash")
+    del row["content_hash"]
+    row["summary"] = row.pop("extra")  # the cached summary, read with the message (the_message_detail)
     row["to"], row["cc"] = _addresses(row["to"]), _addresses(row["cc"])
     row["attachments"] = [
         {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}
         for i, f, t, s, n in row["attachments"]
     ]
-    texts = cached_texts(tenant=ctx.tenant, scope=Scope.MESSAGE, content_hashes=[content_hash])
-    row["summary"] = texts.get(content_hash)
     return MessageOut.model_validate({"message": row})
 
 
