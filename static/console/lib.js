@@ -21,13 +21,19 @@ export class OperationError extends Error {
 
 export async function call(op, body, confirm) {
   const url = `/api/v1/ops/${encodeURIComponent(op)}${confirm ? "?confirm=true" : ""}`;
+  return post(url, "application/json", JSON.stringify(body || {}));
+}
+
+// One POST to the REST door with the session's CSRF token: the JSON answer, or an OperationError in the one
+// error shape (the server's own, or one saying the server could not be reached or gave no such answer).
+export async function post(url, contentType, body) {
   let response;
   try {
     response = await fetch(url, {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
-      body: JSON.stringify(body || {}),
+      headers: { "Content-Type": contentType, Accept: "application/json", "X-CSRFToken": csrfToken() },
+      body,
     });
   } catch (_) {
     throw new OperationError({ code: "SERVICE_UNAVAILABLE", message: "The server could not be reached." });
@@ -43,6 +49,21 @@ export async function call(op, body, confirm) {
     throw new OperationError(error);
   }
   return data;
+}
+
+// A file an operation answers with (content_base64, content_type, filename), saved by the browser.
+export async function download(op, input) {
+  try {
+    const out = await call(op, input);
+    const bytes = Uint8Array.from(atob(out.content_base64), (c) => c.charCodeAt(0));
+    const link = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: out.content_type })), download: out.filename, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+  } catch (err) {
+    notice(describeError(err), true);
+  }
 }
 
 // ------------------------------------------------------------ building the page (text only)

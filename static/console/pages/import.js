@@ -2,41 +2,16 @@
 // then follow the import a worker runs: its counts as each batch commits (get_import), then its failures with
 // their reason; and the tenant's recent imports (list_imports). The operations decide everything, the size
 // bound included: a refusal is shown as the server words it.
-import { OperationError, call, describeError, el, notice, onSubmit, row, table, when } from "../lib.js";
+import { call, describeError, el, notice, onSubmit, post, row, table, when } from "../lib.js";
 
 const POLL_MS = 700;
 const ENDED = new Set(["done", "failed"]);
-
-const csrfToken = () => {
-  const meta = document.querySelector('meta[name="csrf-token"]');
-  return meta ? meta.content : "";
-};
 
 // The file as the request's body (never read whole into the page), with its name and account in the address.
 async function upload(file, accountName, workspaceId) {
   const query = new URLSearchParams({ filename: file.name || "upload", account_name: accountName || "Imported" });
   if (workspaceId) query.set("workspace_id", workspaceId);
-  let response;
-  try {
-    response = await fetch(`/api/v1/imports/upload?${query}`, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/octet-stream", Accept: "application/json", "X-CSRFToken": csrfToken() },
-      body: file,
-    });
-  } catch (_) {
-    throw new OperationError({ code: "SERVICE_UNAVAILABLE", message: "The server could not be reached." });
-  }
-  let data = null;
-  try {
-    data = await response.json();
-  } catch (_) {
-    data = null;
-  }
-  if (!response.ok) {
-    throw new OperationError(data && data.error ? data.error : { code: "INTERNAL_ERROR", message: `The server answered ${response.status}.` });
-  }
-  return data;
+  return post(`/api/v1/imports/upload?${query}`, "application/octet-stream", file);
 }
 
 const STATES = { queued: "Waiting for a worker", running: "Importing", done: "Done", failed: "Failed" };
@@ -90,21 +65,7 @@ async function follow(importId) {
     if (ENDED.has(job.state)) {
       showFailures(job);
       notice(job.state === "done" ? "The import is done." : `The import failed: ${job.error}.`, job.state !== "done");
-      await // a choice of workspace only where there is one to make (the default workspace otherwise)
-async function loadWorkspaces() {
-  try {
-    const { workspaces } = await call("list_workspaces", {});
-    if (workspaces.length < 2) return;
-    const select = document.getElementById("import-workspace");
-    select.replaceChildren(...workspaces.map((w) => el("option", { value: w.id, selected: w.name === "default" }, w.name)));
-    document.getElementById("workspace-field").hidden = false;
-  } catch (_) {
-    // the default workspace, as the operation takes it when none is named
-  }
-}
-
-loadWorkspaces();
-loadImports();
+      await loadImports();
       return;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));

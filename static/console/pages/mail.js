@@ -8,7 +8,7 @@
 // mark_read, because the person asked by opening it (unless they turned that off: get_preferences /
 // set_preferences); reading it (get_message) never does. Writing (compose, reply, forward, drafts, signatures) is
 // in mail-compose.js; a message's and a thread's summary in mail-summary.js.
-import { call, describeError, el, notice, perform } from "../lib.js";
+import { call, describeError, download, el, notice, perform } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 
@@ -321,19 +321,7 @@ document.getElementById("reader-back").addEventListener("click", () => {
   if (row) row.focus();
 });
 
-async function download(attachment) {
-  try {
-    const out = await call("get_attachment", { attachment_id: attachment.id });
-    const bytes = Uint8Array.from(atob(out.content_base64), (c) => c.charCodeAt(0));
-    const link = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: out.content_type })), download: out.filename, hidden: true });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
-  } catch (err) {
-    notice(describeError(err), true);
-  }
-}
+const downloadFile = (attachment) => download("get_attachment", { attachment_id: attachment.id });
 
 function htmlPart(m) {
   const frame = el("iframe", {
@@ -396,7 +384,7 @@ async function expand(article, summary) {
       el("ul", { class: "attachments" },
         m.attachments.map((a) =>
           el("li", { "data-attachment-id": a.id },
-            el("button", { type: "button", onclick: () => download(a), "aria-label": `Download ${a.filename}` }, a.filename || "(unnamed)"),
+            el("button", { type: "button", onclick: () => downloadFile(a), "aria-label": `Download ${a.filename}` }, a.filename || "(unnamed)"),
             el("span", { class: "hint" }, ` ${a.content_type}, ${size(a.size)}`),
           ),
         ),

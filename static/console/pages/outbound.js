@@ -2,7 +2,7 @@
 // requests whose outcome is unknown, to settle; and the history of every request, filtered by state and paged
 // by cursor. list_outbound, get_outbound_attachment, approve_outbound, reject_outbound, settle_outbound_request
 // and get_outbound_request; the page polls every few seconds so states change while it is open.
-import { askFirst, button, call, describeError, el, isAsking, list, notice, perform, row, table, when } from "../lib.js";
+import { askFirst, button, call, describeError, download, el, isAsking, list, notice, perform, row, table, when } from "../lib.js";
 
 const POLL_MS = 5000;
 const HISTORY_PAGE = 10;
@@ -34,26 +34,14 @@ const headers = (r) => {
   return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
 };
 
-async function download(file) {
-  try {
-    const out = await call("get_outbound_attachment", { attachment_id: file.id });
-    const bytes = Uint8Array.from(atob(out.content_base64), (c) => c.charCodeAt(0));
-    const link = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: out.content_type })), download: out.filename, hidden: true });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
-  } catch (err) {
-    notice(describeError(err), true);
-  }
-}
+const downloadFile = (file) => download("get_outbound_attachment", { attachment_id: file.id });
 
 const files = (r) =>
   r.files.length
     ? el("div", { class: "outbound-files" }, el("h3", {}, `Attachments (${r.files.length})`),
       el("ul", { class: "attachments" }, r.files.map((f) => el("li", {},
         `${f.filename} (${f.content_type}, ${size(f.size)}) `,
-        button("Download", () => download(f), { "data-action": "download", "data-file-id": f.id, "aria-label": `Download ${f.filename}` }),
+        button("Download", () => downloadFile(f), { "data-action": "download", "data-file-id": f.id, "aria-label": `Download ${f.filename}` }),
       ))))
     : el("p", { class: "hint" }, "No attachments.");
 
