@@ -114,12 +114,82 @@ def _output_schema(op: Operation) -> dict[str, Any]:
     return op.output_model.model_json_schema()
 
 
+class _Plan:
+    """Where an output schema can hold mail text, compiled once per operation: the walk then skips every part that
+    cannot (ids, dates, flags, counts), which is most of a listing. A part that cannot is None."""
+
+    __slots__ = ("items", "option", "props", "untrusted")
+
+    def __init__(self, untrusted: bool, option: _Plan | None, props: dict[str, _Plan], items: _Plan | None) -> None:
+        self.untrusted, self.option, self.props, self.items = untrusted, option, props, items
+
+
+class _Recursive(Exception):
+    """A schema that refers to itself: walked by _fence as it stands."""
+
+
+def _compile(schema: dict[str, Any], defs: dict[str, Any], within: tuple[str, ...] = ()) -> _Plan | None:
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        if name in within:
+            raise _Recursive(name)
+        return _compile(defs.get(name, {}), defs, (*within, name))
+    untrusted = bool(schema.get(UNTRUSTED_KEY))
+    # as _fence does: the first option that is not null is the one a present value follows, and then only it
+    first = next((o for o in schema.get("anyOf", ()) if o.get("type") != "null"), None)
+    if first is not None:
+        option = _compile(first, defs, within)
+        return _Plan(untrusted, option, {}, None) if untrusted or option else None
+    option = None
+    props = {k: plan for k, sub in schema.get("properties", {}).items() if (plan := _compile(sub, defs, within))}
+    items = _compile(schema["items"], defs, within) if isinstance(schema.get("items"), dict) else None
+    if not (untrusted or option or props or items):
+        return None
+    return _Plan(untrusted, option, props, items)
+
+
+@cache
+def _output_plan(op: Operation) -> tuple[_Plan | None] | None:
+    """The operation's plan (in a tuple: a schema with no mail text at all is (None,)); None: walk the schema."""
+    schema = _output_schema(op)
+    try:
+        return (_compile(schema, schema.get("$defs", {})),)
+    except _Recursive:
+        return None
+
+
+def _fence_by(value: Any, plan: _Plan | None, marker: str, path: str, fields: list[str]) -> Any:
+    """_fence over a compiled plan: the same result, the same fields in the same order."""
+    if plan is None:
+        return value
+    if isinstance(value, str) and plan.untrusted:
+        if value:
+            fields.append(path)
+            return f"{_OPEN}{marker}]{_neutral(value)}{_CLOSE}{marker}]"
+        return value
+    if plan.option is not None and value is not None:
+        return _fence_by(value, plan.option, marker, path, fields)
+    if isinstance(value, dict):
+        props = plan.props
+        return {
+            k: _fence_by(v, props[k], marker, f"{path}.{k}" if path else k, fields) if k in props else v
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_fence_by(v, plan.items, marker, f"{path}[]", fields) for v in value] if plan.items else value
+    return value
+
+
 def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     """A tools/call result: the output as structured content and as JSON text, mail text fenced."""
-    schema = _output_schema(op)
     marker = secrets.token_hex(12)
     fields: list[str] = []
-    content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)
+    plan = _output_plan(op)
+    if plan is not None:
+        content = _fence_by(output, plan[0], marker, "", fields)
+    else:
+        schema = _output_schema(op)
+        content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)
     if fields:
         content[FLAG] = {"marker": marker, "fields": _unique(fields)}
     return {
