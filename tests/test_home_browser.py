@@ -158,6 +158,13 @@ def test_home_says_what_needs_the_person_now(
     # the last event shown is the newest: the search, then the list, then the reads
     assert "search" in words[0].lower(), words
 
+    # the Mailboxes page says the same failure in the same words (list_accounts' sync_problem), not its code
+    page.goto("/mailboxes")
+    problem = page.locator(f'tr[data-account-id="{ours["failing"].pk}"] [data-sync-error="login_failed"]')
+    expect(problem).to_have_text("the mail server refused the login: enter the password again")
+    assert "login_failed" not in page.locator("main").inner_text()
+    assert "mallory" not in page.locator("main").inner_text().lower()
+
 
 def test_the_client_configuration_names_the_public_url_when_it_is_set(
     alice: Person, mallory: Person, settings: Any

@@ -25,7 +25,7 @@ const refresh = () =>
               a.email_address || "—",
               a.workspace,
               lastSync(a),
-              a.sync_error ? el("span", { class: "errors", "data-sync-error": true }, a.sync_error) : "",
+              a.sync_error ? el("span", { class: "errors", "data-sync-error": a.sync_error }, a.sync_problem) : "",
               actions(a),
             ]),
           ),
