@@ -1,6 +1,7 @@
 // /mail's writing: a new message, a reply, a reply to all, a forward (with the original's files), the drafts
-// written here, and a signature per account. Everything is an operation: create_draft, update_draft,
-// reply_to_message, forward_message, list_drafts, delete_draft, send_draft, list_signatures and set_signature.
+// written here (a row deleted after the page asks first), and a signature per account. Everything is an operation: create_draft, update_draft,
+// reply_to_message, forward_message, list_drafts, delete_draft, send_draft, schedule_draft ("Send later"),
+// list_signatures and set_signature.
 //
 // A draft is created at the person's first change and then saved as they type: update_draft a moment after they
 // pause, with only the fields that changed. Files are read in the browser and sent with the next save; the
@@ -9,7 +10,7 @@
 // perform() (the gate's proposal is shown and confirmed), with a new idempotency key for every click: a retry of
 // the same click returns the same request, a new click is a new request. A new message gets the account's
 // signature below a "-- " line; a reply or forward gets it above the quoted text.
-import { call, describeError, el, names, notice, perform } from "../lib.js";
+import { askFirst, call, describeError, el, names, notice, perform, plainError } from "../lib.js";
 
 const SAVE_DELAY_MS = 800;
 const FIELDS = ["to", "cc", "bcc", "subject", "body"];
@@ -24,6 +25,8 @@ const fileInput = document.getElementById("compose-files");
 const fileList = document.getElementById("compose-attachments");
 const stateLine = document.getElementById("compose-state");
 const sendButton = document.getElementById("compose-send");
+const scheduleButton = document.getElementById("compose-schedule");
+const sendAt = document.getElementById("compose-send-at");
 const draftsView = document.getElementById("drafts-view");
 const draftsList = document.getElementById("drafts-list");
 const signatureForms = document.getElementById("signature-forms");
@@ -87,6 +90,7 @@ function fill(draft, heading) {
   fromSelect.disabled = Boolean(draft); // a draft stays in its account
   for (const f of FIELDS) inputs[f].value = draft ? (LISTS.includes(f) ? draft[f].join(", ") : draft[f]) : "";
   inputs.body.readOnly = Boolean(draft && draft.body_truncated);
+  sendAt.value = "";
   setState(draft && draft.body_truncated ? `This draft's text is longer than the page shows (${draft.body_length} characters): it is kept as it is.` : savedLine(session));
   renderFiles();
   show(composer);
@@ -184,7 +188,7 @@ function unchanged(s) {
 }
 
 form.addEventListener("input", (event) => {
-  if (event.target === fileInput) return;
+  if (event.target === fileInput || event.target === sendAt) return; // (when to send is not the draft's)
   scheduleSave();
 });
 
@@ -212,7 +216,7 @@ fileInput.addEventListener("change", async () => {
   fileInput.value = "";
   if (!s || !picked.length) return;
   s.reading++;
-  sendButton.disabled = true;
+  sendButton.disabled = scheduleButton.disabled = true;
   setState("Reading the files…");
   try {
     for (const file of picked) {
@@ -223,7 +227,7 @@ fileInput.addEventListener("change", async () => {
     setState("A file could not be read.", true);
   } finally {
     s.reading--;
-    sendButton.disabled = s.reading > 0;
+    sendButton.disabled = scheduleButton.disabled = s.reading > 0;
   }
   s.filesVersion++;
   if (s === session) renderFiles();
@@ -321,11 +325,12 @@ function newKey() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-form.addEventListener("submit", async (event) => {
-  event.preventDefault();
+// Send (send_draft) or Send later (schedule_draft, at `sendAt`): the last save first, then the gate's proposal
+// shown and confirmed; the request holds its own copy, so the draft this mail was goes. `say` words the answer.
+async function request(op, extra, say, labels) {
   const s = session;
   if (!s || sendButton.disabled) return;
-  sendButton.disabled = true;
+  sendButton.disabled = scheduleButton.disabled = true;
   try {
     if (!(await saveNow())) {
       notice("The draft could not be saved, so it was not sent.", true);
@@ -336,11 +341,11 @@ form.addEventListener("submit", async (event) => {
       return;
     }
     const draftId = s.draft.id;
-    const out = await perform("send_draft", { draft_id: draftId, idempotency_key: newKey() });
+    const out = await perform(op, { draft_id: draftId, idempotency_key: newKey(), ...extra }, null,
+      (error) => notice(plainError(error, labels), true));
     if (!out) return;
-    // the request holds its own copy now; the draft was this mail, so it goes (confirmed by the send itself)
     try {
-      await call("delete_draft", { draft_id: draftId }, true);
+      await call("delete_draft", { draft_id: draftId }, true); // confirmed by the request itself
     } catch (_) {
       /* kept under Drafts: nothing lost */
     }
@@ -349,18 +354,48 @@ form.addEventListener("submit", async (event) => {
       session = null;
       goBack();
     }
-    notice(`Sending: ${out.next}`);
+    notice(say(out));
   } finally {
-    sendButton.disabled = false;
+    sendButton.disabled = scheduleButton.disabled = false;
   }
+}
+
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  request("send_draft", {}, (out) => `Sending: ${out.next}`);
+});
+
+// the time is the person's own, in their browser's time zone; the operation decides whether it will do
+const SCHEDULED = {
+  approved: (at) => `Scheduled: it will be sent on ${at}. Until then it waits on the Outbound page, where it can be cancelled.`,
+  awaiting_approval: (at) => `Scheduled for ${at}, once a person approves it on the Outbound page; nothing is sent before.`,
+};
+
+scheduleButton.addEventListener("click", () => {
+  if (!sendAt.value) {
+    notice("Choose the date and time to send it at first.", true);
+    sendAt.focus();
+    return;
+  }
+  const at = new Date(sendAt.value);
+  if (Number.isNaN(at.getTime())) {
+    notice("The time to send it is not a date and time.", true);
+    sendAt.focus();
+    return;
+  }
+  request("schedule_draft", { send_at: at.toISOString() }, (out) => {
+    const time = new Date(out.send_at).toLocaleString([], { dateStyle: "full", timeStyle: "short" });
+    return (SCHEDULED[out.state] || ((t) => `Scheduled for ${t}: ${out.next}`))(time);
+  }, { send_at: "The time to send it" });
 });
 
 // ------------------------------------------------------------ drafts
 
-export async function showDrafts() {
+// `again`: the list is redrawn where it is (after a delete), without "Loading…" in between
+export async function showDrafts(again) {
   if (!(await leave())) return;
   show(draftsView);
-  draftsList.replaceChildren(el("p", { class: "hint" }, "Loading…"));
+  if (again !== true) draftsList.replaceChildren(el("p", { class: "hint" }, "Loading…"));
   let out;
   try {
     out = await call("list_drafts", {});
@@ -385,11 +420,31 @@ export async function showDrafts() {
           el("span", { class: "meta" },
             d.attachments.length ? el("span", { class: "clip" }, `${d.attachments.length} attached`) : null,
             el("time", { datetime: d.updated_at }, new Date(d.updated_at).toLocaleString()),
+            el("button", { type: "button", class: "delete-draft", "aria-label": `Delete the draft ${draftName(d)}`, onclick: () => deleteDraft(d) }, "Delete"),
           ),
         ),
       ),
     ),
   );
+}
+
+const draftName = (d) => `“${d.subject || "(no subject)"}”${d.to.length ? ` to ${d.to.join(", ")}` : ""}`;
+
+// Delete from the list: the page asks first, saying which draft; that answer is the confirmation delete_draft
+// asks for, so the call goes with it (the gate's proposal would only ask the same again).
+async function deleteDraft(d) {
+  const asked = await askFirst("Delete this draft?",
+    `The draft ${draftName(d)}${d.attachments.length ? `, with ${d.attachments.length} attached file(s),` : ""} is deleted; it cannot be brought back. Requests already made from it are kept.`,
+    "Delete draft");
+  if (!asked) return notice("Nothing was changed.");
+  try {
+    await call("delete_draft", { draft_id: d.id }, true);
+  } catch (err) {
+    notice(describeError(err), true);
+    return showDrafts(true);
+  }
+  await showDrafts(true);
+  notice("The draft was deleted.");
 }
 
 document.getElementById("drafts-back").addEventListener("click", () => {
