@@ -140,3 +140,28 @@ def test_a_file_over_the_bound_is_refused_at_once_in_plain_words(
     look(page, "import-refused")
     assert not ImportRun.objects.for_tenant(alice.tenant).exists()
     assert not ImportRun.objects.for_tenant(mallory.tenant).exists()
+
+
+@pytest.mark.slow
+def test_older_imports_are_shown_a_page_at_a_time(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.test_import_upload import _runs
+
+    mine, hers = _runs(alice, 23, "Archive"), _runs(mallory, 2, "Hers")
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/import")
+    rows = page.locator("#imports-list tr[data-import]")
+    expect(rows).to_have_count(20)
+    more = page.locator("#imports-more")
+    expect(more).to_be_visible()
+    look(page, "import-older")
+    more.click()
+    expect(rows).to_have_count(23)
+    expect(more).to_be_hidden()
+    assert [rows.nth(i).get_attribute("data-import") for i in range(23)] == mine
+    html = page.content()
+    assert "Hers-" not in html and not any(pk in html for pk in hers)

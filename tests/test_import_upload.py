@@ -109,7 +109,7 @@ def test_an_uploaded_mbox_is_imported_by_the_task_and_followed_by_its_counts(
 
     # mallory: nothing of it, by listing or by id, through the door or the task
     other = api_client(mallory.user)
-    assert post(other, "list_imports", {}).json() == {"imports": []}
+    assert post(other, "list_imports", {}).json() == {"imports": [], "next_cursor": None}
     refused = post(other, "get_import", {"import_id": job["import_id"]})
     assert refused.status_code == 404 and error_of(refused)["field"] == "import_id"
     assert _run(mallory, job["import_id"])["error"]["code"] == "NOT_FOUND"
@@ -260,8 +260,8 @@ def test_uploading_is_an_admins_and_never_an_agents(alice: Person, mallory: Pers
     with pytest.raises(OakenError) as info:
         call_internal(alice.tenant, "upload_import", {"size": 1, "filename": "x.mbox"})
     assert info.value.code in {"NOT_AVAILABLE", "FORBIDDEN"}
-    assert call(as_person(alice), "list_imports", {}) == {"imports": []}
-    assert call(as_person(mallory), "list_imports", {}) == {"imports": []}
+    assert call(as_person(alice), "list_imports", {}) == {"imports": [], "next_cursor": None}
+    assert call(as_person(mallory), "list_imports", {}) == {"imports": [], "next_cursor": None}
     # a member who is no admin: refused, and the file does not stay
     bob = member_of(alice)
     answer = _upload(api_client(bob.user), b"From x\n\nhello\n", tenant=alice.tenant.pk)
@@ -323,3 +323,58 @@ def test_an_upload_goes_into_the_workspace_named_and_never_another_tenants(
     assert refused.status_code == 404 and error_of(refused)["field"] == "workspace_id"
     assert ImportRun.objects.for_tenant(alice.tenant).count() == 1 and _spool_is_empty()
     assert not ImportRun.objects.for_tenant(mallory.tenant).exists()
+
+
+def _runs(p: Person, count: int, name: str) -> list[str]:
+    """`count` finished imports into a local account of p's, a second apart (some at the same second), newest
+    first as list_imports orders them."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.mail.models import AccountKind, MailAccount
+
+    account = MailAccount.objects.create(tenant=p.tenant, workspace=p.workspace, name=name, kind=AccountKind.LOCAL)
+    base = timezone.now() - timedelta(hours=1)
+    made = [
+        ImportRun.objects.create(
+            tenant=p.tenant,
+            account=account,
+            source_name=f"{name}-{i}.mbox",
+            source_kind="mbox",
+            state="done",
+            started_at=base + timedelta(seconds=i // 2),
+        )
+        for i in range(count)
+    ]
+    return [str(r.pk) for r in sorted(made, key=lambda r: (r.started_at, r.pk), reverse=True)]
+
+
+def test_list_imports_pages_by_cursor_and_never_crosses_tenants(alice: Person, mallory: Person) -> None:
+    mine, hers = _runs(alice, 7, "Archive"), _runs(mallory, 3, "Hers")
+    me, her = as_person(alice), as_person(mallory)
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = call(me, "list_imports", {"limit": 3, **({"cursor": cursor} if cursor else {})})
+        assert len(page["imports"]) <= 3
+        seen += [i["import_id"] for i in page["imports"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == mine and pages == 3  # every import once, newest first, ties at one second kept apart by id
+    # alice's cursor in mallory's hands names a position, never alice's imports: mallory sees only her own
+    second = call(me, "list_imports", {"limit": 3})["next_cursor"]
+    theirs = call(her, "list_imports", {"limit": 3, "cursor": second})
+    assert set(i["import_id"] for i in theirs["imports"]) <= set(hers)
+    assert [i["import_id"] for i in call(her, "list_imports", {})["imports"]] == hers
+    # a forged cursor and a limit over the bound: refused, naming the field, never repeating the value
+    for bad in ("not-a-cursor", "WyJ4Il0="):
+        with pytest.raises(OakenError) as info:
+            call(me, "list_imports", {"cursor": bad})
+        assert (info.value.code, info.value.field) == ("INVALID_INPUT", "cursor") and bad not in info.value.message
+    with pytest.raises(OakenError) as info:
+        call(me, "list_imports", {"limit": 10_000})
+    assert (info.value.code, info.value.field) == ("LIMIT_EXCEEDED", "limit")

@@ -19,17 +19,19 @@ from typing import Any
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Q
 from pydantic import Field, field_validator
 
 from apps.core import uploads
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
+from apps.core.pages import cut_page, read_cursor
 from apps.mail.importing import ImportRefusedError, import_mail, import_upload, queue_upload
 from apps.mail.models import AccountKind, ImportFailure, ImportRun, MailAccount
 from apps.mail.sources import SourceError, detect_kind
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Id, Name
-from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, operation
+from apps.operations.defs.shapes import Closed, Id, Name, Page
+from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 
 _UNREADABLE = "is not a readable mbox file, Maildir or .eml folder"
@@ -290,30 +292,47 @@ def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
     return ImportJobOut.model_validate(_job(run))
 
 
-class ListImportsIn(Closed):
-    limit: int | None = Field(default=None, ge=1, description="at most this many, newest first")
+class ListImportsIn(Page):
+    pass
 
 
 class ListImportsOut(Closed):
     imports: list[ImportJobOut]
+    next_cursor: str | None = Field(description="the next (older) page's cursor; null on the last page")
+
+
+def _position(run: ImportRun) -> list[str]:
+    """Newest first: (started_at, id), as _after reads it back."""
+    return [run.started_at.isoformat(), str(run.pk)]
+
+
+def _after(started_raw: str, pk_raw: str) -> Q:
+    started = datetime.fromisoformat(started_raw)
+    pk = parse_id(pk_raw, "cursor")
+    return Q(started_at__lt=started) | Q(started_at=started, pk__lt=pk)
 
 
 @operation(
     name="list_imports",
-    summary="The tenant's recent imports, newest first, with their counts as they move.",
+    summary="The tenant's imports, newest first, with their counts as they move, a page at a time.",
     input=ListImportsIn,
     output=ListImportsOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.NEVER,
     role="ADMIN",
     callers=Callers.PERSONS,
+    bounds=(Bound("limit", "PAGE_SIZE_MAX"),),
 )
 def list_imports(ctx: Context, data: ListImportsIn) -> ListImportsOut:
-    limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
-    if limit > ctx.bounds["PAGE_SIZE_MAX"]:
-        raise OakenError("LIMIT_EXCEEDED", f"limit: at most {ctx.bounds['PAGE_SIZE_MAX']}", field="limit")
-    runs = ImportRun.objects.for_tenant(ctx.tenant).select_related("account").order_by("-started_at", "-pk")[:limit]
-    return ListImportsOut.model_validate({"imports": [_job(run) for run in runs]})
+    size = data.size(ctx.bounds)
+    runs = (
+        ImportRun.objects.for_tenant(ctx.tenant)
+        .filter(read_cursor(data.cursor, 2, _after) or Q())
+        .select_related("account")
+        .order_by("-started_at", "-pk")[: size + 1]
+    )
+    page, next_cursor = cut_page(runs, size, _position)
+    return ListImportsOut.model_validate({"imports": [_job(run) for run in page], "next_cursor": next_cursor})
 
 
 class GetImportIn(Closed):

@@ -1,7 +1,7 @@
 // /import: upload an mbox file, an .eml file or a zip of them (the REST door stores it and calls upload_import),
 // then follow the import a worker runs: its counts as each batch commits (get_import), then its failures with
-// their reason; and the tenant's recent imports (list_imports). The operations decide everything, the size
-// bound included: a refusal is shown as the server words it.
+// their reason; and the tenant's imports (list_imports), newest first, a page at a time. The operations decide
+// everything, the size bound included: a refusal is shown as the server words it.
 import { call, describeError, el, notice, onSubmit, post, row, table, when } from "../lib.js";
 
 const POLL_MS = 700;
@@ -77,19 +77,41 @@ function importRow(job) {
   return row({ "data-import": job.import_id }, cells);
 }
 
-async function loadImports() {
+// the newest page of imports; "Show older imports" adds the next page below it (list_imports' cursor)
+const IMPORTS_PAGE = 20;
+const moreImports = document.getElementById("imports-more");
+let importsCursor = null;
+
+async function loadImports(more) {
   const target = document.getElementById("imports-list");
+  const tbody = target.querySelector("tbody");
+  const adding = more === true && importsCursor && tbody;
   try {
-    const output = await call("list_imports", {});
-    target.replaceChildren(
-      output.imports.length
-        ? table(["File", "Account", "State", "Imported", "Duplicates", "Failed", "Started"], output.imports.map(importRow))
-        : el("p", { class: "hint" }, "Nothing has been imported yet."),
-    );
+    const output = await call("list_imports", { limit: IMPORTS_PAGE, ...(adding ? { cursor: importsCursor } : {}) });
+    if (adding) tbody.append(...output.imports.map(importRow));
+    else {
+      target.replaceChildren(
+        output.imports.length
+          ? table(["File", "Account", "State", "Imported", "Duplicates", "Failed", "Started"], output.imports.map(importRow))
+          : el("p", { class: "hint" }, "Nothing has been imported yet."),
+      );
+    }
+    importsCursor = output.next_cursor;
+    moreImports.hidden = !importsCursor;
   } catch (err) {
-    target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+    if (adding) notice(describeError(err), true);
+    else target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
   }
 }
+
+moreImports.addEventListener("click", async () => {
+  moreImports.disabled = true;
+  try {
+    await loadImports(true);
+  } finally {
+    moreImports.disabled = false;
+  }
+});
 
 onSubmit("upload-form", async (form) => {
   const file = form.elements.namedItem("file").files[0];
