@@ -119,7 +119,7 @@ def meaning_state(tenant: Tenant) -> tuple[list[InUse], bool]:
             LEFT JOIN search_embeddingmodel m ON (
                 SELECT 1 FROM search_chunk c WHERE c.tenant_id = %(tenant)s AND c.model_id = m.id LIMIT 1
             ) IS NOT NULL
-            LEFT JOIN pg_index i ON i.indexrelid = to_regclass(concat(%(prefix)s, m.id))
+            LEFT JOIN pg_index i ON i.indexrelid = to_regclass(concat(%(prefix)s::text, m.id))
             ORDER BY m.created_at, m.id
             """,
             {"tenant": tenant.pk, "prefix": index_name(tenant.pk, None)},

@@ -12,6 +12,7 @@ exact scan of the filtered rows when the index cannot fill the page.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +81,8 @@ def build_indexes(model: EmbeddingModel) -> list[str]:
             cursor.execute(
                 f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON search_chunk USING hnsw '
                 f"((embedding::halfvec({int(model.dimensions)})) halfvec_cosine_ops) "
-                f"WHERE tenant_id = %s AND model_id = %s",
-                [str(tenant_id), model.pk],
+                # DDL takes no bound parameters (server-side binding): both values inlined, each its own type's literal
+                f"WHERE tenant_id = '{uuid.UUID(str(tenant_id))}' AND model_id = {int(model.pk)}",
             )
             built.append(name)
     return built
