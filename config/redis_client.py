@@ -23,13 +23,14 @@ _COUNT_HIT = "redis.call('SET', KEYS[1], 0, 'EX', ARGV[1], 'NX') return redis.ca
 
 @cache
 def _count_script() -> Any:
+    # run on whichever client redis_client() gives at the time (a test, or a new REDIS_URL, may replace it)
     return redis_client().register_script(_COUNT_HIT)
 
 
 def count_hit(key: str, window_seconds: int) -> int:
     """Count one event under `key` in a window that starts at its first event; the count so far.
     Raises redis.RedisError when Redis is away: callers decide whether that fails open or closed."""
-    return int(_count_script()(keys=[key], args=[window_seconds]))
+    return int(_count_script()(keys=[key], args=[window_seconds], client=redis_client()))
 
 
 class LocalWindowCounter:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.db import connection
 from django.test import Client, RequestFactory
 from pydantic import BaseModel, ConfigDict
@@ -197,3 +199,21 @@ def test_anything_else_that_escapes_a_view_is_internal_error_in_the_error_shape_
     except RuntimeError:
         page = server_error(rf.get("/"))
     assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
+
+
+def test_counters_count_again_once_redis_is_back(settings: Any) -> None:
+    """A counter used while Redis was away (its client pointing nowhere) counts on the client in use once Redis
+    is back: an outage does not leave sign-up, registration and rate limits failing after it ends."""
+    key = f"test-counter-{uuid.uuid4()}"
+    working = settings.REDIS_URL
+    settings.REDIS_URL = "unix:///nonexistent/redis.sock"
+    redis_module.redis_client.cache_clear()
+    try:
+        with pytest.raises(redis.RedisError):
+            redis_module.count_hit(key, 60)
+    finally:
+        settings.REDIS_URL = working
+        redis_module.redis_client.cache_clear()
+    assert [redis_module.count_hit(key, 60) for _ in range(3)] == [1, 2, 3]
+    assert 0 < redis_module.redis_client().ttl(key) <= 60
+    redis_module.redis_client().delete(key)
