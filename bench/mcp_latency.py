@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import itertools
 import logging
@@ -312,9 +313,10 @@ def _make_data(workdir: Path) -> tuple[str, str, str, str, str]:
 # ---------------------------------------------------------------- profile
 
 
-def profile(key: str, message_id: str, calls: int) -> None:
-    """Where an MCP call's time goes, in this process (Django's handler, no HTTP server): medians of the request,
-    of its parts called alone, the SQL statements it makes, and a cProfile of `calls` requests."""
+def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
+    """Where an MCP call's time goes, in this process (Django's handler, no HTTP server), for get_message and for
+    list_messages(50): medians of the request, of its parts called alone, the SQL statements it makes, and a
+    cProfile of `calls` requests."""
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
@@ -331,46 +333,53 @@ def profile(key: str, message_id: str, calls: int) -> None:
         HTTP_ACCEPT=MCP_HEADERS["Accept"],
         HTTP_MCP_PROTOCOL_VERSION=PROTOCOL_VERSION,
     )
-
-    def request() -> None:
-        answer = client.post("/mcp", _rpc(1, message_id), content_type="application/json")
-        assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.content[:300]
-
     caller = caller_for_key(key)
     assert caller is not None
-    op = registry.get("get_message")
-    assert op is not None
-    output = dispatch(caller, Door.MCP, "get_message", {"message_id": message_id}).output
-    parts: dict[str, Callable[[], object]] = {
-        "whole MCP request": request,
-        "caller_for_key": lambda: caller_for_key(key),
-        "dispatch (gate+audit)": lambda: dispatch(caller, Door.MCP, "get_message", {"message_id": message_id}),
-        "tools.success (fence)": lambda: tools.success(op, output),
+    cases = {
+        "get_message": (_rpc(1, message_id), {"message_id": message_id}),
+        f"list_messages({LIST_LIMIT})": (_list_rpc(1, account_id), {"account_id": account_id, "limit": LIST_LIMIT}),
     }
-    times: dict[str, list[float]] = {name: [] for name in parts}
-    for _ in range(max(calls, 50)):
-        for name, part in parts.items():
-            began = time.perf_counter()
-            part()
-            times[name].append(time.perf_counter() - began)
-    print("\nin-process, no HTTP server (medians):")
-    for name, samples in times.items():
-        print(f"  {name:<24} {statistics.median(samples) * 1000:8.3f} ms")
-    with CaptureQueriesContext(connection) as queries:
-        request()
-    print(f"  SQL statements per MCP request: {len(queries.captured_queries)}")
-    for query in queries.captured_queries:
-        print(f"    {query['time']:>6} s  {query['sql'][:110]}")
+    for label, (rpc, arguments) in cases.items():
+        name = label.split("(")[0]
 
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        request()
-    profiler.disable()
-    for order in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(25)
-        print(f"--- cProfile of {calls} MCP requests, top by {order}\n" + out.getvalue().split("\n\n", 2)[-1].rstrip())
+        def request(rpc: dict[str, Any] = rpc) -> None:
+            answer = client.post("/mcp", rpc, content_type="application/json")
+            assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.content[:300]
+
+        op = registry.get(name)
+        assert op is not None
+        output = dispatch(caller, Door.MCP, name, arguments).output
+        parts: dict[str, Callable[[], object]] = {
+            "whole MCP request": request,
+            "caller_for_key": lambda: caller_for_key(key),
+            "dispatch (gate+audit)": functools.partial(dispatch, caller, Door.MCP, name, arguments),
+            "tools.success (fence)": functools.partial(tools.success, op, output),
+        }
+        times: dict[str, list[float]] = {part: [] for part in parts}
+        for _ in range(max(calls, 50)):
+            for part, call in parts.items():
+                began = time.perf_counter()
+                call()
+                times[part].append(time.perf_counter() - began)
+        print(f"\n{label} in-process, no HTTP server (medians):")
+        for part, samples in times.items():
+            print(f"  {part:<24} {statistics.median(samples) * 1000:8.3f} ms")
+        with CaptureQueriesContext(connection) as queries:
+            request()
+        print(f"  SQL statements per MCP request: {len(queries.captured_queries)}")
+        for query in queries.captured_queries:
+            print(f"    {query['time']:>6} s  {query['sql'][:110]}")
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            request()
+        profiler.disable()
+        for order in ("cumulative", "tottime"):
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(25)
+            top = out.getvalue().split("\n\n", 2)[-1].rstrip()
+            print(f"--- cProfile of {calls} {label} MCP requests, top by {order}\n" + top)
 
 
 # ---------------------------------------------------------------- load
@@ -581,7 +590,7 @@ def main() -> None:
         f"(stdev {statistics.pstdev(base):.3f} ms over {len(rounds)} rounds)"
     )
     if args.profile:
-        profile(key, message_id, args.profile)
+        profile(key, message_id, account_id, args.profile)
 
 
 if __name__ == "__main__":

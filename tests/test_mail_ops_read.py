@@ -8,6 +8,7 @@ that does not exist, and none of her data shows up in alice's answers.
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from pytest_django import DjangoDbBlocker, Settings
 
 from apps.core.errors import NOT_AVAILABLE_MESSAGE
@@ -778,3 +781,47 @@ def test_dates_in_listings_are_the_messages_own(world: World) -> None:
     page = call(person(alice.person), "list_messages", {"label_id": alice.labels["Travel"]})["messages"]
     assert [datetime.fromisoformat(m["date"]).minute for m in page] == [2, 1, 0]
     assert_not_found(person(alice.person), "list_messages", {"label_id": world.mallory.labels["Travel"]}, "label_id")
+
+
+# ---------------------------------------------------------------- statements per read (issue 19)
+
+_MAIL_TABLES = re.compile(r"\b(mail_message|mail_mailaccount|mail_folder|mail_label|mail_thread)\b")
+
+
+def _mail_statements(caller: Any, name: str, input: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """How many statements reading the mail store one call made (the gate's own, the audit's, aside), and its
+    answer."""
+    with CaptureQueriesContext(connection) as seen:
+        answer = call(caller, name, input)
+    return sum(1 for q in seen.captured_queries if _MAIL_TABLES.search(q["sql"])), answer
+
+
+def test_hot_reads_take_the_same_few_statements_for_a_page_of_two_as_of_twenty(world: World) -> None:
+    """No read makes a statement per row: list_messages, get_thread and search take as many statements for a page
+    of twenty as for two, and list_messages names its account, folder and label in one (the page is the other)."""
+    alice = world.alice
+    assistant = agent(alice.person, workspaces=("default",))
+    label = {"account_id": alice.personal, "folder": "inbox", "label_id": alice.labels["Travel"]}
+    cases: list[tuple[str, dict[str, Any], int]] = [
+        ("list_messages", {"account_id": alice.personal, "folder": "inbox", "unread_only": True}, 2),
+        ("list_messages", label, 2),
+        ("search", {"query": "notice", "account_id": alice.personal, "mode": "keyword"}, 0),
+    ]
+    for name, input, most in cases:
+        few, small = _mail_statements(assistant, name, {**input, "limit": 2})
+        many, large = _mail_statements(assistant, name, {**input, "limit": 20})
+        assert len(ids_of(small)) == 2 < len(ids_of(large)), name
+        assert few == many, (name, few, many)
+        if most:
+            assert many <= most, (name, many)
+        items = ids_of(large)
+        assert set(items).isdisjoint(world.mallory.messages.values())
+        assert set(items) <= set(alice.messages.values())
+    page, _ = _mail_statements(assistant, "list_messages", {"account_id": alice.personal, "limit": 20})
+    assert page == 2
+    threads = [alice.threads["trip-0"], alice.threads["zeppelin"]]
+    counts = {_mail_statements(assistant, "get_thread", {"thread_id": t})[0] for t in threads}
+    assert len(counts) == 1 and counts.pop() <= 2
+    # mallory's agent, with the same statements, sees only her mail
+    theirs = ids_of(call(agent(world.mallory.person), "list_messages", {"limit": 20}))
+    assert theirs and set(theirs) <= set(world.mallory.messages.values())

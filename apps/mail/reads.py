@@ -5,18 +5,26 @@ Table and column names are the models' own; every value is a parameter."""
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
-from django.db.models import OuterRef, QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel
-from apps.mail.selectors import Reach, in_reach
-from apps.workspaces.models import Tenant, Workspace
+from apps.mail.selectors import NAME_AN_ACCOUNT, Reach, in_reach
+from apps.workspaces.models import Workspace
+
+# what a summary shows (shapes.MessageSummary) of the message `m` in its folder `f`, labels ordered by name; _summary
+# reads them back (ids as text: no UUID objects made only to be written out again)
+_SUMMARY_COLUMNS = """m.id::text, m.account_id::text, m.thread_id::text, f.kind, f.name, m.subject, m.sender_name,
+       m.sender_address, m.date, m.snippet, m.read, m.pinned, m.has_attachments,
+       ARRAY(SELECT ml.label_id::text FROM {ml} ml JOIN {lb} l ON l.id = ml.label_id
+              WHERE ml.message_id = m.id AND ml.tenant_id = m.tenant_id ORDER BY l.name)"""
+_SUMMARY_WIDTH = 14
 
 
 @cache
@@ -24,11 +32,9 @@ def _message_sql(extra: str) -> str:
     m, f, a, w = (x._meta.db_table for x in (Message, Folder, MailAccount, Workspace))
     ml, lb, at = (x._meta.db_table for x in (MessageLabel, Label, Attachment))
     return f"""
-SELECT m.id, m.account_id, m.thread_id, f.kind, f.name, m.subject, m.sender_name, m.sender_address, m.date,
-       m.snippet, m.read, m.pinned, m.has_attachments, m.to_addresses::text, m.cc_addresses::text, m.message_id,
-       left(m.text_body, %(text_max)s), char_length(m.text_body), m.html_body <> '', m.content_hash, w.name,
-       ARRAY(SELECT ml.label_id FROM {ml} ml JOIN {lb} l ON l.id = ml.label_id
-              WHERE ml.message_id = m.id AND ml.tenant_id = m.tenant_id ORDER BY l.name),
+SELECT {_SUMMARY_COLUMNS.format(ml=ml, lb=lb)},
+       m.to_addresses::text, m.cc_addresses::text, m.message_id, left(m.text_body, %(text_max)s),
+       char_length(m.text_body), m.html_body <> '', m.content_hash, w.name,
        (SELECT json_agg(json_build_array(x.id, x.filename, x.content_type, x.size, x.inline)
                         ORDER BY x.filename)::text
           FROM {at} x WHERE x.message_id = m.id AND x.tenant_id = m.tenant_id),
@@ -57,23 +63,9 @@ def message_detail(
         row = cursor.fetchone()
     if row is None:
         raise OakenError.not_found(field)
-    (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
-     has_attachments, to, cc, header_id, text, length, has_html, content_hash, workspace, labels,
-     attachments, also) = row  # fmt: skip
+    to, cc, header_id, text, length, has_html, content_hash, workspace, attachments, also = row[_SUMMARY_WIDTH:]
     in_reach(reach, workspace, field)
-    return {
-        "id": str(pk),
-        "account_id": str(account),
-        "thread_id": str(thread),
-        "folder": kind if kind != "custom" else folder,
-        "subject": subject,
-        "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
-        "date": date,
-        "snippet": snippet,
-        "read": read,
-        "pinned": pinned,
-        "has_attachments": has_attachments,
-        "label_ids": [str(label) for label in labels],
+    return _summary(row[:_SUMMARY_WIDTH], ()) | {
         "to": json.loads(to),
         "cc": json.loads(cc),
         "message_id_header": header_id,
@@ -87,49 +79,166 @@ def message_detail(
     }
 
 
-# what a listing shows of each message (shapes.MessageSummary), read as values: no model rows, labels in the
-# same statement
-SUMMARY_FIELDS = (
-    "id",
-    "account_id",
-    "thread_id",
-    "folder__kind",
-    "folder__name",
-    "subject",
-    "sender_name",
-    "sender_address",
-    "date",
-    "snippet",
-    "read",
-    "pinned",
-    "has_attachments",
-    "content_hash",
-)
+# ---------------------------------------------------------------- listings of message summaries
+
+# The conditions a listing of summaries may name, each a fixed piece of SQL over the message `m` and the names of
+# its parameters (the values a caller gives, in that order); the tenant's own condition is in every statement.
+_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
+    # the accounts of the workspaces a caller may reach (added whenever the reach is restricted)
+    "reach": (
+        "m.account_id IN (SELECT a.id FROM {a} a JOIN {w} w ON w.id = a.workspace_id"
+        " WHERE a.tenant_id = %(tenant)s AND w.name = ANY(%(workspaces)s))",
+        ("workspaces",),
+    ),
+    "account": ("m.account_id = %(account)s", ("account",)),
+    "folder": ("m.folder_id = %(folder)s", ("folder",)),
+    "label": (
+        "EXISTS (SELECT FROM {ml} x WHERE x.message_id = m.id AND x.tenant_id = %(tenant)s AND x.label_id = %(label)s)",
+        ("label",),
+    ),
+    "unread": ("NOT m.read", ()),
+    "thread": ("m.thread_id = %(thread)s", ("thread",)),
+    "ids": ("m.id = ANY(%(ids)s)", ("ids",)),
+    # after a position of newest first, undated last: (date, id), or (None, id) among the undated
+    "older": ("(m.date < %(date)s OR (m.date = %(date)s AND m.id < %(pk)s) OR m.date IS NULL)", ("date", "pk")),
+    "older_undated": ("(m.date IS NULL AND m.id < %(pk)s)", ("pk",)),
+}
+_ORDER = {"newest": "m.date DESC NULLS LAST, m.id DESC", "oldest": "m.date, m.id", "none": "m.id"}
 
 
-def summary_rows(messages: QuerySet[Message], tenant: Tenant, **extra: Any) -> QuerySet[Message, dict[str, Any]]:
-    """`messages` as the values a summary shows, each with its label ids (ordered by label name) as `label_list`,
-    and any `extra` expressions (what the layer above reads about each message in the same statement)."""
-    labels = MessageLabel.objects.for_tenant(tenant).filter(message=OuterRef("pk")).order_by("label__name")
-    return messages.annotate(label_list=ArraySubquery(labels.values("label_id")), **extra).values(
-        *SUMMARY_FIELDS, "label_list", *extra
-    )
+@cache
+def _summaries_sql(where: tuple[str, ...], order: str, extra: tuple[str, ...]) -> str:
+    m, f, a, w, ml, lb = (x._meta.db_table for x in (Message, Folder, MailAccount, Workspace, MessageLabel, Label))
+    conditions = "".join(f"\n   AND {_WHERE[name][0].format(a=a, w=w, ml=ml)}" for name in where)
+    also = "".join(f",\n       {sql}" for sql in extra)
+    return f"""
+SELECT {_SUMMARY_COLUMNS.format(ml=ml, lb=lb)}{also}
+  FROM {m} m JOIN {f} f ON f.id = m.folder_id
+ WHERE m.tenant_id = %(tenant)s{conditions}
+ ORDER BY {_ORDER[order]} LIMIT %(limit)s
+"""  # noqa: S608 (every name is the models' own or a fixed condition above; every value is a parameter)
 
 
-def summary_of(row: dict[str, Any]) -> dict[str, Any]:
-    """A summary_rows row in the shape of shapes.MessageSummary (validated where the output is built)."""
-    kind = row["folder__kind"]
+def summaries(
+    reach: Reach,
+    where: Mapping[str, Any],
+    *,
+    order: str = "newest",
+    limit: int | None = None,
+    extra: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """The summaries (shapes.MessageSummary) of the tenant's messages in the caller's reach that meet every
+    condition of `where` (names of _WHERE, each with its value: a tuple for several parameters), in `order`, at
+    most `limit`; in one statement, labels (ordered by name) included. `extra`: more columns of the same statement
+    by key (SQL over the message `m`, and its parameters), each row's value under that key."""
+    params: dict[str, Any] = {"tenant": reach.tenant.pk, "limit": limit}
+    names = list(where)
+    if reach.workspaces is not None:
+        names.insert(0, "reach")
+        params["workspaces"] = list(reach.workspaces)
+    for name, value in where.items():
+        wanted = _WHERE[name][1]
+        params.update(zip(wanted, value if len(wanted) > 1 else (value,), strict=False))
+    extra = extra or {}
+    for _, more in extra.values():
+        params.update(more)
+    keys = tuple(extra)
+    with connection.cursor() as cursor:
+        cursor.execute(_summaries_sql(tuple(names), order, tuple(sql for sql, _ in extra.values())), params)
+        rows = cursor.fetchall()
+    return [_summary(row, keys) for row in rows]
+
+
+def _summary(row: Sequence[Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A row of _SUMMARY_COLUMNS as a summary, with the columns after them under `keys`."""
+    (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
+     has_attachments, labels, *also) = row  # fmt: skip
     return {
-        "id": str(row["id"]),
-        "account_id": str(row["account_id"]),
-        "thread_id": str(row["thread_id"]),
-        "folder": kind if kind != "custom" else row["folder__name"],
-        "subject": row["subject"],
-        "sender": {"name": row["sender_name"], "address": row["sender_address"]} if row["sender_address"] else None,
-        "date": row["date"],
-        "snippet": row["snippet"],
-        "read": row["read"],
-        "pinned": row["pinned"],
-        "has_attachments": row["has_attachments"],
-        "label_ids": [str(label) for label in row["label_list"]],
+        "id": pk,
+        "account_id": account,
+        "thread_id": thread,
+        "folder": kind if kind != "custom" else folder,
+        "subject": subject,
+        "sender": {"name": sender_name, "address": sender_address} if sender_address else None,
+        "date": date,
+        "snippet": snippet,
+        "read": read,
+        "pinned": pinned,
+        "has_attachments": has_attachments,
+        "label_ids": labels,
+        **dict(zip(keys, also, strict=True)),
     }
+
+
+# ---------------------------------------------------------------- what a listing names
+
+
+class Listing(NamedTuple):
+    """The account, folder and label a listing (or a search) names, each checked in the caller's reach."""
+
+    account: uuid.UUID | None
+    folder: uuid.UUID | None
+    label: uuid.UUID | None
+
+
+@cache
+def _listing_sql() -> str:
+    a, w, f, lb = (x._meta.db_table for x in (MailAccount, Workspace, Folder, Label))
+    return f"""
+SELECT acc.workspace, fol.id, lab.account_id, lab.workspace,
+       EXISTS (SELECT FROM {a} a JOIN {w} w ON w.id = a.workspace_id
+                WHERE a.tenant_id = %(tenant)s AND w.name <> ALL(%(workspaces)s::text[]))
+  FROM (SELECT) one
+  LEFT JOIN LATERAL (SELECT w.name AS workspace FROM {a} a JOIN {w} w ON w.id = a.workspace_id
+                      WHERE a.tenant_id = %(tenant)s AND a.id = %(account)s::uuid) acc ON true
+  LEFT JOIN LATERAL (SELECT f.id FROM {f} f
+                      WHERE f.tenant_id = %(tenant)s AND f.account_id = %(account)s::uuid
+                        AND ((f.kind = %(folder)s::text AND f.kind <> 'custom') OR f.name = %(folder)s::text)
+                      ORDER BY f.kind = %(folder)s::text AND f.kind <> 'custom' DESC, f.id LIMIT 1) fol ON true
+  LEFT JOIN LATERAL (SELECT l.account_id, w.name AS workspace
+                       FROM {lb} l JOIN {a} a ON a.id = l.account_id JOIN {w} w ON w.id = a.workspace_id
+                      WHERE l.tenant_id = %(tenant)s AND l.id = %(label)s::uuid) lab ON true
+"""  # noqa: S608 (every name is the models' own; every value is a parameter)
+
+
+def _named(value: str | None, field: str) -> uuid.UUID | None:
+    """The id a caller named, or None; a malformed one names nothing (NOT_FOUND where it is checked)."""
+    if value is None:
+        return None
+    try:
+        return parse_id(value, field)
+    except OakenError:
+        return None
+
+
+def listing_of(reach: Reach, *, account_id: str | None, label_id: str | None, folder: str | None) -> Listing:
+    """What a listing names, in one statement: the label (NOT_FOUND, or OUT_OF_SCOPE by its account), the account
+    (NOT_FOUND or OUT_OF_SCOPE; without one, refused when the reach is restricted, unless a label names it), and
+    the folder of the account by kind (inbox, archive, …) or else by name (it needs the account; NOT_FOUND)."""
+    account, label = _named(account_id, "account_id"), _named(label_id, "label_id")
+    params = {
+        "tenant": reach.tenant.pk,
+        "workspaces": list(reach.workspaces) if reach.workspaces is not None else None,
+        "account": account,
+        "folder": folder,
+        "label": label,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_listing_sql(), params)
+        account_workspace, folder_pk, label_account, label_workspace, restricted = cursor.fetchone()
+    if label_id is not None:
+        if label_account is None:
+            raise OakenError.not_found("label_id")
+        in_reach(reach, label_workspace, "label_id")
+    if account_id is not None:
+        if account_workspace is None:
+            raise OakenError.not_found("account_id")
+        in_reach(reach, account_workspace, "account_id")
+    elif label_id is None and restricted:
+        raise OakenError("OUT_OF_SCOPE", NAME_AN_ACCOUNT, field="account_id")
+    if folder is not None:
+        if account_id is None:
+            raise OakenError.invalid("folder", "needs account_id: folders belong to an account")
+        if folder_pk is None:
+            raise OakenError.not_found("folder")
+    return Listing(account, folder_pk, label)

@@ -7,18 +7,18 @@ position (its offset in the fused ranking) does not drift when mail arrives.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank
+from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import Case, Exists, F, Func, OuterRef, Q, QuerySet, TextField, Value, When
-from django.db.models.functions import Left
+from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, TextField, Value
 
-from apps.mail.models import Folder, Label, MailAccount
+from apps.mail.models import MailAccount
 from apps.search.embedders import EmbeddingsUnavailable, embedder_for
 from apps.search.models import Chunk, EmbeddingModel, SearchDocument
 from apps.search.vectors import index_name, nearest
@@ -36,8 +36,8 @@ class Scope:
     tenant: Tenant
     accounts: QuerySet[MailAccount]
     snapshot: datetime
-    folder: Folder | None = None
-    label: Label | None = None
+    folder: uuid.UUID | None = None
+    label: uuid.UUID | None = None
     sender: str | None = None
     recipient: str | None = None
     unread: bool | None = None
@@ -50,9 +50,9 @@ class Scope:
         p = f"{path}__" if path else ""
         where = Q(**{f"{p}account__in": self.accounts})
         if self.folder is not None:
-            where &= Q(**{f"{p}folder": self.folder})
+            where &= Q(**{f"{p}folder_id": self.folder})
         if self.label is not None:
-            where &= Q(**{f"{p}labels": self.label})
+            where &= Q(**{f"{p}labels__id": self.label})
         if self.sender:
             where &= Q(**{f"{p}sender_address__icontains": self.sender}) | Q(
                 **{f"{p}sender_name__icontains": self.sender}
@@ -208,18 +208,22 @@ def single(name: str, ranked: list[Ranked]) -> list[Fused]:
     ]
 
 
-def highlight(text: str, message_ids: list[Any]) -> Case:
+# how a headline marks what matched (ts_headline's options): two fragments of 8 to 24 words
+_HEADLINE_OPTIONS = (
+    f"StartSel='{MARK_START}', StopSel='{MARK_STOP}', MaxWords=24, MinWords=8, MaxFragments=2, FragmentDelimiter=' … '"
+)
+
+
+def highlight_column(text: str, message_ids: list[Any]) -> tuple[str, dict[str, Any]]:
     """For messages that matched by words (`message_ids`): the best fragments of their text, matched words
-    marked; for the others, null. An expression on Message, so the page's messages bring their snippets along."""
-    headline = SearchHeadline(
-        Left("text_body", _HEADLINE_CHARS),
-        FoldedQuery(text),
-        config="simple",
-        start_sel=MARK_START,
-        stop_sel=MARK_STOP,
-        max_fragments=2,
-        max_words=24,
-        min_words=8,
-        fragment_delimiter=" … ",
-    )
-    return Case(When(pk__in=message_ids, then=headline), default=Value(None), output_field=TextField())
+    marked; for the others, null. A column over the message `m` of another statement, and its parameters (named
+    apart from the statement's own), so the page's messages bring their snippets along."""
+    sql = """CASE WHEN m.id = ANY(%(headline_ids)s::uuid[]) THEN ts_headline('simple'::regconfig,
+       left(m.text_body, %(headline_chars)s), websearch_to_tsquery('simple'::regconfig,
+       oaken_fold(%(headline_query)s::text)), %(headline_options)s::text) END"""
+    return sql, {
+        "headline_ids": list(message_ids),
+        "headline_chars": _HEADLINE_CHARS,
+        "headline_query": text,
+        "headline_options": _HEADLINE_OPTIONS,
+    }

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from django.db.models import Count, F, Q
+from django.db.models import Count, Q
 from pydantic import Field
 
 from apps.core.errors import OakenError
@@ -16,11 +16,10 @@ from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, RawMessage, Thread
-from apps.mail.reads import message_detail, summary_of, summary_rows
+from apps.mail.reads import Listing, listing_of, message_detail, summaries
 from apps.mail.selectors import (
     Reach,
     access_account_by_id,
-    access_folder_by_name,
     access_message_by_id,
     access_messages_by_ids,
     access_thread_by_id,
@@ -39,7 +38,7 @@ from apps.operations.defs.shapes import (
     cut,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.summaries.services import cached_text_column, cached_text_expression
+from apps.summaries.services import cached_text_column
 
 
 def reach(ctx: Context) -> Reach:
@@ -260,40 +259,21 @@ class MessagesOut(Closed):
     next_cursor: str | None
 
 
-class Listing(NamedTuple):
-    account: MailAccount | None
-    label: Label | None
-
-
 def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
-    """The account and label a listing (or a search) names, each in the caller's reach."""
-    label = None
-    if data.label_id is not None:
-        label = Label.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.label_id, "label_id")).first()
-        if label is None:
-            raise OakenError.not_found("label_id")
-        access_account_by_id(str(label.account_id), reach=reach(ctx), field="label_id")
-    account = None
-    if data.account_id is not None:
-        account = account_of(ctx, data.account_id)
-    elif data.label_id is None:
-        reach(ctx).require_account(None)
-    if data.folder is not None and data.account_id is None:
-        raise OakenError.invalid("folder", "needs account_id: folders belong to an account")
-    return Listing(account, label)
+    """The account, folder and label a listing (or a search) names, each in the caller's reach."""
+    return listing_of(reach(ctx), account_id=data.account_id, label_id=data.label_id, folder=data.folder)
+
+
+def _after(date_raw: str | None, pk_raw: str) -> tuple[str, Any]:
+    """A listing's position read back (what _position gave): the condition of the rows after it."""
+    date = datetime.fromisoformat(date_raw) if date_raw else None
+    pk = parse_id(pk_raw, "cursor")
+    return ("older", (date, pk)) if date is not None else ("older_undated", pk)
 
 
 def _position(row: dict[str, Any]) -> list[str | None]:
     """Newest first, undated last: (date, id), as _after reads it back."""
-    return [row["date"].isoformat() if row["date"] else None, str(row["id"])]
-
-
-def _after(date_raw: str | None, pk_raw: str) -> Q:
-    date = datetime.fromisoformat(date_raw) if date_raw else None
-    pk = parse_id(pk_raw, "cursor")
-    if date is None:
-        return Q(date__isnull=True, pk__lt=pk)
-    return Q(date__lt=date) | Q(date=date, pk__lt=pk) | Q(date__isnull=True)
+    return [row["date"].isoformat() if row["date"] else None, row["id"]]
 
 
 @operation(
@@ -308,30 +288,27 @@ def _after(date_raw: str | None, pk_raw: str) -> Q:
 )
 def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     size = data.size(ctx.bounds)
-    listing: Listing = ctx.targets
-    messages = Message.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if listing.account is not None:
-        messages = messages.filter(account=listing.account)
-        if data.folder is not None:
-            messages = messages.filter(folder=access_folder_by_name(data.folder, account=listing.account))
-    if listing.label is not None:
-        messages = messages.filter(labels=listing.label)
+    named: Listing = ctx.targets
+    where: dict[str, Any] = {}
+    if named.account is not None:
+        where["account"] = named.account
+    if named.folder is not None:
+        where["folder"] = named.folder
+    if named.label is not None:
+        where["label"] = named.label
     if data.unread_only:
-        messages = messages.filter(read=False)
-    page, next_cursor = cut_page(
-        summary_rows(
-            messages.filter(read_cursor(data.cursor, 2, _after) or Q()),
-            ctx.tenant,
-            cached_summary=cached_text_expression(Message._meta.db_table),
-        ).order_by(
-            F("date").desc(nulls_last=True),
-            "-id",  # undated last, as _after expects
-        )[: size + 1],
-        size,
-        _position,
+        where["unread"] = True
+    after = read_cursor(data.cursor, 2, _after)
+    if after is not None:
+        where[after[0]] = after[1]
+    rows = summaries(
+        reach(ctx),
+        where,
+        limit=size + 1,
+        extra={"summary": cached_text_column("m.tenant_id", "m.content_hash")},
     )
-    listed = [summary_of(r) | {"summary": r["cached_summary"]} for r in page]
-    return MessagesOut.model_validate({"messages": listed, "next_cursor": next_cursor})
+    page, next_cursor = cut_page(rows, size, _position)
+    return MessagesOut.model_validate({"messages": page, "next_cursor": next_cursor})
 
 
 # ---------------------------------------------------------------- get_message
@@ -531,8 +508,7 @@ def _thread(ctx: Context, data: ThreadIn) -> Thread:
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
     limit = ctx.bounds["THREAD_MAX_MESSAGES"]
-    rows = Message.objects.for_tenant(ctx.tenant).filter(thread=thread)
-    messages = list(summary_rows(rows, ctx.tenant).order_by("date", "id")[: limit + 1])
+    messages = summaries(reach(ctx), {"thread": thread.pk}, order="oldest", limit=limit + 1)
     return ThreadMessagesOut.model_validate(
         {
             "thread": {
@@ -541,7 +517,7 @@ def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
                 "subject": thread.subject,
                 "message_count": thread.message_count,
             },
-            "messages": [summary_of(r) for r in messages[:limit]],
+            "messages": messages[:limit],
             "truncated": len(messages) > limit,
         }
     )

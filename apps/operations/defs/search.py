@@ -5,20 +5,17 @@ from __future__ import annotations
 import zoneinfo
 from datetime import date, datetime, time
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 from django.conf import settings
-from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
-from django.db.models import OuterRef
 from pydantic import Field, field_validator
 
 from apps.core.pages import encode_cursor, read_cursor
-from apps.mail.models import Message, MessageLabel
-from apps.mail.selectors import access_folder_by_name
+from apps.mail.reads import summaries
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import Listing, listing, reach
-from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page, summarize
+from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.search import queries
 from apps.search.embedders import current_embedder
@@ -78,24 +75,6 @@ class SearchOut(Closed):
     index_complete: bool = Field(description="false while some mail in scope still waits to be indexed by meaning")
 
 
-# what a hit shows (shapes.summarize): reading the page's messages whole (bodies, address lists, every
-# timestamp) took twice as long
-_SUMMARY_FIELDS = (
-    "account_id",
-    "thread_id",
-    "folder__kind",
-    "folder__name",
-    "subject",
-    "sender_name",
-    "sender_address",
-    "date",
-    "snippet",
-    "read",
-    "pinned",
-    "has_attachments",
-)
-
-
 def _search_targets(ctx: Context, data: SearchIn) -> Listing:
     return listing(ctx, data)
 
@@ -130,12 +109,12 @@ def search(ctx: Context, data: SearchIn) -> SearchOut:
     found: Listing = ctx.targets
     accounts = reach(ctx).accounts()
     if found.account is not None:
-        accounts = accounts.filter(pk=found.account.pk)
+        accounts = accounts.filter(pk=found.account)
     scope = queries.Scope(
         tenant=ctx.tenant,
         accounts=accounts,
         snapshot=snapshot,
-        folder=access_folder_by_name(data.folder, account=found.account) if data.folder and found.account else None,
+        folder=found.folder,
         label=found.label,
         sender=data.from_,
         recipient=data.to,
@@ -166,34 +145,29 @@ def search(ctx: Context, data: SearchIn) -> SearchOut:
             ranking = queries.single(data.mode, words or meaning)
     page = ranking[offset : offset + size]
     more = len(ranking) > offset + size and offset + size < deepest
-    ids = [hit.message_id for hit in page]
-    # the page's messages with their labels and highlights (label_ids, headline): one statement, they were three
-    messages: dict[Any, Any] = {
-        m.pk: m
-        for m in Message.objects.for_tenant(ctx.tenant)
-        .filter(pk__in=ids)
-        .select_related("folder")
-        .only(*_SUMMARY_FIELDS)
-        .annotate(
-            label_ids=ArraySubquery(
-                MessageLabel.objects.for_tenant(ctx.tenant)
-                .filter(message=OuterRef("pk"))
-                .order_by("label__name")
-                .values("label_id")
-            ),
-            headline=queries.highlight(data.query, [h.message_id for h in page if "keyword" in h.matched]),
+    # the page's messages with their labels and highlights: one statement
+    matched = [h.message_id for h in page if "keyword" in h.matched]
+    rows = summaries(
+        reach(ctx),
+        {"ids": [hit.message_id for hit in page]},
+        order="none",
+        extra={"headline": queries.highlight_column(data.query, matched)},
+    )
+    messages = {row["id"]: row for row in rows}
+    hits = []
+    for hit in page:
+        message = messages.get(str(hit.message_id))
+        if message is None:
+            continue  # deleted since it was ranked
+        headline = message.pop("headline")
+        hits.append(
+            SearchHit(
+                message=MessageSummary.model_validate(message),
+                score=round(hit.score, 6),
+                matched=hit.matched,  # type: ignore[arg-type]
+                highlight=headline or message["snippet"],
+            )
         )
-    }
-    hits = [
-        SearchHit(
-            message=summarize(message, [str(label) for label in message.label_ids]),
-            score=round(hit.score, 6),
-            matched=hit.matched,  # type: ignore[arg-type]
-            highlight=message.headline or message.snippet,
-        )
-        for hit in page
-        if (message := messages.get(hit.message_id)) is not None
-    ]
     next_cursor = encode_cursor([offset + size, snapshot.isoformat()]) if more else None
     return SearchOut(hits=hits, next_cursor=next_cursor, index_complete=complete)
 
