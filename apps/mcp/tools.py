@@ -116,36 +116,45 @@ def _output_schema(op: Operation) -> dict[str, Any]:
 
 class _Plan:
     """Where an output schema can hold mail text, compiled once per operation: the walk then skips every part that
-    cannot (ids, dates, flags, counts), which is most of a listing. A part that cannot is None."""
+    cannot (ids, dates, flags, counts), which is most of a listing. A part that cannot is None. Each part knows
+    its path (as _fence names it), so a listing's fifty rows build no path strings."""
 
-    __slots__ = ("items", "option", "props", "untrusted")
+    __slots__ = ("items", "option", "path", "props", "untrusted")
 
-    def __init__(self, untrusted: bool, option: _Plan | None, props: dict[str, _Plan], items: _Plan | None) -> None:
-        self.untrusted, self.option, self.props, self.items = untrusted, option, props, items
+    def __init__(
+        self, untrusted: bool, option: _Plan | None, props: dict[str, _Plan], items: _Plan | None, path: str
+    ) -> None:
+        self.untrusted, self.option, self.props, self.items, self.path = untrusted, option, props, items, path
 
 
 class _Recursive(Exception):
     """A schema that refers to itself: walked by _fence as it stands."""
 
 
-def _compile(schema: dict[str, Any], defs: dict[str, Any], within: tuple[str, ...] = ()) -> _Plan | None:
+def _compile(
+    schema: dict[str, Any], defs: dict[str, Any], within: tuple[str, ...] = (), path: str = ""
+) -> _Plan | None:
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         if name in within:
             raise _Recursive(name)
-        return _compile(defs.get(name, {}), defs, (*within, name))
+        return _compile(defs.get(name, {}), defs, (*within, name), path)
     untrusted = bool(schema.get(UNTRUSTED_KEY))
     # as _fence does: the first option that is not null is the one a present value follows, and then only it
     first = next((o for o in schema.get("anyOf", ()) if o.get("type") != "null"), None)
     if first is not None:
-        option = _compile(first, defs, within)
-        return _Plan(untrusted, option, {}, None) if untrusted or option else None
+        option = _compile(first, defs, within, path)
+        return _Plan(untrusted, option, {}, None, path) if untrusted or option else None
     option = None
-    props = {k: plan for k, sub in schema.get("properties", {}).items() if (plan := _compile(sub, defs, within))}
-    items = _compile(schema["items"], defs, within) if isinstance(schema.get("items"), dict) else None
+    props = {
+        k: plan
+        for k, sub in schema.get("properties", {}).items()
+        if (plan := _compile(sub, defs, within, f"{path}.{k}" if path else k))
+    }
+    items = _compile(schema["items"], defs, within, f"{path}[]") if isinstance(schema.get("items"), dict) else None
     if not (untrusted or option or props or items):
         return None
-    return _Plan(untrusted, option, props, items)
+    return _Plan(untrusted, option, props, items, path)
 
 
 @cache
@@ -158,25 +167,25 @@ def _output_plan(op: Operation) -> tuple[_Plan | None] | None:
         return None
 
 
-def _fence_by(value: Any, plan: _Plan | None, marker: str, path: str, fields: list[str]) -> Any:
-    """_fence over a compiled plan: the same result, the same fields in the same order."""
-    if plan is None:
-        return value
+def _fence_by(value: Any, plan: _Plan, marker: str, fields: list[str]) -> Any:
+    """_fence over a compiled plan: the same result, the same fields in the same order (a model's output lists its
+    keys in its schema's order, the order the plan holds them in)."""
     if isinstance(value, str) and plan.untrusted:
         if value:
-            fields.append(path)
+            fields.append(plan.path)
             return f"{_OPEN}{marker}]{_neutral(value)}{_CLOSE}{marker}]"
         return value
     if plan.option is not None and value is not None:
-        return _fence_by(value, plan.option, marker, path, fields)
+        return _fence_by(value, plan.option, marker, fields)
     if isinstance(value, dict):
-        props = plan.props
-        return {
-            k: _fence_by(v, props[k], marker, f"{path}.{k}" if path else k, fields) if k in props else v
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_fence_by(v, plan.items, marker, f"{path}[]", fields) for v in value] if plan.items else value
+        fenced = dict(value)
+        for key, part in plan.props.items():
+            if key in fenced:
+                fenced[key] = _fence_by(fenced[key], part, marker, fields)
+        return fenced
+    if isinstance(value, list) and plan.items is not None:
+        items = plan.items
+        return [_fence_by(v, items, marker, fields) for v in value]
     return value
 
 
@@ -186,7 +195,7 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     fields: list[str] = []
     plan = _output_plan(op)
     if plan is not None:
-        content = _fence_by(output, plan[0], marker, "", fields)
+        content = _fence_by(output, plan[0], marker, fields) if plan[0] is not None else output
     else:
         schema = _output_schema(op)
         content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)

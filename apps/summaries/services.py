@@ -30,7 +30,6 @@ from celery.result import AsyncResult, ResultSet
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from apps.core.errors import OakenError
@@ -153,17 +152,6 @@ def cached_text_column(tenant_column: str, hash_column: str) -> tuple[str, dict[
         "summary_prompt": identity.prompt_version,
         "summary_done": State.DONE,
     }
-
-
-def cached_text_expression(table: str) -> RawSQL:
-    """cached_text_column as an ORM expression over rows of `table` (a listing's messages): their summaries read in
-    the listing's own statement."""
-    quoted = connection.ops.quote_name(table)
-    sql, named = cached_text_column(f"{quoted}.tenant_id", f"{quoted}.content_hash")
-    order = ("summary_scope", "summary_kind", "summary_model", "summary_prompt", "summary_done")
-    for name in order:
-        sql = sql.replace(f"%({name})s", "%s")
-    return RawSQL(sql, [named[name] for name in order])  # noqa: S611 (the model's own names; values are params)
 
 
 def _outcome(row: Summary) -> Outcome:
