@@ -7,7 +7,6 @@ import base64
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db.models import Count, Q
 from pydantic import Field
 
 from apps.core.errors import OakenError
@@ -15,8 +14,8 @@ from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, RawMessage, Thread
-from apps.mail.reads import Listing, listing_of, message_detail, summaries
+from apps.mail.models import Attachment, Label, MailAccount, Message, RawMessage, Thread
+from apps.mail.reads import Listing, folder_counts, listing_of, message_detail, summaries
 from apps.mail.selectors import (
     Reach,
     access_account_by_id,
@@ -173,24 +172,13 @@ class FoldersOut(Closed):
 )
 def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
     account: MailAccount = ctx.targets
-    folders = folder_counts(ctx, account)
+    folders = folder_counts(ctx.tenant.pk, [account.pk])
     return FoldersOut(
         account_id=str(account.pk),
         folders=[
             FolderOut(id=str(f["id"]), kind=f["kind"], name=f["name"], total=f["total"], unread=f["unread"])
             for f in folders
         ],
-    )
-
-
-def folder_counts(ctx: Context, accounts: Any) -> list[dict[str, Any]]:
-    """Each folder of the account (or of the accounts, a list of ids) with its total and unread counts."""
-    folders = Folder.objects.for_tenant(ctx.tenant)
-    folders = folders.filter(account__in=accounts) if isinstance(accounts, list) else folders.filter(account=accounts)
-    return list(
-        folders.annotate(total=Count("messages"), unread=Count("messages", filter=Q(messages__read=False)))
-        .order_by("kind", "name")
-        .values("id", "account_id", "kind", "name", "total", "unread")
     )
 
 
@@ -559,7 +547,7 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
     listed = list(accounts.values_list("id", "name"))
     # every folder of those accounts with its counts, in one statement (not one per account)
     folders: dict[Any, list[dict[str, Any]]] = {pk: [] for pk, _ in listed}
-    for f in folder_counts(ctx, [pk for pk, _ in listed]):
+    for f in folder_counts(ctx.tenant.pk, [pk for pk, _ in listed]):
         label = f["kind"] if f["kind"] != "custom" else f["name"]
         folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
     return CountsOut.model_validate(
