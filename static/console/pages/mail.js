@@ -59,10 +59,11 @@ const address = (a) => (a.name ? `${a.name} <${a.address}>` : a.address);
 
 // ------------------------------------------------------------ accounts and folders
 
-// the accounts and labels; the folders (with their counts) follow, while the first list is already on its way
-async function loadAccounts() {
+// the accounts and labels (given: as the page brought them); the folders (with their counts) follow, while the
+// first list is already on its way
+async function loadAccounts(given) {
   try {
-    const [accounts, labels] = await Promise.all([call("list_accounts", {}), call("list_labels", {})]);
+    const [accounts, labels] = given ? [given.accounts, given.labels] : await Promise.all([call("list_accounts", {}), call("list_labels", {})]);
     state.accounts = accounts.accounts;
     state.labels = Object.fromEntries(labels.labels.map((l) => [l.id, l]));
   } catch (err) {
@@ -190,19 +191,7 @@ async function loadMessages() {
       next = out.next_cursor;
     }
     if (asked !== state.asked) return;
-    if (!state.cursor) {
-      list.replaceChildren();
-      listBox.replaceChildren(list);
-    }
-    for (const [m, snippet] of rows) {
-      state.rows.set(m.id, m);
-      list.append(messageRow(m, snippet));
-    }
-    if (!list.children.length) listBox.replaceChildren(el("p", { class: "hint" }, state.query ? "Nothing matches." : "No messages here."));
-    // when the first list was on the screen, measured from the navigation (bench/console.py reads it)
-    if (!performance.getEntriesByName("oaken:first-list").length) performance.mark("oaken:first-list");
-    state.cursor = next;
-    more.hidden = !next;
+    showRows(rows, next);
   } catch (err) {
     if (asked !== state.asked) return;
     listBox.replaceChildren(el("p", { class: "errors" }, describeError(err)));
@@ -210,6 +199,23 @@ async function loadMessages() {
   } finally {
     more.disabled = false;
   }
+}
+
+// a page of rows ([summary, highlighted snippet or undefined]) after those shown, or in their place for a first page
+function showRows(rows, next) {
+  if (!state.cursor) {
+    list.replaceChildren();
+    listBox.replaceChildren(list);
+  }
+  for (const [m, snippet] of rows) {
+    state.rows.set(m.id, m);
+    list.append(messageRow(m, snippet));
+  }
+  if (!list.children.length) listBox.replaceChildren(el("p", { class: "hint" }, state.query ? "Nothing matches." : "No messages here."));
+  // when the first list was on the screen, measured from the navigation (bench/console.py reads it)
+  if (!performance.getEntriesByName("oaken:first-list").length) performance.mark("oaken:first-list");
+  state.cursor = next;
+  more.hidden = !next;
 }
 
 function resetList() {
@@ -487,35 +493,60 @@ threadTitle.tabIndex = -1;
 // The folder last opened here (this browser, this tenant) is asked for at once, beside the accounts: a person
 // comes back to where they were without waiting for one more answer first. An account that is gone (or never
 // was the tenant's) answers NOT_FOUND like any other, and the first account's inbox is shown instead.
-const LAST = `oaken.mail.last.${document.querySelector("main").dataset.tenant || ""}`;
+// the folder shown last, for this tenant in this browser: a cookie, so that the server opens the page on it
+// (apps.console.views.first_screen); each part URI-encoded, as it reads them
+const LAST = `oaken_mail_last_${document.querySelector("main").dataset.tenant || ""}`;
 const remember = () => {
-  try {
-    localStorage.setItem(LAST, JSON.stringify({ account: state.account, folder: state.folder }));
-  } catch (_) {
-    /* private windows may keep nothing: the inbox it is */
-  }
+  const value = `${encodeURIComponent(state.account)}/${encodeURIComponent(state.folder)}`;
+  const secure = location.protocol === "https:" ? "; Secure" : "";
+  document.cookie = `${LAST}=${value}; Path=/mail; Max-Age=31536000; SameSite=Lax${secure}`;
 };
 const remembered = () => {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(`${LAST}=`));
+  if (!found) return null;
+  const [account, folder] = found.slice(LAST.length + 1).split("/");
   try {
-    const last = JSON.parse(localStorage.getItem(LAST) || "null");
-    return last && typeof last.account === "string" && typeof last.folder === "string" ? last : null;
+    return account && folder ? { account: decodeURIComponent(account), folder: decodeURIComponent(folder) } : null;
   } catch (_) {
     return null;
   }
 };
 
+// what the server read for the first screen (the same operations, through the gate), or null: then it is asked
+const given = (() => {
+  const node = document.getElementById("mail-first");
+  try {
+    return node ? JSON.parse(node.textContent) : null;
+  } catch (_) {
+    return null;
+  }
+})();
+
 // That list goes first and alone: the server answers it before the side's accounts, labels, folder counts and
 // preferences, which follow at once (the rows' label chips are added when the labels are in).
+// When the server brought the list the page opens on, it shows at once, and the rest follows.
 (async () => {
   const asked = new URLSearchParams(location.search);
   const last = asked.get("account") ? { account: asked.get("account"), folder: asked.get("folder") || "inbox" } : remembered();
+  const listing = given && given.listing;
+  if (listing && (!last || (last.account === listing.account_id && last.folder === listing.folder))) {
+    state.account = listing.account_id;
+    state.folder = listing.folder;
+    state.labels = Object.fromEntries(given.labels.labels.map((l) => [l.id, l]));
+    showRows(listing.page.messages.map((m) => [m, undefined]), listing.page.next_cursor);
+    loadPreference();
+    if (!(await loadAccounts(given))) return;
+    composing.start(state.accounts);
+    await loadAllFolders();
+    return;
+  }
   if (last) {
     state.account = last.account;
     state.folder = last.folder;
     await resetList();
   }
   loadPreference();
-  if (!(await loadAccounts())) return;
+  if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li.message")) {
