@@ -332,9 +332,7 @@ def _runs(p: Person, count: int, name: str) -> list[str]:
 
     from django.utils import timezone
 
-    from apps.mail.models import AccountKind, MailAccount
-
-    account = MailAccount.objects.create(tenant=p.tenant, workspace=p.workspace, name=name, kind=AccountKind.LOCAL)
+    account = importing.ensure_local_account(tenant=p.tenant, workspace=p.workspace, name=name)
     base = timezone.now() - timedelta(hours=1)
     made = [
         ImportRun.objects.create(

@@ -158,14 +158,11 @@ def test_an_attachment_out_of_reach_behaves_as_if_it_did_not_exist(
 
 def _elsewhere_attachment(alice: Person, world: dict[str, Any]) -> Attachment:
     """An attachment of a message in an account of alice's workspace 'elsewhere'."""
-    from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount
+    from apps.mail.importing import ensure_local_account
     from apps.workspaces.models import Workspace
 
     workspace = Workspace.objects.create(tenant=alice.tenant, name="elsewhere")
-    account = MailAccount.objects.create(tenant=alice.tenant, workspace=workspace, name="Other", kind=AccountKind.LOCAL)
-    Folder.objects.bulk_create(
-        Folder(tenant=alice.tenant, account=account, kind=kind, name=kind.label) for kind in STANDARD_FOLDERS
-    )
+    account = ensure_local_account(tenant=alice.tenant, workspace=workspace, name="Other")
     return _stored(alice, account, "other.pdf", b"%PDF other\n", world["bob"])
 
 

@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 
 from apps.audit.models import AuditEvent
-from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount
+from apps.mail.importing import ensure_local_account
+from apps.mail.models import MailAccount
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.test_mcp_door import key_for, post, rpc
@@ -19,13 +20,8 @@ SIGNED = "Alice Example\nFinance, Example Ltd\n+1 555 0100"
 
 
 def _account(p: Person, name: str = "Mail") -> MailAccount:
-    account = MailAccount.objects.create(
-        tenant=p.tenant, workspace=p.workspace, name=name, kind=AccountKind.LOCAL, email_address=""
-    )
-    Folder.objects.bulk_create(
-        Folder(tenant=p.tenant, account=account, kind=kind, name=kind.label) for kind in STANDARD_FOLDERS
-    )
-    return account
+    """A local account with its standard folders, made as an import makes it."""
+    return ensure_local_account(tenant=p.tenant, workspace=p.workspace, name=name)
 
 
 @pytest.fixture
