@@ -36,7 +36,7 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from apps.core.callers import Caller
+    from apps.agents.keys import caller_for_key, issue_key
     from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
     from apps.mail.importing import import_mail
@@ -55,9 +55,18 @@ def main() -> None:
             account_name="bench",
             path=write_mbox(Path(tmp) / "m.mbox", conversation(60, prefix=f"g{time.time_ns()}")),
         )
-    caller = Caller.agent(
-        Membership.objects.for_user(person.user).get(), scopes={"read"}, credential_id="bench", credential_kind="apikey"
+    # the caller as the MCP door makes it from a read-only key (the tenant's exposure settings come with the key's
+    # lookup, a cost of the door: a caller without them would make the gate read them once more per call)
+    _, key = issue_key(
+        membership=Membership.objects.for_user(person.user).get(),
+        scopes=["read"],
+        workspaces=[person.workspace.name],
+        allow_list=None,
+        expires_at=None,
+        name="bench",
     )
+    caller = caller_for_key(key)
+    assert caller is not None
     account_id = str(Message.objects.for_tenant(person.tenant).values_list("account_id", flat=True).first())
     message_id = str(Message.objects.for_tenant(person.tenant).values_list("pk", flat=True).first())
     cases = {
