@@ -91,28 +91,28 @@ def allowed_operations(membership: Membership | None) -> frozenset[str]:
     return frozenset(op.name for op in registry if role.covers(op.role))
 
 
+def _shell(request: HttpRequest, name: str, **more: Any) -> HttpResponse:
+    """The page's shell for the tenant the console acts in, with the operations the person's role reaches and
+    `more` of the page's own (each given the membership, or None without one)."""
+    membership = current_membership(request)
+    extra = {key: make(membership) for key, make in more.items()}
+    return render(
+        request,
+        f"console/{name}.html",
+        {"membership": membership, "allowed_ops": allowed_operations(membership), **extra},
+    )
+
+
 @login_required
 def page(request: HttpRequest, name: str) -> HttpResponse:
     """A console page: a shell whose script module lists and changes things through the operations."""
-    membership = current_membership(request)
-    return render(
-        request, f"console/{name}.html", {"membership": membership, "allowed_ops": allowed_operations(membership)}
-    )
+    return _shell(request, name)
 
 
 @login_required
 def import_page(request: HttpRequest) -> HttpResponse:
     """Uploading a mail file to import (upload_import) and following its import (get_import, list_imports)."""
-    membership = current_membership(request)
-    return render(
-        request,
-        "console/import.html",
-        {
-            "membership": membership,
-            "allowed_ops": allowed_operations(membership),
-            "max_upload_bytes": settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"],
-        },
-    )
+    return _shell(request, "import", max_upload_bytes=lambda _: settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
 
 
 # the folder the mailbox showed last in this browser, per tenant (set by its script: account id, "/", folder, each
@@ -159,16 +159,7 @@ def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any]
 def mail(request: HttpRequest) -> HttpResponse:
     """The mailbox: accounts and folders, the message list, search, and a thread with its messages; its first
     screen comes with the page (first_screen)."""
-    membership = current_membership(request)
-    return render(
-        request,
-        "console/mail.html",
-        {
-            "membership": membership,
-            "allowed_ops": allowed_operations(membership),
-            "first_screen": first_screen(request, membership) if membership is not None else None,
-        },
-    )
+    return _shell(request, "mail", first_screen=lambda m: first_screen(request, m) if m is not None else None)
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail
