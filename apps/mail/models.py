@@ -180,6 +180,8 @@ class Message(TenantOwned):
             models.Index(
                 "tenant", "account", F("date").desc(nulls_last=True), F("id").desc(), name="message_in_account"
             ),
+            # and across every account (an agent's "what is new", with no account named): 86 ms for 10,000 without it
+            models.Index("tenant", F("date").desc(nulls_last=True), F("id").desc(), name="message_in_tenant"),
             # a folder's unread count, read off this index alone (apps.mail.reads.folder_counts)
             models.Index(
                 fields=["tenant", "account", "folder"], condition=Q(read=False), name="message_unread_in_folder"
