@@ -17,6 +17,7 @@ from apps.mail.models import MailAccount, Message
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import NotAMemberError, access_membership
 from apps.workspaces.tenancy import UnscopedQueryError
+from tests.callers import joined
 from tests.commands import run_json
 from tests.conftest import Person
 
@@ -133,6 +134,15 @@ def test_a_person_reaches_only_tenants_they_belong_to(alice: Person, mallory: Pe
     for foreign in (str(mallory.tenant.pk), str(new_id()), "not-a-uuid"):
         with pytest.raises(NotAMemberError):
             access_membership(user=alice.user, tenant_id=foreign)
+    first = access_membership(user=alice.user)
+    assert first.user == alice.user and first.user_id == alice.user.pk and first.tenant.name == alice.tenant.name
+    # in two tenants: the first joined when none is named, either one when named, and never mallory's
+    bob = joined(alice, "bob@example.test")
+    own = access_membership(user=bob.user)
+    assert own.tenant != alice.tenant and own.role == Role.OWNER
+    assert access_membership(user=bob.user, tenant_id=str(alice.tenant.pk)).role == Role.MEMBER
+    with pytest.raises(NotAMemberError):
+        access_membership(user=bob.user, tenant_id=str(mallory.tenant.pk))
 
 
 def test_roles_are_ordered() -> None:

@@ -6,7 +6,9 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
@@ -22,17 +24,39 @@ class NotAMemberError(Exception):
     """The person does not belong to that tenant (or it does not exist: the two look the same)."""
 
 
+@cache
+def _membership_sql() -> tuple[str, list[str], list[str]]:
+    """The membership lookup in plain SQL, built once from the models (its columns and its tenant's): every console
+    request and REST call makes it, and compiling the same ORM query each time cost more than running it."""
+    members, tenants = Membership._meta, Tenant._meta
+    select = [f"m.{f.column}" for f in members.concrete_fields] + [f"t.{f.column}" for f in tenants.concrete_fields]
+    sql = f"""
+SELECT {", ".join(select)}
+  FROM {members.db_table} m JOIN {tenants.db_table} t ON t.id = m.tenant_id
+ WHERE m.user_id = %(user)s AND (%(tenant)s::uuid IS NULL OR m.tenant_id = %(tenant)s::uuid)
+ ORDER BY m.created_at, m.id LIMIT 1
+"""  # noqa: S608 (every name is the models' own; every value is a parameter)
+    return sql, [f.attname for f in members.concrete_fields], [f.attname for f in tenants.concrete_fields]
+
+
 def access_membership(*, user: User, tenant_id: str | None = None) -> Membership:
-    """The person's membership in tenant_id, or in their only/first tenant when none is named."""
-    memberships = Membership.objects.for_user(user).select_related("tenant").order_by("created_at")
+    """The person's membership in tenant_id, or in their only/first tenant when none is named (with its tenant, and
+    this person as its user)."""
+    tenant: uuid.UUID | None = None
     if tenant_id is not None:
         try:
-            memberships = memberships.filter(tenant_id=uuid.UUID(str(tenant_id)))
+            tenant = uuid.UUID(str(tenant_id))
         except ValueError:
             raise NotAMemberError from None
-    membership = memberships.first()
-    if membership is None:
+    sql, member_fields, tenant_fields = _membership_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"user": user.pk, "tenant": tenant})
+        row = cursor.fetchone()
+    if row is None:
         raise NotAMemberError
+    membership = Membership.from_db(connection.alias, member_fields, row[: len(member_fields)])
+    membership.tenant = Tenant.from_db(connection.alias, tenant_fields, row[len(member_fields) :])
+    membership.user = user
     return membership
 
 
