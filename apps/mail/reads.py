@@ -224,12 +224,19 @@ class Listing(NamedTuple):
 
 
 @cache
-def _listing_sql() -> str:
+def _listing_sql(ask_restricted: bool) -> str:
+    """ask_restricted: whether the statement asks if the reach is restricted (only needed when it is restricted
+    and no account or label is named: otherwise the accounts are not scanned for an answer nobody reads)."""
     a, w, f, lb = (x._meta.db_table for x in (MailAccount, Workspace, Folder, Label))
+    restricted = (
+        f"""EXISTS (SELECT FROM {a} a JOIN {w} w ON w.id = a.workspace_id
+                WHERE a.tenant_id = %(tenant)s AND w.name <> ALL(%(workspaces)s::text[]))"""
+        if ask_restricted
+        else "false"
+    )
     return f"""
 SELECT acc.workspace, fol.id, lab.account_id, lab.workspace,
-       EXISTS (SELECT FROM {a} a JOIN {w} w ON w.id = a.workspace_id
-                WHERE a.tenant_id = %(tenant)s AND w.name <> ALL(%(workspaces)s::text[]))
+       {restricted}
   FROM (SELECT) one
   LEFT JOIN LATERAL (SELECT w.name AS workspace FROM {a} a JOIN {w} w ON w.id = a.workspace_id
                       WHERE a.tenant_id = %(tenant)s AND a.id = %(account)s::uuid) acc ON true
@@ -266,7 +273,8 @@ def listing_of(reach: Reach, *, account_id: str | None, label_id: str | None, fo
         "label": label,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_listing_sql(), params)
+        ask = reach.workspaces is not None and account_id is None and label_id is None
+        cursor.execute(_listing_sql(ask), params)
         account_workspace, folder_pk, label_account, label_workspace, restricted = cursor.fetchone()
     if label_id is not None:
         if label_account is None:
