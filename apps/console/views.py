@@ -91,11 +91,10 @@ def allowed_operations(membership: Membership | None) -> frozenset[str]:
     return frozenset(op.name for op in registry if role.covers(op.role))
 
 
-def _shell(request: HttpRequest, name: str, **more: Any) -> HttpResponse:
+def _shell(request: HttpRequest, name: str, **extra: Any) -> HttpResponse:
     """The page's shell for the tenant the console acts in, with the operations the person's role reaches and
-    `more` of the page's own (each given the membership, or None without one)."""
+    `extra` of the page's own."""
     membership = current_membership(request)
-    extra = {key: make(membership) for key, make in more.items()}
     return render(
         request,
         f"console/{name}.html",
@@ -112,7 +111,7 @@ def page(request: HttpRequest, name: str) -> HttpResponse:
 @login_required
 def import_page(request: HttpRequest) -> HttpResponse:
     """Uploading a mail file to import (upload_import) and following its import (get_import, list_imports)."""
-    return _shell(request, "import", max_upload_bytes=lambda _: settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
+    return _shell(request, "import", max_upload_bytes=settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
 
 
 # the folder the mailbox showed last in this browser, per tenant (set by its script: account id, "/", folder, each
@@ -159,7 +158,8 @@ def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any]
 def mail(request: HttpRequest) -> HttpResponse:
     """The mailbox: accounts and folders, the message list, search, and a thread with its messages; its first
     screen comes with the page (first_screen)."""
-    return _shell(request, "mail", first_screen=lambda m: first_screen(request, m) if m is not None else None)
+    membership = current_membership(request)  # asked once per request: _shell's is the same
+    return _shell(request, "mail", first_screen=first_screen(request, membership) if membership else None)
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail
