@@ -132,3 +132,42 @@ def test_static_files_are_served_by_name_only(db: None) -> None:
         "/static/favicon.svg.py",
     ):
         assert Client().get(path).status_code == 404, path
+
+
+def test_machine_doors_carry_the_same_policy(db: None, alice: Person) -> None:
+    """/mcp and the REST door answer JSON with the header django-csp itself builds from the settings (built
+    once per process here: apps.core.security_headers), refusals included."""
+    from csp.utils import build_policy
+
+    built = build_policy()
+    answers = [
+        Client().get("/mcp"),  # 405: no stream
+        Client().post("/mcp", {}, content_type="application/json"),  # 401: no credential
+        Client().post("/api/v1/ops/status", {}, content_type="application/json"),
+        _signed_in(alice).post("/api/v1/ops/status", {}, content_type="application/json"),
+    ]
+    for answer in answers:
+        assert answer["Content-Security-Policy"] == built, answer.status_code
+        assert {name: _policy(answer).get(name) for name in STRICT} == STRICT
+
+
+def test_a_changed_policy_setting_is_served_at_once(db: None) -> None:
+    """The policy built once is built again when its settings change (as a test or a reload changes them)."""
+    from csp.utils import build_policy
+    from django.test import override_settings
+
+    policy = {"DIRECTIVES": {"default-src": ["'none'"], "img-src": ["'self'"]}, "EXCLUDE_URL_PREFIXES": ["/mcp"]}
+    report = {"DIRECTIVES": {"default-src": ["'self'"]}}
+    with override_settings(CONTENT_SECURITY_POLICY=policy, CONTENT_SECURITY_POLICY_REPORT_ONLY=report):
+        health = Client().get("/health")
+        assert health["Content-Security-Policy"] == build_policy() and _policy(health) == {
+            "default-src": ["'none'"],
+            "img-src": ["'self'"],
+        }
+        assert health["Content-Security-Policy-Report-Only"] == "default-src 'self'"
+        excluded = Client().get("/mcp")
+        assert "Content-Security-Policy" not in excluded
+        assert excluded["Content-Security-Policy-Report-Only"] == "default-src 'self'"
+    after = Client().get("/health")
+    assert {name: _policy(after).get(name) for name in STRICT} == STRICT
+    assert "Content-Security-Policy-Report-Only" not in after
