@@ -16,6 +16,7 @@ from apps.accounts.models import User
 from apps.agents.models import ApiKey
 from apps.core.callers import Caller
 from apps.core.kinds import recorded_scopes
+from apps.core.rows import binary_rows, fields_of
 from apps.workspaces.models import Membership, Tenant
 
 KEY_PREFIX = "oak_"
@@ -66,8 +67,7 @@ _KEY_NEEDS |= {"last_used_at"}
 
 
 def _columns(model: type[Model], only: set[str] | None = None) -> list[str]:
-    """Column names in the model's field order (the order Model.from_db reads a subset in)."""
-    return [f.attname for f in model._meta.concrete_fields if only is None or f.attname in only]
+    return [f.attname for f in fields_of(model, only)]
 
 
 @cache
@@ -96,7 +96,7 @@ def caller_for_key(key: str) -> Caller | None:
     # Authentication itself: the secret's hash is what finds the tenant, so this lookup cannot be scoped.
     # One statement: the key, its tenant and person, and the person's role there now.
     sql, key_columns, tenant_columns, user_columns = _lookup()
-    with connection.cursor() as cursor:
+    with binary_rows() as cursor:
         cursor.execute(sql, [_hash(key)])
         row = cursor.fetchone()
     if row is None:

@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
 from apps.agents.models import ApiKey, Connection
+from apps.core.rows import binary_rows, fields_of
 from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 
 # The tenant a person chose in the console's switcher, kept in their session; the REST door
@@ -28,15 +29,15 @@ class NotAMemberError(Exception):
 def _membership_sql() -> tuple[str, list[str], list[str]]:
     """The membership lookup in plain SQL, built once from the models (its columns and its tenant's): every console
     request and REST call makes it, and compiling the same ORM query each time cost more than running it."""
-    members, tenants = Membership._meta, Tenant._meta
-    select = [f"m.{f.column}" for f in members.concrete_fields] + [f"t.{f.column}" for f in tenants.concrete_fields]
+    members, tenants = fields_of(Membership), fields_of(Tenant)
+    select = [f"m.{f.column}" for f in members] + [f"t.{f.column}" for f in tenants]
     sql = f"""
 SELECT {", ".join(select)}
-  FROM {members.db_table} m JOIN {tenants.db_table} t ON t.id = m.tenant_id
+  FROM {Membership._meta.db_table} m JOIN {Tenant._meta.db_table} t ON t.id = m.tenant_id
  WHERE m.user_id = %(user)s AND (%(tenant)s::uuid IS NULL OR m.tenant_id = %(tenant)s::uuid)
  ORDER BY m.created_at, m.id LIMIT 1
 """  # noqa: S608 (every name is the models' own; every value is a parameter)
-    return sql, [f.attname for f in members.concrete_fields], [f.attname for f in tenants.concrete_fields]
+    return sql, [f.attname for f in members], [f.attname for f in tenants]
 
 
 def access_membership(*, user: User, tenant_id: str | None = None) -> Membership:
@@ -49,7 +50,7 @@ def access_membership(*, user: User, tenant_id: str | None = None) -> Membership
         except ValueError:
             raise NotAMemberError from None
     sql, member_fields, tenant_fields = _membership_sql()
-    with connection.cursor() as cursor:
+    with binary_rows() as cursor:
         cursor.execute(sql, {"user": user.pk, "tenant": tenant})
         row = cursor.fetchone()
     if row is None:
