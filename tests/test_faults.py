@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from apps.mail.importing import import_mail
 from apps.operations.registry import Ceiling, OpClass, operation, registry
 from config import redis_client as redis_module
 from config.errors import server_error
+from config.postgresql.base import TRUSTED_FOR_SECONDS
 from config.redis_client import LocalWindowCounter
 from tests.callers import as_person
 from tests.conftest import Person
@@ -122,6 +124,42 @@ def test_a_call_whose_database_goes_away_answers_service_unavailable_and_the_nex
         assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="test_cut_off").exists()
     finally:
         registry.remove("test_cut_off")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_that_just_answered_is_not_asked_again_and_a_quiet_one_dropped_is_replaced(
+    alice: Person, mallory: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django asks a persistent connection SELECT 1 before each request's first query (CONN_HEALTH_CHECKS); the
+    backend (config.postgresql) skips that while the connection answered the request before, less than a second
+    ago. One quiet for longer, which the server dropped meanwhile (a restart), is still asked and replaced."""
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    asked: list[bool] = []
+    usable = connection.is_usable
+    monkeypatch.setattr(connection, "is_usable", lambda: asked.append(usable()) or asked[-1])
+
+    def request() -> list[str]:
+        connection.close_if_unusable_or_obsolete()  # what request_started and request_finished call
+        try:
+            listed = dispatch(as_person(alice), Door.UI, "list_messages", {}).output["messages"]
+        finally:
+            connection.close_if_unusable_or_obsolete()
+        return [m["subject"] for m in listed]
+
+    connection.close()
+    assert request() == ["Alice's own"] and asked == []  # a new connection needs no check
+    assert [request() for _ in range(3)] == [["Alice's own"]] * 3 and asked == []
+    # quiet for longer than the trusted second, and dropped by the server meanwhile
+    dropped = connection.connection.info.backend_pid
+    other = connection.copy()
+    with other.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [dropped])
+    other.close()
+    monkeypatch.setattr(connection, "_answered_at", time.monotonic() - TRUSTED_FOR_SECONDS - 0.1)
+    assert request() == ["Alice's own"]
+    assert asked == [False] and connection.connection.info.backend_pid != dropped
+    assert request() == ["Alice's own"] and asked == [False]  # and the new one answered a moment ago
 
 
 @contextmanager

@@ -20,7 +20,7 @@ def database_from_url(url: str) -> dict[str, object]:
     if not name:
         raise ImproperlyConfigured("DATABASE_URL must name a database")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "config.postgresql",  # Django's, with a health check that trusts a recent answer
         "NAME": name,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
