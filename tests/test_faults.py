@@ -137,7 +137,12 @@ def test_a_connection_that_just_answered_is_not_asked_again_and_a_quiet_one_drop
     _mail(mallory, tmp_path, "Mallory's own")
     asked: list[bool] = []
     usable = connection.is_usable
-    monkeypatch.setattr(connection, "is_usable", lambda: asked.append(usable()) or asked[-1])
+
+    def asking() -> bool:
+        asked.append(usable())
+        return asked[-1]
+
+    monkeypatch.setattr(connection, "is_usable", asking)
 
     def request() -> list[str]:
         connection.close_if_unusable_or_obsolete()  # what request_started and request_finished call
