@@ -1,7 +1,8 @@
 """Gate overhead: get_message and list_messages (50 messages) through dispatch, with audit, against the
 same handler called directly; and gate calls/s (one audit append each) with 8 concurrent writers on one
 tenant. One run, interleaved samples, on the bench's own embedded servers (var/bench).
-Targets (issue 3): the gate adds at most 1.5 ms per call at the median; >= 500 audited calls/s.
+Targets: the gate adds at most 1.0 ms to get_message and 1.5 ms to list_messages(50) at the median (issue 19;
+issue 3 asked 1.5 ms of every call); >= 500 audited calls/s.
 """
 
 from __future__ import annotations
@@ -70,13 +71,11 @@ def main() -> None:
     account_id = str(Message.objects.for_tenant(person.tenant).values_list("account_id", flat=True).first())
     message_id = str(Message.objects.for_tenant(person.tenant).values_list("pk", flat=True).first())
     cases = {
-        "get_message": {"message_id": message_id},
-        "list_messages(50)": {"account_id": account_id, "limit": 50},
+        "get_message": ({"message_id": message_id}, 1.0),
+        "list_messages(50)": ({"account_id": account_id, "limit": 50}, 1.5),
     }
-    print(
-        f"{'operation':<20} {'direct ms':>10} {'gate ms':>10} {'added ms':>10} {'ratio':>7}   target: added <= 1.5 ms"
-    )
-    for label, data in cases.items():
+    print(f"{'operation':<20} {'direct ms':>10} {'gate ms':>10} {'added ms':>10} {'ratio':>7} {'target: added <=':>17}")
+    for label, (data, target) in cases.items():
         name = label.split("(")[0]
         op = registry.get(name)
         assert op is not None
@@ -93,7 +92,7 @@ def main() -> None:
             dispatch(caller, Door.MCP, name, data)
             gated.append(time.perf_counter() - began)
         d, g = _median_ms(direct), _median_ms(gated)
-        print(f"{label:<20} {d:>10.3f} {g:>10.3f} {g - d:>10.3f} {g / d:>7.2f}")
+        print(f"{label:<20} {d:>10.3f} {g:>10.3f} {g - d:>10.3f} {g / d:>7.2f} {target:>14.1f} ms")
 
     appends = args.writers * args.calls
     seconds = run_writers(person.tenant, args.writers, args.calls)
