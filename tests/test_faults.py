@@ -131,8 +131,8 @@ def test_a_connection_that_just_answered_is_not_asked_again_and_a_quiet_one_drop
     alice: Person, mallory: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Django asks a persistent connection SELECT 1 before each request's first query (CONN_HEALTH_CHECKS); the
-    backend (config.postgresql) skips that while the connection answered the request before, less than a second
-    ago. One quiet for longer, which the server dropped meanwhile (a restart), is still asked and replaced."""
+    backend (config.postgresql) skips that while the connection began a query less than a second ago. One quiet
+    for longer, which the server dropped meanwhile (a restart), is still asked and replaced."""
     _mail(alice, tmp_path, "Alice's own")
     _mail(mallory, tmp_path, "Mallory's own")
     asked: list[bool] = []
@@ -161,10 +161,10 @@ def test_a_connection_that_just_answered_is_not_asked_again_and_a_quiet_one_drop
     with other.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [dropped])
     other.close()
-    monkeypatch.setattr(connection, "_answered_at", time.monotonic() - TRUSTED_FOR_SECONDS - 0.1)
+    monkeypatch.setattr(connection, "_used_at", time.monotonic() - TRUSTED_FOR_SECONDS - 0.1)
     assert request() == ["Alice's own"]
     assert asked == [False] and connection.connection.info.backend_pid != dropped
-    assert request() == ["Alice's own"] and asked == [False]  # and the new one answered a moment ago
+    assert request() == ["Alice's own"] and asked == [False]  # and the new one was used a moment ago
 
 
 @contextmanager
