@@ -128,6 +128,31 @@ def test_appending_outside_a_transaction_is_refused(alice: Person, mallory: Pers
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_event_alone_commits_by_itself_from_the_tenants_first_event_on(alice: Person, mallory: Person) -> None:
+    """alone=True: the event is its own transaction (a call that ran no statement), the head made on the way."""
+    assert not connection.in_atomic_block
+    assert not ChainHead.objects.filter(tenant=alice.tenant).exists()
+    fields: dict[str, Any] = {"principal": "internal", "door": "internal", "operation": "x", "outcome": "ok"}
+    first = append_event(tenant=alice.tenant, alone=True, durable=False, **fields)
+    second = append_event(tenant=alice.tenant, alone=True, **fields)  # durable: waits for its flush at once
+    assert (first.seq, second.seq, second.prev_hash) == (1, 2, first.hash)
+    assert not connection.in_atomic_block and connection.get_autocommit()
+    assert verify_chain(alice.tenant.pk) == (2, None)
+    assert ChainHead.objects.get(tenant=alice.tenant).seq == 2
+    assert not ChainHead.objects.filter(tenant=mallory.tenant).exists()
+
+    # inside a transaction it joins it like any event, and rolls back with it
+    def change_then_fail() -> None:
+        with transaction.atomic():
+            append_event(tenant=alice.tenant, alone=True, **fields)
+            raise RuntimeError("the change failed")
+
+    with pytest.raises(RuntimeError):
+        change_then_fail()
+    assert verify_chain(alice.tenant.pk) == (2, None)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_commit_is_made_durable_before_any_other_commit_hook_runs(alice: Person, mallory: Person) -> None:
     import apps.audit.log
 

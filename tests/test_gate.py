@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.db import connection
+from psycopg.pq import Trace
 from pydantic import BaseModel, ConfigDict
 
 from apps.accounts.models import User
+from apps.audit.log import verify_chain
 from apps.audit.models import AuditEvent
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.errors import NOT_AVAILABLE_MESSAGE, OakenError
@@ -347,3 +351,83 @@ def test_a_verify_step_that_breaks_is_an_internal_error_audited_without_its_mess
         assert _events(mallory) == []
     finally:
         registry.remove("test_verify_breaks")
+
+
+@contextmanager
+def _on_the_wire(path: Path) -> Iterator[Path]:
+    """What this process's database connection sends and receives meanwhile, as libpq traces it."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with path.open("w") as trace:
+        pgconn.trace(os.dup(trace.fileno()))
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield path
+        finally:
+            pgconn.untrace()
+
+
+def _sent(path: Path) -> str:
+    return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_that_ran_no_statement_is_its_events_whole_transaction(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """get_message reads its message with its targets, before its transaction: the transaction would hold the
+    event alone, so the event is appended as one statement that commits by itself (no BEGIN, no COMMIT sent)."""
+    mine, theirs = _mail(alice, tmp_path), _mail(mallory, tmp_path)
+    agent = as_agent(alice, scopes={"read"})
+    dispatch(agent, Door.MCP, "get_message", {"message_id": mine[0]})  # statements prepared, caches warm
+    with _on_the_wire(tmp_path / "read.trace") as wire:
+        assert dispatch(agent, Door.MCP, "get_message", {"message_id": mine[0]}).output["message"]["id"] == mine[0]
+        with pytest.raises(OakenError) as refused:
+            dispatch(agent, Door.MCP, "get_message", {"message_id": theirs[0]})
+    assert refused.value.code == "NOT_FOUND"
+    sent = _sent(wire)
+    assert "BEGIN" not in sent and "COMMIT" not in sent and "ROLLBACK" not in sent
+    assert [(e.operation, e.outcome) for e in _events(alice)[-2:]] == [
+        ("get_message", "ok"),
+        ("get_message", "NOT_FOUND"),
+    ]
+    assert [e.operation for e in _events(mallory)] == []
+    # a change still runs in a transaction with its event
+    with _on_the_wire(tmp_path / "change.trace") as wire:
+        dispatch(as_person(alice), Door.UI, "set_pinned", {"message_ids": [mine[0]], "pinned": True}, confirm=True)
+    sent = _sent(wire)
+    assert sent.count("BEGIN") == 1 and sent.count("COMMIT") == 1
+    assert Message.objects.for_tenant(alice.tenant).get(pk=mine[0]).pinned
+    assert not Message.objects.for_tenant(mallory.tenant).filter(pinned=True).exists()
+    assert verify_chain(alice.tenant.pk) == (len(_events(alice)), None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_whose_handler_ran_a_statement_shares_its_transaction_with_its_event(
+    alice: Person, mallory: Person
+) -> None:
+    seen: list[str] = []
+
+    def handler(ctx: object, data: Nothing) -> Ok:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT (pg_current_xact_id()::text::numeric % 4294967296)::text")
+            seen.append(cursor.fetchone()[0])
+        return Ok(ok=True)
+
+    operation(
+        name="test_read_in_transaction",
+        summary="t",
+        op_class=OpClass.READ,
+        input=Nothing,
+        output=Ok,
+        ceiling=Ceiling.NEVER,
+    )(handler)
+    try:
+        assert dispatch(as_person(alice), Door.UI, "test_read_in_transaction", {"message_id": "x"}).output["ok"]
+    finally:
+        registry.remove("test_read_in_transaction")
+    (event,) = [e for e in _events(alice) if e.operation == "test_read_in_transaction"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM audit_auditevent WHERE id = %s", [event.pk])
+        assert cursor.fetchone()[0] == seen[0]
+    assert _events(mallory) == []

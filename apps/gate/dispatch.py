@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
+from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, ValidationError
 
 from apps.audit.log import append_event, input_digest
@@ -82,8 +84,7 @@ def dispatch(
             # (the message it deleted is gone, the confirmation it needed was given).
             stored = _stored_response(caller, op.name, idempotency_key, digest)
             if stored is not None:
-                with transaction.atomic():
-                    _append(caller, door.value, op.name, "REPLAYED", digest)
+                _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
         ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=settings.OPERATIONS)
         if op.targets is not None:
@@ -284,7 +285,15 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
                     caller_key=caller.key, operation=op.name, key=idempotency_key
                 ).update(response=output)
-            _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
+            alone = _holds_nothing()
+            if not alone:
+                _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
+        if alone:
+            # the call ran no statement in its transaction (a read whose rows were read with its targets): its
+            # event is that whole transaction, appended as one statement that commits by itself
+            _append(
+                caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ, alone=True
+            )
     except OakenError:
         raise
     except ValidationError:
@@ -321,6 +330,17 @@ def _run_in_batches(ctx: Context, op: Operation, data: BaseModel, digest: str) -
     with transaction.atomic():
         _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=True)
     return Result(op.name, output)
+
+
+def _holds_nothing() -> bool:
+    """Whether the transaction this (outermost) block opened has sent no statement yet and waits on no commit hook:
+    psycopg sends BEGIN with a transaction's first statement, so the server has no transaction to commit."""
+    raw = connection.connection
+    return (
+        len(connection.atomic_blocks) == 1
+        and not connection.run_on_commit
+        and (raw is None or raw.info.transaction_status == TransactionStatus.IDLE)
+    )
 
 
 def _check_key(key: str) -> None:
@@ -373,21 +393,26 @@ def _append(
     touched: list[Any] | None = None,
     *,
     durable: bool = False,
+    alone: bool = False,
 ) -> None:
-    """Audit this call. Only events that record a change wait for the disk before the call answers."""
-    append_event(
-        tenant=caller.tenant,
-        principal=caller.principal.value,
-        door=door,
-        operation=operation,
-        outcome=outcome,
-        person_id=caller.user.pk if caller.user is not None else None,
-        credential_id=caller.credential_id,
-        credential_kind=caller.credential_kind,
-        targets=[Change(c.id, c.before, c.after) for c in touched or ()],
-        input_digest=digest,
-        durable=durable,
-    )
+    """Audit this call. Only events that record a change wait for the disk before the call answers. `alone`: the
+    event is the whole of its transaction (apps.audit.log.append_event); inside a caller's own transaction it is
+    a savepoint of it, so a failed append leaves that transaction usable."""
+    with transaction.atomic() if alone and connection.in_atomic_block else nullcontext():
+        append_event(
+            tenant=caller.tenant,
+            principal=caller.principal.value,
+            door=door,
+            operation=operation,
+            outcome=outcome,
+            person_id=caller.user.pk if caller.user is not None else None,
+            credential_id=caller.credential_id,
+            credential_kind=caller.credential_kind,
+            targets=[Change(c.id, c.before, c.after) for c in touched or ()],
+            input_digest=digest,
+            durable=durable,
+            alone=alone,
+        )
 
 
 def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
@@ -398,8 +423,7 @@ def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
 
 def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:
     try:
-        with transaction.atomic():
-            _append(caller, door.value, operation, code, digest)
+        _append(caller, door.value, operation, code, digest, alone=True)
     except _DATABASE_AWAY as exc:
         # nothing can be written while the database is away, and the refusal changed nothing: the caller still
         # gets its answer (SERVICE_UNAVAILABLE, or the refusal) rather than a crash
