@@ -29,7 +29,7 @@ from apps.mcp import protocol as p
 from apps.operations.defs.reference import SECURITY_RULES
 from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation, registry
-from config.redis_client import LocalWindowCounter, count_hit
+from config.redis_client import LocalWindowCounter, SharedWindowLimit
 
 SERVER_INFO = {"name": "oaken", "title": "Oaken mail workspace", "version": "0.1.0"}
 INSTRUCTIONS = (
@@ -90,21 +90,22 @@ def _origin_refused(request: HttpRequest) -> bool:
     return "*" not in allowed and origin.rstrip("/") not in allowed and origin.rstrip("/") != public_origin(request)
 
 
+_SHARED_COUNTS = SharedWindowLimit()
 _LOCAL_COUNTS = LocalWindowCounter()
 
 
 def _rate_limited(caller: Caller) -> int | None:
     """Seconds to wait when this credential used up its requests for the minute, else None.
 
+    Counted in Redis for every web process, a few requests at a time (config.redis_client.SharedWindowLimit).
     While Redis is away the minute is counted in this process instead: reads keep working, still bounded, and
     whatever needs a send budget is refused by its own check (SERVICE_UNAVAILABLE)."""
     limit = settings.OPERATIONS["MCP_REQUESTS_PER_MINUTE"]
     key = f"mcp-requests:{caller.credential_kind}:{caller.credential_id}"
     try:
-        count = count_hit(key, 60)
+        return _SHARED_COUNTS.wait(key, limit, 60)
     except redis.RedisError:
-        count = _LOCAL_COUNTS.hit(key, 60)
-    return 60 if count > limit else None
+        return 60 if _LOCAL_COUNTS.hit(key, 60) > limit else None
 
 
 @csrf_exempt
