@@ -84,8 +84,9 @@ def main() -> None:
             began = time.perf_counter()
             ctx = Context(caller=caller, door="mcp", now=timezone.now(), bounds=settings.OPERATIONS)
             parsed = op.input_model.model_validate(data)
-            # the handler's own lookups: what the input names, resolved once, as the gate does
+            # the handler's own lookups and reads: what the input names and what it gathers, as the gate does
             ctx.targets = op.targets(ctx, parsed) if op.targets is not None else None
+            ctx.gathered = op.gather(ctx, parsed) if op.gather is not None else None
             op.output_model.model_validate(op.handler(ctx, parsed)).model_dump(mode="json")
             direct.append(time.perf_counter() - began)
             began = time.perf_counter()

@@ -375,20 +375,29 @@ def _sent(path: Path) -> str:
 def test_a_call_that_ran_no_statement_is_its_events_whole_transaction(
     alice: Person, mallory: Person, tmp_path: Path
 ) -> None:
-    """get_message reads its message with its targets, before its transaction: the transaction would hold the
-    event alone, so the event is appended as one statement that commits by itself (no BEGIN, no COMMIT sent)."""
+    """get_message reads its message with its targets, list_messages and get_thread their rows in gather, all
+    before the call's transaction: it would hold the event alone, so the event is appended as one statement that
+    commits by itself (no BEGIN, no COMMIT sent)."""
     mine, theirs = _mail(alice, tmp_path), _mail(mallory, tmp_path)
+    thread = str(Message.objects.for_tenant(alice.tenant).get(pk=mine[0]).thread_id)
     agent = as_agent(alice, scopes={"read"})
-    dispatch(agent, Door.MCP, "get_message", {"message_id": mine[0]})  # statements prepared, caches warm
+    calls = [("get_message", {"message_id": mine[0]}), ("list_messages", {}), ("get_thread", {"thread_id": thread})]
+    for name, arguments in calls:  # statements prepared, caches warm
+        dispatch(agent, Door.MCP, name, arguments)
     with _on_the_wire(tmp_path / "read.trace") as wire:
         assert dispatch(agent, Door.MCP, "get_message", {"message_id": mine[0]}).output["message"]["id"] == mine[0]
+        listed = dispatch(agent, Door.MCP, "list_messages", {}).output["messages"]
+        threaded = dispatch(agent, Door.MCP, "get_thread", {"thread_id": thread}).output["messages"]
         with pytest.raises(OakenError) as refused:
             dispatch(agent, Door.MCP, "get_message", {"message_id": theirs[0]})
     assert refused.value.code == "NOT_FOUND"
+    assert sorted(m["id"] for m in listed) == sorted(mine) and mine[0] in [m["id"] for m in threaded]
     sent = _sent(wire)
     assert "BEGIN" not in sent and "COMMIT" not in sent and "ROLLBACK" not in sent
-    assert [(e.operation, e.outcome) for e in _events(alice)[-2:]] == [
+    assert [(e.operation, e.outcome) for e in _events(alice)[-4:]] == [
         ("get_message", "ok"),
+        ("list_messages", "ok"),
+        ("get_thread", "ok"),
         ("get_message", "NOT_FOUND"),
     ]
     assert [e.operation for e in _events(mallory)] == []

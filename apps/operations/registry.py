@@ -147,9 +147,11 @@ class Operation:
     # checks against the world outside the database (a mail server's login): run after every other check and
     # before the handler's transaction opens, so no transaction stays open waiting on the network
     verify: Callable[..., None] | None = None
-    # (ctx, data) -> what the handler needs from work done outside the database (summaries computed by Celery
-    # workers): run after every check and `verify`, before the handler's transaction opens, so no transaction
-    # stays open while it waits; the gate puts its result on ctx.gathered. A refusal (OakenError) passes through.
+    # (ctx, data) -> what the handler needs from work done outside its transaction (summaries computed by Celery
+    # workers; the page a read lists): run after every check and `verify`, before the handler's transaction opens,
+    # so no transaction stays open while it waits, and a read whose rows come from here leaves its transaction
+    # nothing but its event (apps.gate.dispatch); the gate puts its result on ctx.gathered. A refusal (OakenError)
+    # passes through.
     gather: Callable[..., Any] | None = None
     # (ctx, data) -> whether this input's idempotency_key already made what it asks for: a retry (after a timeout,
     # say) then runs without asking for confirmation again, before any token is looked at, and answers as the first

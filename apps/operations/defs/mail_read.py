@@ -264,17 +264,9 @@ def _position(row: dict[str, Any]) -> list[str | None]:
     return [row["date"].isoformat() if row["date"] else None, row["id"]]
 
 
-@operation(
-    name="list_messages",
-    summary="List messages newest first, by account, folder, label or unread state, a page at a time.",
-    input=ListMessagesIn,
-    output=MessagesOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.ON,
-    targets=listing,
-    bounds=(_PAGE_BOUND,),
-)
-def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
+def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str | None]:
+    """The page and the cursor after it, read after every check and before the call's transaction opens (gather),
+    which then holds the call's event alone (apps.gate.dispatch)."""
     size = data.size(ctx.bounds)
     named: Listing = ctx.targets
     where: dict[str, Any] = {}
@@ -295,7 +287,22 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
         limit=size + 1,
         extra={"summary": cached_text_column("m.tenant_id", "m.content_hash")},
     )
-    page, next_cursor = cut_page(rows, size, _position)
+    return cut_page(rows, size, _position)
+
+
+@operation(
+    name="list_messages",
+    summary="List messages newest first, by account, folder, label or unread state, a page at a time.",
+    input=ListMessagesIn,
+    output=MessagesOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.ON,
+    targets=listing,
+    gather=_page,
+    bounds=(_PAGE_BOUND,),
+)
+def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
+    page, next_cursor = ctx.gathered
     return MessagesOut.model_validate({"messages": page, "next_cursor": next_cursor})
 
 
@@ -484,6 +491,13 @@ def _thread(ctx: Context, data: ThreadIn) -> Thread:
     return access_thread_by_id(data.thread_id, reach=reach(ctx))
 
 
+def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
+    """The thread's messages, one more than the bound (to tell it was cut), read before the call's transaction
+    opens (gather), as list_messages reads its page."""
+    thread: Thread = ctx.targets
+    return summaries(reach(ctx), {"thread": thread.pk}, order="oldest", limit=ctx.bounds["THREAD_MAX_MESSAGES"] + 1)
+
+
 @operation(
     name="get_thread",
     summary="Get a thread and its messages, oldest first (at most the thread bound).",
@@ -492,11 +506,12 @@ def _thread(ctx: Context, data: ThreadIn) -> Thread:
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
     targets=_thread,
+    gather=_thread_messages,
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
     limit = ctx.bounds["THREAD_MAX_MESSAGES"]
-    messages = summaries(reach(ctx), {"thread": thread.pk}, order="oldest", limit=limit + 1)
+    messages = ctx.gathered
     return ThreadMessagesOut.model_validate(
         {
             "thread": {
