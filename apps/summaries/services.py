@@ -145,12 +145,13 @@ def cached_text_column(tenant_column: str, hash_column: str) -> tuple[str, dict[
   WHERE s.tenant_id = {tenant_column} AND s.content_hash = {hash_column} AND s.scope = %(summary_scope)s
     AND s.kind = %(summary_kind)s AND s.model = %(summary_model)s AND s.prompt_version = %(summary_prompt)s
     AND s.state = %(summary_done)s LIMIT 1)"""  # noqa: S608 (the caller's column names; every value is a parameter)
+    # plain strings: psycopg finds no dumper for an enum class and walks its bases for one on every call
     return sql, {
-        "summary_scope": Scope.MESSAGE,
+        "summary_scope": Scope.MESSAGE.value,
         "summary_kind": identity.kind,
         "summary_model": identity.model,
         "summary_prompt": identity.prompt_version,
-        "summary_done": State.DONE,
+        "summary_done": State.DONE.value,
     }
 
 
