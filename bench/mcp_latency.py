@@ -317,9 +317,7 @@ def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
     """Where an MCP call's time goes, in this process (Django's handler, no HTTP server), for get_message and for
     list_messages(50): medians of the request, of its parts called alone, the SQL statements it makes, and a
     cProfile of `calls` requests."""
-    from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
     from apps.agents.keys import caller_for_key
     from apps.core.kinds import Door
@@ -364,11 +362,10 @@ def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
         print(f"\n{label} in-process, no HTTP server (medians):")
         for part, samples in times.items():
             print(f"  {part:<24} {statistics.median(samples) * 1000:8.3f} ms")
-        with CaptureQueriesContext(connection) as queries:
-            request()
-        print(f"  SQL statements per MCP request: {len(queries.captured_queries)}")
-        for query in queries.captured_queries:
-            print(f"    {query['time']:>6} s  {query['sql'][:110]}")
+        sent = _round_trips(request)
+        print(f"  round trips to PostgreSQL per MCP request: {len(sent)} (what libpq sent)")
+        for statement in sent:
+            print(f"    {statement[:110]}")
 
         profiler = cProfile.Profile()
         profiler.enable()
@@ -380,6 +377,35 @@ def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
             pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order).print_stats(25)
             top = out.getvalue().split("\n\n", 2)[-1].rstrip()
             print(f"--- cProfile of {calls} {label} MCP requests, top by {order}\n" + top)
+
+
+def _round_trips(request: Callable[[], None]) -> list[str]:
+    """The statements one request sends to PostgreSQL, one per round trip (each ends with a Sync), as libpq traces
+    them (tests.wire)."""
+    from django.db import connection
+
+    from tests import wire
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with wire.traced(Path(tmp) / "trace") as trace:
+            request()
+        lines = wire.sent(trace)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        prepared = {name: " ".join(sql.split()) for name, sql in cursor.fetchall()}
+    sent, statement = [], ""
+    for fields in lines:
+        kind, rest = fields[2], " ".join(fields[3:])
+        quoted = re.findall(r'"((?:[^"]|"")*)"', rest)
+        if kind == "Parse" and len(quoted) > 1:
+            statement = " ".join(quoted[1].split())
+        elif kind == "Bind" and len(quoted) > 1 and quoted[1]:
+            statement = prepared.get(quoted[1], quoted[1])
+        elif kind == "Query" and quoted:
+            sent.append(" ".join(quoted[0].split()))
+        elif kind == "Sync":
+            sent.append(statement)
+    return sent
 
 
 # ---------------------------------------------------------------- load

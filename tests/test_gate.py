@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.db import connection
-from psycopg.pq import Trace
 from pydantic import BaseModel, ConfigDict
 
 from apps.accounts.models import User
@@ -27,6 +24,7 @@ from apps.operations.exposure import offered_operations
 from apps.operations.models import ExposureSetting
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
+from tests import wire
 from tests.callers import as_agent, as_person, door_of, refusal
 from tests.conftest import Person
 from tests.mailfactory import conversation, write_mbox
@@ -353,22 +351,8 @@ def test_a_verify_step_that_breaks_is_an_internal_error_audited_without_its_mess
         registry.remove("test_verify_breaks")
 
 
-@contextmanager
-def _on_the_wire(path: Path) -> Iterator[Path]:
-    """What this process's database connection sends and receives meanwhile, as libpq traces it."""
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with path.open("w") as trace:
-        pgconn.trace(os.dup(trace.fileno()))
-        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            yield path
-        finally:
-            pgconn.untrace()
-
-
 def _sent(path: Path) -> str:
-    return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
+    return "\n".join("\t".join(fields) for fields in wire.sent(path))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -384,7 +368,7 @@ def test_a_call_that_ran_no_statement_is_its_events_whole_transaction(
     calls = [("get_message", {"message_id": mine[0]}), ("list_messages", {}), ("get_thread", {"thread_id": thread})]
     for name, arguments in calls:  # statements prepared, caches warm
         dispatch(agent, Door.MCP, name, arguments)
-    with _on_the_wire(tmp_path / "read.trace") as wire:
+    with wire.traced(tmp_path / "read.trace") as trace:
         assert dispatch(agent, Door.MCP, "get_message", {"message_id": mine[0]}).output["message"]["id"] == mine[0]
         listed = dispatch(agent, Door.MCP, "list_messages", {}).output["messages"]
         threaded = dispatch(agent, Door.MCP, "get_thread", {"thread_id": thread}).output["messages"]
@@ -392,7 +376,7 @@ def test_a_call_that_ran_no_statement_is_its_events_whole_transaction(
             dispatch(agent, Door.MCP, "get_message", {"message_id": theirs[0]})
     assert refused.value.code == "NOT_FOUND"
     assert sorted(m["id"] for m in listed) == sorted(mine) and mine[0] in [m["id"] for m in threaded]
-    sent = _sent(wire)
+    sent = _sent(trace)
     assert "BEGIN" not in sent and "COMMIT" not in sent and "ROLLBACK" not in sent
     assert [(e.operation, e.outcome) for e in _events(alice)[-4:]] == [
         ("get_message", "ok"),
@@ -402,9 +386,9 @@ def test_a_call_that_ran_no_statement_is_its_events_whole_transaction(
     ]
     assert [e.operation for e in _events(mallory)] == []
     # a change still runs in a transaction with its event
-    with _on_the_wire(tmp_path / "change.trace") as wire:
+    with wire.traced(tmp_path / "change.trace") as trace:
         dispatch(as_person(alice), Door.UI, "set_pinned", {"message_ids": [mine[0]], "pinned": True}, confirm=True)
-    sent = _sent(wire)
+    sent = _sent(trace)
     assert sent.count("BEGIN") == 1 and sent.count("COMMIT") == 1
     assert Message.objects.for_tenant(alice.tenant).get(pk=mine[0]).pinned
     assert not Message.objects.for_tenant(mallory.tenant).filter(pinned=True).exists()
