@@ -49,8 +49,9 @@ def test_an_mbox_uploaded_in_the_page_is_imported_by_a_worker_while_the_bar_move
 ) -> None:
     from playwright.sync_api import expect
 
-    # smaller batches than the default: the counts move forty times in the import
-    settings.OPERATIONS = {**settings.OPERATIONS, "IMPORT_BATCH_SIZE": 50}
+    # small batches, so the counts move 400 times and the import outlasts several of the page's polls (every
+    # 700 ms): with batches of 50 it took 0.7-0.9 s here and the page could see 0 and then 100, nothing between
+    settings.OPERATIONS = {**settings.OPERATIONS, "IMPORT_BATCH_SIZE": 5}
     source = _mbox(tmp_path)
     Workspace.objects.create(tenant=alice.tenant, name="archive")
     Workspace.objects.create(tenant=mallory.tenant, name="mallory-only")
