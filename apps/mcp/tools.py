@@ -16,6 +16,7 @@ from apps.operations.registry import OpClass, Operation
 UNTRUSTED_KEY = "x-untrusted"  # set on output fields holding mail-derived text (shapes.MailText)
 FLAG = "untrusted_content"
 _OPEN, _CLOSE = "[untrusted:", "[/untrusted:"
+_WORD = "untrusted:"
 
 _CONFIRMATION_TOKEN = {
     "type": "string",
@@ -79,16 +80,21 @@ def tool(op: Operation) -> dict[str, Any]:
 
 
 def _neutral(text: str) -> str:
-    # mail cannot forge a fence of its own: marker openings inside it lose their bracket
+    # mail cannot forge a fence of its own: marker openings inside it lose their bracket (both hold _WORD: one scan
+    # over the text that holds neither, as nearly all do)
+    if _WORD not in text:
+        return text
     return text.replace(_OPEN, "(untrusted:").replace(_CLOSE, "(/untrusted:")
 
 
-def _fence(value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str, path: str, fields: list[str]) -> Any:
+def _fence(
+    value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str, path: str, fields: dict[str, None]
+) -> Any:
     if "$ref" in schema:
         schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
     if isinstance(value, str) and schema.get(UNTRUSTED_KEY):
         if value:
-            fields.append(path)
+            fields[path] = None
             return f"{_OPEN}{marker}]{_neutral(value)}{_CLOSE}{marker}]"
         return value
     for option in schema.get("anyOf", ()):
@@ -105,10 +111,6 @@ def _fence(value: Any, schema: dict[str, Any], defs: dict[str, Any], marker: str
     return value
 
 
-def _unique(paths: list[str]) -> list[str]:
-    return list(dict.fromkeys(paths))
-
-
 @cache
 def _output_schema(op: Operation) -> dict[str, Any]:
     return op.output_model.model_json_schema()
@@ -117,14 +119,25 @@ def _output_schema(op: Operation) -> dict[str, Any]:
 class _Plan:
     """Where an output schema can hold mail text, compiled once per operation: the walk then skips every part that
     cannot (ids, dates, flags, counts), which is most of a listing. A part that cannot is None. Each part knows
-    its path (as _fence names it), so a listing's fifty rows build no path strings."""
+    its path (as _fence names it), so a listing's fifty rows build no path strings. `steps`: each property with
+    its path and its part, None for a property that is mail text itself (or null), fenced in the object's own loop
+    without a call of its own."""
 
-    __slots__ = ("items", "option", "path", "props", "untrusted")
+    __slots__ = ("items", "option", "path", "props", "steps", "untrusted")
 
     def __init__(
         self, untrusted: bool, option: _Plan | None, props: dict[str, _Plan], items: _Plan | None, path: str
     ) -> None:
         self.untrusted, self.option, self.props, self.items, self.path = untrusted, option, props, items, path
+        self.steps = tuple((key, part.path, None if part.is_leaf() else part) for key, part in props.items())
+
+    def is_leaf(self) -> bool:
+        """Whether a value here is fenced if it is text and left as it is otherwise (as _fence_by walks it)."""
+        if self.props or self.items is not None:
+            return False
+        if self.option is not None:
+            return self.option.is_leaf() and self.option.path == self.path
+        return self.untrusted
 
 
 class _Recursive(Exception):
@@ -167,32 +180,54 @@ def _output_plan(op: Operation) -> tuple[_Plan | None] | None:
         return None
 
 
-def _fence_by(value: Any, plan: _Plan, marker: str, fields: list[str]) -> Any:
+def _fence_by(value: Any, plan: _Plan, marker: str, fields: dict[str, None]) -> Any:
     """_fence over a compiled plan: the same result, the same fields in the same order (a model's output lists its
-    keys in its schema's order, the order the plan holds them in)."""
+    keys in its schema's order, the order the plan holds them in), each once (`fields` keeps them as keys)."""
+    return _walk(value, plan, f"{_OPEN}{marker}]", f"{_CLOSE}{marker}]", fields)
+
+
+def _walk(value: Any, plan: _Plan, head: str, tail: str, fields: dict[str, None]) -> Any:
     if isinstance(value, str) and plan.untrusted:
         if value:
-            fields.append(plan.path)
-            return f"{_OPEN}{marker}]{_neutral(value)}{_CLOSE}{marker}]"
+            fields[plan.path] = None
+            return head + _neutral(value) + tail
         return value
     if plan.option is not None and value is not None:
-        return _fence_by(value, plan.option, marker, fields)
+        return _walk(value, plan.option, head, tail, fields)
     if isinstance(value, dict):
-        fenced = dict(value)
-        for key, part in plan.props.items():
-            if key in fenced:
-                fenced[key] = _fence_by(fenced[key], part, marker, fields)
-        return fenced
+        return _walk_object(value, plan, head, tail, fields)
     if isinstance(value, list) and plan.items is not None:
         items = plan.items
-        return [_fence_by(v, items, marker, fields) for v in value]
+        if not items.untrusted and items.option is None:
+            # a list of objects (a listing's rows): each walked as an object without the steps above
+            return [
+                _walk_object(v, items, head, tail, fields)
+                if isinstance(v, dict)
+                else _walk(v, items, head, tail, fields)
+                for v in value
+            ]
+        return [_walk(v, items, head, tail, fields) for v in value]
     return value
+
+
+def _walk_object(value: dict[str, Any], plan: _Plan, head: str, tail: str, fields: dict[str, None]) -> dict[str, Any]:
+    fenced = dict(value)
+    for key, path, part in plan.steps:  # the schema's order, so fields are listed in the order _fence lists them
+        if key not in fenced:
+            continue
+        text = fenced[key]
+        if part is not None:
+            fenced[key] = _walk(text, part, head, tail, fields)
+        elif isinstance(text, str) and text:
+            fields[path] = None
+            fenced[key] = head + _neutral(text) + tail
+    return fenced
 
 
 def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     """A tools/call result: the output as structured content and as JSON text, mail text fenced."""
     marker = secrets.token_hex(12)
-    fields: list[str] = []
+    fields: dict[str, None] = {}  # the fenced fields' paths, each once, in the order first met
     plan = _output_plan(op)
     if plan is not None:
         content = _fence_by(output, plan[0], marker, fields) if plan[0] is not None else output
@@ -200,7 +235,7 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
         schema = _output_schema(op)
         content = _fence(output, schema, schema.get("$defs", {}), marker, "", fields)
     if fields:
-        content[FLAG] = {"marker": marker, "fields": _unique(fields)}
+        content[FLAG] = {"marker": marker, "fields": list(fields)}
     return {
         "content": [{"type": "text", "text": dumps(content)}],
         "structuredContent": content,
@@ -208,7 +243,7 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _fence_strings(value: Any, marker: str, path: str, fields: list[str]) -> Any:
+def _fence_strings(value: Any, marker: str, path: str, fields: dict[str, None]) -> Any:
     """Every string inside `value` fenced: for proposal values, whose shape no schema describes."""
     if isinstance(value, str):
         return _fence(value, {UNTRUSTED_KEY: True}, {}, marker, path, fields)
@@ -225,7 +260,7 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"error": error.as_dict()}
     proposal = body["error"].get("proposal")
     if proposal:
-        marker, fields = secrets.token_hex(12), list[str]()
+        marker, fields = secrets.token_hex(12), dict[str, None]()
         proposal["changes"] = [
             {
                 **change,
@@ -241,5 +276,5 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
                 proposal["summary"], {UNTRUSTED_KEY: True}, {}, marker, "error.proposal.summary", fields
             )
         if fields:
-            body[FLAG] = {"marker": marker, "fields": _unique(fields)}
+            body[FLAG] = {"marker": marker, "fields": list(fields)}
     return {"content": [{"type": "text", "text": dumps(body)}], "isError": True}
