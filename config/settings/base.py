@@ -133,6 +133,15 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# What the MCP door's requests pass through (config.wsgi): the headers every answer carries, the public origin and
+# CORS. A bearer credential is all it reads: no session, cookie, CSRF form or message.
+MCP_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "apps.core.security_headers.CSPMiddleware",
+    "apps.core.links.RequestOriginMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
