@@ -21,6 +21,7 @@ import cProfile
 import functools
 import io
 import itertools
+import json
 import logging
 import os
 import pstats
@@ -325,23 +326,19 @@ def _analyze() -> None:
 
 
 def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
-    """Where an MCP call's time goes, in this process (Django's handler, no HTTP server), for get_message and for
-    list_messages(50): medians of the request, of its parts called alone, the SQL statements it makes, and a
-    cProfile of `calls` requests."""
-    from django.test import Client
-
+    """Where an MCP call's time goes, in this process (the WSGI application gunicorn serves, no HTTP server), for
+    get_message and for list_messages(50): medians of the request, of its parts called alone, the SQL statements it
+    makes, and a cProfile of `calls` requests."""
     from apps.agents.keys import caller_for_key
     from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
     from apps.mcp import tools
     from apps.operations.registry import registry
+    from config.wsgi import application
+    from tests.wsgicall import serve
 
-    client = Client(
-        SERVER_NAME="127.0.0.1",
-        HTTP_AUTHORIZATION=f"Bearer {key}",
-        HTTP_ACCEPT=MCP_HEADERS["Accept"],
-        HTTP_MCP_PROTOCOL_VERSION=PROTOCOL_VERSION,
-    )
+    headers = {"authorization": f"Bearer {key}", "accept": MCP_HEADERS["Accept"]}
+    headers["mcp_protocol_version"] = PROTOCOL_VERSION
     caller = caller_for_key(key)
     assert caller is not None
     cases = {
@@ -351,9 +348,9 @@ def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
     for label, (rpc, arguments) in cases.items():
         name = label.split("(")[0]
 
-        def request(rpc: dict[str, Any] = rpc) -> None:
-            answer = client.post("/mcp", rpc, content_type="application/json")
-            assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.content[:300]
+        def request(body: bytes = json.dumps(rpc).encode()) -> None:
+            status, _, answer = serve(application, "POST", "/mcp", body, **headers)
+            assert status.startswith("200") and json.loads(answer)["result"]["isError"] is False, answer[:300]
 
         op = registry.get(name)
         assert op is not None

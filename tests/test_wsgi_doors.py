@@ -4,11 +4,9 @@ cookie; a browser page still gets its session and CSRF cookie; the door's list c
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
-from wsgiref.util import setup_testing_defaults
 
 import pytest
 from django.conf import settings
@@ -17,28 +15,11 @@ from django.core.exceptions import ImproperlyConfigured
 from config.wsgi import DoorHandler, application
 from tests.conftest import Person
 from tests.test_mcp_door import _fresh_counters, _mailbox_with, key_for, rpc  # noqa: F401 (fixture)
+from tests.wsgicall import serve
 
 
 def _serve(method: str, path: str, body: bytes = b"", **headers: str) -> tuple[str, dict[str, list[str]], bytes]:
-    """One request through the application gunicorn serves: its status, headers (every value of each) and body."""
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": method,
-        "PATH_INFO": path,
-        "SERVER_NAME": "127.0.0.1",
-        "HTTP_HOST": "127.0.0.1:8000",
-        "wsgi.input": io.BytesIO(body),
-        "CONTENT_LENGTH": str(len(body)),
-        "CONTENT_TYPE": "application/json",
-    }
-    environ.update({"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()})
-    setup_testing_defaults(environ)
-    started: list[Any] = []
-    answer = b"".join(application(environ, lambda status, sent, *_: started.append((status, sent))))
-    status, sent = started[0]
-    found: dict[str, list[str]] = {}
-    for name, value in sent:
-        found.setdefault(name.lower(), []).append(value)
-    return status, found, answer
+    return serve(application, method, path, body, **headers)
 
 
 def _call(key: str, path: str, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, list[str]], Any]:
