@@ -12,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.audit.models import AuditEvent
 from config.wsgi import DoorHandler, application
 from tests.conftest import Person
 from tests.test_mcp_door import _fresh_counters, _mailbox_with, key_for, rpc  # noqa: F401 (fixture)
@@ -57,6 +58,19 @@ def test_an_mcp_answer_carries_every_header_and_no_cookie(
     _, _, other = _call(key_for(mallory, ["read"]), path, "get_message", {"message_id": message_id})
     assert other["result"]["isError"] is True and "NOT_FOUND" in other["result"]["content"][0]["text"]
     assert "Totals" not in json.dumps(other)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_not_allowed_is_refused_before_the_door_reads_anything(alice: Person) -> None:
+    # a DNS rebinding page reaches the server under its own name: refused before the credential is even looked up
+    body = json.dumps(rpc("tools/call", {"name": "list_accounts", "arguments": {}})).encode()
+    key = key_for(alice, ["read"])
+    for host in ("rebound.example", "rebound.example:8000"):
+        status, _, answer = _serve("POST", "/mcp", body, host=host, authorization=f"Bearer {key}")
+        assert status.startswith("400") and b"accounts" not in answer
+    assert AuditEvent.objects.for_tenant(alice.tenant).count() == 0  # no call reached the gate
+    status, _, _ = _serve("POST", "/mcp", body, authorization=f"Bearer {key}", accept="application/json")
+    assert status.startswith("200")
 
 
 @pytest.mark.django_db(transaction=True)

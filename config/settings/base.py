@@ -133,13 +133,15 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
-# What the MCP door's requests pass through (config.wsgi): the headers every answer carries, the public origin and
-# CORS. A bearer credential is all it reads: no session, cookie, CSRF form or message.
+# What the MCP door's requests pass through (config.wsgi): the headers every answer carries, the public origin,
+# CORS, and CommonMiddleware, which refuses a Host not in ALLOWED_HOSTS before the view runs (a DNS rebinding
+# defence the view does not repeat). A bearer credential is all it reads: no session, cookie, CSRF form or message.
 MCP_MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "apps.core.security_headers.CSPMiddleware",
     "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
+    "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
