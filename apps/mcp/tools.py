@@ -136,7 +136,7 @@ class _Plan:
         if self.props or self.items is not None:
             return False
         if self.option is not None:
-            return self.option.is_leaf() and self.option.path == self.path
+            return self.option.is_leaf()  # at the same path (_compile gives an option its value's path)
         return self.untrusted
 
 
@@ -198,14 +198,6 @@ def _walk(value: Any, plan: _Plan, head: str, tail: str, fields: dict[str, None]
         return _walk_object(value, plan, head, tail, fields)
     if isinstance(value, list) and plan.items is not None:
         items = plan.items
-        if not items.untrusted and items.option is None:
-            # a list of objects (a listing's rows): each walked as an object without the steps above
-            return [
-                _walk_object(v, items, head, tail, fields)
-                if isinstance(v, dict)
-                else _walk(v, items, head, tail, fields)
-                for v in value
-            ]
         return [_walk(v, items, head, tail, fields) for v in value]
     return value
 
