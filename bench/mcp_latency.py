@@ -337,8 +337,11 @@ def profile(key: str, message_id: str, account_id: str, calls: int) -> None:
     from config.wsgi import application
     from tests.wsgicall import serve
 
-    headers = {"authorization": f"Bearer {key}", "accept": MCP_HEADERS["Accept"]}
-    headers["mcp_protocol_version"] = PROTOCOL_VERSION
+    headers = {
+        "authorization": f"Bearer {key}",
+        "accept": MCP_HEADERS["Accept"],
+        "mcp_protocol_version": PROTOCOL_VERSION,
+    }
     caller = caller_for_key(key)
     assert caller is not None
     cases = {

@@ -17,7 +17,7 @@ def serve(
     **headers: str,
 ) -> tuple[str, dict[str, list[str]], bytes]:
     """The status, the headers (lower-case names, every value of each) and the body of one request; `headers` by
-    their names with dashes as underscores (content_type="application/json")."""
+    their names with dashes as underscores (mcp_protocol_version="2025-11-25"); the body is sent as JSON."""
     environ: dict[str, Any] = {
         "REQUEST_METHOD": method,
         "PATH_INFO": path,
