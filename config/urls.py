@@ -9,9 +9,6 @@ from apps.mcp.views import endpoint as mcp_endpoint
 from config import health
 
 # what escapes a view: 503 in the error shape while the database is away, never Django's bare HTML 500 on a door
-handler400 = "config.errors.bad_request"
-handler403 = "config.errors.permission_denied"
-handler404 = "config.errors.page_not_found"
 handler500 = "config.errors.server_error"
 
 urlpatterns = [
