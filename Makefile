@@ -4,18 +4,30 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+# plugins live in an environment of their own, never in Oaken's: their code (a .pth file included) runs only in
+# the sandbox (docs/plugins.md); Oaken reads their entry points from its metadata
+PLUGINS := .plugins
+PLUGINS_STAMP := $(PLUGINS)/.installed
 
 .PHONY: serve test lint bench clean
 
-# the plugins shipped in this repository (plugins/*) are installed as a user's would be
-$(STAMP): pyproject.toml plugins/oaken-calendar/pyproject.toml
+# oaken_plugin (the plugin author's API) is installed beside Oaken for the type checker and the tests only;
+# a plugin installed here by an older Makefile is taken out (its code must never run in Oaken's processes)
+$(STAMP): pyproject.toml plugins/oaken-plugin/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet -e plugins/oaken-calendar
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e plugins/oaken-plugin
+	@$(BIN)/python -m pip uninstall --quiet --yes oaken-calendar 2>/dev/null || true
 	@touch $(STAMP)
 
-serve: $(STAMP)
+# the plugins shipped in this repository (plugins/*) are installed as a user's would be, in the plugin environment
+$(PLUGINS_STAMP): plugins/oaken-plugin/pyproject.toml plugins/oaken-calendar/pyproject.toml
+	@test -x $(PLUGINS)/bin/python || $(PYTHON) -m venv $(PLUGINS)
+	$(PLUGINS)/bin/python -m pip install --quiet -e plugins/oaken-plugin -e plugins/oaken-calendar
+	@touch $(PLUGINS_STAMP)
+
+serve: $(STAMP) $(PLUGINS_STAMP)
+	./bin/system-packages
 	$(BIN)/oaken serve
 
 # The Node programs the tests drive as real clients (package.json: the MCP Inspector CLI), from the
@@ -29,7 +41,7 @@ $(NODE_STAMP): package.json package-lock.json
 		echo "npm not found: the MCP Inspector CLI is not installed; tests/test_mcp_inspector.py will skip"; \
 	fi
 
-test: $(STAMP) $(NODE_STAMP)
+test: $(STAMP) $(PLUGINS_STAMP) $(NODE_STAMP)
 	./bin/system-packages
 	$(BIN)/pytest
 
@@ -42,4 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/import_mail.py
 
 clean:
-	rm -rf $(VENV) var node_modules
+	rm -rf $(VENV) $(PLUGINS) var node_modules

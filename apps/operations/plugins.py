@@ -1,48 +1,56 @@
 """The plugin bridge: installed packages add operations named <plugin>.<name> (SPEC §17, docs/plugins.md).
 
-A plugin names a `oaken_plugin.Plugin` in the entry point group `oaken.plugins`. Oaken never imports it: its
-code runs only in processes of its own (oaken_plugin.host), started with an environment that holds no
-database, Redis or secret settings and shut in before the plugin is imported. Oaken asks such a process what
-the plugin offers (names, JSON schemas), checks every operation against the registry's rules (a plugin that
-breaks one is refused and offers nothing; Oaken starts anyway), and registers a bridge operation for each:
-it passes the same gate as every other operation (exposure starting off, roles, scopes, confirmation,
-limits, audit), resolves the accounts and messages its input names in the caller's reach, reads the parts
-the operation declared (`reads`) and hands them, with the tenant's settings for the plugin and the clock, to
-one of the plugin's processes. A call that outlives PLUGIN_TIMEOUT_SECONDS kills that process (the next call
-gets a new one); an exception is reported as its type only; a plugin whose health check fails, or whose
-processes crash PLUGIN_CRASHES_MAX times within PLUGIN_HEALTH_SECONDS, offers nothing until a later check
-passes.
+A plugin names a `oaken_plugin.Plugin` in the entry point group `oaken.plugins` of a package installed in the
+plugin environment (a Python environment of its own, OAKEN_PLUGIN_ENV, never Oaken's: its code, a `.pth` file
+included, runs only in the sandbox) or in a folder of OAKEN_PLUGIN_PATH. Oaken reads the entry points from the
+packages' metadata and never imports a plugin: its code runs only in processes of its own, each in an
+operating-system sandbox (apps.operations.sandbox) and serving one tenant (apps.operations.plugin_processes).
+Where the sandbox cannot be made, no plugin is loaded (OAKEN_PLUGIN_SANDBOX=none, for development only, runs
+them without one). Two packages claiming one name are both refused.
+
+At start, a process of each plugin is asked what it offers (names, JSON schemas), within PLUGIN_START_SECONDS;
+every operation is checked against the registry's rules (a plugin that breaks one is refused and offers nothing;
+Oaken starts anyway), and the words a plugin wrote (summaries, titles, descriptions) are made plain and short
+before an agent reads them. Each operation is registered as a bridge operation: it passes the same gate as every
+other (exposure starting off, roles, scopes, confirmation for every mutation, limits, audit), resolves the
+accounts and messages its input names in the caller's reach, reads the parts the operation declared (`reads`)
+and hands them, with the tenant's settings for the plugin and the clock, to one of the plugin's processes for
+that tenant. A call past PLUGIN_TIMEOUT_SECONDS or PLUGIN_CPU_SECONDS ends its process; an exception is
+reported as the name of a built-in exception only; more than PLUGIN_CALLS_IN_FLIGHT calls of one plugin at
+once are refused, not queued. A plugin whose health check fails, or whose processes crash PLUGIN_CRASHES_MAX
+times within PLUGIN_HEALTH_SECONDS, offers nothing until a later check passes; checks run in the background.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import importlib.util
-import json
 import logging
-import os
-import select
-import subprocess
-import sys
+import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import distributions
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from django.conf import settings
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from jsonschema.exceptions import SchemaError, best_match
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
+from apps.operations import sandbox
+from apps.operations.plugin_processes import PluginFailure, PluginProcess, exception_name, pools
 from apps.operations.registry import (
     _SCOPE_OF_CLASS,
+    ALWAYS,
+    NEVER,
     Ceiling,
     DefinitionError,
     OpClass,
@@ -55,214 +63,61 @@ from apps.operations.registry import (
 
 log = logging.getLogger("oaken.plugins")
 ENTRY_POINT_GROUP = "oaken.plugins"
-# what a plugin's process keeps of Oaken's environment: nothing that names a server or holds a secret
-_KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # the JSON Schema "format" pydantic gives a SecretStr: such settings are never shown back
 SECRET_FORMAT = "password"  # noqa: S105 - a JSON Schema format, not a password
 MASK = "********"
+_PLUGIN_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_PROPERTY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+SUMMARY_MAX_CHARS = 200
+WORDS_MAX_CHARS = 300
+# keywords whose value maps names (a field's, a definition's) to schemas
+_NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-class PluginFailure(Exception):
-    """A plugin's process did not answer as it should (the reason is fixed text, never the plugin's)."""
-
-    def __init__(self, reason: str, *, crashed: bool = False) -> None:
-        super().__init__(reason)
-        self.crashed = crashed
+# ---------------------------------------------------------------- the words a plugin wrote
 
 
-# ---------------------------------------------------------------- one process
+def plain(text: object, most: int) -> str:
+    """Text a plugin wrote, as an agent or a person may read it: printable characters on one line, short."""
+    words = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return words if len(words) <= most else words[: most - 1] + "…"
 
 
-def _environment(paths: Iterable[str]) -> dict[str, str]:
-    env = {key: os.environ[key] for key in _KEPT_ENVIRONMENT if key in os.environ}
-    env.update(HOME="/nonexistent", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", PYTHONIOENCODING="utf-8")
-    extra = [p for p in paths if p]
-    if extra:
-        env["PYTHONPATH"] = os.pathsep.join(extra)
-    return env
+def reduced(schema: Any) -> Any:
+    """A plugin's JSON schema with its titles and descriptions made plain and short, and its examples and
+    comments left out: they reach an MCP client's tool list and the console."""
+    if isinstance(schema, dict):
+        kept: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key in _NAMED_SCHEMAS and isinstance(value, dict):
+                kept[key] = {name: reduced(sub) for name, sub in value.items()}  # names, not keywords
+            elif key in ("title", "description"):
+                if isinstance(value, str):
+                    kept[key] = plain(value, WORDS_MAX_CHARS)
+            elif key not in ("examples", "example", "$comment"):
+                kept[key] = reduced(value)
+        return kept
+    if isinstance(schema, list):
+        return [reduced(item) for item in schema]
+    return schema
 
 
-class _Process:
-    """One process of a plugin, spoken to by JSON lines."""
-
-    def __init__(self, target: str, paths: Iterable[str], timeout: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "oaken_plugin.host", target],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # what a plugin prints could quote mail
-            env=_environment(paths),
-            cwd="/",
-            close_fds=True,
-            start_new_session=True,
-        )
-        self._buffer = b""
-        try:
-            ready = self._read(timeout)
-        except PluginFailure:
-            self.kill()
-            raise
-        if not ready.get("ok"):
-            self.kill()
-            raise PluginFailure(f"the plugin failed to load ({_type_name(ready.get('error'))})")
-
-    def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise PluginFailure("the plugin's process ended", crashed=True) from None
-        return self._read(timeout)
-
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        most = settings.OPERATIONS["PLUGIN_ANSWER_MAX_BYTES"]
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise PluginFailure(f"the plugin did not answer within {timeout:g} s")
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise PluginFailure("the plugin's process ended", crashed=True)
-            self._buffer += chunk
-            if len(self._buffer) > most:
-                raise PluginFailure("the plugin's answer was too large")
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            raise PluginFailure("the plugin's answer was not JSON") from None
-        if not isinstance(answer, dict):
-            raise PluginFailure("the plugin's answer was not JSON")
-        return answer
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+def _property_names(schema: Any) -> Iterator[str]:
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "properties" and isinstance(value, dict):
+                yield from (str(name) for name in value)
+            yield from _property_names(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _property_names(item)
 
 
-def _type_name(value: object) -> str:
-    text = str(value)
-    return text if text.isidentifier() and len(text) <= 64 else "Exception"
-
-
-# ---------------------------------------------------------------- a plugin: its processes and health
-
-
-@dataclass
-class Runtime:
-    name: str
-    target: str  # module:attribute
-    paths: tuple[str, ...]
-    version: str = ""
-    description: dict[str, Any] = field(default_factory=dict)
-    settings_schema: dict[str, Any] = field(default_factory=dict)
-    _idle: list[_Process] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _healthy: bool = False
-    _checked: float = float("-inf")
-    _crashes: deque[float] = field(default_factory=deque)
-    _owner: int = field(default_factory=os.getpid)
-
-    def _take(self, timeout: float) -> _Process:
-        if self._owner != os.getpid():
-            # a forked worker (Celery's prefork pool): the processes it inherited are its parent's to talk to
-            self._idle, self._lock, self._owner = [], threading.Lock(), os.getpid()
-        with self._lock:
-            while self._idle:
-                process = self._idle.pop()
-                if process.alive:
-                    return process
-                process.kill()
-        return _Process(self.target, self.paths, timeout)
-
-    def _give(self, process: _Process) -> None:
-        with self._lock:
-            if len(self._idle) < settings.OPERATIONS["PLUGIN_POOL_SIZE"] and process.alive:
-                self._idle.append(process)
-                return
-        process.kill()
-
-    def ask(self, request: dict[str, Any], timeout: float | None = None) -> Any:
-        """The plugin's answer to one request, from one of its processes; PluginFailure, or OakenError for an
-        exception the plugin raised (its type only)."""
-        timeout = timeout or settings.OPERATIONS["PLUGIN_TIMEOUT_SECONDS"]
-        process = self._take(timeout)
-        try:
-            answer = process.ask(request, timeout)
-        except PluginFailure as failure:
-            process.kill()  # cut at its timeout, or gone: the next call gets a new process
-            if failure.crashed:
-                self._crashed()
-            raise
-        self._give(process)
-        if answer.get("ok") is not True:
-            raise OakenError("PLUGIN_FAILED", f"the plugin failed ({_type_name(answer.get('error'))})")
-        return answer.get("result")
-
-    def _crashed(self) -> None:
-        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
-        now = time.monotonic()
-        with self._lock:
-            self._crashes.append(now)
-            while self._crashes and self._crashes[0] < now - window:
-                self._crashes.popleft()
-            if len(self._crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
-                self._healthy, self._checked = False, now
-                log.warning("plugin %s is unhealthy: its processes keep ending", self.name)
-
-    def healthy(self) -> bool:
-        """Its health check's last answer, asked again once PLUGIN_HEALTH_SECONDS have passed."""
-        if time.monotonic() - self._checked < settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]:
-            return self._healthy
-        try:
-            healthy = self.ask({"kind": "health"}) is True
-        except (PluginFailure, OakenError):
-            healthy = False
-        if not healthy and self._healthy:
-            log.warning("plugin %s is unhealthy: its health check failed", self.name)
-        with self._lock:
-            self._healthy, self._checked = healthy, time.monotonic()
-            if healthy:
-                self._crashes.clear()
-        return healthy
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for process in idle:
-            process.kill()
-
-
-_runtimes: dict[str, Runtime] = {}
-
-
-def runtime(plugin: str) -> Runtime | None:
-    return _runtimes.get(plugin)
-
-
-def runtimes() -> list[Runtime]:
-    return sorted(_runtimes.values(), key=lambda r: r.name)
-
-
-def plugin_health(plugin: str) -> bool:
-    """An unhealthy (or unknown) plugin offers nothing."""
-    found = _runtimes.get(plugin)
-    return found is not None and found.healthy()
+def _package(name: object) -> str:
+    text = str(name)
+    return text if _PACKAGE_NAME.match(text) else "a package with an unreadable name"
 
 
 # ---------------------------------------------------------------- models from a plugin's schemas
@@ -391,74 +246,345 @@ def _closed(schema: dict[str, Any]) -> bool:
     return all(o.get("type") != "object" or o.get("additionalProperties") is False for o in objects)
 
 
+# ---------------------------------------------------------------- where plugins are, and whether they can run
+
+
+@dataclass(frozen=True)
+class Found:
+    """An entry point of the group, read from a package's metadata (nothing of the package has run)."""
+
+    name: str
+    target: str  # module:attribute
+    package: str
+    folder: Path  # the site folder its package was found in
+
+
+@dataclass
+class Status:
+    """What the console and list_plugins tell an admin about plugins beyond the loaded ones."""
+
+    sandbox: str = sandbox.BWRAP
+    problem: str = ""  # why no plugin could be loaded (no environment, no sandbox)
+    refused: dict[str, str] = field(default_factory=dict)  # plugin name -> why it was refused
+
+
+status = Status()
+
+
+def environment(folders: Sequence[Path] | None = None) -> sandbox.Environment:
+    extra = settings.PLUGIN_PATH if folders is None else folders
+    return sandbox.Environment.at(Path(settings.PLUGIN_ENV), extra)
+
+
+def discover(folders: Iterable[Path]) -> tuple[list[Found], dict[str, str]]:
+    """The plugins the packages in these folders declare, and the names refused: a name claimed by two packages
+    refuses both (neither may take the other's place, nor the exposure an admin gave the name)."""
+    claims: dict[str, list[Found]] = {}
+    refused: dict[str, str] = {}
+    for folder in folders:
+        for dist in distributions(path=[str(folder)]):
+            package = _package(dist.metadata["Name"])
+            for entry in dist.entry_points.select(group=ENTRY_POINT_GROUP):
+                if not _PLUGIN_NAME.match(entry.name):
+                    refused[plain(entry.name, 40)] = f"{package} declares a plugin whose name is not snake_case"
+                    continue
+                found = Found(entry.name, entry.value.strip(), package, Path(folder))
+                if found not in claims.setdefault(entry.name, []):
+                    claims[entry.name].append(found)
+    plugins = []
+    for name, claimed in sorted(claims.items()):
+        if len(claimed) > 1:
+            packages = ", ".join(sorted({f.package for f in claimed}))
+            refused[name] = f"{len(claimed)} packages claim the name {name} ({packages}): neither is loaded"
+        elif not _TARGET.match(claimed[0].target):
+            refused[name] = "its entry point does not name module:attribute"
+        else:
+            plugins.append(claimed[0])
+    return plugins, refused
+
+
+def _limits() -> sandbox.Limits:
+    bounds = settings.OPERATIONS
+    return sandbox.Limits(
+        memory_mb=bounds["PLUGIN_MEMORY_MAX_MB"],
+        tasks=bounds["PLUGIN_THREADS_MAX"],
+        files=bounds["PLUGIN_FILES_MAX"],
+        file_mb=bounds["PLUGIN_FILE_MAX_MB"],
+        cpu_seconds=_life_cpu_seconds(),
+    )
+
+
+def _life_cpu_seconds() -> int:
+    # a process lives for many calls: the kernel ends it past this; the pool retires it at half, between calls
+    return 40 * settings.OPERATIONS["PLUGIN_CPU_SECONDS"]
+
+
+# ---------------------------------------------------------------- a plugin: its processes and health
+
+
+@dataclass
+class Runtime:
+    name: str
+    target: str  # module:attribute
+    env: sandbox.Environment
+    folder: Path | None = None  # its package's folder, when outside the environment
+    package: str = ""
+    version: str = ""
+    description: dict[str, Any] = field(default_factory=dict)
+    settings_schema: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _healthy: bool = False
+    _checked: float = float("-inf")
+    _checking: bool = False
+    _crashes: deque[float] = field(default_factory=deque)
+    _in_flight: int = 0
+
+    def _start(self, key: tuple[str, str]) -> PluginProcess:
+        """A new process of the plugin, in its sandbox, once it has imported the plugin."""
+        timeout = settings.OPERATIONS["PLUGIN_START_SECONDS"]
+        args = ["-m", "oaken_plugin.host", self.target]
+        places = []
+        if self.folder is not None:
+            args += ["--site", str(self.folder)]
+            places.append(self.folder)
+        launched = sandbox.spawn(settings.PLUGIN_SANDBOX, self.env, places, _limits(), args, timeout)
+        return PluginProcess(key, launched, timeout)
+
+    def ask(self, request: dict[str, Any], *, tenant: str, timeout: float | None = None) -> Any:
+        """The plugin's answer to one request, from one of its processes serving `tenant` ("" for the plugin's
+        own work); PluginFailure, or OakenError for an exception the plugin raised (a built-in name only)."""
+        timeout = timeout or settings.OPERATIONS["PLUGIN_TIMEOUT_SECONDS"]
+        key = (self.name, tenant)
+        try:
+            process = pools.take(key, lambda: self._start(key))
+        except (PluginFailure, sandbox.SandboxUnavailable) as failure:
+            self._crashed()
+            raise PluginFailure(str(failure)) from None
+        try:
+            answer = process.ask(request, timeout, settings.OPERATIONS["PLUGIN_CPU_SECONDS"])
+        except PluginFailure as failure:
+            pools.discard(process)  # cut, gone or misbehaving: the next call gets a new process
+            if failure.crashed:
+                self._crashed()
+            raise
+        if answer.get("ok") is not True:
+            pools.discard(process)  # a process that raised may hold a broken state (a MemoryError, say)
+            raise OakenError("PLUGIN_FAILED", f"the plugin failed ({exception_name(answer.get('error'))})")
+        pools.give(process, cpu_seconds_life=_life_cpu_seconds())
+        return answer.get("result")
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """One of at most PLUGIN_CALLS_IN_FLIGHT calls of this plugin in this Oaken process; one more is refused
+        at once (a slow plugin must not hold every web thread)."""
+        with self._lock:
+            if self._in_flight >= settings.OPERATIONS["PLUGIN_CALLS_IN_FLIGHT"]:
+                raise OakenError(
+                    "SERVICE_UNAVAILABLE", f"the plugin {self.name} is busy right now; try again shortly", retry_after=1
+                )
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _crashed(self) -> None:
+        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+        now = time.monotonic()
+        with self._lock:
+            self._crashes.append(now)
+            while self._crashes and self._crashes[0] < now - window:
+                self._crashes.popleft()
+            if len(self._crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
+                self._healthy, self._checked = False, now
+                log.warning("plugin %s is unhealthy: its processes keep ending", self.name)
+
+    def healthy(self) -> bool:
+        """Its health check's last answer, never waited for: once PLUGIN_HEALTH_SECONDS have passed, the next
+        check starts in the background."""
+        with self._lock:
+            stale = time.monotonic() - self._checked >= settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+            if stale and not self._checking:
+                self._checking = True
+                threading.Thread(target=self.check_health, name=f"oaken-plugin-health-{self.name}", daemon=True).start()
+            return self._healthy
+
+    def check_health(self) -> bool:
+        """Ask the plugin's own process (no tenant's) whether it can work, within the call timeout."""
+        try:
+            healthy = self.ask({"kind": "health"}, tenant="") is True
+        except (PluginFailure, OakenError):
+            healthy = False
+        with self._lock:
+            if not healthy and self._healthy:
+                log.warning("plugin %s is unhealthy: its health check failed", self.name)
+            self._healthy, self._checked, self._checking = healthy, time.monotonic(), False
+            if healthy:
+                self._crashes.clear()
+        return healthy
+
+    def close(self) -> None:
+        pools.close(self.name)
+
+
+_runtimes: dict[str, Runtime] = {}
+
+
+def runtime(plugin: str) -> Runtime | None:
+    return _runtimes.get(plugin)
+
+
+def runtimes() -> list[Runtime]:
+    return sorted(_runtimes.values(), key=lambda r: r.name)
+
+
+def plugin_health(plugin: str) -> bool:
+    """An unhealthy (or unknown) plugin offers nothing."""
+    found = _runtimes.get(plugin)
+    return found is not None and found.healthy()
+
+
 # ---------------------------------------------------------------- loading
 
 
-def _describe(entry: EntryPoint) -> Runtime:
-    # the folder its top-level module is found in, found without running it, for the process's path
-    spec = importlib.util.find_spec(entry.value.split(":", 1)[0].split(".", 1)[0])
-    if spec is None or spec.origin is None:
-        raise DefinitionError(f"plugin {entry.name!r}: its module is not installed")
-    origin = Path(spec.origin).resolve()
-    base = origin.parent.parent if origin.name == "__init__.py" else origin.parent
-    found = Runtime(name=entry.name, target=entry.value, paths=(str(base),))
-    description = found.ask({"kind": "describe"})
-    if not isinstance(description, dict) or description.get("name") != entry.name:
-        raise DefinitionError(f"plugin {entry.name!r}: its Plugin has another name than its entry point")
-    found.version = str(description.get("version", ""))[:40]
-    found.settings_schema = description.get("settings_schema") or {}
-    found.description = description
-    return found
+class _OperationSaid(BaseModel):
+    """What a plugin's process says of one operation (checked here: the process is not trusted)."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,59}$")
+    summary: str = Field(max_length=10_000)
+    op_class: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    has_preview: bool
+    reads: list[str] = Field(default_factory=list, max_length=20)
+
+
+class _PluginSaid(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    version: str = Field(max_length=200)
+    settings_schema: dict[str, Any]
+    operations: list[_OperationSaid] = Field(max_length=200)
+
+
+def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Runtime:
+    folder = None if found.folder == site_packages else found.folder
+    made = Runtime(name=found.name, target=found.target, env=env, folder=folder, package=found.package)
+    try:
+        said = _PluginSaid.model_validate(
+            made.ask({"kind": "describe"}, tenant="", timeout=settings.OPERATIONS["PLUGIN_START_SECONDS"])
+        )
+    except ValidationError:
+        raise DefinitionError("it described itself wrongly") from None
+    if said.name != found.name:
+        raise DefinitionError("its Plugin has another name than its entry point")
+    for schema in (said.settings_schema, *(s for op in said.operations for s in (op.input_schema, op.output_schema))):
+        if any(not _PROPERTY_NAME.match(name) for name in _property_names(schema)):
+            raise DefinitionError("a field of its schemas is not named by an identifier")
+    made.version = plain(said.version, 40)
+    made.settings_schema = reduced(said.settings_schema)
+    made.description = said.model_dump()
+    made.check_health()
+    return made
 
 
 def _operations(found: Runtime) -> list[Operation]:
     operations = []
-    for item in found.description.get("operations", []):
-        name = f"{found.name}.{item.get('name')}"
-        if not item.get("closed") or not _closed(item["input_schema"]) or not _closed(item["output_schema"]):
+    for item in _PluginSaid.model_validate(found.description).operations:
+        name = f"{found.name}.{item.name}"
+        if not _closed(item.input_schema) or not _closed(item.output_schema):
             raise DefinitionError(f"{name!r}: plugin inputs and outputs must forbid extra fields")
-        op_class = {"read": OpClass.READ, "mutate": OpClass.MUTATE}.get(item.get("op_class"))
+        op_class = {"read": OpClass.READ, "mutate": OpClass.MUTATE}.get(item.op_class)
         if op_class is None:
             raise DefinitionError(f"{name!r}: a plugin operation is read or mutate, never send")
-        if op_class == OpClass.MUTATE and not item.get("has_preview"):
+        if op_class == OpClass.MUTATE and not item.has_preview:
             raise DefinitionError(f"{name!r}: a plugin mutation needs a preview")
-        properties = item["input_schema"].get("properties", {})
-        reads = tuple(str(t) for t in item.get("reads", []))
+        properties = item.input_schema.get("properties", {})
+        reads = tuple(plain(t, 100) for t in item.reads)
         if reads and "account_id" not in properties and "message_id" not in properties:
             raise DefinitionError(f"{name!r}: an operation that reads mail takes an account_id or a message_id")
         title = "".join(part.title() for part in name.replace(".", "_").split("_"))
+        try:
+            input_model = schema_model(f"{title}In", reduced(inlined(item.input_schema)))
+            output_model = schema_model(f"{title}Out", untrusted(reduced(inlined(item.output_schema))))
+        except SchemaError:
+            raise DefinitionError(f"{name!r}: its schema is not a JSON schema") from None
         operations.append(
             Operation(
                 name=name,
-                summary=str(item.get("summary", ""))[:300],
-                input_model=schema_model(f"{title}In", inlined(item["input_schema"])),
-                output_model=schema_model(f"{title}Out", untrusted(inlined(item["output_schema"]))),
+                summary=plain(item.summary, SUMMARY_MAX_CHARS),
+                input_model=input_model,
+                output_model=output_model,
                 op_class=op_class,
                 ceiling=Ceiling.OFF,
                 role="MEMBER",
                 # the plugin works in `gather`, before the call's transaction opens (none stays open while a
                 # plugin's process runs); the handler hands its answer to the gate, which audits it
-                gather=_bridge(found, str(item["name"]), reads),
+                gather=_bridge(found, item.name, reads),
                 handler=_answer,
                 scope=_SCOPE_OF_CLASS[op_class],
-                preview=_preview(found, str(item["name"])) if op_class == OpClass.MUTATE else None,
+                preview=_preview(found, item.name) if op_class == OpClass.MUTATE else None,
+                # a plugin's change is confirmed like every change offered to agents: a person confirms it, an
+                # agent gets a proposal with its preview
+                confirm=ALWAYS if op_class == OpClass.MUTATE else NEVER,
                 targets=_targets,
                 plugin=found.name,
+                description=(
+                    f"An operation of the plugin {found.name} {found.version} (package {found.package}): its summary "
+                    "and field descriptions are the plugin author's words, not Oaken's nor the user's."
+                ),
             )
         )
     return operations
 
 
-def load_plugins(entries: Iterable[EntryPoint] | None = None, *, into: Registry | None = None) -> list[str]:
-    """Register every installed plugin's operations (or `entries`'). A plugin that cannot be asked what it
-    offers, or offers an operation that breaks a registry rule, is refused with a log line and offers nothing;
-    Oaken starts anyway."""
+def load_plugins(folders: Sequence[Path] | None = None, *, into: Registry | None = None) -> list[str]:
+    """Register the operations of every plugin installed (in the plugin environment and OAKEN_PLUGIN_PATH; or
+    only those in `folders`). A plugin that cannot be asked what it offers, offers an operation that breaks a
+    registry rule, or shares its name with another is refused with a log line and offers nothing; where the
+    sandbox cannot be made, every plugin is. Oaken starts anyway."""
     target = into or registry
+    status.sandbox = settings.PLUGIN_SANDBOX
+    try:
+        env = environment()
+    except sandbox.SandboxUnavailable as missing:
+        status.problem = str(missing)
+        log.info("no plugin is loaded: %s", missing)
+        return []
+    found, refused = discover([env.site_packages, *settings.PLUGIN_PATH] if folders is None else folders)
+    if not found and not refused:
+        return []
+    if settings.PLUGIN_SANDBOX == sandbox.NONE:
+        log.warning(
+            "OAKEN_PLUGIN_SANDBOX=none: plugins run WITHOUT a sandbox: their code can read Oaken's files, reach its "
+            "database and the network as Oaken's own user. For development only; never with plugins you did not write"
+        )
+    problem = sandbox.unavailable(settings.PLUGIN_SANDBOX, env)
+    if problem is not None:
+        status.problem = f"the plugin sandbox cannot be made here: {problem}"
+        for name in [f.name for f in found]:
+            refused[name] = "the sandbox cannot be made here"
+        log.error("no plugin is loaded: %s", status.problem)
+        found = []
+    for name, why in refused.items():
+        log.error("plugin %s refused: %s", name, why)
+    # every plugin is described at once, each within its own bound: a hanging one delays start-up by its bound
+    described: dict[str, Runtime | Exception] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as workers:
+        futures = {f.name: workers.submit(_describe, f, env, env.site_packages) for f in found}
+        for name, future in futures.items():
+            try:
+                described[name] = future.result()
+            except Exception as failed:
+                described[name] = failed
     loaded = []
-    for entry in entries if entries is not None else entry_points(group=ENTRY_POINT_GROUP):
+    for name, made in described.items():
         try:
-            found = _describe(entry)
-            operations = _operations(found)
+            if isinstance(made, Exception):
+                raise made
+            operations = _operations(made)
             scratch = Registry()  # every rule holds for all of them, or none is added
             for op in operations:
                 check_definition(op, existing={o.name: o for o in target if o.name != op.name})
@@ -466,23 +592,27 @@ def load_plugins(entries: Iterable[EntryPoint] | None = None, *, into: Registry 
             for op in operations:
                 if op.name in target:
                     raise DefinitionError(f"{op.name!r}: already registered")
-        except DefinitionError as refused:
-            log.error("plugin %s refused: %s", entry.name, refused)
+        except (DefinitionError, PluginFailure, OakenError) as failed:
+            refused[name] = str(failed)
+        except Exception as failed:  # a broken plugin must not take the service down; its type is enough
+            refused[name] = type(failed).__name__
+        else:
+            for op in operations:
+                target.add(op)
+            previous = _runtimes.pop(name, None)
+            if previous is not None:
+                previous.close()
+            _runtimes[name] = made
+            loaded.append(name)
+            refused.pop(name, None)
             continue
-        except (PluginFailure, OakenError) as failed:
-            log.error("plugin %s refused: %s", entry.name, failed)
-            continue
-        except Exception as exc:  # a broken plugin must not take the service down; its type is enough
-            log.error("plugin %s refused: %s", entry.name, type(exc).__name__)
-            continue
-        for op in operations:
-            target.add(op)
-        previous = _runtimes.pop(found.name, None)
-        if previous is not None:
-            previous.close()
-        _runtimes[found.name] = found
-        loaded.append(entry.name)
-    return loaded
+        log.error("plugin %s refused: %s", name, refused[name])
+        if isinstance(made, Runtime):
+            made.close()
+    status.refused.update(refused)
+    for name in loaded:
+        status.refused.pop(name, None)
+    return sorted(loaded)
 
 
 def unload_plugin(name: str, *, into: Registry | None = None) -> None:
@@ -493,6 +623,7 @@ def unload_plugin(name: str, *, into: Registry | None = None) -> None:
     found = _runtimes.pop(name, None)
     if found is not None:
         found.close()
+    status.refused.pop(name, None)
 
 
 # ---------------------------------------------------------------- a call
@@ -526,14 +657,14 @@ def settings_of(tenant: Any, plugin: str) -> dict[str, Any]:
     return dict(stored or {})
 
 
-def _unavailable() -> OakenError:
-    return OakenError.not_available()
+def _tenant(ctx: Any) -> str:
+    return str(ctx.tenant.pk)
 
 
 def _bridge(found: Runtime, operation: str, reads: tuple[str, ...]) -> Any:
     def handler(ctx: Any, data: BaseModel) -> Any:
         if not found.healthy():
-            raise _unavailable()
+            raise OakenError.not_available()
         request = {
             "kind": "call",
             "operation": operation,
@@ -542,12 +673,13 @@ def _bridge(found: Runtime, operation: str, reads: tuple[str, ...]) -> Any:
             "now": ctx.now.isoformat(),
             "parts": _readers[0].parts(ctx, data, reads),
         }
-        try:
-            return found.ask(request)
-        except PluginFailure as failure:
-            raise OakenError("PLUGIN_FAILED", str(failure)) from None
+        with found.calling():
+            try:
+                return found.ask(request, tenant=_tenant(ctx))
+            except PluginFailure as failure:
+                raise OakenError("PLUGIN_FAILED", str(failure)) from None
 
-    handler.__doc__ = f"Runs {found.name}.{operation} in the plugin's own process."
+    handler.__doc__ = f"Runs {found.name}.{operation} in a process of the plugin's own, in its sandbox."
     return handler
 
 
@@ -558,10 +690,12 @@ def _answer(ctx: Any, data: BaseModel) -> Any:
 
 def _preview(found: Runtime, operation: str) -> Any:
     def preview(ctx: Any, data: BaseModel) -> Preview:
-        try:
-            text = found.ask({"kind": "preview", "operation": operation, "input": data.model_dump(mode="json")})
-        except PluginFailure as failure:
-            raise OakenError("PLUGIN_FAILED", str(failure)) from None
-        return Preview((Change(f"{found.name}.{operation}", None, {"plan": str(text)[:2000]}),))
+        request = {"kind": "preview", "operation": operation, "input": data.model_dump(mode="json")}
+        with found.calling():
+            try:
+                text = found.ask(request, tenant=_tenant(ctx))
+            except PluginFailure as failure:
+                raise OakenError("PLUGIN_FAILED", str(failure)) from None
+        return Preview((Change(f"{found.name}.{operation}", None, {"plan": plain(text, 2000)}),))
 
     return preview

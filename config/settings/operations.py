@@ -132,9 +132,9 @@ OPERATIONS = {
     "SEARCH_CHUNK_CHARS": _tunable("SEARCH_CHUNK_CHARS", 1200, minimum=100, maximum=20_000),
     "SEARCH_CHUNKS_MAX": _tunable("SEARCH_CHUNKS_MAX", 8, minimum=1, maximum=100),
     # plugins (docs/plugins.md): a call's timeout (the plugin's process is killed and replaced past it), the
-    # processes a plugin keeps per Oaken process, how often its health is checked, how many crashes in that
-    # time make it unhealthy, and what Oaken hands it and takes back: parts a call, bytes of one part's text,
-    # bytes of an answer
+    # idle processes a plugin keeps per tenant in an Oaken process, how often its health is checked, how many
+    # crashes in that time make it unhealthy, and what Oaken hands it and takes back: parts a call, bytes of one
+    # part's text, bytes of an answer
     "PLUGIN_TIMEOUT_SECONDS": _tunable("PLUGIN_TIMEOUT_SECONDS", 5, minimum=1, maximum=300),
     "PLUGIN_POOL_SIZE": _tunable("PLUGIN_POOL_SIZE", 2, minimum=1, maximum=32),
     "PLUGIN_HEALTH_SECONDS": _tunable("PLUGIN_HEALTH_SECONDS", 60, minimum=1, maximum=86_400),
@@ -142,6 +142,21 @@ OPERATIONS = {
     "PLUGIN_MAX_PARTS": _tunable("PLUGIN_MAX_PARTS", 200, minimum=1, maximum=5000),
     "PLUGIN_PART_MAX_BYTES": _tunable("PLUGIN_PART_MAX_BYTES", 256 * 1024, minimum=1024, maximum=16 * 1024 * 1024),
     "PLUGIN_ANSWER_MAX_BYTES": _tunable("PLUGIN_ANSWER_MAX_BYTES", 4 * 1024 * 1024, minimum=1024),
+    # a plugin's sandbox (apps.operations.sandbox): its address space, threads, open files, the largest file it
+    # writes (and its /tmp), and the CPU seconds one call may use; a call past one is PLUGIN_FAILED and its
+    # process is replaced
+    "PLUGIN_MEMORY_MAX_MB": _tunable("PLUGIN_MEMORY_MAX_MB", 768, minimum=128, maximum=65_536),
+    "PLUGIN_THREADS_MAX": _tunable("PLUGIN_THREADS_MAX", 16, minimum=2, maximum=1024),
+    "PLUGIN_FILES_MAX": _tunable("PLUGIN_FILES_MAX", 64, minimum=16, maximum=4096),
+    "PLUGIN_FILE_MAX_MB": _tunable("PLUGIN_FILE_MAX_MB", 16, minimum=1, maximum=4096),
+    "PLUGIN_CPU_SECONDS": _tunable("PLUGIN_CPU_SECONDS", 5, minimum=1, maximum=3600),
+    # the processes of plugins one Oaken process keeps at most (each serves one tenant's calls of one plugin),
+    # how long one may stay idle, the calls of one plugin it runs at once (more are refused, not queued: a slow
+    # plugin never holds every web thread), and how long a process may take to start and describe its plugin
+    "PLUGIN_PROCESSES_MAX": _tunable("PLUGIN_PROCESSES_MAX", 16, minimum=1, maximum=200),
+    "PLUGIN_IDLE_SECONDS": _tunable("PLUGIN_IDLE_SECONDS", 300, minimum=1, maximum=86_400),
+    "PLUGIN_CALLS_IN_FLIGHT": _tunable("PLUGIN_CALLS_IN_FLIGHT", 2, minimum=1, maximum=64),
+    "PLUGIN_START_SECONDS": _tunable("PLUGIN_START_SECONDS", 15, minimum=1, maximum=300),
 }
 
 # Pairs (smaller, larger) the start-up check holds in order: a default page within the largest page, a backoff

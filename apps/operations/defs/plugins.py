@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from pydantic import BaseModel, Field
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail.models import Attachment, MailAccount, Message
+from apps.mail.parsing.html_text import html_to_text
 from apps.mail.selectors import Reach, access_account_by_id, access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
@@ -26,6 +28,7 @@ from apps.operations.plugins import (
     runtime,
     runtimes,
     settings_of,
+    status,
 )
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
 
@@ -44,35 +47,99 @@ def _targets(ctx: Context, data: BaseModel) -> Message | MailAccount | None:
     return None
 
 
+# what an operation may declare it reads besides attachments' MIME types (oaken_plugin.MESSAGE_TEXT, _HEADERS)
+MESSAGE_TEXT = "message/text"
+MESSAGE_HEADERS = "message/headers"
+_HEADER_NAMES = (("From", "sender"), ("To", "to_addresses"), ("Cc", "cc_addresses"), ("Reply-To", "reply_to_addresses"))
+
+
 def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The parts of the declared types: of the message named, else of the account's newest messages."""
+    """The parts of the declared kinds: of the message named, else of the account's newest messages (newest
+    first, at most the input's `limit` and PLUGIN_MAX_PARTS in all)."""
     found = ctx.targets
     if not reads or not isinstance(found, Message | MailAccount):
         return []
     bounds = settings.OPERATIONS
-    rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=reads)
-    rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
     limit = data.model_dump().get("limit")
     most = bounds["PLUGIN_MAX_PARTS"]
     if isinstance(limit, int) and limit > 0:
         most = min(limit, most)
     cut = bounds["PLUGIN_PART_MAX_BYTES"]
-    parts = []
-    for row in rows.select_related("message").order_by("-message__date", "-message_id", "id")[:most]:
-        message = row.message
-        parts.append(
-            {
-                "message_id": str(message.pk),
-                "account_id": str(message.account_id),
-                "subject": message.subject,
-                "sender": message.sender_address,
-                "date": message.date.isoformat() if message.date else None,
-                "filename": row.filename,
-                "content_type": row.content_type,
-                "text": bytes(row.content[:cut]).decode("utf-8", errors="replace"),
-            }
-        )
-    return parts
+    own = {kind for kind in reads if kind in (MESSAGE_TEXT, MESSAGE_HEADERS)}
+    types = [kind for kind in reads if kind not in own]
+    parts: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    if own:
+        messages = Message.objects.for_tenant(ctx.tenant)
+        messages = messages.filter(pk=found.pk) if isinstance(found, Message) else messages.filter(account=found)
+        for message in messages.order_by("-date", "-id")[:most]:
+            order = (message.date, message.pk)
+            if MESSAGE_HEADERS in own:
+                parts.append(
+                    ((*order, 0), _part(message, "headers", "text/rfc822-headers", "", _header_lines(message)))
+                )
+            if MESSAGE_TEXT in own:
+                text = message.text_body or html_to_text(message.html_body)
+                parts.append(((*order, 1), _part(message, "text", "text/plain", "", text[:cut])))
+    if types:
+        rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=types)
+        rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
+        for place, row in enumerate(
+            rows.select_related("message").order_by("-message__date", "-message_id", "id")[:most]
+        ):
+            text = bytes(row.content[:cut]).decode("utf-8", errors="replace")
+            parts.append(
+                (
+                    (row.message.date, str(row.message.pk), 2, -place),
+                    _part(row.message, "attachment", row.content_type, row.filename, text),
+                )
+            )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    parts.sort(key=lambda item: (item[0][0] or oldest, *item[0][1:]), reverse=True)
+    return [part for _, part in parts[:most]]
+
+
+def _part(message: Message, kind: str, content_type: str, filename: str, text: str) -> dict[str, Any]:
+    return {
+        "message_id": str(message.pk),
+        "account_id": str(message.account_id),
+        "subject": message.subject,
+        "sender": message.sender_address,
+        "date": message.date.isoformat() if message.date else None,
+        "filename": filename,
+        "content_type": content_type,
+        "text": text,
+        "kind": kind,
+    }
+
+
+def _header_lines(message: Message) -> str:
+    """The message's headers as Oaken keeps them, one "Name: value" line each."""
+    lines = []
+    for name, field in _HEADER_NAMES:
+        value = getattr(message, field)
+        if field == "sender":
+            value = f"{message.sender_name} <{value}>" if message.sender_name and value else value
+        elif isinstance(value, list):
+            value = ", ".join(_address(item) for item in value)
+        if value:
+            lines.append(f"{name}: {value}")
+    for name, value in (
+        ("Subject", message.subject),
+        ("Date", message.date.isoformat() if message.date else ""),
+        ("Message-ID", f"<{message.message_id}>" if message.message_id else ""),
+        ("In-Reply-To", f"<{message.in_reply_to}>" if message.in_reply_to else ""),
+        *sorted((str(k).title(), str(v)) for k, v in (message.headers or {}).items()),
+    ):
+        if value:
+            lines.append(f"{name}: {value}")
+    return "\n".join(line.replace("\r", " ").replace("\n", " ") for line in lines)
+
+
+def _address(item: Any) -> str:
+    if isinstance(item, dict):
+        address, name = str(item.get("address", "")), str(item.get("name", ""))
+        return f"{name} <{address}>" if name and address else address or name
+    return str(item)
 
 
 provide_mail_readers(MailReaders(targets=_targets, parts=_parts))
@@ -114,8 +181,16 @@ class PluginOut(Closed):
     settings: dict[str, Any] = Field(description="this tenant's settings; secrets shown as ********")
 
 
+class RefusedPluginOut(Closed):
+    name: str
+    reason: str = Field(description="why Oaken refused it, in Oaken's words")
+
+
 class PluginsOut(Closed):
     plugins: list[PluginOut]
+    sandbox: str = Field(description="bwrap: plugins run in an operating-system sandbox; none: without one")
+    problem: str = Field(description="why no plugin could be loaded, if none could (empty otherwise)")
+    refused: list[RefusedPluginOut] = Field(description="installed plugins Oaken refused to load, and why")
 
 
 @operation(
@@ -149,7 +224,8 @@ def list_plugins(ctx: Context, data: Empty) -> PluginsOut:
                 settings=masked(settings_of(ctx.tenant, found.name), found.settings_schema),
             )
         )
-    return PluginsOut(plugins=listed)
+    refused = [RefusedPluginOut(name=name, reason=why) for name, why in sorted(status.refused.items())]
+    return PluginsOut(plugins=listed, sandbox=status.sandbox, problem=status.problem, refused=refused)
 
 
 class PluginSettingsIn(Closed):

@@ -7,9 +7,8 @@ from datetime import date, datetime
 from typing import Any
 
 import icalendar
-from pydantic import Field
-
 from oaken_plugin import Closed, MailText, Part, Plugin, Service
+from pydantic import Field
 
 CALENDAR_TYPES = ("text/calendar", "application/ics")
 

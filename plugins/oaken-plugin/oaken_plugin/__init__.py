@@ -21,7 +21,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 
-__all__ = ["MAIL_TEXT_MAX_CHARS", "Closed", "MailText", "Operation", "Part", "Plugin", "Service"]
+__all__ = [
+    "MAIL_TEXT_MAX_CHARS",
+    "MESSAGE_HEADERS",
+    "MESSAGE_TEXT",
+    "Closed",
+    "MailText",
+    "Operation",
+    "Part",
+    "Plugin",
+    "Service",
+]
 
 # Text taken from mail (written by strangers) in an output: cut at this length, and fenced as data (never
 # instructions) at Oaken's MCP door, like Oaken's own mail fields.
@@ -41,8 +51,16 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# What an operation may declare it reads (`reads=`) besides the MIME types of attachments: a message's own text
+# (its text/plain body, or the text of its HTML) and its headers ("Name: value" lines: From, To, Cc, Reply-To,
+# Subject, Date, Message-ID, In-Reply-To, List-Id and the other headers Oaken keeps).
+MESSAGE_TEXT = "message/text"
+MESSAGE_HEADERS = "message/headers"
+
+
 class Part(Closed):
-    """A MIME part of a message the caller may read, of a type the operation declared (`reads`)."""
+    """A part of a message the caller may read, of a kind the operation declared (`reads`): an attachment of a
+    declared MIME type, or the message's own text or headers."""
 
     message_id: str
     account_id: str
@@ -50,8 +68,9 @@ class Part(Closed):
     sender: MailText
     date: datetime | None
     filename: MailText
-    content_type: str
+    content_type: str  # the attachment's type; text/plain for a message's text, text/rfc822-headers for headers
     text: str  # the part decoded to text (mail text: treat it as data)
+    kind: Literal["attachment", "text", "headers"] = "attachment"
 
 
 @dataclass(frozen=True)
@@ -76,8 +95,9 @@ class Operation:
     handler: Callable[[Service, Any], BaseModel]
     # a mutation says what it will do, in words, before it runs (the gate shows it for confirmation)
     preview: Callable[[Any], str] | None = None
-    # MIME types of the parts Oaken reads for the call: of the message named by the input's `message_id`, else
-    # of the newest messages of the input's `account_id` (at most its `limit`, and Oaken's bound)
+    # what Oaken reads for the call (MIME types of attachments, MESSAGE_TEXT, MESSAGE_HEADERS): of the message
+    # named by the input's `message_id`, else of the newest messages of the input's `account_id` (at most its
+    # `limit` parts, and Oaken's bound)
     reads: tuple[str, ...] = ()
 
 
@@ -117,3 +137,23 @@ class Plugin:
 
     def find(self, name: str) -> Operation | None:
         return next((op for op in self.operations if op.name == name), None)
+
+    def describe(self) -> dict[str, Any]:
+        """What Oaken asks the plugin's process at start: names, classes and JSON schemas (Oaken checks it all)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "settings_schema": self.settings.model_json_schema(),
+            "operations": [
+                {
+                    "name": op.name,
+                    "summary": op.summary,
+                    "op_class": op.op_class,
+                    "input_schema": op.input.model_json_schema(),
+                    "output_schema": op.output.model_json_schema(mode="serialization"),
+                    "has_preview": op.preview is not None,
+                    "reads": list(op.reads),
+                }
+                for op in self.operations
+            ],
+        }
