@@ -8,8 +8,13 @@ user's would be. The sandbox itself is attacked in tests/test_plugin_sandbox.py.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
+import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from email.message import EmailMessage
@@ -25,7 +30,7 @@ from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
-from apps.operations import plugins
+from apps.operations import plugins, sandbox
 from apps.operations.exposure import offered_operations
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Person
@@ -466,3 +471,224 @@ def test_an_agent_meets_the_calendar_off_and_fenced_once_on(alice: Person, calen
         "OUT_OF_SCOPE",
         "NOT_FOUND",
     }
+
+
+# ---------------------------------------------------------------- the sandbox: fails closed, and as another user
+
+
+def test_where_the_sandbox_cannot_be_made_no_plugin_loads_and_an_admin_reads_why(
+    alice: Person, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a machine without bubblewrap: a PATH holding every other tool
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("prlimit", "setpriv"):
+        (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(sandbox, "_checked", {})
+    with caplog.at_level(logging.ERROR, logger="oaken.plugins"):
+        loaded = plugins.load_plugins([PLUGINS_DIR / "test-plugins"])
+    try:
+        assert loaded == []
+        assert not [op for op in plugins.registry if op.plugin in TEST_PLUGINS]
+        assert any("no plugin is loaded" in r.getMessage() and "bwrap" in r.getMessage() for r in caplog.records)
+        listed = call(as_person(alice), "list_plugins")
+        assert "bwrap is not installed" in listed["problem"]
+        assert {r["name"] for r in listed["refused"]} == set(TEST_PLUGINS)
+    finally:
+        monkeypatch.undo()
+        sandbox._checked.clear()
+        plugins.status.problem = ""
+        for name in TEST_PLUGINS:
+            plugins.unload_plugin(name)
+
+
+def test_opting_out_of_the_sandbox_is_said_loudly(
+    alice: Person, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(settings, "PLUGIN_SANDBOX", "none")
+    with caplog.at_level(logging.WARNING, logger="oaken.plugins"):
+        loaded = plugins.load_plugins([PLUGINS_DIR / "test-plugins"])
+    try:
+        assert loaded == list(TEST_PLUGINS)
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("WITHOUT a sandbox" in line for line in warned)
+        assert call(as_person(alice), "list_plugins")["sandbox"] == "none"
+    finally:
+        for name in TEST_PLUGINS:
+            plugins.unload_plugin(name)
+
+
+_AS_ANOTHER_USER = """
+import json, os, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from pathlib import Path
+from apps.operations import sandbox
+env = sandbox.Environment.at(Path(sys.argv[3]))
+limits = sandbox.Limits(memory_mb=512, tasks=8, files=32, file_mb=1, cpu_seconds=10)
+inside = '''
+import json, os, socket
+tried = {}
+for name, attempt in (("socket", socket.socket), ("fork", os.fork), ("write /usr", lambda: open("/usr/x", "w"))):
+    try:
+        attempt()
+        tried[name] = "worked"
+    except OSError as exc:
+        tried[name] = type(exc).__name__
+print(json.dumps({"tried": tried, "net": os.readlink("/proc/self/ns/net")}), flush=True)
+import time; time.sleep(5)
+'''
+started = sandbox.spawn("bwrap", env, [], limits, ["-c", inside], 10)
+said = json.loads(started.process.stdout.readline())
+status = dict(line.split(":", 1) for line in Path(f"/proc/{started.pid}/status").read_text().splitlines())
+said.update(uid=status["Uid"].split(), caps=status["CapEff"].strip(), no_new_privs=status["NoNewPrivs"].strip())
+said.update(seccomp=status["Seccomp"].strip(), my_net=os.readlink("/proc/self/ns/net"))
+said.update(problem=sandbox.unavailable("bwrap", env))
+started.process.kill()
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.slow
+def test_an_oaken_that_is_not_root_sandboxes_its_plugins_in_a_user_namespace() -> None:
+    """The production image runs Oaken as a user of its own: bwrap then maps the sandbox's user in a user
+    namespace. Run here as `nobody`, with the system's Python (one `nobody` can read)."""
+    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists() or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to become nobody) and the system's python3")
+    import pyseccomp
+
+    place = Path(tempfile.mkdtemp(prefix="oaken-nonroot-"))
+    try:
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(place / "env")], check=True)
+        (place / "lib").mkdir()
+        shutil.copy(pyseccomp.__file__, place / "lib" / "pyseccomp.py")
+        subprocess.run(["chmod", "-R", "a+rX", str(place)], check=True)
+        source = Path(settings.BASE_DIR)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        run = subprocess.run(
+            [*nobody, "/usr/bin/python3", "-c", _AS_ANOTHER_USER, str(source), str(place / "lib"), str(place / "env")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    said = json.loads(run.stdout.strip().splitlines()[-1])
+    assert said["problem"] is None
+    assert said["uid"] == ["65534"] * 4  # as seen from outside: the unprivileged user, never root
+    assert said["caps"] == "0000000000000000" and said["no_new_privs"] == "1" and said["seccomp"] == "2"
+    assert said["tried"] == {"socket": "PermissionError", "fork": "PermissionError", "write /usr": "OSError"}
+    assert said["net"] != said["my_net"]  # a network namespace of its own
+
+
+# ---------------------------------------------------------------- what an honest plugin can do
+
+
+@pytest.fixture
+def mail_plugins() -> Iterator[list[str]]:
+    loaded = plugins.load_plugins([PLUGINS_DIR / "mail-plugins"])
+    yield loaded
+    for name in ("reader", "notes"):
+        plugins.unload_plugin(name)
+
+
+def _plain_mail(tag: str, sender: str, first_line: str, n: int) -> bytes:
+    message = EmailMessage()
+    message["From"] = f"{tag.title()} Sender <{sender}>"
+    message["To"] = "someone@example.test"
+    message["Subject"] = f"{tag} mail {n}"
+    message["Message-ID"] = f"<{tag}-{n}@example.test>"
+    message["Date"] = f"Mon, {1 + n:02d} Nov 2026 09:00:00 +0000"
+    message["List-Id"] = f"<{tag}.list.example.test>"
+    message.set_content(f"{first_line}\nThe rest of it.")
+    return bytes(message)
+
+
+def test_a_plugin_reads_a_plain_messages_own_text_and_headers_in_its_callers_reach(
+    alice: Person, mallory: Person, mail_plugins: list[str], tmp_path: Path
+) -> None:
+    assert mail_plugins == ["notes", "reader"]
+    for p, tag in ((alice, "alice"), (mallory, "mallory")):
+        mails = [_plain_mail(tag, f"{tag}-friend@example.test", f"Hello from {tag} {n}", n) for n in range(3)]
+        import_mail(
+            tenant=p.tenant, workspace=p.workspace, account_name="Plain", path=write_mbox(tmp_path / tag, mails)
+        )
+    seen = call(as_person(alice), "reader.senders", {"account_id": _account(alice)})["seen"]
+    # newest message first; for each its headers, then its text
+    assert [(s["kind"], s["first_line"]) for s in seen] == [
+        (kind, line)
+        for n in (2, 1, 0)
+        for kind, line in (
+            ("headers", "From: Alice Sender <alice-friend@example.test>"),
+            ("text", f"Hello from alice {n}"),
+        )
+    ]
+    assert {s["sender"] for s in seen} == {"alice-friend@example.test"}
+    # the limit counts parts; another tenant's account is not found
+    assert len(call(as_person(alice), "reader.senders", {"account_id": _account(alice), "limit": 3})["seen"]) == 3
+    assert refusal(as_person(alice), "reader.senders", {"account_id": _account(mallory)}).code == "NOT_FOUND"
+    mine = {s["message_id"] for s in seen}
+    assert not mine & {
+        s["message_id"] for s in call(as_person(mallory), "reader.senders", {"account_id": _account(mallory)})["seen"]
+    }
+    # reading never marks anything read
+    assert not Message.objects.for_tenant(alice.tenant).filter(read=True).exists()
+
+
+def test_a_plugins_change_is_confirmed_by_a_person_and_proposed_to_an_agent(
+    alice: Person, mallory: Person, mail_plugins: list[str]
+) -> None:
+    me = as_person(alice)
+    error = refusal(me, "notes.keep", {"text": "buy milk"})
+    assert error.code == "CONFIRMATION_REQUIRED"
+    assert call(me, "notes.keep", {"text": "buy milk"}, confirm=True) == {"kept": "buy milk"}
+    expose(alice, "plugin:notes")
+    agent = as_agent(alice)
+    proposal = refusal(agent, "notes.keep", {"text": "call Bob"}).proposal
+    assert proposal is not None and proposal["changes"][0]["after"] == {"plan": "keep a note of 8 characters"}
+    kept = dispatch(agent, Door.MCP, "notes.keep", {"text": "call Bob"}, confirmation_token=proposal["token"])
+    assert kept.output == {"kept": "call Bob"}
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="notes.keep", outcome="ok")
+    assert events.count() == 2
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="notes.keep").exists()
+
+
+def test_a_slow_plugins_calls_beyond_its_bound_are_refused_at_once_not_queued(
+    alice: Person, mallory: Person, installed: list[str], bounds: dict[str, int]
+) -> None:
+    bounds["PLUGIN_CALLS_IN_FLIGHT"] = 1
+    sleeper = plugins.runtime("sleeper")
+    assert sleeper is not None
+    # a slow call in flight (another web thread's: asked of the bridge itself, whose bound the gate's call meets)
+    nap = {"kind": "call", "operation": "nap", "input": {"seconds": 3}, "settings": {}, "now": "2026-12-01T00:00:00"}
+
+    def slow_call() -> None:
+        with sleeper.calling():
+            sleeper.ask({**nap, "parts": []}, tenant=str(mallory.tenant.pk))
+
+    slow = threading.Thread(target=slow_call)
+    slow.start()
+    try:
+        assert eventually(lambda: sleeper._in_flight == 1)
+        started = time.monotonic()
+        error = refusal(as_person(alice), "sleeper.nap", {"seconds": 0})
+        assert error.code == "SERVICE_UNAVAILABLE" and error.retry_after == 1
+        assert time.monotonic() - started < 1  # refused, not queued behind the slow call
+        # another plugin is not held up by it
+        assert call(as_person(alice), "sick.hello", {}) == {"said": "hello"}
+    finally:
+        slow.join()
+    assert call(as_person(alice), "sleeper.nap", {"seconds": 0})["said"].startswith("slept 0 s")
+
+
+def test_a_tenants_calls_never_share_a_process_with_another_tenants(
+    alice: Person, mallory: Person, installed: list[str]
+) -> None:
+    said = {
+        name: {call(as_person(p), "sleeper.nap", {"seconds": 0})["said"].split()[-1] for _ in range(4)}
+        for name, p in (("alice", alice), ("mallory", mallory))
+    }
+    assert len(said["alice"]) == 1 and len(said["mallory"]) == 1  # a process is kept for each tenant
+    assert not said["alice"] & said["mallory"]

@@ -271,7 +271,10 @@ def _mounts(places: Sequence[Path], limits: Limits) -> list[str]:
     for name in _SYSTEM_FILES:
         if Path(name).exists():
             args += ["--ro-bind", name, name]
-    made: set[Path] = {Path("/")}
+    # its own /proc, /dev and /tmp first: a place under /tmp (a test's folder) is then bound on top of the new one
+    size = limits.file_mb * 1024 * 1024
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(size), "--tmpfs", "/tmp"]  # noqa: S108
+    made: set[Path] = {Path("/"), Path("/tmp")}  # noqa: S108 - the sandbox's own
     kept: list[Path] = []
     for place in sorted({Path(os.path.realpath(p)) for p in places}, key=lambda p: (len(p.parts), str(p))):
         if any(place == k or k in place.parents for k in kept) or not place.exists():
@@ -284,8 +287,6 @@ def _mounts(places: Sequence[Path], limits: Limits) -> list[str]:
                 made.add(folder)
         args += ["--ro-bind", str(place), str(place)]
         kept.append(place)
-    size = limits.file_mb * 1024 * 1024
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(size), "--tmpfs", "/tmp"]  # noqa: S108 - its own
     return args
 
 

@@ -50,7 +50,12 @@ def _targets(ctx: Context, data: BaseModel) -> Message | MailAccount | None:
 # what an operation may declare it reads besides attachments' MIME types (oaken_plugin.MESSAGE_TEXT, _HEADERS)
 MESSAGE_TEXT = "message/text"
 MESSAGE_HEADERS = "message/headers"
-_HEADER_NAMES = (("From", "sender"), ("To", "to_addresses"), ("Cc", "cc_addresses"), ("Reply-To", "reply_to_addresses"))
+_HEADER_NAMES = (
+    ("From", "sender_address"),
+    ("To", "to_addresses"),
+    ("Cc", "cc_addresses"),
+    ("Reply-To", "reply_to_addresses"),
+)
 
 
 def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -67,34 +72,28 @@ def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[s
     cut = bounds["PLUGIN_PART_MAX_BYTES"]
     own = {kind for kind in reads if kind in (MESSAGE_TEXT, MESSAGE_HEADERS)}
     types = [kind for kind in reads if kind not in own]
+    # (date, message, kind, place): newest message first; in a message its headers, its text, its attachments
     parts: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     if own:
         messages = Message.objects.for_tenant(ctx.tenant)
         messages = messages.filter(pk=found.pk) if isinstance(found, Message) else messages.filter(account=found)
         for message in messages.order_by("-date", "-id")[:most]:
-            order = (message.date, message.pk)
             if MESSAGE_HEADERS in own:
-                parts.append(
-                    ((*order, 0), _part(message, "headers", "text/rfc822-headers", "", _header_lines(message)))
-                )
+                headers = _part(message, "headers", "text/rfc822-headers", "", _header_lines(message))
+                parts.append(((message.date, str(message.pk), 0, 0), headers))
             if MESSAGE_TEXT in own:
-                text = message.text_body or html_to_text(message.html_body)
-                parts.append(((*order, 1), _part(message, "text", "text/plain", "", text[:cut])))
+                text = (message.text_body or html_to_text(message.html_body))[:cut]
+                parts.append(((message.date, str(message.pk), 1, 0), _part(message, "text", "text/plain", "", text)))
     if types:
-        rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=types)
+        rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=types).select_related("message")
         rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
-        for place, row in enumerate(
-            rows.select_related("message").order_by("-message__date", "-message_id", "id")[:most]
-        ):
+        for place, row in enumerate(rows.order_by("-message__date", "-message_id", "id")[:most]):
             text = bytes(row.content[:cut]).decode("utf-8", errors="replace")
-            parts.append(
-                (
-                    (row.message.date, str(row.message.pk), 2, -place),
-                    _part(row.message, "attachment", row.content_type, row.filename, text),
-                )
-            )
+            attachment = _part(row.message, "attachment", row.content_type, row.filename, text)
+            parts.append(((row.message.date, str(row.message.pk), 2, place), attachment))
     oldest = datetime.min.replace(tzinfo=UTC)
-    parts.sort(key=lambda item: (item[0][0] or oldest, *item[0][1:]), reverse=True)
+    parts.sort(key=lambda item: item[0][2:])
+    parts.sort(key=lambda item: (item[0][0] or oldest, item[0][1]), reverse=True)  # stable: keeps the kinds' order
     return [part for _, part in parts[:most]]
 
 
@@ -117,7 +116,7 @@ def _header_lines(message: Message) -> str:
     lines = []
     for name, field in _HEADER_NAMES:
         value = getattr(message, field)
-        if field == "sender":
+        if field == "sender_address":
             value = f"{message.sender_name} <{value}>" if message.sender_name and value else value
         elif isinstance(value, list):
             value = ", ".join(_address(item) for item in value)
