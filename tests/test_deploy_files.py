@@ -56,3 +56,13 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert "make test" in ci
     first_block = readme.split("```")[1]
     assert "make serve" in first_block and "make test" in first_block
+
+
+def test_the_image_and_compose_file_give_plugins_their_sandbox() -> None:
+    # bubblewrap needs user namespaces in a container (docs/plugins.md); without them no plugin would load
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "bubblewrap" in dockerfile and "libseccomp2" in dockerfile
+    assert "OAKEN_PLUGIN_ENV=/app/.plugins" in dockerfile and "python -m venv /app/.plugins" in dockerfile
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("web", "worker"):
+        assert "seccomp=unconfined" in services[name]["security_opt"], name
