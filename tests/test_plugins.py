@@ -32,6 +32,7 @@ from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.operations import plugins, sandbox
 from apps.operations.exposure import offered_operations
+from apps.operations.plugin_processes import PluginFailure, PluginProcess
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Person
 from tests.mailfactory import write_mbox
@@ -692,3 +693,35 @@ def test_a_tenants_calls_never_share_a_process_with_another_tenants(
     }
     assert len(said["alice"]) == 1 and len(said["mallory"]) == 1  # a process is kept for each tenant
     assert not said["alice"] & said["mallory"]
+
+
+def test_a_process_that_stops_reading_its_requests_is_cut_at_the_timeout(alice: Person) -> None:
+    """A request larger than a pipe holds, to a process that never reads: Oaken's write must not wait past the
+    call's timeout (a web thread would hang)."""
+    ready = '{"id": "ready", "ok": true, "result": "ready"}'
+    never_reads = f"import time; print({ready!r}, flush=True); time.sleep(60)"
+    env = plugins.environment()
+    limits = plugins._limits()
+    started = sandbox.spawn(settings.PLUGIN_SANDBOX, env, [], limits, ["-c", never_reads], 10)
+    process = PluginProcess(("test", str(alice.tenant.pk)), started, 10)
+    began = time.monotonic()
+    with pytest.raises(PluginFailure, match="did not read its request in time"):
+        process.ask({"kind": "call", "settings": {"big": "x" * (4 << 20)}}, timeout=1, cpu_seconds=5)
+    assert time.monotonic() - began < 5
+    process.kill()
+    assert not process.alive
+
+
+def test_a_process_outlives_the_thread_that_started_it(alice: Person, installed: list[str]) -> None:
+    """bwrap dies with the thread that started it (PR_SET_PDEATHSIG): a pooled process started by a request's or
+    a health check's thread must not end with that thread."""
+    sleeper = plugins.runtime("sleeper")
+    assert sleeper is not None
+    nap = {"kind": "call", "operation": "nap", "input": {"seconds": 0}, "settings": {}, "now": "2026-12-01T00:00:00"}
+    said: list[str] = []
+    thread = threading.Thread(target=lambda: said.append(sleeper.ask({**nap, "parts": []}, tenant="outliving")["said"]))
+    thread.start()
+    thread.join()
+    time.sleep(0.2)
+    again = sleeper.ask({**nap, "parts": []}, tenant="outliving")["said"]
+    assert said and said[0].split()[-1] == again.split()[-1]  # the same process answered

@@ -12,7 +12,6 @@ plugin and tenant, and ends those idle for PLUGIN_IDLE_SECONDS.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -68,25 +67,45 @@ class PluginProcess:
     def ask(self, request: dict[str, Any], timeout: float, cpu_seconds: float) -> dict[str, Any]:
         """The answer to `request` (an id is added); PluginFailure when it is late, wrong, too large or too
         costly. The caller ends the process after a failure."""
+        call_id = secrets.token_hex(16)
+        deadline = time.monotonic() + timeout
+        self._send(json.dumps({**request, "id": call_id}).encode() + b"\n", deadline)
+        return self._answer(call_id, timeout, cpu_seconds, deadline=deadline)
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        """Write the request, never waiting past the deadline on a process that does not read it."""
         stdin = self.sandboxed.process.stdin
         assert stdin is not None
-        call_id = secrets.token_hex(16)
-        try:
-            stdin.write(json.dumps({**request, "id": call_id}).encode() + b"\n")
-            stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            raise PluginFailure("the plugin's process ended", crashed=True) from None
-        return self._answer(call_id, timeout, cpu_seconds)
+        fd = stdin.fileno()
+        view = memoryview(data)
+        os.set_blocking(fd, False)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PluginFailure("the plugin did not read its request in time")
+            _, writable, _ = select.select([], [fd], [], left)
+            if not writable:
+                continue
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise PluginFailure("the plugin's process ended", crashed=True) from None
 
-    def _answer(self, call_id: str, timeout: float, cpu_seconds: float | None) -> dict[str, Any]:
+    def _answer(
+        self, call_id: str, timeout: float, cpu_seconds: float | None, *, deadline: float | None = None
+    ) -> dict[str, Any]:
+        """The one line that answers `call_id`, by the deadline (`timeout` seconds from now unless given) and, for
+        a call, within `cpu_seconds` of CPU."""
         stdout = self.sandboxed.process.stdout
         assert stdout is not None
         fd = stdout.fileno()
         most = settings.OPERATIONS["PLUGIN_ANSWER_MAX_BYTES"]
-        began = time.monotonic()
+        deadline = deadline or time.monotonic() + timeout
         spent = self.cpu() if cpu_seconds is not None else 0.0
         while b"\n" not in self._buffer:
-            left = began + timeout - time.monotonic()
+            left = deadline - time.monotonic()
             if left <= 0:
                 raise PluginFailure(f"the plugin did not answer within {timeout:g} s")
             readable, _, _ = select.select([fd], [], [], min(left, 0.25))
@@ -137,26 +156,15 @@ class PluginProcess:
     def alive(self) -> bool:
         return self.sandboxed.process.poll() is None
 
-    def _signal(self, number: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.pid, number)
-
     def freeze(self) -> None:
-        self._signal(signal.SIGSTOP)
+        self.sandboxed.signal(signal.SIGSTOP)
         self.idle_since = time.monotonic()
 
     def thaw(self) -> None:
-        self._signal(signal.SIGCONT)
+        self.sandboxed.signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
-        process = self.sandboxed.process
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        self.sandboxed.end()
 
 
 def exception_name(value: object) -> str:

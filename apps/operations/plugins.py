@@ -357,9 +357,10 @@ class Runtime:
         key = (self.name, tenant)
         try:
             process = pools.take(key, lambda: self._start(key))
-        except (PluginFailure, sandbox.SandboxUnavailable) as failure:
+        except (PluginFailure, sandbox.SandboxUnavailable, OSError) as failure:
             self._crashed()
-            raise PluginFailure(str(failure)) from None
+            reason = "the plugin's process could not be started" if isinstance(failure, OSError) else str(failure)
+            raise PluginFailure(reason) from None
         try:
             answer = process.ask(request, timeout, settings.OPERATIONS["PLUGIN_CPU_SECONDS"])
         except PluginFailure as failure:
@@ -414,7 +415,7 @@ class Runtime:
         """Ask the plugin's own process (no tenant's) whether it can work, within the call timeout."""
         try:
             healthy = self.ask({"kind": "health"}, tenant="") is True
-        except (PluginFailure, OakenError):
+        except Exception:  # whatever went wrong (a process that could not start, say), it cannot work now
             healthy = False
         with self._lock:
             if not healthy and self._healthy:

@@ -24,16 +24,20 @@ user and set the limits, still before Python starts.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import json
 import logging
 import os
 import select
 import shutil
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +54,7 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
+_PR_SET_PDEATHSIG = 1
 # refused with EPERM (a name this architecture lacks is skipped)
 _REFUSED_CALLS = (
     "socket",
@@ -322,42 +327,78 @@ def _command(
 
 @dataclass
 class Sandboxed:
-    """A started process: `process` is what Oaken started (bwrap), `pid` the plugin's interpreter."""
+    """A started process: `process` is what Oaken started (bwrap), `pid` the plugin's interpreter, `pidfd` a
+    handle on that interpreter (signals sent through it can never reach another process that reused its pid)."""
 
     process: subprocess.Popen[bytes]
     pid: int
+    pidfd: int
+
+    def signal(self, number: int) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, number)
+
+    def end(self) -> None:
+        """Kill the interpreter (and so its sandbox), reap what Oaken started, close the pipes and the handle."""
+        self.signal(signal.SIGKILL)
+        _end(self.process)
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+
+
+# Processes are started from one thread that lives as long as this Oaken process: bwrap (and the `none` mode's
+# process) die with the thread that started them (PR_SET_PDEATHSIG), and a request's or a health check's thread
+# may end long before the process it started should.
+_launcher: tuple[int, ThreadPoolExecutor] | None = None
+_launcher_lock = threading.Lock()
+
+
+def _launch(
+    command: list[str], pass_fds: tuple[int, ...], preexec: Callable[[], None] | None
+) -> subprocess.Popen[bytes]:
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None or _launcher[0] != os.getpid():
+            _launcher = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="oaken-plugin-launcher"))
+        launcher = _launcher[1]
+    started = launcher.submit(
+        subprocess.Popen,
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # what a plugin prints could quote mail
+        env=environment_variables(),
+        cwd="/",
+        close_fds=True,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
+    return started.result()
+
+
+def _die_with_parent() -> Callable[[], None]:
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def die() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return die
 
 
 def spawn(
     mode: str, env: Environment, places: Sequence[Path], limits: Limits, args: Sequence[str], timeout: float
 ) -> Sandboxed:
     """Start `python -I <args>` of the plugin environment in the sandbox (in `none` mode: as it is, with the
-    limits only). stdin and stdout are pipes; stderr is discarded (what a plugin prints could quote mail)."""
+    limits only). stdin and stdout are pipes; stderr is discarded."""
     if mode == NONE:
-        process = subprocess.Popen(
-            [*_limits(limits), str(env.python), "-I", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=environment_variables(),
-            cwd="/",
-            close_fds=True,
-            start_new_session=True,
-        )
-        return Sandboxed(process, process.pid)
+        process = _launch([*_limits(limits), str(env.python), "-I", *args], (), _die_with_parent())
+        return Sandboxed(process, process.pid, os.pidfd_open(process.pid))
     seccomp_fd = _memfd(seccomp_program())
     info_read, info_write = os.pipe()
     try:
-        process = subprocess.Popen(
-            _command(env, places, limits, args, fds=(seccomp_fd, info_write)),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=environment_variables(),
-            cwd="/",
-            close_fds=True,
-            pass_fds=(seccomp_fd, info_write),
-            start_new_session=True,
+        process = _launch(
+            _command(env, places, limits, args, fds=(seccomp_fd, info_write)), (seccomp_fd, info_write), None
         )
     finally:
         os.close(seccomp_fd)
@@ -366,10 +407,14 @@ def spawn(
         pid = _child_pid(info_read, timeout)
     finally:
         os.close(info_read)
-    if pid is None:
+    pidfd = None
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    if pid is None or pidfd is None:
         _end(process)
         raise SandboxUnavailable("bwrap did not start the sandbox")
-    return Sandboxed(process, pid)
+    return Sandboxed(process, pid, pidfd)
 
 
 def _child_pid(fd: int, timeout: float) -> int | None:
