@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from email.message import EmailMessage
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -725,3 +726,19 @@ def test_a_process_outlives_the_thread_that_started_it(alice: Person, installed:
     time.sleep(0.2)
     again = sleeper.ask({**nap, "parts": []}, tenant="outliving")["said"]
     assert said and said[0].split()[-1] == again.split()[-1]  # the same process answered
+
+
+def test_a_plugin_left_in_oakens_own_environment_is_not_loaded_and_the_admin_is_told(
+    alice: Person, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older Oaken had plugins installed in its own environment; there, their code runs in Oaken's processes."""
+    old = EntryPoint(name="legacy", value="oaken_legacy:plugin", group=plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [old] if group == plugins.ENTRY_POINT_GROUP else [])
+    try:
+        plugins.load_plugins()
+        refused = {r["name"]: r["reason"] for r in call(as_person(alice), "list_plugins")["refused"]}
+        assert "Oaken's own environment" in refused["legacy"]
+        assert plugins.runtime("legacy") is None and plugins.runtime("calendar") is not None
+        assert "calendar" not in refused  # loaded already: left as it is
+    finally:
+        plugins.status.refused.pop("legacy", None)

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib.metadata import distributions
+from importlib.metadata import distributions, entry_points
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -303,6 +303,19 @@ def discover(folders: Iterable[Path]) -> tuple[list[Found], dict[str, str]]:
     return plugins, refused
 
 
+def _in_oakens_environment(loaded: set[str]) -> dict[str, str]:
+    """Plugins installed in Oaken's own environment (where an older Oaken had them): never loaded from there, and
+    said so, since their code (a .pth file) may run in Oaken's processes."""
+    here = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if _PLUGIN_NAME.match(entry.name) and entry.name not in loaded:
+            here[entry.name] = (
+                "it is installed in Oaken's own environment, where no plugin is loaded: install it in the plugin "
+                "environment (docs/plugins.md) and uninstall it from Oaken's"
+            )
+    return here
+
+
 def _limits() -> sandbox.Limits:
     bounds = settings.OPERATIONS
     return sandbox.Limits(
@@ -555,6 +568,9 @@ def load_plugins(folders: Sequence[Path] | None = None, *, into: Registry | None
         log.info("no plugin is loaded: %s", missing)
         return []
     found, refused = discover([env.site_packages, *settings.PLUGIN_PATH] if folders is None else folders)
+    if folders is None:
+        refused.update(_in_oakens_environment({f.name for f in found}))
+    found = [f for f in found if f.name not in _runtimes]  # loaded already (unload_plugin first to load it again)
     if not found and not refused:
         return []
     if settings.PLUGIN_SANDBOX == sandbox.NONE:
