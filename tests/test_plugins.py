@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
 import pytest
 from django.conf import settings
 
@@ -86,7 +88,7 @@ def test_a_plugin_gets_nothing_to_work_with(alice: Person, installed: list[str])
         "postgres socket": "PermissionError",  # no socket can be made (seccomp)
         "tcp": "PermissionError",
         "secret file": "FileNotFoundError",  # the data folder is not in its filesystem
-        "parent environment": "FileNotFoundError",  # the first process of its own PID namespace: no parent there
+        "parent environment": "PermissionError",  # its parent is bwrap's init, of another user
         "subprocess": "PermissionError",  # no process can be started
         "write a file": "OSError",  # its own folder is read-only
         "DATABASE_URL": "None",
@@ -551,31 +553,32 @@ print(json.dumps(said))
 """
 
 
-@pytest.mark.slow
-def test_an_oaken_that_is_not_root_sandboxes_its_plugins_in_a_user_namespace() -> None:
-    """The production image runs Oaken as a user of its own: bwrap then maps the sandbox's user in a user
-    namespace. Run here as `nobody`, with the system's Python (one `nobody` can read)."""
+@pytest.fixture
+def as_nobody() -> Iterator[Callable[[str], list[str]]]:
+    """The command that runs a Python script as `nobody`, as an Oaken that is not root would be, with the system's
+    Python (one `nobody` can read), Oaken's source on its path, and a plugin environment made from it; the script
+    gets the source folder, a folder holding pyseccomp and the environment as arguments."""
     if os.geteuid() != 0 or not Path("/usr/bin/python3").exists() or shutil.which("setpriv") is None:
         pytest.skip("needs root (to become nobody) and the system's python3")
     import pyseccomp
 
     place = Path(tempfile.mkdtemp(prefix="oaken-nonroot-"))
-    try:
-        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(place / "env")], check=True)
-        (place / "lib").mkdir()
-        shutil.copy(pyseccomp.__file__, place / "lib" / "pyseccomp.py")
-        subprocess.run(["chmod", "-R", "a+rX", str(place)], check=True)
-        source = Path(settings.BASE_DIR)
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        run = subprocess.run(
-            [*nobody, "/usr/bin/python3", "-c", _AS_ANOTHER_USER, str(source), str(place / "lib"), str(place / "env")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-        )
-    finally:
-        shutil.rmtree(place, ignore_errors=True)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(place / "env")], check=True)
+    (place / "lib").mkdir()
+    shutil.copy(pyseccomp.__file__, place / "lib" / "pyseccomp.py")
+    subprocess.run(["chmod", "-R", "a+rX", str(place)], check=True)
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"]
+    yield lambda script: [*nobody, script, str(settings.BASE_DIR), str(place / "lib"), str(place / "env")]
+    shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_an_oaken_that_is_not_root_sandboxes_its_plugins_in_a_user_namespace(
+    as_nobody: Callable[[str], list[str]],
+) -> None:
+    """The production image runs Oaken as a user of its own: bwrap then maps the sandbox's user in a user
+    namespace."""
+    run = subprocess.run(as_nobody(_AS_ANOTHER_USER), capture_output=True, text=True, timeout=60, cwd="/")
     assert run.returncode == 0, run.stderr[-2000:]
     said = json.loads(run.stdout.strip().splitlines()[-1])
     assert said["problem"] is None
@@ -583,6 +586,46 @@ def test_an_oaken_that_is_not_root_sandboxes_its_plugins_in_a_user_namespace() -
     assert said["caps"] == "0000000000000000" and said["no_new_privs"] == "1" and said["seccomp"] == "2"
     assert said["tried"] == {"socket": "PermissionError", "fork": "PermissionError", "write /usr": "OSError"}
     assert said["net"] != said["my_net"]  # a network namespace of its own
+
+
+_STARTS_ONE_AND_WAITS = """
+import signal, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from pathlib import Path
+from apps.operations import sandbox
+env = sandbox.Environment.at(Path(sys.argv[3]))
+limits = sandbox.Limits(memory_mb=512, tasks=8, files=32, file_mb=1, cpu_seconds=10)
+started = sandbox.spawn("bwrap", env, [], limits, ["-c", "import time; print('up', flush=True); time.sleep(60)"], 10)
+started.process.stdout.readline()
+started.signal(signal.SIGSTOP)  # idle in a pool
+print(started.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_plugins_process_ends_with_the_oaken_process_that_started_it_even_stopped(
+    user: str, request: pytest.FixtureRequest
+) -> None:
+    """An Oaken process killed outright (SIGKILL, an OOM kill) leaves no plugin process behind, not even one stopped
+    between calls."""
+    if user == "root":
+        if os.geteuid() != 0:
+            pytest.skip("Oaken runs as another user here")
+        env = str(plugins.environment().root)
+        command = [sys.executable, "-c", _STARTS_ONE_AND_WAITS, str(settings.BASE_DIR), str(settings.BASE_DIR), env]
+    else:
+        command = request.getfixturevalue("as_nobody")(_STARTS_ONE_AND_WAITS)
+    oaken = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert oaken.stdout is not None
+        plugin = psutil.Process(int(oaken.stdout.readline()))
+        assert eventually(lambda: plugin.status() == psutil.STATUS_STOPPED)
+    finally:
+        oaken.kill()
+        oaken.wait()
+    assert eventually(lambda: not psutil.pid_exists(plugin.pid) or plugin.status() == psutil.STATUS_ZOMBIE, 5)
 
 
 # ---------------------------------------------------------------- what an honest plugin can do

@@ -307,7 +307,7 @@ def _command(
 ) -> list[str]:
     seccomp_fd, info_fd = fds
     root = os.geteuid() == 0
-    command = ["bwrap", "--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
+    command = ["bwrap", "--die-with-parent", "--new-session", "--chdir", "/"]
     if root:
         # bwrap, as root, makes the namespaces and the mounts; setpriv then leaves root for a uid of this
         # sandbox's own before Python starts (a user namespace would map the sandbox to root outside)
@@ -404,9 +404,13 @@ def spawn(
         os.close(seccomp_fd)
         os.close(info_write)
     try:
-        pid = _child_pid(info_read, timeout)
+        init = _child_pid(info_read, timeout)
     finally:
         os.close(info_read)
+    # bwrap's own init is the PID namespace's first process (as root, with the death signal bwrap gave it): when
+    # Oaken ends, bwrap ends, the init is killed, and the kernel ends every process of the namespace, a stopped
+    # one too. (The interpreter as that first process would outlive bwrap: leaving root clears its death signal.)
+    pid = _first_child(init, timeout) if init is not None else None
     pidfd = None
     if pid is not None:
         with contextlib.suppress(OSError):
@@ -415,6 +419,27 @@ def spawn(
         _end(process)
         raise SandboxUnavailable("bwrap did not start the sandbox")
     return Sandboxed(process, pid, pidfd)
+
+
+def _first_child(parent: int, timeout: float) -> int | None:
+    """The one process bwrap's init started (the plugin's interpreter), found as soon as it exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: every process's parent, read
+            import psutil
+
+            try:
+                children = [str(c.pid) for c in psutil.Process(parent).children()]
+            except psutil.Error:
+                return None
+        except OSError:
+            return None
+        if children:
+            return int(children[0])
+        time.sleep(0.001)
+    return None
 
 
 def _child_pid(fd: int, timeout: float) -> int | None:
