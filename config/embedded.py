@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,24 @@ def data_dir() -> Path:
         path = Path.cwd() / path
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
+
+
+def secret_from_file(path: Path, make: Callable[[], str]) -> str:
+    """A secret kept in a file of the data folder (mode 0600, in a folder of mode 0700), made once."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        # O_EXCL: of several processes starting at once, exactly one writes the secret
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make())
+    for _ in range(100):
+        if value := path.read_text().strip():
+            return value
+        time.sleep(0.05)  # another process created it a moment ago and is still writing
+    raise RuntimeError(f"{path} is empty")
 
 
 @contextlib.contextmanager
