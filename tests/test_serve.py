@@ -74,6 +74,10 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
             proc.communicate()
     assert proc.returncode == 0, output[-2000:]
     assert f"http://127.0.0.1:{port}/" in output
+    # the embedded servers' passwords reach the children in their environment, never the output (Celery's banner
+    # names the broker; migrate, gunicorn and the embedded module log)
+    for name in ("postgres-password", "redis-password"):
+        assert (tmp_path / "data" / "secrets" / name).read_text().strip() not in output
     time.sleep(0.5)
     for pid in [c.pid for c in children] + [postmaster, redis_pid]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -230,3 +234,7 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     time.sleep(0.5)
     # the restarted server was stopped with serve: nothing is left running on the data folder
     assert _gone(after)
+    # what was logged while the database was away (the web's and the worker's errors) names no password
+    output = log.read_text()
+    for name in ("postgres-password", "redis-password"):
+        assert (data / "secrets" / name).read_text().strip() not in output
