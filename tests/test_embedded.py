@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import psycopg
@@ -361,7 +362,8 @@ def test_a_data_folder_made_before_passwords_is_closed_in_place(
     try:
         _closed_with_data_kept(server, url)
         assert "now requires a password" in caplog.text
-        assert server.password_file.read_text().strip() not in caplog.text
+        shown = server.password_file.read_text().strip() in caplog.text  # (a failure must not print it)
+        assert not shown
     finally:
         server.release()
 
@@ -395,7 +397,7 @@ def test_a_password_file_and_a_cluster_made_apart_still_agree(tmp_path: Path) ->
     url = server.start()
     second = server.password_file.read_text().strip()
     try:
-        assert second != first
+        assert (second == first) is False  # (a failure must not print them)
         sockets = str(_postmaster_info(root).socket_dir)
         assert "password authentication failed" in _psql(sockets, first)
         assert _psql(sockets, second) == "postgres"
@@ -408,7 +410,7 @@ def test_a_password_file_and_a_cluster_made_apart_still_agree(tmp_path: Path) ->
     shutil.rmtree(root)
     url = server.start()
     try:
-        assert server.password_file.read_text().strip() == second
+        assert (server.password_file.read_text().strip() == second) is True
         assert _passwordless_lines(root) == []
         assert "no password supplied" in _psql(str(_postmaster_info(root).socket_dir), None)
         with psycopg.connect(url) as conn:
@@ -471,3 +473,19 @@ def test_a_redis_made_before_passwords_keeps_its_data_and_asks_the_password(tmp_
         finally:
             server.release()
     assert running.wait(20) == 0  # the last holder stopped the server it found running
+
+
+def test_an_error_report_masks_the_passwords_in_the_servers_urls(rf: Any) -> None:
+    """OAKEN_DEBUG's error page lists the settings, and runserver's request the environment: no password shows."""
+    from django.views.debug import ExceptionReporter
+
+    request = rf.get("/")
+    request.META.update(DATABASE_URL=os.environ["DATABASE_URL"], REDIS_URL=os.environ["REDIS_URL"])
+    try:
+        raise RuntimeError("the report's own exception")
+    except RuntimeError:
+        report = ExceptionReporter(request, *sys.exc_info()).get_traceback_text()
+    assert "the report's own exception" in report and "REDIS_URL" in report and "CELERY_BROKER_URL" in report
+    passwords = [urlsplit(url).password for url in (os.environ["DATABASE_URL"], os.environ["REDIS_URL"])]
+    shown = [bool(password and password in report) for password in passwords]  # (a failure must not print them)
+    assert all(passwords) and shown == [False, False]

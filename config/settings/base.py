@@ -29,6 +29,7 @@ ENCRYPTION_KEYS = env_list("OAKEN_ENCRYPTION_KEYS") or [
 ]
 
 DEBUG = env_bool("OAKEN_DEBUG", False)
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.errors.ReporterFilter"  # passwords in URLs masked too
 ALLOWED_HOSTS = env_list("OAKEN_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("OAKEN_CSRF_TRUSTED_ORIGINS")
 
