@@ -294,8 +294,8 @@ def test_a_deep_data_folder_has_its_socket_in_a_closed_folder_and_tcp_asks_the_p
     root = tmp_path.joinpath(*["a-rather-long-folder-name"] * 4) / "postgres"
     server = EmbeddedPostgres(root)
     url = server.start()
+    info = _postmaster_info(root)
     try:
-        info = _postmaster_info(root)
         sockets, password = info.socket_dir, server.password_file.read_text().strip()
         assert not str(sockets).startswith(str(root))  # too deep for a socket path: a short folder under /tmp
         # pgserver opens the folder it makes there to everyone, for its user: it is closed once the server listens
@@ -318,6 +318,7 @@ def test_a_deep_data_folder_has_its_socket_in_a_closed_folder_and_tcp_asks_the_p
             assert _psql("127.0.0.1", password, port=port, as_nobody=as_nobody) == "postgres"
     finally:
         server.release()
+        shutil.rmtree(info.socket_dir.parent, ignore_errors=True)  # under /tmp: not left behind
 
 
 _OLD_CLUSTER = """
