@@ -464,16 +464,21 @@ def test_a_redis_made_before_passwords_keeps_its_data_and_asks_the_password(tmp_
         _redis(tmp_path / "stopped" / "redis" / "redis.sock").shutdown()
     stopped.wait(20)
     running = _old_redis(tmp_path / "running" / "redis")
-    for folder in ("stopped", "running"):
-        server = EmbeddedRedis(tmp_path / folder / "redis")
-        url = server.start()
-        try:
-            with pytest.raises(redis.AuthenticationError):
-                _redis(server.socket).ping()
-            assert redis.Redis.from_url(url).get("kept") == b"from before passwords"
-        finally:
-            server.release()
-    assert running.wait(20) == 0  # the last holder stopped the server it found running
+    try:
+        for folder in ("stopped", "running"):
+            server = EmbeddedRedis(tmp_path / folder / "redis")
+            url = server.start()
+            try:
+                with pytest.raises(redis.AuthenticationError):
+                    _redis(server.socket).ping()
+                assert redis.Redis.from_url(url).get("kept") == b"from before passwords"
+            finally:
+                server.release()
+        assert running.wait(20) == 0  # the last holder stopped the server it found running
+    finally:
+        if running.poll() is None:  # a failure above: not left running
+            running.kill()
+            running.wait()
 
 
 def test_an_error_report_masks_the_passwords_in_the_servers_urls(rf: Any) -> None:
