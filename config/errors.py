@@ -6,11 +6,14 @@ of the exception is shown."""
 from __future__ import annotations
 
 import sys
+from typing import Any
+from urllib.parse import urlsplit
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views import defaults
+from django.views.debug import SafeExceptionReporterFilter
 
 from apps.core.errors import OakenError
 
@@ -42,3 +45,20 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if away:
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
+
+
+class ReporterFilter(SafeExceptionReporterFilter):
+    """Django's filter of what an error report (OAKEN_DEBUG's page) shows, which also masks a password written in a
+    URL: REDIS_URL and Celery's broker are settings Django's names do not hide, DATABASE_URL an environment
+    variable that runserver puts in the request's META; both carry the embedded servers' passwords."""
+
+    def cleanse_setting(self, key: Any, value: Any) -> Any:
+        value = super().cleanse_setting(key, value)
+        if isinstance(value, str) and "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:  # not a URL after all
+                return value
+            if password:
+                return value.replace(f":{password}@", f":{self.cleansed_substitute}@")
+        return value

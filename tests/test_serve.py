@@ -20,6 +20,8 @@ import pytest
 from tests.loopback import free_port
 from tests.test_embedded import pg_ctl
 
+PASSWORD_FILES = ("postgres-password", "redis-password")
+
 
 def _get(url: str) -> tuple[int, dict]:
     try:
@@ -74,6 +76,10 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
             proc.communicate()
     assert proc.returncode == 0, output[-2000:]
     assert f"http://127.0.0.1:{port}/" in output
+    # the embedded servers' passwords reach the children in their environment, never the output (Celery's banner
+    # names the broker; migrate, gunicorn and the embedded module log)
+    shown = [(tmp_path / "data" / "secrets" / name).read_text().strip() in output for name in PASSWORD_FILES]
+    assert shown == [False, False]  # (a failure must not print them)
     time.sleep(0.5)
     for pid in [c.pid for c in children] + [postmaster, redis_pid]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -150,6 +156,7 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     from celery import Celery
 
     from config.embedded import EmbeddedRedis
+    from config.settings.queue import celery_url
     from tests.mailfactory import raw_message, write_mbox
 
     port, data = free_port(), tmp_path / "data"
@@ -162,7 +169,7 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     with open(log, "w") as out:
         proc = subprocess.Popen([str(oaken), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    broker = "redis+socket://" + str(EmbeddedRedis(data / "redis").socket)
+    broker = celery_url(EmbeddedRedis(data / "redis").url)  # with the password kept in the data folder
     tasks = Celery("probe", broker=broker, backend=broker, set_as_current=False)
     try:
 
@@ -229,3 +236,6 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     time.sleep(0.5)
     # the restarted server was stopped with serve: nothing is left running on the data folder
     assert _gone(after)
+    # what was logged while the database was away (the web's and the worker's errors) names no password
+    output = log.read_text()
+    assert [(data / "secrets" / name).read_text().strip() in output for name in PASSWORD_FILES] == [False, False]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +10,7 @@ from cryptography.fernet import Fernet
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from config.embedded import data_dir
+from config.embedded import data_dir, secret_from_file
 from config.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -21,21 +19,7 @@ DATA_DIR = data_dir()
 
 def _secret_from_file(name: str, make: Callable[[], str]) -> str:
     """A secret kept in the data folder, made once: for development, where none is configured."""
-    path = DATA_DIR / "secrets" / name
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        # O_EXCL: of several processes starting at once, exactly one writes the secret
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(make())
-    for _ in range(100):
-        if value := path.read_text().strip():
-            return value
-        time.sleep(0.05)  # another process created it a moment ago and is still writing
-    raise ImproperlyConfigured(f"{path} is empty")
+    return secret_from_file(DATA_DIR / "secrets" / name, make)
 
 
 SECRET_KEY = env_str("OAKEN_SECRET_KEY") or _secret_from_file("django-secret-key", lambda: secrets.token_urlsafe(50))
@@ -45,6 +29,7 @@ ENCRYPTION_KEYS = env_list("OAKEN_ENCRYPTION_KEYS") or [
 ]
 
 DEBUG = env_bool("OAKEN_DEBUG", False)
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.errors.ReporterFilter"  # passwords in URLs masked too
 ALLOWED_HOSTS = env_list("OAKEN_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("OAKEN_CSRF_TRUSTED_ORIGINS")
 

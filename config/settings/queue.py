@@ -8,12 +8,13 @@ from config.settings.operations import OPERATIONS
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-def _celery_url(url: str) -> str:
+def celery_url(url: str) -> str:
+    """A Redis URL as kombu spells it (a password in it is kept)."""
     # kombu spells a unix socket redis+socket://, redis-py spells it unix://
     return "redis+socket://" + url.removeprefix("unix://") if url.startswith("unix://") else url
 
 
-CELERY_BROKER_URL = _celery_url(REDIS_URL)
+CELERY_BROKER_URL = celery_url(REDIS_URL)
 CELERY_RESULT_BACKEND = CELERY_BROKER_URL
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
