@@ -1,7 +1,7 @@
 """The console's Plugins page in headless Chromium: a plugin's health and operations, and its settings edited
 from the plugin's schema (nested models, lists of words, of secrets and of models, JSON for the rest), a refusal
-shown beside its setting in words, a secret never shown back, wherever it is; another tenant's settings stay its
-own."""
+shown beside its setting in words, a secret never shown back, wherever it is; how plugins run (with or without a
+sandbox) and which were refused, and why; another tenant's settings stay its own."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from apps.operations import plugins
 from tests.browser import look
 from tests.callers import as_person, call
 from tests.conftest import Person
 from tests.test_console_browser import _sign_in
 from tests.test_plugins import (
+    PLUGINS_DIR,
     VAULT_SECRETS,
     fingerprint,
     installed,  # noqa: F401 - the fixture installing the test plugins
@@ -202,3 +204,54 @@ def test_an_admin_edits_nested_and_list_settings_and_no_secret_is_shown_back(
     theirs = {p["name"]: p for p in call(as_person(mallory), "list_plugins")["plugins"]}["vault"]["settings"]
     assert theirs == {}
     assert _fingerprints(mallory)["server"] == ":993 unset" and "mirrors.0" not in _fingerprints(mallory)
+
+
+@pytest.mark.slow
+def test_the_page_says_how_plugins_run_and_which_were_refused_and_why(
+    browser_page: Page, live_server: Any, alice: Person, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from playwright.sync_api import expect
+
+    # what list_plugins reads, put back after the test
+    monkeypatch.setattr(plugins.status, "sandbox", "none")
+    monkeypatch.setattr(plugins.status, "problem", "")
+    twins = {"twin", "open_input", "unpreviewed", "misnamed", "missing", "fine"}
+    try:
+        plugins.load_plugins([PLUGINS_DIR / "twin-plugins", PLUGINS_DIR / "broken-plugins"])
+        monkeypatch.setattr(plugins.status, "sandbox", "none")  # as OAKEN_PLUGIN_SANDBOX=none sets it
+        page = browser_page
+        _sign_in(page, alice, live_server.url)
+        page.goto("/plugins")
+        warning = page.locator('[data-sandbox="none"]')
+        expect(warning).to_contain_text("Plugins run without a sandbox.")
+        expect(warning).to_contain_text("developing plugins only")
+        expect(page.get_by_role("heading", name="Refused plugins")).to_be_visible()
+        expect(page.locator('[data-refused="twin"]')).to_have_text(
+            "twin: 2 packages claim the name twin (oaken-twin-a, oaken-twin-b): neither is loaded"
+        )
+        expect(page.locator('[data-refused="open_input"]')).to_contain_text("extra fields")
+        expect(page.locator('section[data-plugin="fine"] [data-health]')).to_have_text("Working.")
+        expect(page.locator('section[data-plugin="twin"]')).to_have_count(0)
+        expect(page.locator("[data-problem]")).to_have_count(0)
+        look(page, "plugins-refused")
+
+        # where the sandbox cannot be made, no plugin is loaded, and the page says why
+        for name in twins:
+            plugins.unload_plugin(name)
+        monkeypatch.setattr(
+            plugins.sandbox, "unavailable", lambda mode, env: "bwrap is not installed (the bubblewrap package)"
+        )
+        monkeypatch.setattr(plugins.settings, "PLUGIN_SANDBOX", "bwrap")
+        assert plugins.load_plugins([PLUGINS_DIR / "broken-plugins"]) == []
+        page.reload()
+        expect(page.locator('[data-sandbox="none"]')).to_have_count(0)
+        expect(page.locator("[data-problem]")).to_have_text(
+            "No plugin could be loaded: the plugin sandbox cannot be made here: "
+            "bwrap is not installed (the bubblewrap package)."
+        )
+        expect(page.locator('[data-refused="fine"]')).to_have_text("fine: the sandbox cannot be made here")
+        expect(page.locator('section[data-plugin="fine"]')).to_have_count(0)
+        look(page, "plugins-no-sandbox")
+    finally:
+        for name in twins:
+            plugins.unload_plugin(name)

@@ -1,5 +1,6 @@
-// /plugins: each installed plugin's health, operations and this tenant's settings, as a form built from the
-// plugin's settings schema (list_plugins, set_plugin_settings; the form: ../schema_form.js).
+// /plugins: whether plugins run in a sandbox, the plugins Oaken refused and why, and each installed plugin's
+// health, operations and this tenant's settings, as a form built from the plugin's settings schema
+// (list_plugins, set_plugin_settings; the form: ../schema_form.js).
 import { el, load, notice, perform, plainError, row, table } from "../lib.js";
 import { FormProblem, SchemaForm } from "../schema_form.js";
 
@@ -63,11 +64,60 @@ const section = (plugin) =>
     settingsForm(plugin),
   );
 
+const sentenceEnd = (text) => (/[.!?]$/.test(text) ? text : `${text}.`);
+
+// How plugins run here: in a sandbox, or (for development only) without one; and why none could be loaded.
+function sandbox(out) {
+  const said = [];
+  if (out.sandbox === "none") {
+    said.push(
+      el(
+        "div",
+        { class: "warning", "data-sandbox": "none" },
+        el("strong", {}, "Plugins run without a sandbox."),
+        " Their code can read Oaken's files, reach its database and the network as Oaken itself. This is for " +
+          "developing plugins only: never run plugins you did not write this way. An administrator of the server " +
+          "turns the sandbox on by removing OAKEN_PLUGIN_SANDBOX=none.",
+      ),
+    );
+  } else if (!out.problem) {
+    said.push(
+      el(
+        "p",
+        { class: "hint", "data-sandbox": out.sandbox },
+        "Each plugin runs in a sandbox of its own (bubblewrap): no network, none of Oaken's files or data, and a " +
+          "process serves one tenant only.",
+      ),
+    );
+  }
+  if (out.problem) said.push(el("p", { class: "errors", "data-problem": "" }, `No plugin could be loaded: ${sentenceEnd(out.problem)}`));
+  return said;
+}
+
+function refused(out) {
+  if (!out.refused || !out.refused.length) return [];
+  return [
+    el("h2", { id: "refused-title" }, "Refused plugins"),
+    el("p", { class: "hint" }, "These plugins are installed but Oaken did not load them: they offer nothing until the reason below is fixed on the server."),
+    el(
+      "ul",
+      { class: "refused", "aria-labelledby": "refused-title" },
+      out.refused.map((r) => el("li", { "data-refused": r.name }, el("strong", {}, r.name), ": ", r.reason)),
+    ),
+  ];
+}
+
 const refresh = () =>
   load("list_plugins", "plugins-list", (out) =>
-    out.plugins.length
-      ? el("div", {}, out.plugins.map(section))
-      : el("p", { class: "hint" }, "No plugin is installed."),
+    el(
+      "div",
+      {},
+      sandbox(out),
+      refused(out),
+      out.plugins.length
+        ? out.plugins.map(section)
+        : el("p", { class: "hint" }, out.problem || out.refused.length ? "No plugin is loaded." : "No plugin is installed."),
+    ),
   );
 
 refresh();
