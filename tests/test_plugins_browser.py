@@ -255,3 +255,96 @@ def test_the_page_says_how_plugins_run_and_which_were_refused_and_why(
     finally:
         for name in twins:
             plugins.unload_plugin(name)
+
+
+# every shape the form knows, and some it edits as JSON: what it reads back is what it was given
+SHAPES = {
+    "type": "object",
+    "$defs": {
+        "Pair": {
+            "type": "object",
+            "properties": {"user": {"type": "string"}, "key": {"type": "string", "format": "password"}},
+        },
+        "Mode": {"enum": ["fast", "safe"], "type": "string"},
+    },
+    "properties": {
+        "mode": {"$ref": "#/$defs/Mode"},
+        "maybe_mode": {"anyOf": [{"$ref": "#/$defs/Mode"}, {"type": "null"}], "default": None},
+        "modes": {"type": "array", "items": {"$ref": "#/$defs/Mode"}},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        "old_style": {"allOf": [{"$ref": "#/$defs/Pair"}], "description": "A reference with words beside it."},
+        "pairs": {"type": "array", "items": {"$ref": "#/$defs/Pair"}},
+        "ratio": {"type": ["number", "null"]},
+        "grid": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+        "flag": {"type": "boolean"},
+    },
+}
+SHAPES_VALUES = {
+    "mode": "safe",
+    "maybe_mode": None,
+    "modes": ["fast", "safe", "fast"],
+    "note": "hello",
+    "old_style": {"user": "u", "key": "********"},
+    "pairs": [{"user": "a", "key": "********"}, {"user": "b", "key": "********"}],
+    "ratio": 0.5,
+    "grid": [[1, 2], [3]],
+    "either": "x",
+    "flag": True,
+}
+READ_BACK = """async ([schema, values, removeFirstPair]) => {
+  const page = document.querySelector('script[type=module][src*="pages/plugins.js"]').src;
+  const url = page.replace("pages/plugins.js", "schema_form.js");
+  const { SchemaForm } = await import(url);
+  const fields = new SchemaForm("setting-shapes", schema);
+  const form = document.createElement("form");
+  form.append(...fields.build(values));
+  document.querySelector("main").append(form);
+  if (removeFirstPair) form.querySelector('button[aria-label="Remove pairs 1"]').click();
+  const kinds = Object.fromEntries([...form.querySelectorAll("[data-kind]")].map((e) => [e.name, e.dataset.kind]));
+  return { values: fields.read(), kinds };
+}"""
+
+
+@pytest.mark.slow
+def test_the_settings_form_reads_back_every_shape_it_was_given(
+    browser_page: Page, live_server: Any, alice: Person
+) -> None:
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/plugins")
+    out = page.evaluate(READ_BACK, [SHAPES, SHAPES_VALUES, False])
+    assert out["values"] == SHAPES_VALUES
+    assert out["kinds"] == {
+        "mode": "choice",
+        "maybe_mode": "choice",
+        "modes.0": "choice",
+        "modes.1": "choice",
+        "modes.2": "choice",
+        "note": "text",
+        "old_style.user": "text",
+        "old_style.key": "secret",
+        "pairs.0.user": "text",
+        "pairs.0.key": "secret",
+        "pairs.1.user": "text",
+        "pairs.1.key": "secret",
+        "ratio": "number",
+        "grid": "json",
+        "either": "json",
+        "flag": "boolean",
+    }
+    # a row removed: the one that moved up names where its secret is stored
+    out = page.evaluate(READ_BACK, [SHAPES, SHAPES_VALUES, True])
+    assert out["values"]["pairs"] == [{"user": "b", "key": "********@/pairs/1/key"}]
+    # nothing given: each field says its default, or nothing
+    out = page.evaluate(READ_BACK, [SHAPES, {}, False])
+    assert out["values"] == {
+        "mode": "fast",
+        "maybe_mode": None,
+        "modes": [],
+        "note": None,
+        "old_style": {"user": ""},
+        "pairs": [],
+        "ratio": None,
+        "flag": False,
+    }

@@ -51,6 +51,12 @@ function resolved(root, spec, depth = 0) {
     const inner = resolved(root, target, depth + 1);
     return { ...inner, spec: { ...inner.spec, ...own } };
   }
+  if (Array.isArray(spec.allOf) && spec.allOf.length === 1) {
+    // how some generators put words beside a reference: {"allOf": [{"$ref": ...}], "description": ...}
+    const { allOf, ...own } = spec;
+    const inner = resolved(root, allOf[0], depth + 1);
+    return { ...inner, spec: { ...inner.spec, ...own } };
+  }
   const branches = spec.anyOf || spec.oneOf;
   if (Array.isArray(branches)) {
     const others = branches.filter((b) => !(isObject(b) && b.type === "null"));
