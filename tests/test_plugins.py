@@ -8,6 +8,7 @@ user's would be. The sandbox itself is attacked in tests/test_plugin_sandbox.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,12 +37,13 @@ from apps.mail.models import Message
 from apps.operations import plugins, sandbox
 from apps.operations.exposure import offered_operations
 from apps.operations.plugin_processes import PluginFailure, PluginProcess
+from apps.operations.plugin_secrets import SettingsSchema
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Person
 from tests.mailfactory import write_mbox
 
 PLUGINS_DIR = Path(__file__).parent / "plugins"
-TEST_PLUGINS = ("keyed", "probe", "raiser", "sick", "sleeper")
+TEST_PLUGINS = ("keyed", "probe", "raiser", "sick", "sleeper", "vault")
 SICK_FLAG = PLUGINS_DIR / "test-plugins" / "sick.flag"
 
 
@@ -240,6 +242,239 @@ def test_settings_are_validated_kept_per_tenant_and_never_shown_with_secrets(
     assert not [e for e in events if "sk-live" in str(e.__dict__)]
     member = joined(alice, "member2@example.test")
     assert refusal(as_person(member), "list_plugins").code == "FORBIDDEN"
+
+
+VAULT_SECRETS = {
+    "server": "pw-main-0123456789",
+    "backup": "pw-backup-0123456789",
+    "mirror a": "pw-mirror-a-0123456789",
+    "mirror b": "pw-mirror-b-0123456789",
+    "token 1": "tok-one-0123456789",
+    "token 2": "tok-two-0123456789",
+    "ops key": "key-ops-0123456789",
+    "fallback": "fallback-0123456789",
+}
+
+
+def fingerprint(secret: str) -> str:
+    """What the vault plugin says of a secret it was given (tests/plugins/test-plugins: `vault.fingerprints`)."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def set_vault(p: Person, values: dict[str, Any]) -> dict[str, Any]:
+    return dispatch(
+        as_person(p), Door.UI, "set_plugin_settings", {"plugin": "vault", "settings": values}, confirm=True
+    ).output
+
+
+def vault_settings(p: Person) -> dict[str, Any]:
+    listed: dict[str, Any] = {x["name"]: x for x in call(as_person(p), "list_plugins")["plugins"]}["vault"]
+    return listed["settings"]
+
+
+def shows_no_secret(anything: object) -> bool:
+    text = json.dumps(anything, default=str)
+    return not [name for name, secret in VAULT_SECRETS.items() if secret in text]
+
+
+def test_secrets_nested_in_models_lists_and_dicts_are_never_shown(
+    alice: Person, mallory: Person, installed: list[str]
+) -> None:
+    s = VAULT_SECRETS
+    values = {
+        "server": {"host": "imap.example.test", "port": 993, "password": s["server"]},
+        "backup": {"host": "backup.example.test", "password": s["backup"]},
+        "mirrors": [
+            {"host": "a.example.test", "password": s["mirror a"]},
+            {"host": "b.example.test", "password": s["mirror b"]},
+        ],
+        "tokens": [s["token 1"], s["token 2"]],
+        "labels": ["work", "travel"],
+        "team_keys": {"ops": s["ops key"]},
+        "limits": {"search": 10},
+        "fallback": s["fallback"],
+    }
+    # the proposal a person confirms names the settings, never their values
+    asked = refusal(as_person(alice), "set_plugin_settings", {"plugin": "vault", "settings": values})
+    assert asked.code == "CONFIRMATION_REQUIRED" and shows_no_secret(asked.proposal)
+    out = set_vault(alice, values)
+    assert out["changed"] == [
+        "backup.host",
+        "backup.password",
+        "fallback",
+        "labels",
+        "limits",
+        "mirrors",
+        "server.host",
+        "server.password",
+        "server.port",
+        "team_keys",
+        "tokens",
+    ]
+    mask = plugins.MASK
+    expected = {
+        "server": {"host": "imap.example.test", "port": 993, "password": mask},
+        "backup": {"host": "backup.example.test", "password": mask},
+        "mirrors": [{"host": "a.example.test", "password": mask}, {"host": "b.example.test", "password": mask}],
+        "tokens": [mask, mask],
+        "labels": ["work", "travel"],
+        "team_keys": {"ops": mask},
+        "limits": {"search": 10},
+        "fallback": mask,
+    }
+    assert out["settings"] == expected
+    assert vault_settings(alice) == expected
+    # the plugin itself got every secret whole, at its place
+    said = call(as_person(alice), "vault.fingerprints", {})["said"]
+    assert said["server"] == f"imap.example.test:993 {fingerprint(s['server'])}"
+    assert said["backup"] == f"backup.example.test {fingerprint(s['backup'])}"
+    assert said["mirrors.1"] == f"b.example.test {fingerprint(s['mirror b'])}"
+    assert [said["tokens.0"], said["tokens.1"]] == [fingerprint(s["token 1"]), fingerprint(s["token 2"])]
+    assert (said["team_keys.ops"], said["fallback"]) == (fingerprint(s["ops key"]), fingerprint(s["fallback"]))
+    # the audit names what changed, never a value
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="set_plugin_settings", outcome="ok")
+    assert [t["id"] for t in events.get().targets] == [f"vault.{name}" for name in out["changed"]]
+    assert shows_no_secret([e.__dict__ for e in AuditEvent.objects.for_tenant(alice.tenant)])
+    # mallory's tenant sees nothing of alice's settings, and its plugin has none of her secrets
+    assert vault_settings(mallory) == {}
+    assert call(as_person(mallory), "vault.fingerprints", {})["said"]["server"] == ":993 unset"
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="set_plugin_settings").exists()
+
+
+def test_a_masked_secret_sent_back_keeps_its_stored_value_wherever_it_is(
+    alice: Person, mallory: Person, installed: list[str]
+) -> None:
+    s = VAULT_SECRETS
+    set_vault(
+        alice,
+        {
+            "server": {"host": "imap.example.test", "password": s["server"]},
+            "mirrors": [
+                {"host": "a.example.test", "password": s["mirror a"]},
+                {"host": "b.example.test", "password": s["mirror b"]},
+            ],
+            "tokens": [s["token 1"], s["token 2"]],
+            "team_keys": {"ops": s["ops key"]},
+        },
+    )
+    set_vault(mallory, {"tokens": ["mallory-token-0123456789"]})
+    # what the console shows, sent back with one change: only that change is made
+    shown = vault_settings(alice)
+    out = set_vault(alice, {**shown, "labels": ["kept"]})
+    assert out["changed"] == ["labels"]
+    said = call(as_person(alice), "vault.fingerprints", {})["said"]
+    assert said["mirrors.0"] == f"a.example.test {fingerprint(s['mirror a'])}"
+    assert [said["tokens.0"], said["tokens.1"]] == [fingerprint(s["token 1"]), fingerprint(s["token 2"])]
+    assert said["team_keys.ops"] == fingerprint(s["ops key"])
+
+    # the first mirror and token removed: the items that moved name where they were stored
+    out = set_vault(
+        alice,
+        {
+            **shown,
+            "labels": ["kept"],
+            "mirrors": [{"host": "b.example.test", "password": f"{plugins.MASK}@/mirrors/1/password"}],
+            "tokens": [f"{plugins.MASK}@/tokens/1", "tok-three-0123456789"],
+        },
+    )
+    assert out["changed"] == ["mirrors", "tokens"]
+    said = call(as_person(alice), "vault.fingerprints", {})["said"]
+    assert said["mirrors.0"] == f"b.example.test {fingerprint(s['mirror b'])}" and "mirrors.1" not in said
+    assert [said["tokens.0"], said["tokens.1"]] == [fingerprint(s["token 2"]), fingerprint("tok-three-0123456789")]
+    assert said["server"] == f"imap.example.test:993 {fingerprint(s['server'])}"
+
+    # a mask that finds no stored secret is refused, never stored as if it were one
+    stored = vault_settings(alice)
+    for sent, field in (
+        ({"tokens": [plugins.MASK, plugins.MASK, plugins.MASK]}, "settings.tokens.2"),
+        ({"backup": {"host": "x.example.test", "password": plugins.MASK}}, "settings.backup.password"),
+        ({"tokens": [f"{plugins.MASK}@/server/host"]}, "settings.tokens.0"),  # not a secret
+        ({"tokens": [f"{plugins.MASK}@/tokens/7"]}, "settings.tokens.0"),
+        ({"tokens": [f"{plugins.MASK}@tokens"]}, "settings.tokens.0"),
+    ):
+        error = refusal(as_person(alice), "set_plugin_settings", {"plugin": "vault", "settings": sent}, confirm=True)
+        assert (error.code, error.field) == ("INVALID_INPUT", field), sent
+        assert "secret" in error.message and shows_no_secret(error.message)
+    assert vault_settings(alice) == stored
+    # another tenant's mask keeps only its own secret: never alice's
+    set_vault(mallory, {"tokens": [plugins.MASK]})
+    said = call(as_person(mallory), "vault.fingerprints", {})["said"]
+    assert said["tokens.0"] == fingerprint("mallory-token-0123456789")
+    assert shows_no_secret(vault_settings(mallory)) and vault_settings(mallory)["tokens"] == [plugins.MASK]
+    error = refusal(
+        as_person(mallory),
+        "set_plugin_settings",
+        {"plugin": "vault", "settings": {"mirrors": [{"host": "m.example.test", "password": plugins.MASK}]}},
+        confirm=True,
+    )
+    assert error.field == "settings.mirrors.0.password"
+
+
+def test_secrets_are_found_in_every_shape_a_schema_may_give_them() -> None:
+    secret = {"type": "string", "format": "password"}
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "$defs": {
+            "Pair": {"type": "object", "properties": {"user": {"type": "string"}, "key": {"$ref": "#/$defs/Key"}}},
+            "Key": secret,
+        },
+        "properties": {
+            "inline": {
+                "type": "object",
+                "properties": {"deep": {"type": "object", "properties": {"pin": secret, "name": {"type": "string"}}}},
+            },
+            "pairs": {"type": "array", "items": {"$ref": "#/$defs/Pair"}},
+            "grid": {"type": "array", "items": {"type": "array", "items": secret}},
+            "by_pattern": {"type": "object", "patternProperties": {"^k_": secret}},
+            "tuple": {"type": "array", "prefixItems": [{"type": "string"}, secret]},
+            "either": {"anyOf": [{"type": "integer"}, secret]},
+            "all": {"allOf": [{"$ref": "#/$defs/Pair"}]},
+            "hidden": {"type": "object", "writeOnly": True},
+            "plain": {"type": "string"},
+        },
+    }
+    values = {
+        "inline": {"deep": {"pin": "1234", "name": "n"}},
+        "pairs": [{"user": "u", "key": "k1"}, {"user": "v", "key": ""}],
+        "grid": [["g1"], ["g2", "g3"]],
+        "by_pattern": {"k_one": "p1", "other": "shown"},
+        "tuple": ["first", "t2"],
+        "either": "e1",
+        "all": {"user": "w", "key": "a1"},
+        "hidden": {"whole": "h1"},
+        "plain": "plain",
+        "left_from_an_older_version": "old1",
+    }
+    mask = plugins.MASK
+    assert SettingsSchema(schema).masked(values) == {
+        "inline": {"deep": {"pin": mask, "name": "n"}},
+        "pairs": [{"user": "u", "key": mask}, {"user": "v", "key": ""}],  # an unset secret reads as unset
+        "grid": [[mask], [mask, mask]],
+        "by_pattern": {"k_one": mask, "other": "shown"},
+        "tuple": ["first", mask],
+        "either": mask,
+        "all": {"user": "w", "key": mask},
+        "hidden": mask,
+        "plain": "plain",
+        "left_from_an_older_version": mask,
+    }
+    # a recursive schema, and a reference that leads nowhere (masked: the safe mistake)
+    tree = {
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {"key": secret, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+            }
+        },
+        "$ref": "#/$defs/Node",
+    }
+    assert SettingsSchema(tree).masked({"key": "r", "children": [{"key": "c", "children": [{"key": "d"}]}]}) == {
+        "key": mask,
+        "children": [{"key": mask, "children": [{"key": mask}]}],
+    }
+    lost = {"type": "object", "properties": {"x": {"$ref": "#/$defs/Gone"}, "y": {"type": "string"}}}
+    assert SettingsSchema(lost).masked({"x": "x1", "y": "y1"}) == {"x": mask, "y": "y1"}
 
 
 # ---------------------------------------------------------------- the calendar plugin

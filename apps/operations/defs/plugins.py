@@ -18,9 +18,8 @@ from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.exposure import level_for, tenant_settings
 from apps.operations.models import PluginSettings
+from apps.operations.plugin_secrets import SecretNotKept, SettingsSchema
 from apps.operations.plugins import (
-    MASK,
-    SECRET_FORMAT,
     MailReaders,
     Runtime,
     first_error,
@@ -147,21 +146,10 @@ provide_mail_readers(MailReaders(targets=_targets, parts=_parts))
 # ---------------------------------------------------------------- list_plugins, set_plugin_settings
 
 
-def secret_fields(schema: dict[str, Any]) -> set[str]:
-    """The settings never shown back: SecretStr fields (JSON Schema format "password")."""
-    return {
-        name
-        for name, spec in schema.get("properties", {}).items()
-        if isinstance(spec, dict)
-        and (
-            spec.get("format") == SECRET_FORMAT or any(o.get("format") == SECRET_FORMAT for o in spec.get("anyOf", []))
-        )
-    }
-
-
 def masked(values: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    secret = secret_fields(schema)
-    return {key: (MASK if key in secret and value else value) for key, value in values.items()}
+    """The settings as an admin sees them: every secret that is set, wherever the schema puts it, as the mask."""
+    shown: dict[str, Any] = SettingsSchema(schema).masked(values)
+    return shown
 
 
 class PluginOperationOut(Closed):
@@ -177,7 +165,9 @@ class PluginOut(Closed):
     healthy: bool
     operations: list[PluginOperationOut]
     settings_schema: dict[str, Any] = Field(description="JSON Schema of the plugin's settings")
-    settings: dict[str, Any] = Field(description="this tenant's settings; secrets shown as ********")
+    settings: dict[str, Any] = Field(
+        description="this tenant's settings; every secret that is set, wherever the schema puts it, shown as ********"
+    )
 
 
 class RefusedPluginOut(Closed):
@@ -229,12 +219,20 @@ def list_plugins(ctx: Context, data: Empty) -> PluginsOut:
 
 class PluginSettingsIn(Closed):
     plugin: str = Field(min_length=1, max_length=40)
-    settings: dict[str, Any] = Field(description="the plugin's settings; a secret sent as ******** keeps its value")
+    settings: dict[str, Any] = Field(
+        description=(
+            "the plugin's settings; a secret (nested, in a list or a dict too) sent as ******** keeps the value "
+            "stored at the same place (same keys, same list position); ********@<JSON pointer> keeps the stored "
+            "secret at that place (a list item that moved)"
+        )
+    )
 
 
 class PluginSettingsOut(Closed):
     plugin: str
-    changed: list[str] = Field(description="the names of the settings that changed")
+    changed: list[str] = Field(
+        description="the names of the settings that changed (server.password inside a model; a list named whole)"
+    )
     settings: dict[str, Any]
 
 
@@ -246,14 +244,16 @@ def _plugin(ctx: Context, data: PluginSettingsIn) -> Runtime:
 
 
 def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[str]]:
-    """The settings as they will be stored (a masked secret keeps its value), checked against the plugin's
-    schema, and the names of those that change."""
+    """The settings as they will be stored (a secret sent as the mask keeps its stored value, see
+    apps.operations.plugin_secrets), checked against the plugin's schema, and the names of those that change."""
     found: Runtime = ctx.targets
     stored = settings_of(ctx.tenant, found.name)
-    secret = secret_fields(found.settings_schema)
-    merged = {
-        key: (stored.get(key) if key in secret and value == MASK else value) for key, value in data.settings.items()
-    }
+    schema = SettingsSchema(found.settings_schema)
+    try:
+        merged = schema.kept(data.settings, stored)
+    except SecretNotKept as missing:
+        where = ".".join(str(part) for part in ("settings", *missing.where))
+        raise OakenError.invalid(where, "has no stored secret to keep: type it again") from None
     error = first_error(Draft202012Validator(found.settings_schema), merged)
     if error is not None:
         where = ".".join(str(part) for part in ("settings", *error["loc"]) if part is not None)
@@ -266,8 +266,7 @@ def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[
             else str(kind.message_template)
         )
         raise OakenError.invalid(where, message)
-    changed = sorted(key for key in set(stored) | set(merged) if stored.get(key) != merged.get(key))
-    return merged, changed
+    return merged, schema.changed(stored, merged)
 
 
 def _settings_preview(ctx: Context, data: PluginSettingsIn) -> Preview:

@@ -1,95 +1,45 @@
-// /plugins: the installed plugins, their health and operations, and this tenant's settings for each, as a
-// form built from the plugin's settings schema (list_plugins, set_plugin_settings).
+// /plugins: whether plugins run in a sandbox, the plugins Oaken refused and why, and each installed plugin's
+// health, operations and this tenant's settings, as a form built from the plugin's settings schema
+// (list_plugins, set_plugin_settings; the form: ../schema_form.js).
 import { el, load, notice, perform, plainError, row, table } from "../lib.js";
-
-const MASK = "********";
-
-const isSecret = (spec) => [spec, ...(spec.anyOf || [])].some((s) => s && s.format === "password");
-const typeOf = (spec) => spec.type || ((spec.anyOf || []).find((s) => s.type && s.type !== "null") || {}).type;
-const labelOf = (name, spec) => spec.title || name.replace(/_/g, " ");
-
-// One input for one setting: a checkbox, a list of choices, a number, a secret or text.
-function field(plugin, name, spec, value) {
-  const id = `setting-${plugin}-${name}`;
-  const hint = el("span", { class: "hint", id: `${id}-hint` }, spec.description || "");
-  const problem = el("span", { class: "errors", id: `${id}-problem`, hidden: "" });
-  const described = `${id}-hint ${id}-problem`;
-  let input;
-  const kind = typeOf(spec);
-  if (kind === "boolean") {
-    input = el("input", { type: "checkbox", id, name, "aria-describedby": described });
-    input.checked = value === undefined ? Boolean(spec.default) : Boolean(value);
-  } else if (spec.enum) {
-    input = el("select", { id, name, "aria-describedby": described }, spec.enum.map((v) => el("option", { value: String(v) }, String(v))));
-    input.value = String(value ?? spec.default ?? spec.enum[0]);
-  } else if (kind === "integer" || kind === "number") {
-    const attrs = { type: "number", id, name, "aria-describedby": described, step: kind === "integer" ? "1" : "any" };
-    if (spec.minimum !== undefined) attrs.min = String(spec.minimum);
-    if (spec.maximum !== undefined) attrs.max = String(spec.maximum);
-    input = el("input", attrs);
-    input.value = value ?? spec.default ?? "";
-  } else if (isSecret(spec)) {
-    input = el("input", { type: "password", id, name, autocomplete: "off", "aria-describedby": described });
-    input.placeholder = value ? "set (leave empty to keep it)" : "not set";
-    input.dataset.secret = value ? "set" : "";
-  } else {
-    input = el("input", { type: "text", id, name, "aria-describedby": described });
-    if (spec.maxLength !== undefined) input.maxLength = spec.maxLength;
-    input.value = value ?? spec.default ?? "";
-  }
-  input.dataset.kind = kind || "string";
-  return el("p", { class: "field" }, el("label", { for: id }, labelOf(name, spec)), " ", input, " ", hint, " ", problem);
-}
-
-// What the form says, as the plugin's settings: a secret left empty keeps its value (sent as the mask).
-function valuesOf(form, properties) {
-  const values = {};
-  for (const name of Object.keys(properties)) {
-    const input = form.elements.namedItem(name);
-    if (!input) continue;
-    if (input.type === "checkbox") values[name] = input.checked;
-    else if (input.type === "password") {
-      if (input.value) values[name] = input.value;
-      else if (input.dataset.secret) values[name] = MASK;
-    } else if (input.dataset.kind === "integer" || input.dataset.kind === "number") {
-      if (input.value !== "") values[name] = Number(input.value);
-    } else values[name] = input.value;
-  }
-  return values;
-}
+import { FormProblem, SchemaForm } from "../schema_form.js";
 
 function settingsForm(plugin) {
-  const properties = (plugin.settings_schema && plugin.settings_schema.properties) || {};
-  const names = Object.keys(properties);
-  if (!names.length) return el("p", { class: "hint" }, "This plugin has no settings.");
-  const form = el("form", { id: `settings-${plugin.name}`, "data-plugin": plugin.name, novalidate: "" });
-  form.append(
-    ...names.map((name) => field(plugin.name, name, properties[name], plugin.settings[name])),
-    el("button", { type: "submit" }, "Save settings"),
-  );
+  const schema = plugin.settings_schema || {};
+  if (!schema.properties || !Object.keys(schema.properties).length) return el("p", { class: "hint" }, "This plugin has no settings.");
+  const fields = new SchemaForm(`setting-${plugin.name}`, schema);
+  const form = el("form", { id: `settings-${plugin.name}`, class: "plugin-settings", "data-plugin": plugin.name, novalidate: "" });
+  form.append(...fields.build(plugin.settings), el("button", { type: "submit" }, "Save settings"));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    form.querySelectorAll(".field .errors").forEach((p) => {
-      p.hidden = true;
-      p.textContent = "";
-    });
+    fields.clearProblems(form);
+    let values;
+    try {
+      values = fields.read();
+    } catch (err) {
+      if (!(err instanceof FormProblem)) throw err;
+      const place = fields.say(err.path, err.message);
+      notice(`Nothing was saved: ${err.message}`, true);
+      if (place && place.input) place.input.focus();
+      return;
+    }
     const shown = (error) => {
-      // the refusal names the setting: the reason goes next to it, in words (never the field's path)
-      const name = (error.field || "").replace(/^settings\./, "");
-      const problem = document.getElementById(`setting-${plugin.name}-${name}-problem`);
-      if (!problem) return;
-      const sentence = plainError(error, { [error.field]: labelOf(name, properties[name] || {}) });
-      problem.textContent = sentence;
-      problem.hidden = false;
+      // the refusal names the setting (settings.mirrors.1.password): the reason goes next to it, in words
+      const path = (error.field || "").replace(/^settings\.?/, "").split(".").filter(Boolean);
+      const place = fields.placeFor(path);
+      if (!place) return;
+      const sentence = plainError(error, { [error.field]: place.said() });
+      fields.say(path, sentence);
       notice(`Nothing was saved: ${sentence}`, true);
     };
-    const saved = await perform(
-      "set_plugin_settings",
-      { plugin: plugin.name, settings: valuesOf(form, properties) },
-      `The settings of ${plugin.name} are saved.`,
-      shown,
-    );
-    if (saved) refresh();
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    try {
+      const saved = await perform("set_plugin_settings", { plugin: plugin.name, settings: values }, `The settings of ${plugin.name} are saved.`, shown);
+      if (saved) refresh();
+    } finally {
+      submit.disabled = false;
+    }
   });
   return form;
 }
@@ -114,11 +64,60 @@ const section = (plugin) =>
     settingsForm(plugin),
   );
 
+const sentenceEnd = (text) => (/[.!?]$/.test(text) ? text : `${text}.`);
+
+// How plugins run here: in a sandbox, or (for development only) without one; and why none could be loaded.
+function sandbox(out) {
+  const said = [];
+  if (out.sandbox === "none") {
+    said.push(
+      el(
+        "div",
+        { class: "warning", "data-sandbox": "none" },
+        el("strong", {}, "Plugins run without a sandbox."),
+        " Their code can read Oaken's files, reach its database and the network as Oaken itself. This is for " +
+          "developing plugins only: never run plugins you did not write this way. An administrator of the server " +
+          "turns the sandbox on by removing OAKEN_PLUGIN_SANDBOX=none.",
+      ),
+    );
+  } else if (!out.problem) {
+    said.push(
+      el(
+        "p",
+        { class: "hint", "data-sandbox": out.sandbox },
+        "Each plugin runs in a sandbox of its own (bubblewrap): no network, none of Oaken's files or data, and a " +
+          "process serves one tenant only.",
+      ),
+    );
+  }
+  if (out.problem) said.push(el("p", { class: "errors", "data-problem": "" }, `No plugin could be loaded: ${sentenceEnd(out.problem)}`));
+  return said;
+}
+
+function refused(out) {
+  if (!out.refused || !out.refused.length) return [];
+  return [
+    el("h2", { id: "refused-title" }, "Refused plugins"),
+    el("p", { class: "hint" }, "These plugins are installed but Oaken did not load them: they offer nothing until the reason below is fixed on the server."),
+    el(
+      "ul",
+      { class: "refused", "aria-labelledby": "refused-title" },
+      out.refused.map((r) => el("li", { "data-refused": r.name }, el("strong", {}, r.name), ": ", r.reason)),
+    ),
+  ];
+}
+
 const refresh = () =>
   load("list_plugins", "plugins-list", (out) =>
-    out.plugins.length
-      ? el("div", {}, out.plugins.map(section))
-      : el("p", { class: "hint" }, "No plugin is installed."),
+    el(
+      "div",
+      {},
+      sandbox(out),
+      refused(out),
+      out.plugins.length
+        ? out.plugins.map(section)
+        : el("p", { class: "hint" }, out.problem || out.refused.length ? "No plugin is loaded." : "No plugin is installed."),
+    ),
   );
 
 refresh();

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 from oaken_plugin import Closed, MailText, Plugin, Service
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 # ---------------------------------------------------------------- probe: what can a plugin reach?
 
@@ -140,3 +141,66 @@ keyed = Plugin(name="keyed", version="0.1", settings=KeySettings)
 def whoami(service: Service, data: Empty) -> Said:
     settings = KeySettings.model_validate(service.settings.model_dump())
     return Said(said=f"{settings.region} {'with' if settings.api_key else 'without'} a key")
+
+
+# ---------------------------------------------------------------- vault: secrets nested, in lists, in dicts
+
+
+class Server(Closed):
+    """A server the plugin signs in to."""
+
+    host: str = Field(
+        default="", max_length=100, pattern=r"^[a-z0-9.-]*$", title="Host name", description="Like imap.example.test."
+    )
+    port: int = Field(default=993, ge=1, le=65535)
+    password: SecretStr = Field(default=SecretStr(""), description="Never shown again once saved.")
+
+
+class Retry(Closed):
+    attempts: int = Field(default=3, ge=0, le=10)
+    gentle: bool = Field(default=True, description="Wait longer after each failure.")
+
+
+class VaultSettings(Closed):
+    server: Server = Field(default_factory=Server, title="Main server", description="Where it signs in first.")
+    backup: Server | None = Field(default=None, title="Backup server")
+    mirrors: list[Server] = Field(default_factory=list, max_length=5, description="Tried in this order.")
+    tokens: list[SecretStr] = Field(default_factory=list, max_length=5, description="Access tokens, one a row.")
+    labels: list[str] = Field(default_factory=list, max_length=10, description="Labels to file under.")
+    retry: Retry = Field(default_factory=Retry)
+    team_keys: dict[str, SecretStr] = Field(default_factory=dict, description="A key for each team.")
+    limits: dict[str, int] = Field(default_factory=dict, description="Calls a day, by operation.")
+    fallback: SecretStr | None = Field(default=None)
+
+
+vault = Plugin(name="vault", version="0.1", settings=VaultSettings)
+
+
+class Fingerprints(Closed):
+    said: dict[str, str]
+
+
+def _fingerprint(secret: SecretStr | None) -> str:
+    value = secret.get_secret_value() if secret is not None else ""
+    return hashlib.sha256(value.encode()).hexdigest()[:12] if value else "unset"
+
+
+@vault.operation(
+    name="fingerprints", summary="What it is set to, secrets as fingerprints.", input=Empty, output=Fingerprints
+)
+def fingerprints(service: Service, data: Empty) -> Fingerprints:
+    settings = VaultSettings.model_validate(service.settings.model_dump())
+    said = {"server": f"{settings.server.host}:{settings.server.port} {_fingerprint(settings.server.password)}"}
+    if settings.backup is not None:
+        said["backup"] = f"{settings.backup.host} {_fingerprint(settings.backup.password)}"
+    for index, mirror in enumerate(settings.mirrors):
+        said[f"mirrors.{index}"] = f"{mirror.host} {_fingerprint(mirror.password)}"
+    for index, token in enumerate(settings.tokens):
+        said[f"tokens.{index}"] = _fingerprint(token)
+    for team, key in settings.team_keys.items():
+        said[f"team_keys.{team}"] = _fingerprint(key)
+    said["labels"] = ",".join(settings.labels)
+    said["retry"] = f"{settings.retry.attempts} {'gentle' if settings.retry.gentle else 'hard'}"
+    said["limits"] = ",".join(f"{k}={v}" for k, v in sorted(settings.limits.items()))
+    said["fallback"] = _fingerprint(settings.fallback)
+    return Fingerprints(said=said)
