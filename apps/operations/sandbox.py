@@ -17,7 +17,8 @@ user and set the limits, still before Python starts.
 - seccomp: refuses creating sockets (a pair of connected unix sockets excepted: asyncio's loop needs one),
   new processes (clone without CLONE_THREAD, fork, vfork; clone3 answers ENOSYS so threads fall back to clone),
   namespaces, ptrace and process_vm_*, pidfd_*, mknod, mount and the new mount calls, bpf, perf_event_open,
-  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls. Another architecture's calls kill.
+  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls, and memory outside the address space
+  (System V shared memory and message queues, memfd). Another architecture's calls kill.
 - Limits (prlimit): address space, threads, open files, file size, core dumps, CPU seconds of its life. The
   bridge adds the CPU seconds of each call and the size of each answer, and stops an idle process.
 """
@@ -105,6 +106,11 @@ _REFUSED_CALLS = (
     "lookup_dcookie",
     "uselib",
     "personality",
+    # memory the address-space limit does not count: System V segments and message queues keep their pages
+    # once detached, a memfd file its own (PLUGIN_FILE_MAX_MB each, as many as it may open)
+    "shmget",
+    "msgget",
+    "memfd_create",
 )
 
 
