@@ -474,6 +474,9 @@ def test_shared_files_carry_nothing_from_one_tenant_to_another(tenants: Tenants,
     heard = answered(mallory, "whisper.listen", {"account_id": tenants.account(mallory)})
     assert (heard["locks"], heard["opens"]) == ("", ""), (first, leaked, heard)
     assert "merger" not in str(heard).lower()
+    # how: no watch can be set (inotify is refused); a lock is pretended (it succeeds and locks nothing)
+    assert first["tried"]["watch"] == "PermissionError"
+    assert leaked["tried"] == {"locks": "worked", "flock": "worked"}
     health_is_fast(client)
     untouched(tenants, called={alice.user.email: {"whisper.leak"}, mallory.user.email: {"whisper.listen"}})
 

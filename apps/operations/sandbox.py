@@ -17,8 +17,10 @@ user and set the limits, still before Python starts.
 - seccomp: refuses creating sockets (a pair of connected unix sockets excepted: asyncio's loop needs one),
   new processes (clone without CLONE_THREAD, fork, vfork; clone3 answers ENOSYS so threads fall back to clone),
   namespaces, ptrace and process_vm_*, pidfd_*, mknod, mount and the new mount calls, bpf, perf_event_open,
-  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls, and memory outside the address space
-  (System V shared memory and message queues, memfd). Another architecture's calls kill.
+  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls, memory outside the address space
+  (System V shared memory and message queues, memfd), and inotify and dnotify; a file lock is pretended (the
+  files it shares with other sandboxes would carry messages between tenants). Another architecture's calls
+  kill.
 - Limits (prlimit): address space, threads, open files, file size, core dumps, CPU seconds of its life. The
   bridge adds the CPU seconds of each call and the size of each answer, and stops an idle process.
 """
@@ -111,7 +113,17 @@ _REFUSED_CALLS = (
     "shmget",
     "msgget",
     "memfd_create",
+    # notice of what other processes open or change: on the files every sandbox shares, a message from another
+    # tenant's process
+    "inotify_init",
+    "inotify_init1",
 )
+# fcntl's commands that lock (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW) and flock: a lock on a file every
+# sandbox shares read-only is seen by another sandbox's process, another tenant's (F_GETLK reports the offset of
+# the lock in its way: any number), so a lock is pretended: the call succeeds and locks nothing. A process alone
+# with its files has no one else to keep out (sqlite in its /tmp still works).
+_LOCK_COMMANDS = (6, 7, 37, 38)
+_F_NOTIFY = 1026  # dnotify: a signal when a file of a folder is opened (refused)
 
 
 class SandboxUnavailable(Exception):
@@ -210,6 +222,11 @@ def _compile() -> bytes:
     program.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, 0))
     program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     program.add_rule(refuse, "socketpair", seccomp.Arg(0, seccomp.NE, _AF_UNIX))
+    pretend = seccomp.ERRNO(0)
+    program.add_rule(pretend, "flock")
+    for command in _LOCK_COMMANDS:
+        program.add_rule(pretend, "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+    program.add_rule(refuse, "fcntl", seccomp.Arg(1, seccomp.EQ, _F_NOTIFY))
     reader, writer = os.pipe()
     try:
         with os.fdopen(writer, "wb", closefd=True) as out:
