@@ -9,7 +9,8 @@ user and set the limits, still before Python starts.
 - Namespaces: PID, IPC, UTS, cgroup, mount and network (the network namespace is empty: nothing outside it,
   no Oaken server, can be reached over TCP, UDP or a unix socket); as an unprivileged Oaken, a user namespace.
 - Filesystem: a new root holding, read-only, the system's libraries (/usr), the Python installation the plugin
-  environment was made from, the plugin environment, the folders its editable installs point at and the
+  environment was made from, the plugin environment, the project folders its editable installs point at (none
+  that is or holds Oaken's code, working folder or data folder: a package writes its own metadata) and the
   plugin's own package folder; a fresh /proc of its own PID namespace; a minimal /dev; a small private /tmp.
   No data folder, no home, no Oaken source, no other process.
 - User: as root, Oaken starts bwrap itself and `setpriv` drops to a uid of this sandbox's own (no capability
@@ -51,6 +52,9 @@ _NOBODY = 65534
 _UID_BASE = 1 << 30
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+# Oaken's own code (its checkout, or the site-packages it is installed in): never mounted, nor a folder above it
+_OAKEN = Path(__file__).resolve().parent.parent.parent
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a folder a project an install points at
 _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 # refused with EPERM (a name this architecture lacks is skipped)
@@ -152,8 +156,9 @@ class Environment:
     sources: tuple[Path, ...] = field(default=())  # folders editable installs point at
 
     @classmethod
-    def at(cls, root: Path, paths: Iterable[Path] = ()) -> Environment:
-        """The environment at `root`; SandboxUnavailable when there is none."""
+    def at(cls, root: Path, paths: Iterable[Path] = (), private: Iterable[Path] = ()) -> Environment:
+        """The environment at `root`; SandboxUnavailable when there is none. No folder of `private` (the data
+        folder) is ever mounted, nor any folder in or above it."""
         root = root.absolute()
         config = root / "pyvenv.cfg"
         python = root / "bin" / "python"
@@ -167,26 +172,46 @@ class Environment:
                 home = value.strip()
         base = Path(home).parent if home else Path(os.path.realpath(python)).parent.parent
         folders = tuple(Path(p).absolute() for p in paths)
-        return cls(root, python, base, found[0], folders, _editable_sources((found[0], *folders)))
+        kept = (_OAKEN, _working_folder(), root)
+        return cls(root, python, base, found[0], folders, _editable_sources(found[0], kept, tuple(private)))
 
 
-def _editable_sources(site_dirs: Iterable[Path]) -> tuple[Path, ...]:
-    """The project folders that editable installs in these folders point at (PEP 610's direct_url.json)."""
+def _working_folder() -> Path:
+    try:
+        return Path.cwd()
+    except OSError:  # removed since: nothing there to keep out
+        return _OAKEN
+
+
+def _editable_sources(site_dir: Path, kept: Iterable[Path], private: Iterable[Path]) -> tuple[Path, ...]:
+    """The project folders that editable installs in the plugin environment point at (PEP 610's direct_url.json):
+    every sandbox mounts them. A package writes its own direct_url.json (pip keeps the one a wheel ships), so a
+    folder is taken only when it holds a Python project, resolved first (/proc/self/cwd names Oaken's working
+    folder), and never when it is or holds Oaken's code, working folder or plugin environment (`kept`), nor is,
+    holds or lies in a `private` folder. Folders of OAKEN_PLUGIN_PATH (`pip install --target`) are not read."""
+    kept = [Path(os.path.realpath(p)) for p in kept]
+    private = [Path(os.path.realpath(p)) for p in private]
     sources = set()
-    for site_dir in site_dirs:
-        for record in site_dir.glob("*.dist-info/direct_url.json"):
-            try:
-                data = json.loads(record.read_text())
-            except (OSError, ValueError):
-                continue
-            url = data.get("url") if isinstance(data, dict) else None
-            editable = (
-                isinstance(data, dict) and isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable")
-            )
-            if editable and isinstance(url, str) and url.startswith("file:///"):
-                folder = Path(url.removeprefix("file://"))
-                if folder.is_dir():
-                    sources.add(folder)
+    for record in site_dir.glob("*.dist-info/direct_url.json"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        url = data.get("url") if isinstance(data, dict) else None
+        editable = (
+            isinstance(data, dict) and isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable")
+        )
+        if not (editable and isinstance(url, str) and url.startswith("file:///")):
+            continue
+        folder = Path(os.path.realpath(url.removeprefix("file://")))
+        if not folder.is_dir() or not any((folder / name).is_file() for name in _PROJECT_FILES):
+            continue
+        if any(folder == k or folder in k.parents for k in kept) or any(
+            folder == p or folder in p.parents or p in folder.parents for p in private
+        ):
+            log.warning("%s, named by an editable install, is not mounted for plugins: it is or holds Oaken's", folder)
+            continue
+        sources.add(folder)
     return tuple(sorted(sources))
 
 
