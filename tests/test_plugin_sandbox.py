@@ -630,9 +630,10 @@ def test_an_answer_nested_too_deep_fails_the_call_and_replaces_the_process(tenan
     """100,000 brackets (200 kB, well within the size bound) that Python's JSON reader cannot nest."""
     alice = tenants.alice
     first = answered(alice, "hog.token", {})["process"]
-    held = pools._count
-    failed(alice, "hog.deep", {"n": 100_000})
-    assert pools._count == held  # the process was ended and counted out, not left running outside the pool
+    process, held = idle_process("hog", alice), pools._count
+    failed(alice, "hog.deep", {"n": 100_000}, says="not JSON")
+    # the process was ended and counted out, not left running (and not stopped) outside the pool
+    assert not process.alive and pools._count == held - 1
     assert answered(alice, "hog.token", {})["process"] != first
     health_is_fast(client)
     untouched(tenants, called={alice.user.email: {"hog.token", "hog.deep"}})
