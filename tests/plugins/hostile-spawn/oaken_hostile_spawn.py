@@ -39,9 +39,13 @@ def attempt(what: Callable[[], object]) -> str:
 
 
 def libc_call(name: str, *args: Any) -> Callable[[], None]:
+    parent = os.getpid()
+
     def call() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         result = getattr(libc, name)(*args)
+        if result == 0 and name in ("fork", "syscall") and os.getpid() != parent:
+            os._exit(0)  # a child: it would do its work here, then leave
         if result < 0 or (name == "system" and result != 0):
             raise OSError(ctypes.get_errno(), name)
 
