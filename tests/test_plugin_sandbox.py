@@ -914,6 +914,9 @@ def test_the_kernels_other_doors_are_shut(tenants: Tenants, client: Client) -> N
     assert out["uid"] not in (0, os.getuid())
     assert out["capabilities"].split()[0] == "0000000000000000" and out["no_new_privs"] == "1"
     assert out["suid_mounts"] == []
+    # inherited from Oaken: its stdin and stdout pipes and /dev/null, nothing else (the listing's own descriptor
+    # shows as the folder it reads)
+    assert set(out["descriptors"]) <= {"pipe:", "/dev/null", "/proc/self/fd", "/proc/1/fd"}
     health_is_fast(client)
     untouched(tenants, called={tenants.alice.user.email: {"kernel.probe"}})
 

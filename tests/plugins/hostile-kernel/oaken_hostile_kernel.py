@@ -26,6 +26,7 @@ class Probed(Closed):
     capabilities: str
     no_new_privs: str
     suid_mounts: list[str]
+    descriptors: list[str]
 
 
 def attempt(what: Callable[[], object]) -> str:
@@ -61,6 +62,22 @@ def _read(path: str, size: int = 100) -> bytes:
 
 def _exec_huge() -> None:
     os.execv(sys.executable, [sys.executable, *["x" * 100_000] * 100])  # noqa: S606 - 10 MB of arguments
+
+
+def _pty() -> None:
+    for fd in os.openpty():
+        os.close(fd)
+
+
+def _descriptors() -> set[str]:
+    """What its open descriptors are: anything Oaken left open in it (a socket, a file of Oaken's) would show."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{name}").split("[")[0])
+        except OSError:
+            continue
+    return found
 
 
 def _status(field: str) -> str:
@@ -113,10 +130,12 @@ def probe(service: Service, data: Empty) -> Probed:
             "/proc/1/root is not the host": str(sorted(os.listdir("/proc/1/root")) == sorted(os.listdir("/"))),
             "/proc/1 is itself": str(os.getpid() == 1),
             "other processes": str([p for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid())]),
+            "real-time scheduling": attempt(lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))),
+            "a higher priority": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, -10)),
             "setuid 0": attempt(lambda: os.setuid(0)),
             "setgid 0": attempt(lambda: os.setgid(0)),
             "exec with a huge argv": attempt(_exec_huge),
-            "open a pty": attempt(lambda: os.openpty()),
+            "open a pty": attempt(_pty),
             "controlling terminal": attempt(lambda: _read("/dev/tty", 0)),
         }
     )
@@ -128,4 +147,5 @@ def probe(service: Service, data: Empty) -> Probed:
         no_new_privs=_status("NoNewPrivs"),
         # a setuid program gains nothing where no_new_privs is set; nor on a mount without nosuid
         suid_mounts=[m.split()[4] for m in Path("/proc/self/mountinfo").read_text().splitlines() if "nosuid" not in m],
+        descriptors=sorted(_descriptors()),
     )
