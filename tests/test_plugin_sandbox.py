@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import django
 import pytest
 from django.conf import settings
 from django.test import Client
@@ -302,10 +303,13 @@ def test_a_package_cannot_stop_every_plugins_sandbox(
 ) -> None:
     """hostile-widen-root says it is an editable install of /: were / mounted, every plugin's sandbox (bwrap cannot
     mount / over its new root) would fail to start, every plugin with it."""
-    monkeypatch.setattr(settings, "PLUGIN_PATH", [hostile("widen-root")])
+    planted = plugins.environment().site_packages / "oaken_hostile_widen_root-0.1.dist-info"
     try:
+        monkeypatch.setattr(settings, "PLUGIN_PATH", [hostile("widen-root")])
+        shutil.copytree(hostile("widen-root") / "oaken_hostile_widen_root-0.1.dist-info", planted)
         out = _snoop_in_a_new_environment(tenants.alice, [secret_file()])
     finally:
+        shutil.rmtree(planted, ignore_errors=True)
         monkeypatch.setattr(settings, "PLUGIN_PATH", [])
         _snoop_in_a_new_environment(None, [])
     assert out["tried"][f"open {secret_file()}"] == "FileNotFoundError"
@@ -317,14 +321,14 @@ def test_a_package_cannot_stop_every_plugins_sandbox(
 
 
 def test_no_server_can_be_reached(tenants: Tenants, client: Client) -> None:
-    oaken_site = str(Path(json.__file__).parent.parent / "site-packages")
+    oaken_site = str(Path(django.__file__).parent.parent)  # Oaken's own environment: psycopg, redis, django
     out = answered(
         tenants.alice,
         "dialer.dial",
         {
             "postgres_socket": postgres_socket(),
             "redis_socket": redis_socket(),
-            "site_packages": [oaken_site, str(Path(settings.BASE_DIR) / ".venv" / "lib")],
+            "site_packages": [oaken_site],
         },
     )
     tried = out["tried"]
