@@ -124,7 +124,7 @@ class PluginProcess:
             raise PluginFailure("the plugin's process wrote more than its answer", crashed=True)
         try:
             answer = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than Python's reader goes: not an answer either
             raise PluginFailure("the plugin's answer was not JSON", crashed=True) from None
         if (
             not isinstance(answer, dict)

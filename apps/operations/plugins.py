@@ -273,7 +273,7 @@ status = Status()
 
 def environment(folders: Sequence[Path] | None = None) -> sandbox.Environment:
     extra = settings.PLUGIN_PATH if folders is None else folders
-    return sandbox.Environment.at(Path(settings.PLUGIN_ENV), extra)
+    return sandbox.Environment.at(Path(settings.PLUGIN_ENV), extra, private=[settings.DATA_DIR])
 
 
 def discover(folders: Iterable[Path]) -> tuple[list[Found], dict[str, str]]:

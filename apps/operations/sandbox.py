@@ -9,7 +9,8 @@ user and set the limits, still before Python starts.
 - Namespaces: PID, IPC, UTS, cgroup, mount and network (the network namespace is empty: nothing outside it,
   no Oaken server, can be reached over TCP, UDP or a unix socket); as an unprivileged Oaken, a user namespace.
 - Filesystem: a new root holding, read-only, the system's libraries (/usr), the Python installation the plugin
-  environment was made from, the plugin environment, the folders its editable installs point at and the
+  environment was made from, the plugin environment, the project folders its editable installs point at (none
+  that is or holds Oaken's code, working folder or data folder: a package writes its own metadata) and the
   plugin's own package folder; a fresh /proc of its own PID namespace; a minimal /dev; a small private /tmp.
   No data folder, no home, no Oaken source, no other process.
 - User: as root, Oaken starts bwrap itself and `setpriv` drops to a uid of this sandbox's own (no capability
@@ -17,7 +18,10 @@ user and set the limits, still before Python starts.
 - seccomp: refuses creating sockets (a pair of connected unix sockets excepted: asyncio's loop needs one),
   new processes (clone without CLONE_THREAD, fork, vfork; clone3 answers ENOSYS so threads fall back to clone),
   namespaces, ptrace and process_vm_*, pidfd_*, mknod, mount and the new mount calls, bpf, perf_event_open,
-  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls. Another architecture's calls kill.
+  keyctl, io_uring, userfaultfd, the kernel log, module and kexec calls, memory outside the address space
+  (System V shared memory and message queues, memfd), and inotify and dnotify; a file lock is pretended (the
+  files it shares with other sandboxes would carry messages between tenants). Another architecture's calls
+  kill.
 - Limits (prlimit): address space, threads, open files, file size, core dumps, CPU seconds of its life. The
   bridge adds the CPU seconds of each call and the size of each answer, and stops an idle process.
 """
@@ -52,6 +56,9 @@ _NOBODY = 65534
 _UID_BASE = 1 << 30
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+# Oaken's own code (its checkout, or the site-packages it is installed in): never mounted, nor a folder above it
+_OAKEN = Path(__file__).resolve().parent.parent.parent
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a folder a project an install points at
 _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 _PR_SET_PDEATHSIG = 1
@@ -110,7 +117,22 @@ _REFUSED_CALLS = (
     "lookup_dcookie",
     "uselib",
     "personality",
+    # memory the address-space limit does not count: System V segments and message queues keep their pages
+    # once detached, a memfd file its own (PLUGIN_FILE_MAX_MB each, as many as it may open)
+    "shmget",
+    "msgget",
+    "memfd_create",
+    # notice of what other processes open or change: on the files every sandbox shares, a message from another
+    # tenant's process
+    "inotify_init",
+    "inotify_init1",
 )
+# fcntl's commands that lock (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW) and flock: a lock on a file every
+# sandbox shares read-only is seen by another sandbox's process, another tenant's (F_GETLK reports the offset of
+# the lock in its way: any number), so a lock is pretended: the call succeeds and locks nothing. A process alone
+# with its files has no one else to keep out (sqlite in its /tmp still works).
+_LOCK_COMMANDS = (6, 7, 37, 38)
+_F_NOTIFY = 1026  # dnotify: a signal when a file of a folder is opened (refused)
 
 
 class SandboxUnavailable(Exception):
@@ -139,8 +161,9 @@ class Environment:
     sources: tuple[Path, ...] = field(default=())  # folders editable installs point at
 
     @classmethod
-    def at(cls, root: Path, paths: Iterable[Path] = ()) -> Environment:
-        """The environment at `root`; SandboxUnavailable when there is none."""
+    def at(cls, root: Path, paths: Iterable[Path] = (), private: Iterable[Path] = ()) -> Environment:
+        """The environment at `root`; SandboxUnavailable when there is none. No folder of `private` (the data
+        folder) is ever mounted, nor any folder in or above it."""
         root = root.absolute()
         config = root / "pyvenv.cfg"
         python = root / "bin" / "python"
@@ -154,26 +177,46 @@ class Environment:
                 home = value.strip()
         base = Path(home).parent if home else Path(os.path.realpath(python)).parent.parent
         folders = tuple(Path(p).absolute() for p in paths)
-        return cls(root, python, base, found[0], folders, _editable_sources((found[0], *folders)))
+        kept = (_OAKEN, _working_folder(), root)
+        return cls(root, python, base, found[0], folders, _editable_sources(found[0], kept, tuple(private)))
 
 
-def _editable_sources(site_dirs: Iterable[Path]) -> tuple[Path, ...]:
-    """The project folders that editable installs in these folders point at (PEP 610's direct_url.json)."""
+def _working_folder() -> Path:
+    try:
+        return Path.cwd()
+    except OSError:  # removed since: nothing there to keep out
+        return _OAKEN
+
+
+def _editable_sources(site_dir: Path, kept: Iterable[Path], private: Iterable[Path]) -> tuple[Path, ...]:
+    """The project folders that editable installs in the plugin environment point at (PEP 610's direct_url.json):
+    every sandbox mounts them. A package writes its own direct_url.json (pip keeps the one a wheel ships), so a
+    folder is taken only when it holds a Python project, resolved first (/proc/self/cwd names Oaken's working
+    folder), and never when it is or holds Oaken's code, working folder or plugin environment (`kept`), nor is,
+    holds or lies in a `private` folder. Folders of OAKEN_PLUGIN_PATH (`pip install --target`) are not read."""
+    kept = [Path(os.path.realpath(p)) for p in kept]
+    private = [Path(os.path.realpath(p)) for p in private]
     sources = set()
-    for site_dir in site_dirs:
-        for record in site_dir.glob("*.dist-info/direct_url.json"):
-            try:
-                data = json.loads(record.read_text())
-            except (OSError, ValueError):
-                continue
-            url = data.get("url") if isinstance(data, dict) else None
-            editable = (
-                isinstance(data, dict) and isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable")
-            )
-            if editable and isinstance(url, str) and url.startswith("file:///"):
-                folder = Path(url.removeprefix("file://"))
-                if folder.is_dir():
-                    sources.add(folder)
+    for record in site_dir.glob("*.dist-info/direct_url.json"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        url = data.get("url") if isinstance(data, dict) else None
+        editable = (
+            isinstance(data, dict) and isinstance(data.get("dir_info"), dict) and data["dir_info"].get("editable")
+        )
+        if not (editable and isinstance(url, str) and url.startswith("file:///")):
+            continue
+        folder = Path(os.path.realpath(url.removeprefix("file://")))
+        if not folder.is_dir() or not any((folder / name).is_file() for name in _PROJECT_FILES):
+            continue
+        if any(folder == k or folder in k.parents for k in kept) or any(
+            folder == p or folder in p.parents or p in folder.parents for p in private
+        ):
+            log.warning("%s, named by an editable install, is not mounted for plugins: it is or holds Oaken's", folder)
+            continue
+        sources.add(folder)
     return tuple(sorted(sources))
 
 
@@ -209,6 +252,11 @@ def _compile() -> bytes:
     program.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_THREAD, 0))
     program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     program.add_rule(refuse, "socketpair", seccomp.Arg(0, seccomp.NE, _AF_UNIX))
+    pretend = seccomp.ERRNO(0)
+    program.add_rule(pretend, "flock")
+    for command in _LOCK_COMMANDS:
+        program.add_rule(pretend, "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+    program.add_rule(refuse, "fcntl", seccomp.Arg(1, seccomp.EQ, _F_NOTIFY))
     reader, writer = os.pipe()
     try:
         with os.fdopen(writer, "wb", closefd=True) as out:
