@@ -94,6 +94,7 @@ def test_a_plugin_gets_nothing_to_work_with(alice: Person, installed: list[str])
         "subprocess": "PermissionError",  # no process can be started
         "write a file": "OSError",  # its own folder is read-only
         "DATABASE_URL": "None",
+        "time zone data": "worked: TZif",  # what it needs of /etc is readable
     }
     environment = call(as_person(alice), "probe.reach", {})["environment"]
     assert not [name for name in environment if name.startswith(("DATABASE", "REDIS", "DJANGO", "OAKEN", "CELERY"))]
@@ -124,17 +125,21 @@ def test_a_slow_call_is_cut_at_its_timeout_and_the_next_call_works(
     assert after.startswith("slept 0 s") and after.split()[-1] != first.split()[-1]
 
 
-def test_a_plugin_whose_processes_keep_crashing_offers_nothing(
-    alice: Person, installed: list[str], bounds: dict[str, int]
+def test_a_plugin_whose_processes_keep_crashing_offers_nothing_to_that_tenant_only(
+    alice: Person, mallory: Person, installed: list[str], bounds: dict[str, int]
 ) -> None:
+    """The calls that end its processes are that tenant's inputs: another tenant keeps the plugin."""
     bounds["PLUGIN_CRASHES_MAX"] = 2
-    expose(alice, "plugin:sleeper")
+    for p in (alice, mallory):
+        expose(p, "plugin:sleeper")
     agent = as_agent(alice)
     assert "sleeper.nap" in offered(agent)
     for _ in range(2):
         assert refusal(as_person(alice), "sleeper.die", {}).code == "PLUGIN_FAILED"
     assert "sleeper.nap" not in offered(agent)
     assert refusal(as_person(alice), "sleeper.nap", {}).code == "NOT_AVAILABLE"
+    assert "sleeper.nap" in offered(as_agent(mallory))
+    assert call(as_person(mallory), "sleeper.nap", {"seconds": 0})["said"].startswith("slept 0 s")
 
 
 def eventually(holds: Callable[[], bool], seconds: float = 10) -> bool:

@@ -221,7 +221,10 @@ def success(op: Operation, output: dict[str, Any]) -> dict[str, Any]:
     marker = secrets.token_hex(12)
     fields: dict[str, None] = {}  # the fenced fields' paths, each once, in the order first met
     plan = _output_plan(op)
-    if plan is not None:
+    if op.plugin is not None:
+        # every string a plugin returns is mail text, wherever its schema put it (a dict's values, a tuple's items)
+        content = {key: _fence_strings(value, marker, key, fields) for key, value in output.items()}
+    elif plan is not None:
         content = _fence_by(output, plan[0], marker, fields) if plan[0] is not None else output
     else:
         schema = _output_schema(op)

@@ -52,7 +52,7 @@ def is_offered(
         settings = dict(caller.exposure) if caller.exposure is not None else tenant_settings(caller.tenant)
     if level_for(op, settings) != "on":
         return False
-    if op.plugin is not None and not plugin_health(op.plugin):
+    if op.plugin is not None and not plugin_health(op.plugin, caller.tenant):
         return False
     if caller.allow_list is not None and op.name not in caller.allow_list:
         return False

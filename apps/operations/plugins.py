@@ -33,15 +33,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import distributions, entry_points
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from django.conf import settings
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, SchemaValidator, core_schema
+from pydantic_core import SchemaError as PydanticSchemaError
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -73,7 +76,21 @@ _PROPERTY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 SUMMARY_MAX_CHARS = 200
 WORDS_MAX_CHARS = 300
 # keywords whose value maps names (a field's, a definition's) to schemas
-_NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_NAMED_SCHEMAS = ("properties", "$defs", "definitions")
+# what a plugin's schema may say (pydantic's models say no more); anything else is left out of it
+_KEYWORDS = frozenset(
+    {
+        *("type", "properties", "required", "additionalProperties", "items", "prefixItems", "anyOf", "oneOf"),
+        *("allOf", "enum", "const", "default", "title", "description", "format", "pattern", "minLength"),
+        *("maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems"),
+        *("maxItems", "uniqueItems", "minProperties", "maxProperties", "$ref", "$defs", "definitions"),
+        *("writeOnly", "readOnly", "deprecated", "contentMediaType", "contentEncoding"),
+    }
+)
+# a plugin's schema, its references resolved, holds at most this many nodes (a few kB of references can resolve to
+# millions: every Oaken process checks them at start)
+SCHEMA_NODES_MAX = 5000
+PATTERN_MAX_CHARS = 300
 
 
 # ---------------------------------------------------------------- the words a plugin wrote
@@ -86,21 +103,24 @@ def plain(text: object, most: int) -> str:
 
 
 def reduced(schema: Any) -> Any:
-    """A plugin's JSON schema with its titles and descriptions made plain and short, and its examples and
-    comments left out: they reach an MCP client's tool list and the console."""
+    """A plugin's JSON schema as an agent and a person may read it: only the keywords of JSON Schema that Oaken
+    knows (a keyword of the plugin's own is left out, and so are examples and comments), and every string in it,
+    a title, a description, a default, an enum value, made plain and short; a pattern is kept as it is (checked by
+    schema_model). An enum value cut so can no longer be matched: that operation then fails, plainly."""
     if isinstance(schema, dict):
         kept: dict[str, Any] = {}
         for key, value in schema.items():
             if key in _NAMED_SCHEMAS and isinstance(value, dict):
                 kept[key] = {name: reduced(sub) for name, sub in value.items()}  # names, not keywords
-            elif key in ("title", "description"):
-                if isinstance(value, str):
-                    kept[key] = plain(value, WORDS_MAX_CHARS)
-            elif key not in ("examples", "example", "$comment"):
+            elif key == "pattern" and isinstance(value, str):
+                kept[key] = value
+            elif key in _KEYWORDS:
                 kept[key] = reduced(value)
         return kept
     if isinstance(schema, list):
         return [reduced(item) for item in schema]
+    if isinstance(schema, str):
+        return plain(schema, WORDS_MAX_CHARS)
     return schema
 
 
@@ -211,8 +231,13 @@ def inlined(schema: dict[str, Any], depth: int = 0) -> Any:
     """The schema with its local references ("#/$defs/...") replaced by what they name: a model of its own,
     wherever it is placed (an OpenAPI component, an MCP tool). A recursive schema is refused."""
     defs = schema.get("$defs", {})
+    nodes = 0
 
     def walk(node: Any, depth: int) -> Any:
+        nonlocal nodes
+        nodes += 1
+        if nodes > SCHEMA_NODES_MAX:
+            raise DefinitionError(f"a plugin's schema holds more than {SCHEMA_NODES_MAX} parts once resolved")
         if depth > 32:
             raise DefinitionError("a plugin's schema is recursive or too deep")
         if isinstance(node, dict):
@@ -232,11 +257,60 @@ def inlined(schema: dict[str, Any], depth: int = 0) -> Any:
     return result
 
 
+@lru_cache(maxsize=1024)
+def _pattern(pattern: str) -> SchemaValidator:
+    """A pattern compiled for a regular-expression engine that runs in linear time (pydantic-core's, Rust's):
+    Python's `re` takes time exponential in the text for patterns such as ^(a+)+$, in Oaken's own process."""
+    return SchemaValidator(core_schema.str_schema(pattern=pattern), core_schema.CoreConfig(regex_engine="rust-regex"))
+
+
+def _matches(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[JsonSchemaError]:
+    if isinstance(instance, str) and not _pattern(pattern).isinstance_python(instance):
+        yield JsonSchemaError("does not match its pattern")
+
+
+# the validator of every schema a plugin gave (its inputs, outputs and settings): JSON Schema 2020-12, a pattern
+# matched in linear time
+PluginValidator = validators.extend(Draft202012Validator, {"pattern": _matches})
+
+
+def validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """A checked validator of a plugin's schema; DefinitionError when its patterns are too long or need what a
+    linear-time engine lacks (back-references, look-around)."""
+    try:
+        PluginValidator.check_schema(schema)
+    except SchemaError:
+        raise DefinitionError("its schema is not a JSON schema") from None
+    for pattern in _patterns(schema):
+        if len(pattern) > PATTERN_MAX_CHARS:
+            raise DefinitionError(f"a pattern of its schema is longer than {PATTERN_MAX_CHARS} characters")
+        try:
+            _pattern(pattern)
+        except PydanticSchemaError:
+            raise DefinitionError("a pattern of its schema needs back-references or look-around") from None
+    return cast(Draft202012Validator, PluginValidator(schema))
+
+
+def _patterns(schema: Any) -> Iterator[str]:
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+                for sub in value.values():
+                    yield from _patterns(sub)
+            else:
+                yield from _patterns(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _patterns(item)
+
+
 def schema_model(name: str, schema: dict[str, Any]) -> type[SchemaModel]:
-    Draft202012Validator.check_schema(schema)
+    checked = validator(schema)
     model = cast(type[SchemaModel], type(name, (SchemaModel,), {"__module__": __name__}))
     model.schema_of = schema
-    model.validator_of = Draft202012Validator(schema)
+    model.validator_of = checked
     return model
 
 
@@ -349,7 +423,9 @@ class Runtime:
     _healthy: bool = False
     _checked: float = float("-inf")
     _checking: bool = False
-    _crashes: deque[float] = field(default_factory=deque)
+    # when processes ended badly, by tenant ("" for the plugin's own): a tenant whose calls keep ending processes
+    # (an input the plugin cannot take) loses the plugin for a while, other tenants keep it
+    _crashes: dict[str, deque[float]] = field(default_factory=dict)
     _in_flight: int = 0
 
     def _start(self, key: tuple[str, str]) -> PluginProcess:
@@ -363,7 +439,14 @@ class Runtime:
         launched = sandbox.spawn(settings.PLUGIN_SANDBOX, self.env, places, _limits(), args, timeout)
         return PluginProcess(key, launched, timeout)
 
-    def ask(self, request: dict[str, Any], *, tenant: str, timeout: float | None = None) -> Any:
+    def ask(
+        self,
+        request: dict[str, Any],
+        *,
+        tenant: str,
+        timeout: float | None = None,
+        check: Callable[[Any], object] | None = None,
+    ) -> Any:
         """The plugin's answer to one request, from one of its processes serving `tenant` ("" for the plugin's
         own work); PluginFailure, or OakenError for an exception the plugin raised (a built-in name only)."""
         timeout = timeout or settings.OPERATIONS["PLUGIN_TIMEOUT_SECONDS"]
@@ -371,7 +454,7 @@ class Runtime:
         try:
             process = pools.take(key, lambda: self._start(key))
         except (PluginFailure, sandbox.SandboxUnavailable, OSError) as failure:
-            self._crashed()
+            self._crashed(tenant)
             reason = "the plugin's process could not be started" if isinstance(failure, OSError) else str(failure)
             raise PluginFailure(reason) from None
         try:
@@ -379,11 +462,17 @@ class Runtime:
         except PluginFailure as failure:
             pools.discard(process)  # cut, gone or misbehaving: the next call gets a new process
             if failure.crashed:
-                self._crashed()
+                self._crashed(tenant)
             raise
         if answer.get("ok") is not True:
             pools.discard(process)  # a process that raised may hold a broken state (a MemoryError, say)
             raise OakenError("PLUGIN_FAILED", f"the plugin failed ({exception_name(answer.get('error'))})")
+        if check is not None:
+            try:
+                check(answer.get("result"))
+            except (ValidationError, TypeError, ValueError):
+                pools.discard(process)
+                raise PluginFailure("the plugin's answer did not match its output schema") from None
         pools.give(process, cpu_seconds_life=_life_cpu_seconds())
         return answer.get("result")
 
@@ -403,16 +492,28 @@ class Runtime:
             with self._lock:
                 self._in_flight -= 1
 
-    def _crashed(self) -> None:
+    def _crashed(self, tenant: str) -> None:
         window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
         now = time.monotonic()
         with self._lock:
-            self._crashes.append(now)
-            while self._crashes and self._crashes[0] < now - window:
-                self._crashes.popleft()
-            if len(self._crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
-                self._healthy, self._checked = False, now
-                log.warning("plugin %s is unhealthy: its processes keep ending", self.name)
+            crashes = self._crashes.setdefault(tenant, deque())
+            crashes.append(now)
+            while crashes and crashes[0] < now - window:
+                crashes.popleft()
+            if len(crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
+                if tenant:
+                    log.warning("plugin %s is unhealthy for one tenant: its processes keep ending", self.name)
+                else:
+                    self._healthy, self._checked = False, now
+                    log.warning("plugin %s is unhealthy: its processes keep ending", self.name)
+
+    def crashing(self, tenant: str) -> bool:
+        """Whether this tenant's processes of the plugin ended badly PLUGIN_CRASHES_MAX times lately."""
+        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+        with self._lock:
+            crashes = self._crashes.get(tenant, ())
+            recent = [t for t in crashes if t >= time.monotonic() - window]
+            return len(recent) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]
 
     def healthy(self) -> bool:
         """Its health check's last answer, never waited for: once PLUGIN_HEALTH_SECONDS have passed, the next
@@ -424,10 +525,10 @@ class Runtime:
                 threading.Thread(target=self.check_health, name=f"oaken-plugin-health-{self.name}", daemon=True).start()
             return self._healthy
 
-    def check_health(self) -> bool:
-        """Ask the plugin's own process (no tenant's) whether it can work, within the call timeout."""
+    def check_health(self, timeout: float | None = None) -> bool:
+        """Ask the plugin's own process (no tenant's) whether it can work, within the call timeout (or `timeout`)."""
         try:
-            healthy = self.ask({"kind": "health"}, tenant="") is True
+            healthy = self.ask({"kind": "health"}, tenant="", timeout=timeout) is True
         except Exception:  # whatever went wrong (a process that could not start, say), it cannot work now
             healthy = False
         with self._lock:
@@ -435,7 +536,7 @@ class Runtime:
                 log.warning("plugin %s is unhealthy: its health check failed", self.name)
             self._healthy, self._checked, self._checking = healthy, time.monotonic(), False
             if healthy:
-                self._crashes.clear()
+                self._crashes.pop("", None)
         return healthy
 
     def close(self) -> None:
@@ -453,10 +554,13 @@ def runtimes() -> list[Runtime]:
     return sorted(_runtimes.values(), key=lambda r: r.name)
 
 
-def plugin_health(plugin: str) -> bool:
-    """An unhealthy (or unknown) plugin offers nothing."""
+def plugin_health(plugin: str, tenant: Any = None) -> bool:
+    """An unhealthy (or unknown) plugin offers nothing: to anyone, or to a tenant whose calls keep ending its
+    processes."""
     found = _runtimes.get(plugin)
-    return found is not None and found.healthy()
+    if found is None or not found.healthy():
+        return False
+    return tenant is None or not found.crashing(str(tenant.pk))
 
 
 # ---------------------------------------------------------------- loading
@@ -485,6 +589,7 @@ class _PluginSaid(BaseModel):
 
 def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Runtime:
     folder = None if found.folder == site_packages else found.folder
+    began = time.monotonic()
     made = Runtime(name=found.name, target=found.target, env=env, folder=folder, package=found.package)
     try:
         said = _PluginSaid.model_validate(
@@ -499,8 +604,10 @@ def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Ru
             raise DefinitionError("a field of its schemas is not named by an identifier")
     made.version = plain(said.version, 40)
     made.settings_schema = reduced(said.settings_schema)
+    validator(made.settings_schema)
     made.description = said.model_dump()
-    made.check_health()
+    # the first health check shares the start's bound: a plugin hanging in it delays the start by no more
+    made.check_health(timeout=max(0.1, began + settings.OPERATIONS["PLUGIN_START_SECONDS"] - time.monotonic()))
     return made
 
 
@@ -523,8 +630,8 @@ def _operations(found: Runtime) -> list[Operation]:
         try:
             input_model = schema_model(f"{title}In", reduced(inlined(item.input_schema)))
             output_model = schema_model(f"{title}Out", untrusted(reduced(inlined(item.output_schema))))
-        except SchemaError:
-            raise DefinitionError(f"{name!r}: its schema is not a JSON schema") from None
+        except DefinitionError as wrong:
+            raise DefinitionError(f"{name!r}: {wrong}") from None
         operations.append(
             Operation(
                 name=name,
@@ -536,7 +643,7 @@ def _operations(found: Runtime) -> list[Operation]:
                 role="MEMBER",
                 # the plugin works in `gather`, before the call's transaction opens (none stays open while a
                 # plugin's process runs); the handler hands its answer to the gate, which audits it
-                gather=_bridge(found, item.name, reads),
+                gather=_bridge(found, item.name, reads, output_model),
                 handler=_answer,
                 scope=_SCOPE_OF_CLASS[op_class],
                 preview=_preview(found, item.name) if op_class == OpClass.MUTATE else None,
@@ -678,9 +785,9 @@ def _tenant(ctx: Any) -> str:
     return str(ctx.tenant.pk)
 
 
-def _bridge(found: Runtime, operation: str, reads: tuple[str, ...]) -> Any:
+def _bridge(found: Runtime, operation: str, reads: tuple[str, ...], output: type[SchemaModel]) -> Any:
     def handler(ctx: Any, data: BaseModel) -> Any:
-        if not found.healthy():
+        if not found.healthy() or found.crashing(_tenant(ctx)):
             raise OakenError.not_available()
         request = {
             "kind": "call",
@@ -692,7 +799,7 @@ def _bridge(found: Runtime, operation: str, reads: tuple[str, ...]) -> Any:
         }
         with found.calling():
             try:
-                return found.ask(request, tenant=_tenant(ctx))
+                return found.ask(request, tenant=_tenant(ctx), check=output.model_validate)
             except PluginFailure as failure:
                 raise OakenError("PLUGIN_FAILED", str(failure)) from None
 

@@ -321,9 +321,11 @@ def _mounts(places: Sequence[Path], limits: Limits) -> list[str]:
             args += ["--symlink", os.readlink(path), name]
         elif path.is_dir():
             args += ["--ro-bind", name, name]
-    for name in _SYSTEM_FILES:
-        if Path(name).exists():
-            args += ["--ro-bind", name, name]
+    files = [name for name in _SYSTEM_FILES if Path(name).exists()]
+    if files:
+        args += ["--perms", "0755", "--dir", "/etc"]  # bwrap would make it 0700: the files in it unreadable
+    for name in files:
+        args += ["--ro-bind", name, name]
     # its own /proc, /dev and /tmp first: a place under /tmp (a test's folder) is then bound on top of the new one
     size = limits.file_mb * 1024 * 1024
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(size), "--tmpfs", "/tmp"]  # noqa: S108

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field
 
 from apps.core.changes import Change
@@ -21,6 +20,7 @@ from apps.operations.models import PluginSettings
 from apps.operations.plugin_secrets import SecretNotKept, SettingsSchema
 from apps.operations.plugins import (
     MailReaders,
+    PluginValidator,
     Runtime,
     first_error,
     provide_mail_readers,
@@ -254,7 +254,7 @@ def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[
     except SecretNotKept as missing:
         where = ".".join(str(part) for part in ("settings", *missing.where))
         raise OakenError.invalid(where, "has no stored secret to keep: type it again") from None
-    error = first_error(Draft202012Validator(found.settings_schema), merged)
+    error = first_error(PluginValidator(found.settings_schema), merged)
     if error is not None:
         where = ".".join(str(part) for part in ("settings", *error["loc"]) if part is not None)
         kind = error["type"]
