@@ -383,6 +383,49 @@ def test_a_reused_code_fails_and_revokes_what_it_issued(db: None, browser: Clien
     assert Connection.objects.for_tenant(alice.tenant).get().revoked_reason == "code_reused"
 
 
+def test_a_connection_revoked_for_a_replayed_code_is_audited_and_listed_with_the_reason(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    first = exchange(browser, auth, code).json()
+    assert exchange(browser, auth, code).status_code == 400
+    assert exchange(browser, auth, code).status_code == 400  # a third try revokes nothing more
+    [listed] = call(as_person(alice), "list_connections")["connections"]
+    assert listed["revoked"] is True and listed["revoked_reason"] == "authorization code replayed"
+    events = call(as_person(alice), "list_audit_events", {"operation": "connection_revoked"})["events"]
+    assert len(events) == 1  # once, however often the code comes back
+    [event] = events
+    assert event["principal"] == "internal" and event["outcome"] == "ok"
+    assert event["targets"] == [
+        {
+            "id": listed["id"],
+            "kind": "connection",
+            "name": "Test Assistant",
+            "before": {"revoked": False},
+            "after": {"revoked": True, "reason": "authorization code replayed"},
+        }
+    ]
+    assert event["description"] == "Oaken connection revoked on connection Test Assistant"
+    text = json.dumps(events)  # no secret: neither the code nor a token
+    assert code not in text and first["access_token"] not in text and first["refresh_token"] not in text
+    # the other tenant: no connection, no event
+    assert call(as_person(mallory), "list_connections")["connections"] == []
+    assert call(as_person(mallory), "list_audit_events", {"operation": "connection_revoked"})["events"] == []
+
+
+def test_a_connection_revoked_by_a_person_says_so_and_an_active_one_has_no_reason(
+    db: None, browser: Client, alice: Person
+) -> None:
+    connect(browser)
+    [active] = call(as_person(alice), "list_connections")["connections"]
+    assert active["revoked"] is False and active["revoked_reason"] == ""
+    revoked = call(as_person(alice), "revoke_connection", {"connection_id": active["id"]}, confirm=True)
+    assert revoked["revoked_reason"] == "revoked by a person"
+    # a person's revocation is the gate's own event, not a system one
+    assert call(as_person(alice), "list_audit_events", {"operation": "connection_revoked"})["events"] == []
+
+
 def test_refresh_rotates_and_a_replayed_refresh_token_revokes_the_family(db: None, browser: Client) -> None:
     auth, first = connect(browser)
     second = refresh(browser, auth, first["refresh_token"])
