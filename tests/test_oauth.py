@@ -7,7 +7,7 @@ import re
 import threading
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from django.db import connection as db_connection
@@ -229,6 +229,46 @@ def test_ticking_what_was_not_requested_grants_nothing_more(db: None, browser: C
     auth = start(browser, scope="read write")
     code = redirect_params(consent(browser, auth, write=True, send=True))["code"]
     assert exchange(browser, auth, code).json()["scope"] == "read write"
+
+
+def test_editing_the_scope_field_never_grants_more_than_the_client_asked(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    # the client asked for Read alone; the page's hidden scope is edited to ask for everything, all ticked
+    auth = start(browser, scope="read")
+    form = consent(browser, auth, write=True, send=True, scope="read write send", resource=ORIGIN + "/elsewhere")
+    code = redirect_params(form)["code"]
+    tokens = exchange(browser, auth, code).json()
+    assert tokens["scope"] == "read"
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    assert connection.scopes == ["read"]
+    caller = caller_for_token(tokens["access_token"], RESOURCE)  # and the resource is the sealed one, /mcp
+    assert caller is not None and caller.scopes == frozenset({"read"})
+    # asked for all three, the person unticks Send: what remains is the intersection
+    auth = start(browser, scope="read write send")
+    code = redirect_params(consent(browser, auth, write=True, scope="read write send"))["code"]
+    assert exchange(browser, auth, code).json()["scope"] == "read write"
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_consent_without_its_seal_or_with_another_persons_is_refused(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    auth = start(browser)
+    for seal in ("", "forged", "x" * 5000):
+        response = consent(browser, auth, seal=seal)
+        assert response.status_code == 400 and "Location" not in response
+        assert "start again" in response.content.decode()
+    # a seal mallory's page was given is not alice's
+    theirs = Client()
+    theirs.force_login(mallory.user)
+    page = theirs.get(auth.url()).content.decode()
+    match = re.search(r'name="seal" value="([^"]+)"', page)
+    assert match is not None
+    response = consent(browser, auth, seal=match.group(1))
+    assert response.status_code == 400 and "Location" not in response
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
 
 
 def test_write_and_send_ticked_until_revoked_every_workspace(db: None, browser: Client, alice: Person) -> None:
@@ -481,10 +521,17 @@ def test_what_clients_send_as_resource_all_mean_mcp(db: None, browser: Client, r
     assert caller_for_token(tokens["access_token"], RESOURCE) is not None
 
 
-def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client) -> None:
-    auth = start(browser, resource="https://elsewhere.example/mcp")
-    params = redirect_params(consent(browser, auth))
-    assert params["error"] == "invalid_target" and "code" not in params
+def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client, alice: Person) -> None:
+    # before the consent page is shown (issue 35): an error redirect to the client, with its state and our iss
+    for foreign in (["https://elsewhere.example/mcp"], [RESOURCE, "https://elsewhere.example/mcp"], ["not a uri"]):
+        auth = start(browser, resource=None)
+        response = browser.get(auth.url() + "&" + urlencode([("resource", r) for r in foreign]))
+        params = redirect_params(response)
+        assert response["Location"].startswith(REDIRECT + "?")
+        assert params["error"] == "invalid_target" and "code" not in params
+        assert params["state"] == auth.state and params["iss"] == ORIGIN
+        assert "elsewhere" not in params.get("error_description", "")
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
     auth = start(browser)
     code = redirect_params(consent(browser, auth))["code"]
     response = exchange(browser, auth, code, resource="https://elsewhere.example/mcp")
