@@ -68,16 +68,25 @@ export async function download(op, input) {
 
 // ------------------------------------------------------------ building the page (text only)
 
+// Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069) would let a sender name,
+// a subject or a file name show other than it is ("invoice\u202egpj.exe" reads "invoiceexe.jpg"): every text a
+// page shows passes here and shows each as a visible marker, "[U+202E]", as operations already mark mail text
+// (apps/core/bidi.py). Text from mail is also isolated where it is shown (dir="auto"), so it cannot spill over.
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/g;
+export const shown = (text) =>
+  String(text).replace(BIDI_CONTROLS, (c) => `[U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+
 export function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
     if (key === "class") node.className = value;
     else if (key === "onclick") node.addEventListener("click", value);
-    else node.setAttribute(key, value === true ? "" : String(value));
+    else node.setAttribute(key, value === true ? "" : shown(value));
   }
   for (const child of children.flat()) {
-    if (child !== null && child !== undefined) node.append(child); // strings become text nodes
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : shown(child)); // strings become text nodes
   }
   return node;
 }
@@ -110,7 +119,7 @@ export function button(label, onClick, attrs) {
 export function notice(text, isError) {
   const box = document.getElementById("notice");
   if (!box) return;
-  box.textContent = text || "";
+  box.textContent = shown(text || "");
   box.className = isError ? "errors" : "";
   box.hidden = !text;
 }
