@@ -50,7 +50,7 @@ class SignInForm(AuthenticationForm):
         email = normalize_email(self.cleaned_data.get("username") or "")
         password = self.cleaned_data.get("password")
         if email and password:
-            client = signin.client_of(self.request)
+            client = signin.client_of(self.request) if self.request is not None else ""
             verdict = signin.check(email, client)
             if verdict is not signin.Verdict.ALLOWED:
                 raise ValidationError(self.error_messages[verdict.value], code=verdict.value)

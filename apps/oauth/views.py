@@ -125,10 +125,10 @@ class ConsentView(dot.AuthorizationView):
         # RFC 8707: another server's resource is refused now, to the client (the redirect URI is checked by
         # now, RFC 6749 §4.1.2.1), not after the person clicked Allow
         if canonical_resources(request.GET.getlist("resource"), public_origin(request)) is None:
-            error = CustomOAuth2Error(
+            target = CustomOAuth2Error(
                 error="invalid_target", description="this server's one resource is /mcp", state=credentials.get("state")
             )
-            raise OAuthToolkitError(error=error, redirect_uri=credentials["redirect_uri"])
+            raise OAuthToolkitError(error=target, redirect_uri=credentials["redirect_uri"])
         return scopes, credentials
 
     def error_response(self, error: OAuthToolkitError, application: Any, **kwargs: Any) -> HttpResponse:

@@ -53,7 +53,6 @@ def key_out(row: ApiKey) -> ApiKeyOut:
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
         revoked=row.revoked_at is not None,
-        revoked_reason=revoked_reason_words(row.revoked_reason) if row.revoked_at is not None else "",
     )
 
 
