@@ -107,7 +107,8 @@ export function row(attrs, cells) {
 // "What it did": the audit log of one API key ("apikey") or connection ("oauth")
 export function auditLink(kind, id, name) {
   const query = new URLSearchParams({ credential_kind: kind, credential_id: id });
-  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What ${name} did` }, "What it did");
+  // the accessible name holds the visible words (WCAG 2.5.3), then says whose
+  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What it did: ${name}` }, "What it did");
 }
 
 export function button(label, onClick, attrs) {
