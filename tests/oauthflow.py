@@ -91,11 +91,14 @@ def consent(
     assert page.status_code == 200, page.content[:500]
     tenant = re.search(r'name="tenant" value="([^"]+)"', page.content.decode())
     assert tenant is not None, "the consent page names the tenant it grants in"
+    seal = re.search(r'name="seal" value="([^"]+)"', page.content.decode())
+    assert seal is not None, "the consent page seals what the client asked for"
     form: dict[str, Any] = {
         **auth.params(),
         "lifetime": lifetime,
         "workspaces": list(workspaces),
         "tenant": tenant.group(1),
+        "seal": seal.group(1),
     }
     form.pop("resource", None)
     if auth.resource is not None:

@@ -214,9 +214,43 @@ def test_a_zip_of_mbox_and_eml_files_is_imported(alice: Person, mallory: Person,
     job = _upload(client, buffer.getvalue(), filename="takeout.zip").json()
     assert job["source_kind"] == "zip"
     result = _run(alice, job["import_id"])
-    assert (result["imported"], result["duplicates"], result["failed"]) == (4, 1, 0)
+    # the resource fork and the text file are not mail: counted and named as failed, never skipped unsaid
+    assert (result["imported"], result["duplicates"], result["failed"]) == (4, 1, 2)
     done = post(client, "get_import", {"import_id": job["import_id"]}).json()
-    assert (done["total"], done["read"]) == (5, 5)
+    assert (done["total"], done["read"]) == (7, 7)
+    assert {f["position"] for f in done["failures"]} == {"zip:__MACOSX/export/._one.eml", "zip:export/notes.txt"}
+    assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_zip_entries_that_climb_out_or_hide_are_counted_and_named_as_failed(alice: Person, mallory: Person) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("mail/one.eml", raw_message(message_id="<ok1@x>"))
+        archive.writestr("mail/two.eml", raw_message(message_id="<ok2@x>"))
+        archive.writestr("../zq-escape.eml", raw_message(message_id="<bad1@x>"))
+        archive.writestr("mail/.zq-hidden.eml", raw_message(message_id="<bad2@x>"))
+        archive.writestr(".zq-dotdir/three.eml", raw_message(message_id="<bad3@x>"))
+    client = api_client(alice.user)
+    job = _upload(client, buffer.getvalue(), filename="five.zip").json()
+    result = _run(alice, job["import_id"])
+    assert (result["imported"], result["duplicates"], result["failed"]) == (2, 0, 3)
+    done = post(client, "get_import", {"import_id": job["import_id"]}).json()
+    assert (done["total"], done["read"], done["failed"]) == (5, 5, 3)  # "total 2, failed 0" before
+    # the person sees their own file's entries named in their own report, with why
+    reasons = {f["position"]: f["reason"] for f in done["failures"]}
+    assert reasons == {
+        "zip:../zq-escape.eml": "a path with '..' or from the root, not read",
+        "zip:mail/.zq-hidden.eml": "hidden file or folder (its name starts with a dot), not read",
+        "zip:.zq-dotdir/three.eml": "hidden file or folder (its name starts with a dot), not read",
+    }
+    assert set(Message.objects.for_tenant(alice.tenant).values_list("message_id", flat=True)) == {"ok1@x", "ok2@x"}
+    # never in the audit: the entries' names are what the uploader typed
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(operation__in=["upload_import", "import_mail"])
+    assert events.count() == 2 and "zq-" not in json.dumps(list(events.values()), default=str)
+    # the other tenant: nothing of it
+    other = api_client(mallory.user)
+    refused = post(other, "get_import", {"import_id": job["import_id"]})
+    assert refused.status_code == 404 and error_of(refused)["field"] == "import_id"
     assert not Message.objects.for_tenant(mallory.tenant).exists()
 
 

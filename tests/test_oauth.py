@@ -7,7 +7,7 @@ import re
 import threading
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from django.db import connection as db_connection
@@ -231,6 +231,46 @@ def test_ticking_what_was_not_requested_grants_nothing_more(db: None, browser: C
     assert exchange(browser, auth, code).json()["scope"] == "read write"
 
 
+def test_editing_the_scope_field_never_grants_more_than_the_client_asked(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    # the client asked for Read alone; the page's hidden scope is edited to ask for everything, all ticked
+    auth = start(browser, scope="read")
+    form = consent(browser, auth, write=True, send=True, scope="read write send", resource=ORIGIN + "/elsewhere")
+    code = redirect_params(form)["code"]
+    tokens = exchange(browser, auth, code).json()
+    assert tokens["scope"] == "read"
+    connection = Connection.objects.for_tenant(alice.tenant).get()
+    assert connection.scopes == ["read"]
+    caller = caller_for_token(tokens["access_token"], RESOURCE)  # and the resource is the sealed one, /mcp
+    assert caller is not None and caller.scopes == frozenset({"read"})
+    # asked for all three, the person unticks Send: what remains is the intersection
+    auth = start(browser, scope="read write send")
+    code = redirect_params(consent(browser, auth, write=True, scope="read write send"))["code"]
+    assert exchange(browser, auth, code).json()["scope"] == "read write"
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_a_consent_without_its_seal_or_with_another_persons_is_refused(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    auth = start(browser)
+    for seal in ("", "forged", "x" * 5000):
+        response = consent(browser, auth, seal=seal)
+        assert response.status_code == 400 and "Location" not in response
+        assert "start again" in response.content.decode()
+    # a seal mallory's page was given is not alice's
+    theirs = Client()
+    theirs.force_login(mallory.user)
+    page = theirs.get(auth.url()).content.decode()
+    match = re.search(r'name="seal" value="([^"]+)"', page)
+    assert match is not None
+    response = consent(browser, auth, seal=match.group(1))
+    assert response.status_code == 400 and "Location" not in response
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
 def test_write_and_send_ticked_until_revoked_every_workspace(db: None, browser: Client, alice: Person) -> None:
     _, tokens = connect(browser, write=True, send=True, every_workspace=True, lifetime="until_revoked")
     assert set(tokens["scope"].split()) == {"read", "write", "send"}
@@ -383,6 +423,49 @@ def test_a_reused_code_fails_and_revokes_what_it_issued(db: None, browser: Clien
     assert Connection.objects.for_tenant(alice.tenant).get().revoked_reason == "code_reused"
 
 
+def test_a_connection_revoked_for_a_replayed_code_is_audited_and_listed_with_the_reason(
+    db: None, browser: Client, alice: Person, mallory: Person
+) -> None:
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    first = exchange(browser, auth, code).json()
+    assert exchange(browser, auth, code).status_code == 400
+    assert exchange(browser, auth, code).status_code == 400  # a third try revokes nothing more
+    [listed] = call(as_person(alice), "list_connections")["connections"]
+    assert listed["revoked"] is True and listed["revoked_reason"] == "authorization code replayed"
+    events = call(as_person(alice), "list_audit_events", {"operation": "connection_revoked"})["events"]
+    assert len(events) == 1  # once, however often the code comes back
+    [event] = events
+    assert event["principal"] == "internal" and event["outcome"] == "ok"
+    assert event["targets"] == [
+        {
+            "id": listed["id"],
+            "kind": "connection",
+            "name": "Test Assistant",
+            "before": {"revoked": False},
+            "after": {"revoked": True, "reason": "authorization code replayed"},
+        }
+    ]
+    assert event["description"] == "Oaken connection revoked on connection Test Assistant"
+    text = json.dumps(events)  # no secret: neither the code nor a token
+    assert code not in text and first["access_token"] not in text and first["refresh_token"] not in text
+    # the other tenant: no connection, no event
+    assert call(as_person(mallory), "list_connections")["connections"] == []
+    assert call(as_person(mallory), "list_audit_events", {"operation": "connection_revoked"})["events"] == []
+
+
+def test_a_connection_revoked_by_a_person_says_so_and_an_active_one_has_no_reason(
+    db: None, browser: Client, alice: Person
+) -> None:
+    connect(browser)
+    [active] = call(as_person(alice), "list_connections")["connections"]
+    assert active["revoked"] is False and active["revoked_reason"] == ""
+    revoked = call(as_person(alice), "revoke_connection", {"connection_id": active["id"]}, confirm=True)
+    assert revoked["revoked_reason"] == "revoked by a person"
+    # a person's revocation is the gate's own event, not a system one
+    assert call(as_person(alice), "list_audit_events", {"operation": "connection_revoked"})["events"] == []
+
+
 def test_refresh_rotates_and_a_replayed_refresh_token_revokes_the_family(db: None, browser: Client) -> None:
     auth, first = connect(browser)
     second = refresh(browser, auth, first["refresh_token"])
@@ -438,10 +521,17 @@ def test_what_clients_send_as_resource_all_mean_mcp(db: None, browser: Client, r
     assert caller_for_token(tokens["access_token"], RESOURCE) is not None
 
 
-def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client) -> None:
-    auth = start(browser, resource="https://elsewhere.example/mcp")
-    params = redirect_params(consent(browser, auth))
-    assert params["error"] == "invalid_target" and "code" not in params
+def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client, alice: Person) -> None:
+    # before the consent page is shown (issue 35): an error redirect to the client, with its state and our iss
+    for foreign in (["https://elsewhere.example/mcp"], [RESOURCE, "https://elsewhere.example/mcp"], ["not a uri"]):
+        auth = start(browser, resource=None)
+        response = browser.get(auth.url() + "&" + urlencode([("resource", r) for r in foreign]))
+        params = redirect_params(response)
+        assert response["Location"].startswith(REDIRECT + "?")
+        assert params["error"] == "invalid_target" and "code" not in params
+        assert params["state"] == auth.state and params["iss"] == ORIGIN
+        assert "elsewhere" not in params.get("error_description", "")
+    assert not Connection.objects.for_tenant(alice.tenant).exists()
     auth = start(browser)
     code = redirect_params(consent(browser, auth))["code"]
     response = exchange(browser, auth, code, resource="https://elsewhere.example/mcp")

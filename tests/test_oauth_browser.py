@@ -68,3 +68,38 @@ def test_consent_with_only_read_ticked_gives_a_read_only_token(
     connection = Connection.objects.for_tenant(alice.tenant).get()
     assert connection.scopes == ["read"] and connection.workspaces == ["default"]
     assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
+@pytest.mark.slow
+def test_the_connections_page_says_why_a_connection_was_revoked(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.browser import look
+    from tests.oauthflow import consent, redirect_params
+    from tests.test_console_browser import _sign_in
+
+    def connected(p: Person, replayed: bool) -> None:
+        browser = Client()
+        browser.force_login(p.user)
+        auth = start(browser)
+        code = redirect_params(consent(browser, auth))["code"]
+        assert exchange(browser, auth, code).status_code == 200
+        if replayed:  # the code presented again: whoever holds it now, the connection ends
+            assert exchange(browser, auth, code).status_code == 400
+
+    connected(alice, replayed=True)
+    connected(alice, replayed=False)
+    connected(mallory, replayed=True)
+    revoked = Connection.objects.for_tenant(alice.tenant).get(revoked_at__isnull=False)
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/connections")
+    rows = page.locator("#connections-list tr[data-connection-id]")
+    expect(rows).to_have_count(2)  # alice's two; mallory's is not shown
+    status = page.locator(f'tr[data-connection-id="{revoked.pk}"] [data-revoked-reason]')
+    expect(status).to_have_text("revoked: authorization code replayed")
+    active = rows.filter(has_not=page.locator("[data-revoked-reason]"))
+    expect(active).to_contain_text("active")
+    look(page, "connections-revoked")

@@ -506,3 +506,23 @@ def test_a_retried_confirmed_send_gets_the_first_answer_before_its_spent_token_i
     assert refusal(_agent(mallory), "send_email", theirs).code == "CONFIRMATION_REQUIRED"
     assert OutboundRequest.objects.for_tenant(alice.tenant).count() == 1
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_the_audit_counts_a_request_changed_twice_in_one_call_once(
+    alice: Person, mallory: Person, world: dict[str, Any]
+) -> None:
+    made = request(_agent(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
+    call(as_person(alice), "approve_outbound", {"request_id": made["request_id"], "content_hash": made["content_hash"]})
+    listed = call(as_person(alice), "list_audit_events", {"limit": 50})["events"]
+    events = {e["operation"]: e for e in reversed(listed) if e["targets"]}  # the call that changed it
+    # each call changed the one request twice (requested, then awaiting approval; approved, then queued): both
+    # changes stay recorded, and the words count one outbound request, not two
+    for operation in ("send_email", "approve_outbound"):
+        event = events[operation]
+        assert [t["id"] for t in event["targets"]].count(made["request_id"]) == 2, event["targets"]
+        assert " on 1 outbound request" in event["description"], event["description"]
+        assert "on 2" not in event["description"]
+    assert events["approve_outbound"]["description"] == (
+        "alice@example.test approve outbound on 1 outbound request in the console"
+    )
+    assert call(as_person(mallory), "list_audit_events", {"operation": "approve_outbound"})["events"] == []

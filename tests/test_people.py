@@ -157,13 +157,13 @@ def test_a_completed_password_reset_lifts_the_sign_in_lock(
     for who in (alice, mallory):
         for _ in range(settings.SIGN_IN_MAX_FAILURES):
             client.post("/accounts/sign-in", {"username": who.user.email, "password": "wrong"})
-    assert signin.locked(alice.user.email) and signin.locked(mallory.user.email)
+    assert signin.locked(alice.user.email, "127.0.0.1") and signin.locked(mallory.user.email, "127.0.0.1")
     client.post("/accounts/password-reset", {"email": alice.user.email})
     form = client.get(_link(mailoutbox[-1].body), follow=True)
-    assert signin.locked(alice.user.email)  # asking for the link lifts nothing: anyone can ask
+    assert signin.locked(alice.user.email, "127.0.0.1")  # asking for the link lifts nothing: anyone can ask
     client.post(form.redirect_chain[-1][0], {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD})
-    assert not signin.locked(alice.user.email)
-    assert signin.locked(mallory.user.email)  # only the address whose password was reset
+    assert not signin.locked(alice.user.email, "127.0.0.1")
+    assert signin.locked(mallory.user.email, "127.0.0.1")  # only the address whose password was reset
     signed_in = client.post("/accounts/sign-in", {"username": alice.user.email, "password": NEW_PASSWORD})
     assert signed_in.status_code == 302 and signed_in["Location"] == "/"
 

@@ -36,11 +36,13 @@ class SignUpForm(forms.Form):
 
 
 class SignInForm(AuthenticationForm):
-    """Django's sign-in, refusing locked or unverified addresses and counting failures."""
+    """Django's sign-in, refusing locked or slowed attempts and unverified addresses, and counting failures per
+    address and client (apps.accounts.signin). The answers are the same whether the address has an account."""
 
     error_messages = {
         **AuthenticationForm.error_messages,
-        "locked": "Too many failed attempts for this address. Wait a few minutes, or reset your password.",
+        "locked": "Too many failed attempts. Wait a few minutes, or reset your password.",
+        "slowed": "Too many attempts just now. Try again in a minute, or reset your password.",
         "unverified": "Confirm your e-mail address first: follow the link we sent you.",
     }
 
@@ -48,14 +50,16 @@ class SignInForm(AuthenticationForm):
         email = normalize_email(self.cleaned_data.get("username") or "")
         password = self.cleaned_data.get("password")
         if email and password:
-            if signin.locked(email):
-                raise ValidationError(self.error_messages["locked"], code="locked")
+            client = signin.client_of(self.request) if self.request is not None else ""
+            verdict = signin.check(email, client)
+            if verdict is not signin.Verdict.ALLOWED:
+                raise ValidationError(self.error_messages[verdict.value], code=verdict.value)
             self.user_cache = authenticate(self.request, username=email, password=password)
             if self.user_cache is None:
-                signin.record_failure(email)
+                signin.record_failure(email, client)
                 raise self.get_invalid_login_error()
             self.confirm_login_allowed(self.user_cache)
             if getattr(self.user_cache, "email_verified_at", None) is None:
                 raise ValidationError(self.error_messages["unverified"], code="unverified")
-            signin.clear(email)
+            signin.succeeded(email, client)
         return self.cleaned_data

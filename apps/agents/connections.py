@@ -53,17 +53,34 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
     )
 
 
-def revoke_connection(connection: Connection, reason: str) -> None:
-    """End a connection and every token it issued, at once."""
+# why a connection was revoked (Connection.revoked_reason), in the words the console and the audit log show
+REVOKED_REASONS = {
+    "revoked_by_person": "revoked by a person",
+    "revoked_by_client": "given up by its client",
+    "code_reused": "authorization code replayed",
+    "refresh_reused": "refresh token replayed",
+}
+
+
+def revoked_reason_words(reason: str) -> str:
+    return REVOKED_REASONS.get(reason, reason.replace("_", " "))
+
+
+def revoke_connection(connection: Connection, reason: str) -> bool:
+    """End a connection and every token it issued, at once; whether this call ended it (False: it was already).
+    Call it inside the transaction that records why (the gate's call, or the caller's audit event)."""
+    revoked = False
     with transaction.atomic():
         locked = Connection.objects.for_tenant(connection.tenant).select_for_update().get(pk=connection.pk)
         if locked.revoked_at is None:
             locked.revoked_at = timezone.now()
             locked.revoked_reason = reason
             locked.save(update_fields=["revoked_at", "revoked_reason"])
+            revoked = True
         connection.revoked_at, connection.revoked_reason = locked.revoked_at, locked.revoked_reason
         if locked.token_family is not None:
             RefreshToken.objects.filter(token_family=locked.token_family, revoked__isnull=True).update(
                 revoked=timezone.now()
             )
         AccessToken.objects.filter(oaken_link__connection=locked).delete()
+    return revoked

@@ -22,7 +22,7 @@ import os
 import re
 import zipfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
@@ -41,10 +41,13 @@ _BLANK_LINES = (b"\n", b"\r\n")
 
 @dataclass(frozen=True, slots=True)
 class RawItem:
-    """One raw message and where it came from (a path or index, never message content)."""
+    """One raw message and where it came from (a path or index, never message content). An entry of the source
+    that was not read (a zip member that is hidden, climbs out with "..", or is no mail) is an item too, with no
+    data and `refused` saying why, so that it is counted and named as failed rather than skipped without a word."""
 
     position: str
     data: bytes
+    refused: str = field(default="", kw_only=True)
 
 
 class SourceError(Exception):
@@ -102,12 +105,12 @@ def count_messages(path: Path) -> int:
     if kind == "zip":
         total = 0
         with _open_zip(path) as archive:
-            for info in _zip_members(archive):
-                if info.filename.lower().endswith(".eml"):
+            for info, refused in _zip_members(archive):
+                if refused or info.filename.lower().endswith(".eml"):
                     total += 1
                 else:
                     with archive.open(info) as member:
-                        total += _count_mbox(member)
+                        total += max(1, _count_mbox(member))  # no mail: one failed entry
         return total
     return sum(1 for _ in iter_source(path))
 
@@ -133,24 +136,37 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
         raise SourceError("the zip file cannot be read") from exc
 
 
-def _zip_members(archive: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
-    """The zip's .eml files and mbox files (any other name is taken for an mbox when it starts like one), in
-    name order; folders and hidden files (__MACOSX, .DS_Store) are left out."""
-    members = []
-    for info in archive.infolist():
-        parts = info.filename.split("/")
-        if info.is_dir() or any(part.startswith((".", "__MACOSX")) for part in parts if part):
-            continue
-        members.append(info)
-    return sorted(members, key=lambda info: info.filename)
+# why a zip member is not read (fixed phrases: the member's name is the position, never in the reason)
+ZIP_HIDDEN = "hidden file or folder (its name starts with a dot), not read"
+ZIP_OUTSIDE = "a path with '..' or from the root, not read"
+ZIP_NOT_MAIL = "neither an mbox file nor an .eml file"
+
+
+def _zip_refusal(name: str) -> str:
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith("/") or ".." in parts:
+        return ZIP_OUTSIDE
+    if any(part.startswith((".", "__MACOSX")) for part in parts if part):
+        return ZIP_HIDDEN
+    return ""
+
+
+def _zip_members(archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str]]:
+    """Every file of the zip (folders left out) in name order, each with why it is not read ("" when it is):
+    names that climb out ("..") or are hidden (.DS_Store, __MACOSX) are refused, counted and named as failed."""
+    members = [(info, _zip_refusal(info.filename)) for info in archive.infolist() if not info.is_dir()]
+    return sorted(members, key=lambda member: member[0].filename)
 
 
 def _iter_zip(path: Path) -> Iterator[RawItem]:
     limit = int(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"])
     try:
         with _open_zip(path) as archive:
-            for info in _zip_members(archive):
+            for info, refused in _zip_members(archive):
                 name = info.filename[:200]
+                if refused:
+                    yield RawItem(f"zip:{name}", b"", refused=refused)
+                    continue
                 with archive.open(info) as member:
                     if info.filename.lower().endswith(".eml"):
                         data = member.read(limit + 1)
@@ -158,6 +174,7 @@ def _iter_zip(path: Path) -> Iterator[RawItem]:
                         yield RawItem(f"zip:{name}", data)
                         continue
                     if member.read(5) != b"From ":
+                        yield RawItem(f"zip:{name}", b"", refused=ZIP_NOT_MAIL)
                         continue
                 with archive.open(info) as member:
                     for item in _split_mbox(member):

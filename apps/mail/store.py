@@ -51,7 +51,9 @@ class MessageStore:
         parsed: list[tuple[RawItem, MessageRow]] = []
         failures: list[tuple[RawItem, str]] = []
         for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, str):
+            if item.refused:  # an entry the source did not read: failed, with the source's reason
+                failures.append((item, item.refused))
+            elif isinstance(outcome, str):
                 failures.append((item, outcome))
             else:
                 parsed.append((item, outcome))

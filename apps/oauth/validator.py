@@ -14,13 +14,16 @@ import hashlib
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
-from apps.agents.connections import revoke_connection
+from apps.agents.connections import revoke_connection, revoked_reason_words
 from apps.agents.models import Connection, ConnectionToken
+from apps.audit.log import append_internal_event
+from apps.core.changes import Change
 from apps.core.links import public_origin
 from apps.oauth.resource import canonical_resources
 
@@ -33,6 +36,16 @@ def _connections() -> Any:
     # Token endpoints authenticate a client, not a tenant: the code or refresh token is what finds the
     # connection, so these lookups cannot be scoped to a tenant in advance.
     return Connection.objects.unscoped()
+
+
+def _revoke(connection: Connection, reason: str) -> None:
+    """Revoke a connection for the system's own reason, and audit it in the same transaction (once: a connection
+    already revoked is left as it is). The event names the connection and the reason, never a code or token."""
+    with transaction.atomic():
+        if revoke_connection(connection, reason):
+            after = {"revoked": True, "reason": revoked_reason_words(reason)}
+            change = Change(str(connection.pk), {"revoked": False}, after)
+            append_internal_event("connection_revoked", tenant=connection.tenant, targets=[change])
 
 
 class OakenValidator(OAuth2Validator):
@@ -56,7 +69,7 @@ class OakenValidator(OAuth2Validator):
             return True
         used = _connections().filter(code_hash=_digest(code), activated_at__isnull=False).first()
         if used is not None:  # a code redeemed before: whoever holds it now, what it issued is void
-            revoke_connection(used, "code_reused")
+            _revoke(used, "code_reused")
         return False
 
     def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
@@ -74,7 +87,7 @@ class OakenValidator(OAuth2Validator):
             return False
         if not valid:
             if rt.revoked is not None and connection.revoked_at is None:
-                revoke_connection(connection, "refresh_reused")
+                _revoke(connection, "refresh_reused")
             return False
         return connection.is_live()
 
@@ -113,7 +126,7 @@ class OakenValidator(OAuth2Validator):
             connection = link.connection if link is not None else None
         super().revoke_token(token, token_type_hint, request, *args, **kwargs)
         if connection is not None:
-            revoke_connection(connection, "revoked_by_client")
+            _revoke(connection, "revoked_by_client")
 
     def save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -121,7 +134,7 @@ class OakenValidator(OAuth2Validator):
         except errors.InvalidGrantError:
             reused = getattr(request, "oaken_reused", None)
             if reused is not None:  # revoked outside the failed transaction, so it stays revoked
-                revoke_connection(*reused)
+                _revoke(*reused)
             raise
 
     def _save_bearer_token(self, token: dict[str, Any], request: Any, *args: Any, **kwargs: Any) -> None:

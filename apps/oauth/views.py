@@ -11,6 +11,7 @@ import redis
 from csp.decorators import csp_replace
 from django import forms
 from django.conf import settings
+from django.core import signing
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
 from oauth2_provider import views as dot
@@ -37,8 +38,34 @@ from config.redis_client import count_hit
 LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
 
 
+# what the client asked for, as the consent page saw it validated: the hidden fields come back from the browser,
+# so the POST takes these from the seal, never from the fields (editing `scope` must not widen the grant)
+_SEALED = ("client_id", "redirect_uri", "scope", "resource", "state", "response_type", "code_challenge",
+           "code_challenge_method")  # fmt: skip
+_SEAL_SALT = "oaken.oauth.consent"
+
+
+def _seal(request: HttpRequest, values: dict[str, Any]) -> str:
+    claim = {key: values.get(key) or "" for key in _SEALED}
+    return signing.dumps({**claim, "user": str(request.user.pk)}, salt=_SEAL_SALT, compress=True)
+
+
+def _unseal(request: HttpRequest, seal: str) -> dict[str, str] | None:
+    """What the page's GET sealed, for this person, if it is intact and recent; else None."""
+    if len(seal) > 4000:
+        return None
+    try:
+        claim = signing.loads(seal, salt=_SEAL_SALT, max_age=settings.OAUTH_CONSENT_MAX_AGE_SECONDS)
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+    if not isinstance(claim, dict) or claim.get("user") != str(request.user.pk):
+        return None
+    return {key: str(claim.get(key) or "") for key in _SEALED}
+
+
 class ConsentForm(AllowForm):
-    """The toolkit's hidden fields (what the client asked for) plus what the person ticks here."""
+    """The toolkit's hidden fields (what the client asked for) plus what the person ticks here. The seal binds
+    what the client asked for; clean() puts it in place of the hidden fields."""
 
     grant_write = forms.BooleanField(required=False, label="Organize and draft")
     grant_send = forms.BooleanField(required=False, label="Send")
@@ -47,13 +74,22 @@ class ConsentForm(AllowForm):
     lifetime = forms.ChoiceField(choices=LIFETIMES, initial="24h", widget=forms.RadioSelect)
     # the tenant the page showed: the grant goes there or nowhere, whatever the session says by the time of POST
     tenant = forms.UUIDField(widget=forms.HiddenInput())
+    seal = forms.CharField(widget=forms.HiddenInput(), required=False)  # missing or bad: refused in form_valid
+    forged = False
 
-    def __init__(self, *args: Any, workspace_names: list[str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, workspace_names: list[str], request: HttpRequest, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.request = request
         self.fields["workspaces"].choices = [(name, name) for name in workspace_names]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        sealed = _unseal(self.request, data.get("seal") or "")
+        # no intact seal of this person's, or another client or return address than the page showed: refused
+        # (form_valid); any other field (scope, resource, state, PKCE) is simply the seal's
+        self.forged = sealed is None or any(data.get(key) != sealed[key] for key in ("client_id", "redirect_uri"))
+        if sealed is not None:
+            data.update(sealed)
         if data.get("allow") and not data.get("all_workspaces") and not data.get("workspaces"):
             raise forms.ValidationError("Pick at least one workspace, or every workspace.")
         return data
@@ -86,6 +122,13 @@ class ConsentView(dot.AuthorizationView):
                 description='PKCE code_challenge_method must be "S256"', state=credentials.get("state")
             )
             raise OAuthToolkitError(error=error, redirect_uri=credentials["redirect_uri"])
+        # RFC 8707: another server's resource is refused now, to the client (the redirect URI is checked by
+        # now, RFC 6749 §4.1.2.1), not after the person clicked Allow
+        if canonical_resources(request.GET.getlist("resource"), public_origin(request)) is None:
+            target = CustomOAuth2Error(
+                error="invalid_target", description="this server's one resource is /mcp", state=credentials.get("state")
+            )
+            raise OAuthToolkitError(error=target, redirect_uri=credentials["redirect_uri"])
         return scopes, credentials
 
     def error_response(self, error: OAuthToolkitError, application: Any, **kwargs: Any) -> HttpResponse:
@@ -110,20 +153,24 @@ class ConsentView(dot.AuthorizationView):
         return list(Workspace.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
 
     def get_form_kwargs(self) -> dict[str, Any]:
-        return {**super().get_form_kwargs(), "workspace_names": self._workspace_names()}
+        return {**super().get_form_kwargs(), "workspace_names": self._workspace_names(), "request": self.request}
 
     def get_initial(self) -> dict[str, Any]:
         names = self._workspace_names()
         default = ["default"] if "default" in names else names[:1]
         tenant = self._membership().tenant.pk
-        return {**super().get_initial(), "workspaces": default, "lifetime": "24h", "tenant": tenant}
+        initial = super().get_initial()
+        seal = _seal(self.request, initial) if self.request.method == "GET" else None
+        return {**initial, "workspaces": default, "lifetime": "24h", "tenant": tenant, "seal": seal}
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         form = context["form"]
         if "application" not in context:  # the page shown again after a form error: the client is the form's
             context["application"] = Application.objects.filter(client_id=form["client_id"].value() or "-").first()
-        requested = set((form["scope"].value() or "").split())
+        # what the client asked for: the seal's (a POST shown again), else the request just validated (a GET)
+        sealed = _unseal(self.request, form["seal"].value() or "") if form.is_bound else None
+        requested = set((sealed["scope"] if sealed else form["scope"].value() or "").split())
         context.update(
             requested_write="write" in requested,
             requested_send="send" in requested,
@@ -158,15 +205,15 @@ class ConsentView(dot.AuthorizationView):
         data = form.cleaned_data
         # the hidden fields came back from the browser: nothing is redirected anywhere not registered
         app = Application.objects.filter(client_id=data["client_id"]).first()
-        if app is None or not app.redirect_uri_allowed(data["redirect_uri"]):
-            return self._refuse("invalid_request", "This authorization request is not valid; start again.")
+        if form.forged or app is None or not app.redirect_uri_allowed(data["redirect_uri"]):
+            return self._refuse("invalid_request", "This authorization request is not valid or expired: start again.")
         if not data.get("allow"):
             return super().form_valid(form)  # the toolkit answers the client with access_denied
-        requested = set(data["scope"].split())
+        requested = set(data["scope"].split())  # the seal's: what the client asked for, never more
         ticked = {name for name in ("write", "send") if data.get(f"grant_{name}")}
         granted = recorded_scopes(requested & ticked)
         resources = canonical_resources((data.get("resource") or "").split(), public_origin(self.request))
-        if resources is None:
+        if resources is None:  # refused before the page (validate_authorization_request); kept as a last check
             error = CustomOAuth2Error(
                 error="invalid_target", description="this server's one resource is /mcp", state=data.get("state")
             )

@@ -11,6 +11,9 @@ from config.settings.base import PUBLIC_URL
 # Connections (SPEC §7): an access token lives at most this long; a connection at most its chosen lifetime.
 OAUTH_ACCESS_TOKEN_SECONDS = env_int("OAKEN_OAUTH_ACCESS_TOKEN_SECONDS", 3600, minimum=60, maximum=3600)
 OAUTH_CONNECTION_DEFAULT_HOURS = 24
+# the consent page seals what the client asked for (scopes, resource, redirect, PKCE, state); the person has this
+# long to answer before the page must be opened again
+OAUTH_CONSENT_MAX_AGE_SECONDS = env_int("OAKEN_OAUTH_CONSENT_MAX_AGE_SECONDS", 1800, minimum=60)
 # a dynamically registered client that never completed a connection is removed after this long
 OAUTH_UNUSED_CLIENT_HOURS = env_int("OAKEN_OAUTH_UNUSED_CLIENT_HOURS", 24, minimum=1)
 # open registration: at most this many registrations per client address per hour

@@ -68,16 +68,25 @@ export async function download(op, input) {
 
 // ------------------------------------------------------------ building the page (text only)
 
+// Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069) would let a sender name,
+// a subject or a file name show other than it is ("invoice\u202egpj.exe" reads "invoiceexe.jpg"): every text a
+// page shows passes here and shows each as a visible marker, "[U+202E]", as operations already mark mail text
+// (apps/core/bidi.py). Text from mail is also isolated where it is shown (dir="auto"), so it cannot spill over.
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/g;
+export const shown = (text) =>
+  String(text).replace(BIDI_CONTROLS, (c) => `[U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+
 export function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
     if (key === "class") node.className = value;
     else if (key === "onclick") node.addEventListener("click", value);
-    else node.setAttribute(key, value === true ? "" : String(value));
+    else node.setAttribute(key, value === true ? "" : shown(value));
   }
   for (const child of children.flat()) {
-    if (child !== null && child !== undefined) node.append(child); // strings become text nodes
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : shown(child)); // strings become text nodes
   }
   return node;
 }
@@ -98,7 +107,8 @@ export function row(attrs, cells) {
 // "What it did": the audit log of one API key ("apikey") or connection ("oauth")
 export function auditLink(kind, id, name) {
   const query = new URLSearchParams({ credential_kind: kind, credential_id: id });
-  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What ${name} did` }, "What it did");
+  // the accessible name holds the visible words (WCAG 2.5.3), then says whose
+  return el("a", { href: `/audit?${query}`, "data-action": "audit", "aria-label": `What it did: ${name}` }, "What it did");
 }
 
 export function button(label, onClick, attrs) {
@@ -110,7 +120,7 @@ export function button(label, onClick, attrs) {
 export function notice(text, isError) {
   const box = document.getElementById("notice");
   if (!box) return;
-  box.textContent = text || "";
+  box.textContent = shown(text || "");
   box.className = isError ? "errors" : "";
   box.hidden = !text;
 }

@@ -10,7 +10,7 @@ from django.conf import settings
 from oauth2_provider.models import Application
 from pydantic import Field
 
-from apps.agents.connections import revoke_connection
+from apps.agents.connections import revoke_connection, revoked_reason_words
 from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
 from apps.agents.selectors import (
@@ -182,6 +182,7 @@ class ConnectionOut(Closed):
     expires_at: datetime | None
     last_used_at: datetime | None
     revoked: bool
+    revoked_reason: str = Field(description="why it was revoked, in words ('' while it is not)")
 
 
 def connection_out(row: Connection) -> ConnectionOut:
@@ -195,6 +196,7 @@ def connection_out(row: Connection) -> ConnectionOut:
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
         revoked=row.revoked_at is not None,
+        revoked_reason=revoked_reason_words(row.revoked_reason) if row.revoked_at is not None else "",
     )
 
 

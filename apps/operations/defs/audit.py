@@ -192,10 +192,13 @@ def _plural(kind: str) -> str:
 
 
 def _what(targets: list[TargetOut]) -> str:
-    if not targets:
+    """The objects an event touched, each counted once: one call may change one object twice (a send sets its
+    request waiting, then sent), which is one outbound request, not two."""
+    distinct = list({(t.kind, t.id): t for t in targets}.values())
+    if not distinct:
         return ""
-    named = [f"{t.kind} {t.name}" for t in targets if t.name]
-    counts = Counter(t.kind or "item" for t in targets if not t.name)
+    named = [f"{t.kind} {t.name}" for t in distinct if t.name]
+    counts = Counter(t.kind or "item" for t in distinct if not t.name)
     parts = named[:3] + [f"{n} {_plural(kind) if n > 1 else kind}" for kind, n in counts.items()]
     if len(named) > 3:
         parts.append(f"{len(named) - 3} more")

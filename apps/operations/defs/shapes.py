@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from django.conf import settings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
+from apps.core.bidi import mark_bidi_controls
 from apps.mail.models import Folder
 
 
@@ -44,8 +45,9 @@ def _capped(value: str) -> str:
     return value[: limit - len(mark)] + mark
 
 
-# Short text from mail (a subject, a name, an address, a file name): capped, and says so when cut.
-MailText = Annotated[str, AfterValidator(_capped), _UNTRUSTED]
+# Short text from mail (a subject, a name, an address, a file name): its bidirectional controls made visible
+# ("[U+202E]", apps.core.bidi: a name cannot pose as another), capped, and says so when cut.
+MailText = Annotated[str, AfterValidator(mark_bidi_controls), AfterValidator(_capped), _UNTRUSTED]
 # A message's or a draft's body: cut by TEXT_MAX_CHARS where it is built, with truncated and the full length.
 MailBody = Annotated[str, _UNTRUSTED]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]

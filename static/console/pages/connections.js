@@ -15,7 +15,9 @@ const refresh = () =>
               when(c.created_at),
               c.expires_at ? when(c.expires_at) : "when revoked",
               c.last_used_at ? when(c.last_used_at) : "never",
-              c.revoked ? el("span", { class: "status-revoked" }, "revoked") : "active",
+              c.revoked
+                ? el("span", { class: "status-revoked", "data-revoked-reason": "" }, c.revoked_reason ? `revoked: ${c.revoked_reason}` : "revoked")
+                : "active",
               el("span", { class: "row-actions" },
                 auditLink("oauth", c.id, c.client_name || "this assistant"),
                 c.revoked ? "" : button("Revoke", () => revoke(c), { "data-action": "revoke" }),

@@ -8,7 +8,7 @@
 // mark_read, because the person asked by opening it (unless they turned that off: get_preferences /
 // set_preferences); reading it (get_message) never does. Writing (compose, reply, forward, drafts, signatures) is
 // in mail-compose.js; a message's and a thread's summary in mail-summary.js.
-import { call, describeError, download, el, notice, perform } from "../lib.js";
+import { call, describeError, download, el, notice, perform, shown } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 
@@ -155,9 +155,9 @@ function messageRow(m, snippet) {
   return el("li", { class: `message${m.read ? "" : " unread"}${m.pinned ? " pinned" : ""}`, "data-message-id": m.id },
     select,
     el("button", { type: "button", class: "open", onclick: () => openMessage(m) },
-      el("span", { class: "sender" }, senderOf(m)),
-      el("span", { class: "subject" }, m.subject || "(no subject)"),
-      el("span", { class: "snippet" }, snippet === undefined ? m.snippet : snippet),
+      el("span", { class: "sender", dir: "auto" }, senderOf(m)),
+      el("span", { class: "subject", dir: "auto" }, m.subject || "(no subject)"),
+      el("span", { class: "snippet", dir: "auto" }, snippet === undefined ? m.snippet : snippet),
     ),
     el("span", { class: "meta" },
       m.pinned ? el("span", { class: "pin", title: "Pinned" }, "★", el("span", { class: "visually-hidden" }, " pinned")) : null,
@@ -371,9 +371,9 @@ async function expand(article, summary) {
       el("button", { type: "button", class: "forward", onclick: () => composing.forward(m) }, "Forward"),
     ),
     el("dl", { class: "headers" },
-      el("dt", {}, "From"), el("dd", {}, m.sender ? address(m.sender) : "—"),
-      el("dt", {}, "To"), el("dd", {}, m.to.map(address).join(", ") || "—"),
-      m.cc.length ? [el("dt", {}, "Cc"), el("dd", {}, m.cc.map(address).join(", "))] : null,
+      el("dt", {}, "From"), el("dd", { dir: "auto" }, m.sender ? address(m.sender) : "—"),
+      el("dt", {}, "To"), el("dd", { dir: "auto" }, m.to.map(address).join(", ") || "—"),
+      m.cc.length ? [el("dt", {}, "Cc"), el("dd", { dir: "auto" }, m.cc.map(address).join(", "))] : null,
       el("dt", {}, "Date"), el("dd", {}, m.date ? new Date(m.date).toLocaleString() : "—"),
     ),
     messageSummary(m),
@@ -390,7 +390,9 @@ async function expand(article, summary) {
       el("ul", { class: "attachments" },
         m.attachments.map((a) =>
           el("li", { "data-attachment-id": a.id },
-            el("button", { type: "button", onclick: () => downloadFile(a), "aria-label": `Download ${a.filename}` }, a.filename || "(unnamed)"),
+            el("button", { type: "button", onclick: () => downloadFile(a), "aria-label": `Download ${a.filename}` },
+              el("bdi", { class: "filename" }, a.filename || "(unnamed)"),
+            ),
             el("span", { class: "hint" }, ` ${a.content_type}, ${size(a.size)}`),
           ),
         ),
@@ -403,8 +405,8 @@ async function expand(article, summary) {
 function threadMessage(m, opened) {
   const body = el("div", { class: "message-body", hidden: true });
   const toggle = el("button", { type: "button", class: "message-toggle", "aria-expanded": "false" },
-    el("span", { class: "sender" }, senderOf(m)),
-    el("span", { class: "snippet" }, m.snippet),
+    el("span", { class: "sender", dir: "auto" }, senderOf(m)),
+    el("span", { class: "snippet", dir: "auto" }, m.snippet),
     el("time", { datetime: m.date || null }, m.date ? new Date(m.date).toLocaleString() : ""),
   );
   const article = el("article", { class: `thread-message${opened ? " opened" : ""}`, "data-message-id": m.id }, el("h3", {}, toggle), body);
@@ -423,7 +425,8 @@ async function openMessage(m) {
   listView.hidden = true;
   reader.hidden = false;
   reader.dataset.opened = m.id;
-  threadTitle.textContent = m.subject || "(no subject)";
+  threadTitle.textContent = shown(m.subject || "(no subject)");
+  threadTitle.dir = "auto";
   threadSummaryBox.replaceChildren(threadSummary({ id: m.thread_id }));
   threadBox.replaceChildren(el("p", { class: "hint" }, "Loading…"));
   let thread;

@@ -2,7 +2,7 @@
 // requests whose outcome is unknown, to settle; and the history of every request, filtered by state and paged
 // by cursor. list_outbound, get_outbound_attachment, approve_outbound, reject_outbound, settle_outbound_request
 // and get_outbound_request; the page polls every few seconds so states change while it is open.
-import { askFirst, button, call, describeError, download, el, isAsking, list, notice, perform, row, table, when } from "../lib.js";
+import { askFirst, button, call, describeError, download, el, isAsking, list, notice, perform, row, shown, table, when } from "../lib.js";
 
 const POLL_MS = 5000;
 const HISTORY_PAGE = 10;
@@ -31,7 +31,7 @@ const headers = (r) => {
     ["References", r.references.map((m) => `<${m}>`).join(" ")],
     ["Content hash", r.request.content_hash],
   ].filter(([, value]) => value);
-  return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+  return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", { dir: "auto" }, value)]));
 };
 
 const downloadFile = (file) => download("get_outbound_attachment", { attachment_id: file.id });
@@ -40,7 +40,7 @@ const files = (r) =>
   r.files.length
     ? el("div", { class: "outbound-files" }, el("h3", {}, `Attachments (${r.files.length})`),
       el("ul", { class: "attachments" }, r.files.map((f) => el("li", {},
-        `${f.filename} (${f.content_type}, ${size(f.size)}) `,
+        el("bdi", { class: "filename" }, f.filename), ` (${f.content_type}, ${size(f.size)}) `,
         button("Download", () => downloadFile(f), { "data-action": "download", "data-file-id": f.id, "aria-label": `Download ${f.filename}` }),
       ))))
     : el("p", { class: "hint" }, "No attachments.");
@@ -60,7 +60,7 @@ function waiting(r) {
         const out = await call("list_outbound", { request_id: idOf(r) });
         const found = out.requests[0];
         if (!found || found.request.content_hash !== r.request.content_hash) return refresh();
-        body.textContent = found.body;
+        body.textContent = shown(found.body);
         approve.disabled = false;
         whole.remove();
       } catch (err) {
@@ -70,7 +70,7 @@ function waiting(r) {
     parts.push(whole);
   }
   return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
-    el("h3", {}, r.subject || "(no subject)"),
+    el("h3", { dir: "auto" }, r.subject || "(no subject)"),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}` +
       (r.request.send_at ? `; to be sent ${when(r.request.send_at)}` : "")),
     headers(r),
@@ -106,7 +106,7 @@ async function rejectIt(r) {
 
 const unknown = (r) =>
   el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
-    el("h3", {}, r.subject || "(no subject)"),
+    el("h3", { dir: "auto" }, r.subject || "(no subject)"),
     el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
     el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
     el("div", { class: "row-actions" },
