@@ -17,10 +17,14 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 from django.middleware.csrf import CSRF_ALLOWED_CHARS, CSRF_SECRET_LENGTH
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils.crypto import get_random_string
+from hypothesis import example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from apps.audit.models import AuditEvent
+from apps.gate import payload
 from apps.mail.models import Message
 from apps.operations.checks import check_operations
 from tests.conftest import Person
@@ -125,6 +129,14 @@ def test_five_million_ids_are_refused_in_well_under_a_second_at_mcp_and_rest_and
     web, flood = Web(live_url), _flood()
     assert len(flood) > 10_000_000 and len(flood) < settings.OPERATION_BODY_MAX_BYTES  # within the body bound
     alice_key, mallory_key = key_for(alice, ["read", "write"]), key_for(mallory, ["read", "write"])
+
+    # both workers warmed up (a worker's first request loads what it needs): what is measured is the refusal
+    for _ in range(4):
+        status, _, _, _ = web.post("/mcp", json.dumps(rpc("tools/list")).encode(), _mcp_headers(alice_key))
+        assert status == 200
+        status, _, _, _ = web.post("/api/v1/ops/status", b"{}", _session_headers(alice))
+        assert status == 200
+
     events = AuditEvent.objects.for_tenant(alice.tenant).count()
 
     # over MCP, as the probe sent it (any key with the write scope)
@@ -260,3 +272,58 @@ def test_the_item_bounds_are_checked_against_every_array_an_operation_takes(thro
 
     throwaway("test_wide_input", input=Wide)
     assert [(m.id, m.obj) for m in check_operations()] == [("oaken.E007", "test_wide_input")]
+
+
+# ---------------------------------------------------------------- the byte scan agrees with the parsed count
+
+# text that trips a scan of bytes: commas, quotes, backslashes, brackets and escapes inside strings
+_TRICKY = st.text(alphabet=st.sampled_from(list(',"\\[]{}: ab\u00e9\n')), max_size=12)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | _TRICKY,
+    lambda inner: st.lists(inner, max_size=14) | st.dictionaries(_TRICKY, inner, max_size=14),
+    max_leaves=60,
+)
+
+
+def _counts(value: Any) -> tuple[int, int]:
+    """The widest container's items and the items in all, counted on the parsed value."""
+    if isinstance(value, list):
+        children = value
+    elif isinstance(value, dict):
+        children = list(value.values())
+    else:
+        return 0, 0
+    widest, total = len(children), len(children)
+    for child in children:
+        w, t = _counts(child)
+        widest, total = max(widest, w), total + t
+    return widest, total
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(document=_JSON, ascii_only=st.booleans(), spaced=st.booleans())
+@example(document={"t": ',\\",' * 20, "x": [1] * 9, "y": [","] * 9}, ascii_only=True, spaced=False)  # scanned, taken
+@example(document=[[1] * 10, [2] * 10, {"k": [3] * 10}], ascii_only=False, spaced=True)  # 33 items: scanned, refused
+@example(document={"a": [",,"] * 30}, ascii_only=True, spaced=False)  # one array too wide
+def test_the_byte_scan_refuses_exactly_the_inputs_over_the_bounds(
+    document: Any, ascii_only: bool, spaced: bool
+) -> None:
+    raw = json.dumps(document, ensure_ascii=ascii_only, indent=1 if spaced else None)
+    widest, total = _counts(document)
+    bounds = {**settings.OPERATIONS, "INPUT_ARRAY_MAX": 10, "INPUT_ITEMS_MAX": 25}
+    with override_settings(OPERATIONS=bounds):
+        if widest <= 10 and total <= 25:
+            assert payload.loads(raw) == document
+            return
+        with pytest.raises(payload.TooManyItemsError) as refused:
+            payload.loads(raw)
+    error = refused.value
+    assert error.code == "LIMIT_EXCEEDED"
+    assert widest > 10 if error.per_container else total > 25
+    # the place named is a container of the input (a key no schema could have ends the name)
+    node: Any = document
+    for part in error.path:
+        node = node[part]
+    assert isinstance(node, list | dict)
+    if error.per_container:
+        assert len(node) > 10
