@@ -1,13 +1,13 @@
 """get_message lists at most MESSAGE_ATTACHMENTS_MAX of a message's attachments (by file name), and says so beside
 the cut list (attachments_truncated, attachment_count), as every list does (SPEC §11): a message of five thousand
 attachments answered all of them (1.38 MB) before. The same through the REST and the MCP doors; mallory's tenant
-neither sees alice's message nor has its count."""
+neither sees alice's message nor has its count. /mail, in Chromium, says how many there are beside the cut list."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.test import Client
@@ -18,6 +18,9 @@ from tests.conftest import Person
 from tests.test_mcp_door import key_for, rpc
 from tests.test_mcp_door import post as mcp_post
 from tests.test_rest_door import Mailbox, api_client, give_mail, post
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 
 def _attach(person: Person, message_id: str, count: int) -> list[str]:
@@ -80,3 +83,28 @@ def test_get_message_lists_the_first_attachments_up_to_the_bound_and_says_how_ma
     assert refusal(as_person(mallory), "get_message", {"message_id": many}).code == "NOT_FOUND"
     hers = call(as_person(mallory), "get_message", {"message_id": mallory_mail.message_ids[0]})["message"]
     assert hers["attachment_count"] == 3 and "part-00004.txt" not in json.dumps(hers)
+
+
+@pytest.mark.slow
+def test_mail_shows_the_first_attachments_and_says_how_many_there_are(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.test_console_browser import _sign_in
+
+    mine = give_mail(alice, tmp_path, "alice", n=1)
+    theirs = give_mail(mallory, tmp_path, "mallory", n=1)
+    names = _attach(alice, mine.message_ids[0], 250)
+    _attach(mallory, theirs.message_ids[0], 3)
+
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/mail")
+    page.locator(f'li.message[data-message-id="{mine.message_ids[0]}"] button.open').click()
+    opened = page.locator("#thread article.thread-message").first
+    listed = opened.locator("ul.attachments li")
+    expect(listed).to_have_count(100)
+    expect(listed.first).to_contain_text(names[0])
+    expect(opened.locator(".attachments-cut")).to_have_text("The first 100 of 250 attachments.")
+    assert theirs.message_ids[0] not in page.content() and "mallory note" not in page.content()
