@@ -112,7 +112,7 @@ def _check_bodies(document: dict[str, Any], op: Operation) -> None:
     _same_shape(request, op.input_model.model_json_schema(), f"{op.name} input")
     output = _resolve(document, _json_schema(spec["responses"]["200"]["content"]))
     _same_shape(output, op.output_model.model_json_schema(mode="serialization"), f"{op.name} output")
-    for status in ("400", "401", "403", "404", "409", "422", "429", "503"):
+    for status in ("400", "401", "403", "404", "409", "413", "422", "429", "503"):
         error = _resolve(document, _json_schema(spec["responses"][status]["content"]))
         assert set(error["properties"]) == {"error"}
         body = _resolve(document, error["properties"]["error"])

@@ -88,7 +88,8 @@ def person_caller(request: Request) -> Caller:
     return Caller.person(membership)
 
 
-_ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 422, 429, 503)}
+# 413: a body over OPERATION_BODY_MAX_BYTES (apps.gate.payload.BodyBoundMiddleware), answered before anything else
+_ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
 _HEADERS = [
     OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="replays the first response"),
     OpenApiParameter(

@@ -37,8 +37,11 @@ SELECT {_SUMMARY_COLUMNS.format(ml=ml, lb=lb)},
        m.to_addresses::text, m.cc_addresses::text, m.message_id, left(m.text_body, %(text_max)s),
        char_length(m.text_body), m.html_body <> '', m.content_hash, w.name,
        (SELECT json_agg(json_build_array(x.id, x.filename, x.content_type, x.size, x.inline)
-                        ORDER BY x.filename)::text
-          FROM {at} x WHERE x.message_id = m.id AND x.tenant_id = m.tenant_id),
+                        ORDER BY x.filename, x.id)::text
+          FROM (SELECT y.id, y.filename, y.content_type, y.size, y.inline FROM {at} y
+                 WHERE y.message_id = m.id AND y.tenant_id = m.tenant_id
+                 ORDER BY y.filename, y.id LIMIT %(attachments_max)s) x),
+       (SELECT count(*) FROM {at} x WHERE x.message_id = m.id AND x.tenant_id = m.tenant_id),
        {extra}
   FROM {m} m JOIN {f} f ON f.id = m.folder_id JOIN {a} a ON a.id = m.account_id JOIN {w} w ON w.id = a.workspace_id
  WHERE m.tenant_id = %(tenant)s AND m.id = %(id)s
@@ -50,21 +53,28 @@ def message_detail(
     *,
     reach: Reach,
     text_max: int,
+    attachments_max: int,
     field: str = "message_id",
     extra: tuple[str, dict[str, Any]] = ("NULL", {}),
 ) -> dict[str, Any]:
     """One message as get_message shows it (its text cut at text_max, with its full length), its label ids (by
-    label name) and attachments (by file name), and its content hash; NOT_FOUND or OUT_OF_SCOPE as the selectors.
+    label name) and its first attachments_max attachments (by file name, with how many it has), and its content
+    hash; NOT_FOUND or OUT_OF_SCOPE as the selectors.
     `extra`: one more column of the same statement (SQL over the message `m`, and its parameters), as "extra"
     (the layer above reads what another domain keeps about the message without a round trip of its own)."""
-    params: dict[str, Any] = {"tenant": reach.tenant.pk, "id": parse_id(message_id, field), "text_max": text_max}
+    params: dict[str, Any] = {
+        "tenant": reach.tenant.pk,
+        "id": parse_id(message_id, field),
+        "text_max": text_max,
+        "attachments_max": attachments_max,
+    }
     params.update(extra[1])
     with binary_rows() as cursor:
         cursor.execute(_message_sql(extra[0]), params)
         row = cursor.fetchone()
     if row is None:
         raise OakenError.not_found(field)
-    to, cc, header_id, text, length, has_html, content_hash, workspace, attachments, also = row[_SUMMARY_WIDTH:]
+    to, cc, header_id, text, length, has_html, content_hash, workspace, attachments, count, also = row[_SUMMARY_WIDTH:]
     in_reach(reach, workspace, field)
     return _summary(row[:_SUMMARY_WIDTH], ()) | {
         "to": json.loads(to),
@@ -75,6 +85,7 @@ def message_detail(
         "text_length": length,
         "has_html": has_html,
         "attachments": json.loads(attachments) if attachments else [],
+        "attachment_count": count,
         "content_hash": content_hash,
         "extra": also,
     }

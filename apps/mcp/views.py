@@ -157,6 +157,8 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         body = payload.loads(payload.read_body(request, request.META))
     except payload.BodyTooLargeError as refused:
         return _json({"error": refused.as_dict()}, 413)
+    except payload.TooManyItemsError as refused:
+        return _too_many_items(refused)
     except OakenError as refused:  # more objects and arrays than any call holds: refused before parsing
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, refused.message))
     except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
@@ -184,6 +186,21 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     if modern:
         result.setdefault("resultType", "complete")
     return _json({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+_ARGUMENTS = ("params", "arguments")
+
+
+def _too_many_items(refused: payload.TooManyItemsError) -> HttpResponse:
+    """An array of more items than any call takes (or a body of more in all), refused before the body was
+    parsed in full: a JSON-RPC error carrying the one error shape, naming a tool's argument as the gate would
+    (`message_ids`), under the request's id when the part read holds one."""
+    document = refused.document
+    request_id = document.get("id") if isinstance(document, dict) else None
+    in_params = refused.path[:1] == _ARGUMENTS[:1]
+    named = refused.within(_ARGUMENTS)
+    error = p.RpcError(p.INVALID_PARAMS if in_params else p.INVALID_REQUEST, named.message, {"error": named.as_dict()})
+    return _rpc_error(request_id if _valid_id(request_id) else None, error)
 
 
 def _valid_id(value: Any) -> bool:

@@ -45,6 +45,15 @@ def _operation_errors(op: Operation, bounds: Mapping[str, Any]) -> Iterator[Chec
             obj=op.name,
             id="oaken.E002",
         )
+    widest = _widest_array(op.input_model.model_json_schema())
+    if widest > bounds.get("INPUT_ARRAY_MAX", 0):
+        yield Error(
+            f"operation {op.name!r}: its input takes an array of up to {widest} items, more than "
+            "OPERATIONS['INPUT_ARRAY_MAX'] lets through any door",
+            hint="Raise INPUT_ARRAY_MAX (and INPUT_ITEMS_MAX), or take fewer.",
+            obj=op.name,
+            id="oaken.E007",
+        )
     if op.role not in Role.values:
         yield Error(
             f"operation {op.name!r}: its role {op.role!r} is not a role",
@@ -52,6 +61,21 @@ def _operation_errors(op: Operation, bounds: Mapping[str, Any]) -> Iterator[Chec
             obj=op.name,
             id="oaken.E003",
         )
+
+
+def _widest_array(schema: Any) -> int:
+    """The largest maxItems anywhere in a JSON schema (0 when none)."""
+    widest, stack = 0, [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            limit = node.get("maxItems")
+            if isinstance(limit, int):
+                widest = max(widest, limit)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return widest
 
 
 def _range_errors(

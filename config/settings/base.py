@@ -113,6 +113,8 @@ MIDDLEWARE = [
     "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # the operation doors' body bound, before a session, CSRF token or credential is read (apps.gate.payload)
+    "apps.gate.payload.BodyBoundMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -127,6 +129,7 @@ MCP_MIDDLEWARE = [
     "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "apps.gate.payload.BodyBoundMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

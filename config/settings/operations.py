@@ -38,6 +38,15 @@ OPERATIONS = {
     "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),
     "SUMMARIZE_MAX": _tunable("SUMMARIZE_MAX", 20, minimum=1),
     "THREAD_MAX_MESSAGES": _tunable("THREAD_MAX_MESSAGES", 200, minimum=1),
+    # a call's input, at every door (apps.gate.payload): items of one array (or fields of one object), and items
+    # in all; past either it is refused (LIMIT_EXCEEDED, naming the array) before it is parsed or validated. No
+    # operation takes more than BATCH_MAX ids in one array: a flat array of millions of numbers, parsed and
+    # validated, would hold a web worker for tens of seconds
+    "INPUT_ARRAY_MAX": _tunable("INPUT_ARRAY_MAX", 1000, minimum=1, maximum=100_000),
+    "INPUT_ITEMS_MAX": _tunable("INPUT_ITEMS_MAX", 10_000, minimum=1, maximum=1_000_000),
+    # a message's attachments that get_message lists (by file name): past it the list is cut, and the answer says
+    # so (attachments_truncated + attachment_count)
+    "MESSAGE_ATTACHMENTS_MAX": _tunable("MESSAGE_ATTACHMENTS_MAX", 100, minimum=1, maximum=10_000),
     # texts: cut, and the answer says so (truncated + full length)
     "TEXT_MAX_CHARS": _tunable("TEXT_MAX_CHARS", 20_000, minimum=100),
     "SUMMARY_MAX_CHARS": _tunable("SUMMARY_MAX_CHARS", 400, minimum=50),
@@ -167,6 +176,13 @@ OPERATIONS_ORDERED = (
     ("SEND_RETRY_BASE_SECONDS", "SEND_RETRY_MAX_SECONDS"),
     ("SEARCH_CANDIDATES", "SEARCH_MAX_RESULTS"),
     ("SIGNATURE_MAX_CHARS", "MAIL_FIELD_MAX_CHARS"),
+    # every array an operation takes fits in one array of a call's input, and that in the input
+    ("BATCH_MAX", "INPUT_ARRAY_MAX"),
+    ("LABELS_PER_CALL_MAX", "INPUT_ARRAY_MAX"),
+    ("SUMMARIZE_MAX", "INPUT_ARRAY_MAX"),
+    ("SEND_RECIPIENTS_MAX", "INPUT_ARRAY_MAX"),
+    ("SEND_ATTACHMENTS_MAX", "INPUT_ARRAY_MAX"),
+    ("INPUT_ARRAY_MAX", "INPUT_ITEMS_MAX"),
 )
 
 # A body at the operation doors (REST, MCP; apps.gate.payload) must hold the largest e-mail the bounds allow:

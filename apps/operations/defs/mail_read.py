@@ -329,7 +329,9 @@ class MessageDetail(MessageSummary):
     truncated: bool
     text_length: int
     has_html: bool = Field(description="the message has an HTML part (get_message_html gives it, made safe)")
-    attachments: list[AttachmentOut]
+    attachments: list[AttachmentOut] = Field(description="the first MESSAGE_ATTACHMENTS_MAX, by file name")
+    attachments_truncated: bool = Field(description="the message has more attachments than are listed")
+    attachment_count: int = Field(description="how many attachments the message has")
     summary: MailBody | None = _CACHED_SUMMARY
 
 
@@ -348,13 +350,15 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
         data.message_id,
         reach=reach(ctx),
         text_max=ctx.bounds["TEXT_MAX_CHARS"],
+        attachments_max=ctx.bounds["MESSAGE_ATTACHMENTS_MAX"],
         extra=cached_text_column("m.tenant_id", "m.content_hash"),
     )
 
 
 @operation(
     name="get_message",
-    summary="Get one message: headers, text (cut at the text bound, with truncated) and attachment list.",
+    summary="Get one message: headers, text (cut at the text bound, with truncated) and attachment list (cut at its "
+    "bound, with attachments_truncated and the count).",
     input=MessageIn,
     output=MessageOut,
     op_class=OpClass.READ,
@@ -370,6 +374,7 @@ def get_message(ctx: Context, data: MessageIn) -> MessageOut:
         {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}
         for i, f, t, s, n in row["attachments"]
     ]
+    row["attachments_truncated"] = row["attachment_count"] > len(row["attachments"])
     return MessageOut.model_validate({"message": row})
 
 

@@ -398,6 +398,9 @@ async function expand(article, summary) {
         ),
       ),
     );
+    if (m.attachments_truncated) {
+      parts.push(el("p", { class: "hint attachments-cut" }, `The first ${m.attachments.length} of ${m.attachment_count} attachments.`));
+    }
   }
   body.replaceChildren(...parts);
 }
