@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -66,24 +66,27 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 NESTING_MAX = 32
 
 
-def check_storable(raw: Any) -> None:
+def _invalid_at(path: tuple[str, ...], phrase: str) -> OakenError:
+    return OakenError.invalid(".".join(path), phrase)
+
+
+def check_storable(raw: Any, refuse: Callable[[tuple[str, ...], str], OakenError] = _invalid_at) -> None:
     """Refuse input holding text that cannot be stored, or nested deeper than any operation takes, naming the
-    field (never the value) before the input is parsed: INVALID_INPUT instead of a database error later."""
+    field (never the value) before the input is parsed: INVALID_INPUT instead of a database error later.
+    `refuse` makes the refusal from where and what (the gate names only what the operation's schema knows)."""
     stack: list[tuple[Any, tuple[str, ...]]] = [(raw, ())]
     while stack:
         value, path = stack.pop()
         if len(path) > NESTING_MAX:
-            raise OakenError.invalid(".".join(path[:NESTING_MAX]), "is nested too deeply")
+            raise refuse(path[:NESTING_MAX], "is nested too deeply")
         if isinstance(value, str):
             if _UNSTORABLE.search(value):
-                raise OakenError.invalid(
-                    ".".join(path), "holds a character that cannot be stored (NUL or a lone surrogate)"
-                )
+                raise refuse(path, "holds a character that cannot be stored (NUL or a lone surrogate)")
         elif isinstance(value, dict):
             for key, item in value.items():
                 name = str(key)
                 if _UNSTORABLE.search(name):
-                    raise OakenError.invalid(".".join(path), "names a field with a character that cannot be stored")
+                    raise refuse(path, "names a field with a character that cannot be stored")
                 stack.append((item, (*path, name)))
         elif isinstance(value, list | tuple):
             stack.extend((item, (*path, str(i))) for i, item in enumerate(value))

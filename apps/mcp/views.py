@@ -200,7 +200,7 @@ def _handshake_version(request: HttpRequest, body: dict[str, Any]) -> str:
         return p.LATEST_HANDSHAKE
     version = request.headers.get(p.VERSION_HEADER) or p.ASSUMED_VERSION
     if version not in p.HANDSHAKE_VERSIONS:
-        raise p.unsupported(version)
+        raise p.unsupported()
     return version
 
 
