@@ -52,13 +52,36 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class NotStrictJsonError(ValueError):
+    """JSON a lenient parser would take but that is not strict JSON (RFC 8259, I-JSON): not UTF-8, or an object
+    that repeats a key. Its message is fixed: it never quotes the body."""
+
+
+def strict_text(data: bytes) -> str:
+    """The body as text: UTF-8 only (json.loads would guess UTF-16 or UTF-32, and pass encoded surrogates)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotStrictJsonError("the body is not UTF-8") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: an object, refused when it names a key twice (else the last one would silently win,
+    and what a check read could differ from what an operation used)."""
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        raise NotStrictJsonError("an object in the body repeats a key")
+    return made
+
+
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON (no NaN or Infinity), refusing (LIMIT_EXCEEDED) a body of more objects and arrays than any
-    operation takes; raises ValueError (or RecursionError) when it is not JSON."""
+    """Parse strict JSON (UTF-8, no NaN or Infinity, no repeated keys), refusing (LIMIT_EXCEEDED) a body of more
+    objects and arrays than any operation takes; raises ValueError (or RecursionError) when it is not JSON,
+    NotStrictJsonError (a ValueError) when it is not strict JSON."""
     data = raw.encode() if isinstance(raw, str) else raw
     if data.count(b"{") + data.count(b"[") > JSON_CONTAINERS_MAX:
         raise OakenError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
-    return json.loads(data, parse_constant=_no_constant)
+    return json.loads(strict_text(data), parse_constant=_no_constant, object_pairs_hook=unique_keys)
 
 
 # Characters no text column can hold: NUL (PostgreSQL refuses it in text) and lone surrogates (not UTF-8 at all).

@@ -272,4 +272,5 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
             )
         if fields:
             body[FLAG] = {"marker": marker, "fields": list(fields)}
-    return {"content": [{"type": "text", "text": dumps(body)}], "isError": True}
+    # the same two forms a success has: the error shape as structured content, and as JSON text
+    return {"content": [{"type": "text", "text": dumps(body)}], "structuredContent": body, "isError": True}
