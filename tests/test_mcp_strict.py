@@ -15,6 +15,7 @@ from django.conf import settings
 from django.middleware.csrf import CSRF_ALLOWED_CHARS, CSRF_SECRET_LENGTH
 from django.test import Client
 from django.utils.crypto import get_random_string
+from jsonschema import Draft202012Validator
 
 from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
@@ -115,13 +116,20 @@ def test_a_tool_refusal_carries_the_error_shape_as_structured_content(
     live_url: str, alice: Person, mallory: Person, tmp_path: Path
 ) -> None:
     theirs = _mail(mallory, tmp_path, "Mallory's ledger")
+    ours = _mail(alice, tmp_path, "Alice's ledger")
     key = key_for(alice, ["read"])
+    listed = _post(live_url, key, json.dumps(rpc("tools/list")).encode()).json()["result"]["tools"]
+    # some clients check structured content against the output schema even when isError is set
+    schema = Draft202012Validator({t["name"]: t for t in listed}["get_message"]["outputSchema"])
     for arguments, code in (({"message_id": theirs}, "NOT_FOUND"), ({"message_id": []}, "INVALID_INPUT")):
         result = _call(live_url, key, "get_message", arguments).json()["result"]
         assert result["isError"] is True and result["structuredContent"]["error"]["code"] == code
         # the same object as the text block holds, as a success's structured content is its text
         assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
-        assert "ledger" not in json.dumps(result)
+        assert "ledger" not in json.dumps(result) and schema.is_valid(result["structuredContent"])
+    served = _call(live_url, key, "get_message", {"message_id": ours}).json()["result"]
+    assert served["isError"] is False and schema.is_valid(served["structuredContent"])
+    assert not schema.is_valid({}) and not schema.is_valid({"error": "a string is no refusal"})
     written = _call(live_url, key, "mark_read", {"message_ids": [theirs]}).json()["result"]
     assert written["isError"] is True and written["structuredContent"]["error"]["missing_scope"] == "write"
 
