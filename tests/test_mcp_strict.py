@@ -6,6 +6,7 @@ audit log."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,19 @@ def test_what_the_caller_made_up_is_never_repeated_or_audited(
     version = answers[5].json()["error"]
     assert version["code"] == -32022 and LEGACY in version["data"]["supported"] and "requested" not in version["data"]
     assert answers[6].json()["error"]["code"] == -32022
+    # inside an argument the schema knows, the refusal names that argument, and only it
+    writer = key_for(alice, ["read", "write"])
+    nested = _call(
+        live_url,
+        writer,
+        "create_draft",
+        {"account_id": str(uuid.uuid4()), "attachments": [{"filename": "a.txt", CHOSEN: "1"}]},
+    )
+    assert nested.json()["result"]["structuredContent"]["error"] == {
+        "code": "INVALID_INPUT",
+        "message": "attachments.0: holds an unknown argument, not a field of this operation",
+        "field": "attachments.0",
+    }
     # the audit records the refusals, by the operation's name or as an unknown one: never the caller's text
     events = _audited(alice)
     assert events and not [e for e in events if "zq" in e]
