@@ -170,8 +170,29 @@ def _encode(draw: st.DrawFn, message: dict[str, Any]) -> bytes:
     return text.encode()
 
 
+def _tool_call(draw: st.DrawFn, ids: list[str]) -> tuple[dict[str, str], bytes]:
+    """A well-formed tools/call of a real tool (or now and then a made-up one) with generated arguments: what
+    gets past the door's checks to the gate and the operations."""
+    name = _mostly(draw, st.sampled_from(TOOL_NAMES), st.text(max_size=20))
+    request_id = draw(st.one_of(st.integers(0, 2**31), st.text(max_size=8)))
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": draw(_arguments(ids, name))},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        p.VERSION_HEADER: p.LATEST_HANDSHAKE,
+    }
+    return headers, json.dumps(message).encode()
+
+
 @st.composite
 def _request(draw: st.DrawFn, ids: list[str]) -> tuple[dict[str, str], bytes]:
+    if draw(st.integers(0, 2)) == 0:
+        return _tool_call(draw, ids)
     message, headers = draw(_message(ids))
     body = _encode(draw, message)
     content_type = _mostly(
