@@ -196,8 +196,9 @@ def test_status_and_get_message_stay_in_reach(cli: Path, home: Path, live_url: s
             json.dumps({"message_id": foreign}),
         )
         assert refused.code == 5, (refused.out, refused.err)
-        assert refused.result["isError"] is True and "structuredContent" not in refused.result
-        assert json.loads(refused.result["content"][0]["text"])["error"]["code"] == code
+        # a refusal carries the error shape as structured content, as a success carries its output, and as text
+        assert refused.result["isError"] is True and refused.result["structuredContent"]["error"]["code"] == code
+        assert json.loads(refused.result["content"][0]["text"]) == refused.result["structuredContent"]
         assert refused.error["code"] == "tool_is_error"
         assert "Zeppelin fleet contract" not in refused.out and _leaks(refused, theirs, asked=foreign) == []
     assert _leaks(status, theirs) == [] and _leaks(got, theirs) == []

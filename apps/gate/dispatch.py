@@ -8,9 +8,10 @@ Every call appends exactly one audit event, refusals included.
 from __future__ import annotations
 
 import logging
-import re
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,7 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
+from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.gate import confirmation, payload
 from apps.gate.models import IdempotencyRecord
 from apps.operations.context import Context
@@ -39,7 +41,15 @@ def _database_away() -> OakenError:
     return OakenError("SERVICE_UNAVAILABLE", "the database cannot be reached right now; nothing was changed")
 
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# what the audit records for a call of a name no operation has: the name is the caller's own text, never stored
+UNKNOWN_OPERATION = "(unknown operation)"
+
+
+def _audited_name(name: Any) -> str:
+    """The operation a call names, as its audit event records it: a registered operation's name, else
+    UNKNOWN_OPERATION (an agent could otherwise write text of its choosing into the audit log)."""
+    return name if isinstance(name, str) and registry.get(name) is not None else UNKNOWN_OPERATION
+
 
 _SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}
 
@@ -70,7 +80,7 @@ def dispatch(
     if door not in DOORS_OF[caller.principal]:
         raise DoorMismatchError(f"a {caller.principal} cannot call through the {door} door")
     digest = ""
-    op_name = name if isinstance(name, str) and _SAFE_NAME.match(name) else "(invalid name)"
+    op_name = _audited_name(name)
     try:
         op = _exposure(caller, door, name)
         _authority(caller, op)
@@ -140,25 +150,54 @@ def _authority(caller: Caller, op: Operation) -> None:
     raise OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
 
 
+# pydantic messages that can quote a piece of the input (a UUID's stray character, a union's tag): a fixed phrase
+_FIXED_MESSAGES = {
+    "uuid_parsing": "Input should be a valid UUID",
+    "union_tag_invalid": "does not name one of the kinds this field takes",
+    "json_invalid": "Input should be valid JSON",
+}
+
+
+@cache
+def _input_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
+
+
+def _refusal_at(op: Operation, loc: Sequence[str | int], phrase: str, *, extra: bool = False) -> OakenError:
+    """INVALID_INPUT at `loc`, naming only the part of it the operation's schema knows (never a key the caller
+    made up: that would echo the input)."""
+    known = known_path(_input_schema(op.input_model), loc)
+    if extra:
+        if known:
+            return OakenError.invalid(dotted(known), f"holds {UNKNOWN_ARGUMENT}, not a field of this operation")
+        return OakenError.invalid("", f"{UNKNOWN_ARGUMENT} was sent, not a field of this operation")
+    if len(known) == len(loc):
+        return OakenError.invalid(dotted(loc), phrase)
+    if known:
+        return OakenError.invalid(dotted(known), f"a value inside it {phrase}")
+    return OakenError.invalid("", f"{UNKNOWN_ARGUMENT} {phrase}")
+
+
 def _parse(op: Operation, raw: Any) -> BaseModel:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise OakenError.invalid("", "input must be a JSON object")
-    payload.check_storable(raw)
+    try:
+        payload.check_storable(raw, lambda path, phrase: _refusal_at(op, path, phrase))
+    except payload.TooManyItemsError as refused:  # named, like every refusal, only as far as the schema knows
+        known = known_path(_input_schema(op.input_model), refused.path)
+        raise payload.TooManyItemsError(known, per_container=refused.per_container) from None
     try:
         return op.input_model.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False, include_context=False)[0]
-        field = ".".join(str(part) for part in first["loc"])
-        kind = first["type"]
-        if kind == "missing":
-            message = "is required"
-        elif kind == "extra_forbidden":
-            message = "is not a field of this operation"
-        else:
-            message = str(first["msg"])
-        raise OakenError.invalid(field, message) from None
+        kind, loc = first["type"], tuple(first["loc"])
+        if kind == "extra_forbidden":
+            raise _refusal_at(op, loc, "", extra=True) from None
+        message = "is required" if kind == "missing" else _FIXED_MESSAGES.get(kind, str(first["msg"]))
+        known = known_path(_input_schema(op.input_model), loc)
+        raise OakenError.invalid(dotted(known), message) from None
 
 
 def _class(caller: Caller, op: Operation) -> None:
@@ -418,7 +457,7 @@ def _append(
 def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
     """Audit a call of `name` that a door refused before it could reach the gate (a repeated call whose
     state did not hold, say), as the gate audits its own refusals: no input, only the code."""
-    _audit_refusal(caller, door, name if _SAFE_NAME.match(name) else "(invalid name)", code, "")
+    _audit_refusal(caller, door, _audited_name(name), code, "")
 
 
 def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:

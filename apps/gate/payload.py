@@ -100,15 +100,38 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class NotStrictJsonError(ValueError):
+    """JSON a lenient parser would take but that is not strict JSON (RFC 8259, I-JSON): not UTF-8, or an object
+    that repeats a key. Its message is fixed: it never quotes the body."""
+
+
+def strict_text(data: bytes) -> str:
+    """The body as text: UTF-8 only (json.loads would guess UTF-16 or UTF-32, and pass encoded surrogates)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotStrictJsonError("the body is not UTF-8") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: an object, refused when it names a key twice (else the last one would silently win,
+    and what a check read could differ from what an operation used)."""
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        raise NotStrictJsonError("an object in the body repeats a key")
+    return made
+
+
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON (no NaN or Infinity), refusing (LIMIT_EXCEEDED) a body of more objects and arrays, or more
-    items, than any operation takes; raises ValueError (or RecursionError) when it is not JSON."""
+    """Parse strict JSON (UTF-8, no NaN or Infinity, no repeated keys), refusing (LIMIT_EXCEEDED) a body of more
+    objects and arrays, or more items, than any operation takes; raises ValueError (or RecursionError) when it is
+    not JSON, NotStrictJsonError (a ValueError) when it is not strict JSON."""
     data = raw.encode() if isinstance(raw, str) else raw
     containers = data.count(b"{") + data.count(b"[")
     if containers > JSON_CONTAINERS_MAX:
         raise OakenError("LIMIT_EXCEEDED", f"the body holds more than {JSON_CONTAINERS_MAX} JSON objects and arrays")
     _scan_items(data, containers)
-    document = json.loads(data, parse_constant=_no_constant)
+    document = json.loads(strict_text(data), parse_constant=_no_constant, object_pairs_hook=unique_keys)
     check_items(document)
     return document
 
@@ -243,26 +266,29 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 NESTING_MAX = 32
 
 
-def check_storable(raw: Any) -> None:
+def _invalid_at(path: tuple[str, ...], phrase: str) -> OakenError:
+    return OakenError.invalid(".".join(path), phrase)
+
+
+def check_storable(raw: Any, refuse: Callable[[tuple[str, ...], str], OakenError] = _invalid_at) -> None:
     """Refuse input of more items than any operation takes (LIMIT_EXCEEDED, at every door: the cli's input is
     no body), holding text that cannot be stored, or nested deeper than any operation takes, naming the field
-    (never the value) before the input is parsed: INVALID_INPUT instead of a database error later."""
+    (never the value) before the input is parsed: INVALID_INPUT instead of a database error later.
+    `refuse` makes the refusal from where and what (the gate names only what the operation's schema knows)."""
     check_items(raw)
     stack: list[tuple[Any, tuple[str, ...]]] = [(raw, ())]
     while stack:
         value, path = stack.pop()
         if len(path) > NESTING_MAX:
-            raise OakenError.invalid(".".join(path[:NESTING_MAX]), "is nested too deeply")
+            raise refuse(path[:NESTING_MAX], "is nested too deeply")
         if isinstance(value, str):
             if _UNSTORABLE.search(value):
-                raise OakenError.invalid(
-                    ".".join(path), "holds a character that cannot be stored (NUL or a lone surrogate)"
-                )
+                raise refuse(path, "holds a character that cannot be stored (NUL or a lone surrogate)")
         elif isinstance(value, dict):
             for key, item in value.items():
                 name = str(key)
                 if _UNSTORABLE.search(name):
-                    raise OakenError.invalid(".".join(path), "names a field with a character that cannot be stored")
+                    raise refuse(path, "names a field with a character that cannot be stored")
                 stack.append((item, (*path, name)))
         elif isinstance(value, list | tuple):
             stack.extend((item, (*path, str(i))) for i, item in enumerate(value))

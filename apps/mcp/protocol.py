@@ -60,9 +60,11 @@ class RpcError(Exception):
         return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
-def unsupported(requested: Any) -> RpcError:
-    data = {"supported": list(SUPPORTED_VERSIONS), "requested": requested if isinstance(requested, str) else None}
-    return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", data)
+def unsupported() -> RpcError:
+    """The version asked for is not served: the ones that are, never the one sent (it is the caller's own text)."""
+    return RpcError(
+        UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", {"supported": list(SUPPORTED_VERSIONS)}
+    )
 
 
 def header_value(raw: str | None) -> str | None:
@@ -95,7 +97,7 @@ def modern_envelope(body: dict[str, Any], headers: Any) -> str:
     if named is not None and header_value(headers.get(NAME_HEADER)) != named:
         raise RpcError(HEADER_MISMATCH, f"the {NAME_HEADER} header does not match params.{name_key}")
     if version not in MODERN_VERSIONS:
-        raise unsupported(version)
+        raise unsupported()
     return str(version)
 
 

@@ -38,6 +38,33 @@ _FLAG_SCHEMA = {
 }
 
 
+_ERROR_SHAPE = {
+    "type": "object",
+    "description": "a refusal (isError true): the error shape every door answers with",
+    "properties": {
+        "code": {"type": "string"},
+        "message": {"type": "string"},
+        "field": {"type": "string"},
+        "missing_scope": {"type": "string"},
+        "retry_after": {"type": "integer"},
+        "proposal": {"type": "object"},
+    },
+    "required": ["code", "message"],
+}
+
+
+def _admitting_refusals(schema: dict[str, Any]) -> dict[str, Any]:
+    """An operation's output schema that a refusal's structured content ({"error": {...}}) also matches: some
+    clients check structured content against the output schema even when isError is set. The root keeps the
+    output's properties (and `error` beside them); what is required is either the output's or `error`."""
+    properties = schema.setdefault("properties", {})
+    own = properties.get("error")  # an output may name a field `error` of its own (a reason code)
+    properties["error"] = _ERROR_SHAPE if own is None else {"anyOf": [own, _ERROR_SHAPE]}
+    required = schema.pop("required", [])
+    schema["anyOf"] = [{"required": required}, {"required": ["error"], "properties": {"error": _ERROR_SHAPE}}]
+    return schema
+
+
 def dumps(value: Any) -> str:
     """JSON text of an answer (orjson: a listing's fifty messages encode several times faster); what orjson does not
     take (an integer past 64 bits) goes through the standard encoder, so the same value always encodes."""
@@ -61,8 +88,8 @@ def tool(op: Operation) -> dict[str, Any]:
         input_schema["properties"]["confirmation_token"] = _CONFIRMATION_TOKEN
         if not op.returns_secret:
             input_schema["properties"]["idempotency_key"] = _IDEMPOTENCY_KEY
-    output_schema = op.output_model.model_json_schema()
-    output_schema.setdefault("properties", {})[FLAG] = _FLAG_SCHEMA
+    output_schema = _admitting_refusals(op.output_model.model_json_schema())
+    output_schema["properties"][FLAG] = _FLAG_SCHEMA
     description = op.summary + (f"\n\n{op.description}" if op.description else "")
     return {
         "name": op.name,
@@ -272,4 +299,5 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
             )
         if fields:
             body[FLAG] = {"marker": marker, "fields": list(fields)}
-    return {"content": [{"type": "text", "text": dumps(body)}], "isError": True}
+    # the same two forms a success has: the error shape as structured content, and as JSON text
+    return {"content": [{"type": "text", "text": dumps(body)}], "structuredContent": body, "isError": True}

@@ -150,9 +150,12 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         )
     accept = request.headers.get("Accept", "*/*")
     if not any(kind in accept for kind in ("application/json", "*/*", "application/*")):
-        return _json(
-            {"error": {"code": "INVALID_INPUT", "message": "the Accept header must allow application/json"}}, 406
-        )
+        wrong = p.RpcError(p.INVALID_REQUEST, "Not Acceptable: the Accept header must allow application/json")
+        return _rpc_error(None, wrong, status=406)
+    if not _json_content_type(request.META.get("CONTENT_TYPE")):
+        # a POST carries one JSON-RPC message as application/json (Streamable HTTP transport), in UTF-8
+        wrong = p.RpcError(p.INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json")
+        return _rpc_error(None, wrong, status=415)
     try:
         body = payload.loads(payload.read_body(request, request.META))
     except payload.BodyTooLargeError as refused:
@@ -161,6 +164,8 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return _too_many_items(refused)
     except OakenError as refused:  # more objects and arrays than any call holds: refused before parsing
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, refused.message))
+    except payload.NotStrictJsonError as refused:  # not UTF-8, or a key repeated in one object
+        return _rpc_error(None, p.RpcError(p.PARSE_ERROR, f"the body is not strict JSON: {refused}"))
     except (ValueError, RecursionError):  # not JSON, NaN/Infinity, numbers too long, nesting too deep
         return _rpc_error(None, p.RpcError(p.PARSE_ERROR, "the body is not JSON"))
     request_id = body.get("id") if isinstance(body, dict) else None
@@ -208,8 +213,20 @@ def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _rpc_error(request_id: Any, error: p.RpcError) -> HttpResponse:
-    return _json(error.body(request_id), p.HTTP_STATUS_OF.get(error.code, 200))
+def _rpc_error(request_id: Any, error: p.RpcError, status: int | None = None) -> HttpResponse:
+    return _json(error.body(request_id), status or p.HTTP_STATUS_OF.get(error.code, 200))
+
+
+def _json_content_type(header: str | None) -> bool:
+    """Whether a Content-Type is application/json, in UTF-8 if it names a charset at all (JSON has no other)."""
+    kind, *parameters = (header or "").split(";")
+    if kind.strip().lower() != "application/json":
+        return False
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in {"utf-8", "utf8"}:
+            return False
+    return True
 
 
 def _handshake_version(request: HttpRequest, body: dict[str, Any]) -> str:
@@ -217,7 +234,7 @@ def _handshake_version(request: HttpRequest, body: dict[str, Any]) -> str:
         return p.LATEST_HANDSHAKE
     version = request.headers.get(p.VERSION_HEADER) or p.ASSUMED_VERSION
     if version not in p.HANDSHAKE_VERSIONS:
-        raise p.unsupported(version)
+        raise p.unsupported()
     return version
 
 

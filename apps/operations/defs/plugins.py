@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
+from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.mail.models import Attachment, MailAccount, Message
 from apps.mail.parsing.html_text import html_to_text
 from apps.mail.selectors import Reach, access_account_by_id, access_message_by_id
@@ -256,15 +257,17 @@ def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[
         raise OakenError.invalid(where, "has no stored secret to keep: type it again") from None
     error = first_error(PluginValidator(found.settings_schema), merged)
     if error is not None:
-        where = ".".join(str(part) for part in ("settings", *error["loc"]) if part is not None)
+        loc = tuple(part for part in error["loc"] if part is not None)
+        # only a setting the plugin's schema names is named: an unknown one is the caller's own text
+        known = known_path(found.settings_schema, loc)
+        where = dotted(("settings", *known))
         kind = error["type"]
-        message = (
-            "is required"
-            if kind == "missing"
-            else "is not a setting of this plugin"
-            if kind == "extra_forbidden"
-            else str(kind.message_template)
-        )
+        if kind == "extra_forbidden":
+            message = f"holds {UNKNOWN_ARGUMENT}, not a setting of this plugin"
+        elif kind == "missing":
+            message = "is required"
+        else:
+            message = str(kind.message_template)
         raise OakenError.invalid(where, message)
     return merged, schema.changed(stored, merged)
 
