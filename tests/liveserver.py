@@ -25,6 +25,22 @@ def _database_url() -> str:
     return f"{scheme_host}/{name}" + (f"?{query}" if query else "")
 
 
+def wait_until_serving(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Return once the gunicorn at `url` answers; raise with its output if it exits or the time runs out first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):  # noqa: S310 (loopback)
+                return
+        except urllib.error.HTTPError:
+            return  # it answers (health may be 503 while a check warms up)
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                output = proc.stdout.read() if proc.stdout else ""
+                raise RuntimeError(f"gunicorn did not start: {output[-2000:]}") from None
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
     """http://127.0.0.1:<port> of a gunicorn with two workers: no state may live in one of them."""
@@ -39,18 +55,7 @@ def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):  # noqa: S310 (loopback)
-                    break
-            except urllib.error.HTTPError:
-                break  # it answers (health may be 503 while a check warms up)
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output = proc.stdout.read() if proc.stdout else ""
-                    raise RuntimeError(f"gunicorn did not start: {output[-2000:]}") from None
-                time.sleep(0.2)
+        wait_until_serving(url, proc)
         yield url
     finally:
         stop(proc)

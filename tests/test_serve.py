@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -239,3 +240,44 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     # what was logged while the database was away (the web's and the worker's errors) names no password
     output = log.read_text()
     assert [(data / "secrets" / name).read_text().strip() in output for name in PASSWORD_FILES] == [False, False]
+
+
+# ---------------------------------------------------------------- gunicorn's control socket
+
+
+def _listeners(control: Path) -> list[str]:
+    """The addresses the gunicorn behind a control socket listens on (what `gunicornc show listeners` says)."""
+    from gunicorn.ctl.client import ControlClient
+
+    with ControlClient(str(control), timeout=10) as client:
+        return [listener["address"] for listener in client.send_command("show listeners")["listeners"]]
+
+
+def test_each_web_server_has_its_control_socket_in_the_data_folder(live_url: str) -> None:
+    """Two instances on one host keep their own control sockets: gunicorn's default, one path in the home folder,
+    would be taken over by the second (and removed when it stops)."""
+    from django.conf import settings
+
+    from apps.server.management.commands.serve import control_socket, web_command
+    from tests.liveserver import wait_until_serving
+    from tests.loopback import stop
+
+    first = live_url.removeprefix("http://")
+    command = web_command(first, 2)
+    assert command[command.index("--control-socket") + 1] == str(control_socket(first))
+    port = free_port()
+    second = subprocess.Popen(
+        web_command(f"127.0.0.1:{port}", 1, quiet=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", second)
+        for bind in (first, f"127.0.0.1:{port}"):
+            control = control_socket(bind)
+            assert control.is_socket() and control.parent == settings.DATA_DIR / "run", bind
+            assert stat.S_IMODE(control.parent.stat().st_mode) == 0o700
+            assert _listeners(control) == [f"http://{bind}"]  # each answers for its own server
+    finally:
+        stop(second)
+    # the second one's socket went with it; the first one's is still there and still its own
+    assert not control_socket(f"127.0.0.1:{port}").exists()
+    assert _listeners(control_socket(first)) == [live_url]
