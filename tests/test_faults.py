@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import Client, RequestFactory
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +24,7 @@ from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.operations.registry import Ceiling, OpClass, operation, registry
 from config import redis_client as redis_module
-from config.errors import server_error
+from config.errors import permission_denied, server_error
 from config.postgresql.base import TRUSTED_FOR_SECONDS
 from config.redis_client import LocalWindowCounter
 from tests.callers import as_person
@@ -242,6 +243,62 @@ def test_anything_else_that_escapes_a_view_is_internal_error_in_the_error_shape_
     except RuntimeError:
         page = server_error(rf.get("/"))
     assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
+
+
+def _is_the_error_shape(answer: Any, status: int, code: str) -> dict[str, Any]:
+    assert (answer.status_code, answer["Content-Type"]) == (status, "application/json"), answer.content[:200]
+    body = answer.json()
+    assert list(body) == ["error"] and body["error"]["code"] == code, body
+    return dict(body["error"])
+
+
+def test_what_django_refuses_before_a_view_is_in_the_error_shape_on_a_json_door_and_a_page_elsewhere(
+    rf: RequestFactory, alice: Person, mallory: Person
+) -> None:
+    """One rule (config.errors.speaks_json) for 400, 403, 404, 405 and 500: /api/, /mcp, /oauth/ and /.well-known/
+    answer JSON in the error shape, never echoing what was sent; the console's paths get its pages."""
+    key = key_for(alice, ["read"])
+    listing = rpc("tools/call", {"name": "list_accounts", "arguments": {}})
+    # a Host this service does not answer to (a DNS rebinding page), on every JSON door: 400, no HTML, no echo
+    for path in ("/mcp", "/api/v1/ops/list_accounts", "/oauth/token/", "/.well-known/oauth-authorization-server"):
+        answer = Client().generic(
+            "POST", path, json.dumps(listing), content_type="application/json",
+            HTTP_HOST="rebound.example", HTTP_AUTHORIZATION=f"Bearer {key}",
+        )  # fmt: skip
+        error = _is_the_error_shape(answer, 400, "INVALID_INPUT")
+        assert "rebound" not in json.dumps(error), path
+    assert AuditEvent.objects.for_tenant(alice.tenant).count() == 0
+    # a path no view serves, under each JSON door
+    for path in ("/api/v2/x", "/api/v1/no-such-thing", "/api/nope", "/mcp/nope", "/oauth/nope", "/.well-known/nope"):
+        error = _is_the_error_shape(Client().get(path), 404, "NOT_FOUND")
+        assert error == {"code": "NOT_FOUND", "message": "nothing is served at this path"}, path
+    # a method a view does not take: the toolkit's token endpoint, the discovery document
+    for method, path in (("GET", "/oauth/token/"), ("DELETE", "/.well-known/oauth-authorization-server")):
+        answer = Client().generic(method, path)
+        _is_the_error_shape(answer, 405, "INVALID_INPUT")
+        assert "POST" in answer["Allow"] or "GET" in answer["Allow"], path
+    denied = permission_denied(rf.get("/api/v1/ops/list_accounts"), PermissionDenied("quotes the input"))
+    assert denied.status_code == 403 and json.loads(denied.content)["error"]["code"] == "FORBIDDEN"
+    assert "quotes" not in denied.content.decode()
+    # people still get pages, in the console's layout
+    for path in ("/no/such/page", "/apis/v2/x", "/mcpx"):
+        page = Client().get(path)
+        assert page.status_code == 404 and page["Content-Type"].startswith("text/html"), path
+        assert "There is nothing here" in page.content.decode()
+    page = Client().get("/accounts/sign-in", HTTP_HOST="rebound.example")
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    assert "could not understand that request" in page.content.decode() and "rebound" not in page.content.decode()
+    assert permission_denied(rf.get("/keys"), PermissionDenied())["Content-Type"].startswith("text/html")
+    # the consent page is a page, under /oauth/ though it is
+    consent = Client().get("/oauth/authorize/", HTTP_HOST="rebound.example")
+    assert consent.status_code == 400 and consent["Content-Type"].startswith("text/html")
+    # the second tenant's key fares alike and sees nothing either
+    other = Client().generic(
+        "POST", "/mcp", json.dumps(listing), content_type="application/json",
+        HTTP_HOST="rebound.example", HTTP_AUTHORIZATION=f"Bearer {key_for(mallory, ['read'])}",
+    )  # fmt: skip
+    _is_the_error_shape(other, 400, "INVALID_INPUT")
+    assert AuditEvent.objects.for_tenant(mallory.tenant).count() == 0
 
 
 def test_counters_count_again_once_redis_is_back(settings: Any) -> None:

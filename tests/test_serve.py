@@ -281,3 +281,52 @@ def test_each_web_server_has_its_control_socket_in_the_data_folder(live_url: str
     # the second one's socket went with it; the first one's is still there and still its own
     assert not control_socket(f"127.0.0.1:{port}").exists()
     assert _listeners(control_socket(first)) == [live_url]
+
+
+# ---------------------------------------------------------------- what gunicorn refuses itself
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it is over one connection; the status, headers and body of the answer."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def test_what_the_web_server_refuses_before_django_is_in_the_error_shape_without_an_echo(live_url: str) -> None:
+    """A request gunicorn cannot parse, or whose headers are over its limits, is refused by gunicorn itself: JSON in
+    the error shape, a fixed message, nothing of the request quoted (its page quoted the offending part)."""
+    secret = "s3cret-token-4711"
+    cases = {
+        "a header over 8 KB": (
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + secret.encode() + b"x" * 9000 + b"\r\n\r\n",
+            431, "LIMIT_EXCEEDED",
+        ),
+        "a bad Content-Length": (
+            b"POST /api/v1/ops/list_messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12" + secret.encode()
+            + b"\r\n\r\n{}",
+            400, "INVALID_INPUT",
+        ),
+        "a NUL in a header": (
+            b"GET /api/schema HTTP/1.1\r\nHost: 127.0.0.1\r\nX-" + secret.encode() + b": a\x00b\r\n\r\n",
+            400, "INVALID_INPUT",
+        ),
+        "a malformed request line": (b"GET /" + secret.encode() + b" HTTP/9\r\n\r\n", 400, "INVALID_INPUT"),
+    }  # fmt: skip
+    for case, (request, status, code) in cases.items():
+        answered, headers, body = _raw(live_url, request)
+        assert (answered, headers["content-type"]) == (status, "application/json"), (case, body[:300])
+        error = json.loads(body)["error"]
+        assert error["code"] == code and set(error) == {"code", "message"}, case
+        assert secret not in body.decode() and "<html" not in body.decode(), case
+    # and the server goes on serving
+    assert _get(live_url + "/health") == (200, {"status": "ok"})
