@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
 from django.core.exceptions import PermissionDenied
@@ -53,12 +60,16 @@ def _mail(person: Person, tmp_path: Path, subject: str) -> None:
 
 def _subjects(answer: Any) -> list[str]:
     """The subjects listed, out of their fences."""
-    result = answer.json()["result"]
+    return _subjects_of(answer.content)
+
+
+def _subjects_of(content: bytes) -> list[str]:
+    result = json.loads(content)["result"]
     assert not result.get("isError"), result
-    content = result["structuredContent"]
-    marker = content["untrusted_content"]["marker"]
+    listed = result["structuredContent"]
+    marker = listed["untrusted_content"]["marker"]
     opening, closing = f"[untrusted:{marker}]", f"[/untrusted:{marker}]"
-    return [m["subject"].removeprefix(opening).removesuffix(closing) for m in content["messages"]]
+    return [m["subject"].removeprefix(opening).removesuffix(closing) for m in listed["messages"]]
 
 
 def test_mcp_reads_keep_working_while_redis_is_away_and_stay_rate_limited(
@@ -317,3 +328,209 @@ def test_counters_count_again_once_redis_is_back(settings: Any) -> None:
     assert [redis_module.count_hit(key, 60) for _ in range(3)] == [1, 2, 3]
     assert 0 < redis_module.redis_client().ttl(key) <= 60
     redis_module.redis_client().delete(key)
+
+
+# ---------------------------------------------------------------- servers that stall (stopped, not refused)
+
+
+_RESUME = """
+import sys, time, psutil
+time.sleep(float(sys.argv[1]))
+root = psutil.Process(int(sys.argv[2]))
+for process in [root, *root.children(recursive=True)]:
+    try:
+        process.resume()
+    except psutil.Error:
+        pass
+"""
+
+
+def _resume(root: psutil.Process) -> None:
+    for process in [root, *root.children(recursive=True)]:
+        with suppress(psutil.NoSuchProcess):
+            process.resume()
+
+
+@contextmanager
+def _stopped(pid: int, *, at_most: float = 90) -> Iterator[None]:
+    """A server's process and every process it started are stopped (SIGSTOP) for the block, and always continued
+    after it: in a finally, and by a guardian process of its own session that continues them after `at_most`
+    seconds even if this one is killed meanwhile."""
+    root = psutil.Process(pid)
+    guardian = subprocess.Popen([sys.executable, "-c", _RESUME, str(at_most), str(pid)], start_new_session=True)
+    try:
+        root.suspend()  # first: a stopped postmaster starts no new backend
+        for child in root.children(recursive=True):
+            with suppress(psutil.NoSuchProcess):  # a backend that was ending
+                child.suspend()
+        yield
+    finally:
+        _resume(root)
+        guardian.kill()
+        guardian.wait()
+
+
+def _postmaster() -> int:
+    """The test session's embedded PostgreSQL's postmaster."""
+    from django.conf import settings
+
+    pidfile = settings.DATA_DIR / "postgres" / "postmaster.pid"
+    lines = pidfile.read_text().splitlines() if pidfile.exists() else []
+    if len(lines) < 5 or Path(lines[4]).resolve() != Path(connection.settings_dict["HOST"]).resolve():
+        pytest.skip("the session's PostgreSQL is not the embedded one")
+    return int(lines[0])
+
+
+def _http(url: str, *, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, str, bytes, float]:
+    """One request: its status, content type, body and how long it took to answer (seconds)."""
+    data = None if body is None else json.dumps(body).encode()
+    sent = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
+    request = urllib.request.Request(url, data=data, headers=sent, method="POST" if data is not None else "GET")  # noqa: S310
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 (loopback)
+            status, kind, content = answer.status, answer.headers.get("Content-Type", ""), answer.read()
+    except urllib.error.HTTPError as refused:
+        status, kind, content = refused.code, refused.headers.get("Content-Type", ""), refused.read()
+    except TimeoutError:
+        status, kind, content = 0, "", b"(no answer)"
+    return status, kind.split(";")[0], content, time.monotonic() - started
+
+
+@dataclass
+class _Doors:
+    """A person's and an agent's ways in, over HTTP: MCP with a key, REST and the console with a session."""
+
+    base: str
+    key: str
+    session: str
+    csrf: str = "c" * 32
+
+    def calls(self) -> dict[str, tuple[int, str, bytes, float]]:
+        cookies = {"Cookie": f"sessionid={self.session}; csrftoken={self.csrf}"}
+        return {
+            "health": _http(self.base + "/health"),
+            "mcp": _http(
+                self.base + "/mcp",
+                body=rpc("tools/call", {"name": "list_messages", "arguments": {}}),
+                headers={"Authorization": f"Bearer {self.key}", "Accept": "application/json, text/event-stream"},
+            ),
+            "rest": _http(
+                self.base + "/api/v1/ops/list_messages", body={}, headers={**cookies, "X-CSRFToken": self.csrf}
+            ),
+            "console": _http(self.base + "/mail", headers=cookies),
+            "schema": _http(self.base + "/api/schema?format=json"),
+        }
+
+
+def _doors(base: str, person: Person) -> _Doors:
+    browser = Client()
+    browser.force_login(person.user)
+    return _Doors(base, key_for(person, ["read"]), browser.cookies["sessionid"].value)
+
+
+def _rest_subjects(content: bytes) -> list[str]:
+    return [m["subject"] for m in json.loads(content)["messages"]]
+
+
+@pytest.fixture
+def stalling_web(transactional_db: None, tmp_path: Path) -> Iterator[tuple[str, float]]:
+    """A gunicorn as the live server's, but keeping its database connections (CONN_MAX_AGE: a stalled server is
+    met on an open connection too, not only when connecting) and with short database waits: its URL, and the
+    longest a request should wait on a database that does not answer (STALL + CONNECT, and a watchdog tick)."""
+    from apps.server.management.commands.serve import web_command
+    from config.postgresql.watchdog import TICK_SECONDS
+    from tests.liveserver import _database_url, wait_until_serving
+    from tests.loopback import free_port, stop
+
+    stall, connect = 1, 2
+    port = free_port()
+    env = {
+        **os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "60",
+        "OAKEN_DB_STALL_SECONDS": str(stall), "OAKEN_DB_CONNECT_TIMEOUT": str(connect),
+    }  # fmt: skip
+    # into a file: the errors logged while the database is away would fill a pipe nobody reads, and stall the web
+    log = tmp_path / "web.log"
+    with open(log, "w") as output:
+        proc = subprocess.Popen(
+            web_command(f"127.0.0.1:{port}", 2, quiet=True), env=env, stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", proc)  # type: ignore[arg-type]
+        yield f"http://127.0.0.1:{port}", stall + connect + 2 * TICK_SECONDS
+    finally:
+        stop(proc)
+        print(log.read_text()[-3000:])
+
+
+def test_a_stalled_postgresql_is_service_unavailable_on_every_door_within_the_deadline_and_recovers_by_itself(
+    stalling_web: tuple[str, float], alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """PostgreSQL's postmaster and backends stopped (SIGSTOP), as a frozen server or host: connections stay open
+    and silent, and a statement_timeout cannot fire. Every door answers SERVICE_UNAVAILABLE within the configured
+    deadline (the error shape on JSON doors, the console's page on /mail), then recovers by itself once the server
+    runs again, each tenant seeing its own mail."""
+    base, deadline = stalling_web
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    doors, theirs = _doors(base, alice), _doors(base, mallory)
+    # every door works, and the web's threads hold connections (two workers, four threads: enough calls for each)
+    for _ in range(6):
+        working = doors.calls()
+        assert {door: answer[0] for door, answer in working.items()} == dict.fromkeys(working, 200), working
+    assert _rest_subjects(working["rest"][2]) == ["Alice's own"]
+    connection.close()  # this process's own connection is not used while the server is stopped
+
+    with _stopped(_postmaster()):
+        for _ in range(2):  # the first calls meet open connections; the next ones connect anew
+            answers = doors.calls()
+            print({door: round(answer[3], 2) for door, answer in answers.items()}, "deadline", deadline)
+            for door, (status, kind, content, took) in answers.items():
+                assert took < deadline + 2, (door, took)  # 2 s of headroom for a loaded machine
+                if door == "schema" and status == 200:
+                    continue  # the document is kept in memory: it needs no database
+                assert status == 503, (door, status, content[:300])
+                if door == "console":
+                    assert kind == "text/html" and "Oaken is unavailable for a moment" in content.decode()
+                    continue
+                assert kind == "application/json", door
+                error = json.loads(content)["error"]
+                assert error["code"] == "SERVICE_UNAVAILABLE" and set(error) <= {"code", "message"}, door
+            assert json.loads(answers["health"][2])["failing"] == ["database"]
+
+    # running again: each door answers again, by itself, without a restart, and each tenant sees only its own
+    started = time.monotonic()
+    while (answers := doors.calls()) and any(answer[0] != 200 for answer in answers.values()):
+        assert time.monotonic() - started < 30, {door: answer[:3] for door, answer in answers.items()}
+        time.sleep(0.5)
+    print("recovered after", round(time.monotonic() - started, 2), "s")
+    assert _rest_subjects(answers["rest"][2]) == ["Alice's own"]
+    assert _subjects_of(answers["mcp"][2]) == ["Alice's own"]
+    assert _rest_subjects(theirs.calls()["rest"][2]) == ["Mallory's own"]
+
+
+def test_a_stalled_redis_costs_a_call_its_two_second_bound_at_most(
+    live_url: str, transactional_db: None, alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """Redis stopped (SIGSTOP), not refusing: its socket timeout (2 s) bounds each wait, the calls that can go on
+    without it do (reads, their rate limits counted in the process), /health says so within the bound, and
+    Redis running again is used again."""
+    from django.conf import settings
+
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    doors, theirs = _doors(live_url, alice), _doors(live_url, mallory)
+    assert all(answer[0] == 200 for answer in doors.calls().values())
+    redis_pid = int((settings.DATA_DIR / "redis" / "redis.pid").read_text())
+    with _stopped(redis_pid):
+        answers = {**doors.calls(), "theirs": theirs.calls()["mcp"]}
+    print({door: round(answer[3], 2) for door, answer in answers.items()})
+    for door, (_, _, _, took) in answers.items():
+        assert took < 2 + 1.5, (door, took)  # the 2 s socket timeout, and headroom for a loaded machine
+    assert answers["health"][0] == 503 and json.loads(answers["health"][2])["failing"] == ["redis"]
+    assert _subjects_of(answers["mcp"][2]) == ["Alice's own"] and _subjects_of(answers["theirs"][2]) == [
+        "Mallory's own"
+    ]
+    assert _rest_subjects(answers["rest"][2]) == ["Alice's own"]
+    assert answers["console"][0] == 200
+    assert _http(live_url + "/health")[0] == 200

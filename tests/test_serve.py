@@ -201,7 +201,8 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
         pg_ctl(pgdata, "-w", "-m", "fast", "stop")
         _until(lambda: _gone(before), "the postmaster exited", 30)
         # ... and while it is away the web answers 503 in the error shape, never an HTML 500
-        assert _get(base + "/health") == (503, {"status": "unavailable", "failing": ["database"]})
+        status, body = _get(base + "/health")
+        assert (status, body["failing"], body["error"]["code"]) == (503, ["database"], "SERVICE_UNAVAILABLE")
         status, kind, answer = _mcp(base, key, "list_messages")
         assert (status, kind.split(";")[0]) == (503, "application/json"), (status, kind, answer)
         assert answer["error"]["code"] == "SERVICE_UNAVAILABLE", answer
