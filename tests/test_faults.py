@@ -139,6 +139,63 @@ def test_a_call_whose_database_goes_away_answers_service_unavailable_and_the_nex
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_call_whose_statement_times_out_or_whose_session_the_server_ends_answers_service_unavailable(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """The server's own bounds (statement_timeout; idle_in_transaction_session_timeout, which ends the session
+    and is an InternalError by its SQLSTATE class) end a call with SERVICE_UNAVAILABLE, never a 500; the next call
+    works."""
+
+    class Nothing(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    def too_slow(ctx: Any, data: Nothing) -> Nothing:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '50ms'")
+            cursor.execute("SELECT pg_sleep(5)")
+        return Nothing()
+
+    def idle_too_long(ctx: Any, data: Nothing) -> Nothing:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = '100ms'")
+            time.sleep(1)  # the server ends the session meanwhile
+            cursor.execute("SELECT 1")
+        return Nothing()
+
+    for name, handler in (("test_too_slow", too_slow), ("test_idle_too_long", idle_too_long)):
+        operation(name=name, summary="t", input=Nothing, output=Nothing, op_class=OpClass.READ, ceiling=Ceiling.NEVER)(
+            handler
+        )
+    try:
+        for name in ("test_too_slow", "test_idle_too_long"):
+            with pytest.raises(OakenError) as refused:
+                dispatch(as_person(alice), Door.UI, name, {})
+            assert (refused.value.code, refused.value.http_status) == ("SERVICE_UNAVAILABLE", 503), name
+            connection.close_if_unusable_or_obsolete()  # what Django does at the end of a request
+            _mail(alice, tmp_path, f"after {name}")
+            listed = dispatch(as_person(alice), Door.UI, "list_messages", {}).output["messages"]
+            assert f"after {name}" in [m["subject"] for m in listed]
+        assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation__startswith="test_").exists()
+    finally:
+        registry.remove("test_too_slow")
+        registry.remove("test_idle_too_long")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_statement_on_a_server_that_answers_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog probes the server when a statement runs past STALL seconds, and only cuts the connection when
+    the server does not open a new one: a long statement (an import, a backfill) on a working server goes on."""
+    from config.postgresql import watchdog
+
+    monkeypatch.setattr(watchdog._watchdog, "stall", 0.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(2), pg_backend_pid()")
+        (_, pid) = cursor.fetchone()
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone() == (pid,)  # the same connection: nothing was cut
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_connection_that_just_answered_is_not_asked_again_and_a_quiet_one_dropped_is_replaced(
     alice: Person, mallory: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

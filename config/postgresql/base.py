@@ -20,11 +20,35 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db.backends.postgresql import base
+from django.db.utils import DatabaseErrorWrapper, OperationalError
+from django.utils.functional import cached_property
 
 from config.postgresql import watchdog
 
 # how long a query begun vouches for the connection
 TRUSTED_FOR_SECONDS = 1.0
+
+
+class _SessionEndedIsOperational(DatabaseErrorWrapper):
+    """Django's translation of the driver's errors, where any error that ended the session (the server closed it:
+    an idle-in-transaction timeout, 25P03, is an InternalError by its SQLSTATE class) is an OperationalError, as
+    a server gone is: the call answers SERVICE_UNAVAILABLE, and the connection is replaced, not a 500."""
+
+    def __init__(self, wrapper: DatabaseWrapper) -> None:
+        super().__init__(wrapper)
+        self.db = wrapper
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        if (
+            exc_type is not None
+            and issubclass(exc_type, psycopg.DatabaseError)
+            and not issubclass(exc_type, psycopg.OperationalError)
+            and self.db.connection is not None
+            and self.db.connection.broken
+        ):
+            self.db.errors_occurred = True
+            raise OperationalError(*exc_value.args).with_traceback(traceback) from exc_value
+        super().__exit__(exc_type, exc_value, traceback)
 
 
 # what psycopg.connect takes of Django's connection parameters for a probe (the rest configures Django's cursors)
@@ -38,15 +62,21 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         watchdog.configure(settings.DATABASE_WAITS["STALL"])
+        # a server that answers probes is still cut this long into a statement: it ought to have cancelled it
+        statement = settings.DATABASE_SERVER_TIMEOUTS[settings.DATABASE_ROLE]["STATEMENT"]
+        self._ceiling = statement + settings.DATABASE_WAITS["CONNECT"] if statement else None
         # first in the list, so it stays when `connection.execute_wrapper(...)` adds and removes its own
         self.execute_wrappers.append(self._watched_execute)
 
+    @cached_property
+    def wrap_database_errors(self) -> DatabaseErrorWrapper:
+        return _SessionEndedIsOperational(self)
+
     # ---- every wait for the server's answer is watched
 
-    def waiting(self, ceiling: float | None = None) -> AbstractContextManager[None]:
-        """The block (a wait for this connection's server) under the watchdog; `ceiling`: cut it after that many
-        seconds even if the server answers a probe."""
-        return watchdog.watched(self._socket, self._probe, self._server, ceiling)
+    def waiting(self) -> AbstractContextManager[None]:
+        """The block (a wait for this connection's server) under the watchdog."""
+        return watchdog.watched(self._socket, self._probe, self._server, self._ceiling)
 
     @property
     def _server(self) -> str:
@@ -78,8 +108,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return watchdog.probe(params, settings.DATABASE_WAITS["CONNECT"])
 
     def _watched_execute(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
-        with self.waiting():
+        waiting = watchdog.begin(self._socket, self._probe, self._server, self._ceiling)  # (no context manager:
+        try:  # this runs for every statement)
             return execute(sql, params, many, context)
+        finally:
+            watchdog.end(waiting)
 
     def init_connection_state(self) -> None:
         with self.waiting():

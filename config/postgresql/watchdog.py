@@ -7,11 +7,12 @@ the statements (and commits, rollbacks, health checks) under way: one waiting lo
 server probed with a new connection (bounded by CONNECT seconds); when that does not open either, the server is not
 answering, and the waiting connections are cut (their socket shut down), which ends the wait at once with the
 driver's OperationalError: the call answers SERVICE_UNAVAILABLE, and the next one connects again. A slow statement
-on a server that answers is left alone, up to its own ceiling (statement_timeout + CONNECT, past which the server
-ought to have cancelled it); a watched section may also carry a short ceiling of its own (/health's).
+on a server that answers is left alone, up to its ceiling (statement_timeout + CONNECT, past which the server ought
+to have cancelled it). After a cut, or a connection that could not be opened, new connections to that server fail
+at once for STALL seconds (config.postgresql.base), so a request meets the stall once, not at each query.
 
-The watch costs a statement two dictionary writes; the thread wakes a few times a second and only probes when a
-statement is overdue, once per STALL seconds whatever the number of threads waiting.
+The watch costs a statement about 1 µs (two dictionary writes under a lock); the thread wakes a few times a second
+and only probes when a statement is overdue, once per STALL seconds whatever the number of threads waiting.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ log = logging.getLogger("oaken.database")
 TICK_SECONDS = 0.2
 
 
-@dataclass
+@dataclass(slots=True)
 class _Wait:
     started: float
     socket: Callable[[], int | None]  # the connection's socket now (None once it is closed)
@@ -51,18 +52,17 @@ class _Watchdog:
     answered: dict[str, float] = field(default_factory=dict)  # server -> when a probe last opened a connection
     silent: dict[str, float] = field(default_factory=dict)  # server -> when it last failed to answer
 
-    @contextlib.contextmanager
-    def watching(self, wait: _Wait) -> Iterator[None]:
+    def begin(self, wait: _Wait) -> int:
         if self.thread is None:
             self._start()
         with self.lock:
             number = next(self.numbers)
             self.waits[number] = wait
-        try:
-            yield
-        finally:
-            with self.lock:  # never while the thread is cutting this connection's socket
-                del self.waits[number]
+        return number
+
+    def end(self, number: int) -> None:
+        with self.lock:  # never while the thread is cutting this connection's socket
+            del self.waits[number]
 
     def _start(self) -> None:
         with self.lock:
@@ -146,13 +146,28 @@ def configure(stall: float) -> None:
     _watchdog.stall = stall
 
 
+def begin(
+    socket_of: Callable[[], int | None], probe: Callable[[], bool], server: str, ceiling: float | None = None
+) -> int:
+    """A wait for the server's answer begins (end() it in a finally): watched from now on."""
+    return _watchdog.begin(_Wait(time.monotonic(), socket_of, probe, server, ceiling))
+
+
+def end(number: int) -> None:
+    """The wait begun as `number` ended (answered, failed or cut)."""
+    _watchdog.end(number)
+
+
 @contextlib.contextmanager
 def watched(
     socket_of: Callable[[], int | None], probe: Callable[[], bool], server: str, ceiling: float | None = None
 ) -> Iterator[None]:
     """Run the block (a wait for the server's answer) under the watch."""
-    with _watchdog.watching(_Wait(time.monotonic(), socket_of, probe, server, ceiling)):
+    number = begin(socket_of, probe, server, ceiling)
+    try:
         yield
+    finally:
+        end(number)
 
 
 def probe(params: dict[str, Any], connect_timeout: int) -> bool:
