@@ -150,6 +150,15 @@ def _socket_dir(preferred: Path) -> Path:
     return _private_folder(_alias(preferred), os.geteuid()) if _too_deep(preferred) else preferred
 
 
+def socket_path(preferred: Path, name: str) -> Path:
+    """A unix socket named `name` in the folder `preferred` (made, mode 0700), or, where that path is longer than
+    the kernel allows, in a short folder under /tmp standing for it that only we may enter."""
+    preferred.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if len(str(preferred / name)) <= _SOCKET_PATH_LIMIT:
+        return preferred / name
+    return _private_folder(_alias(preferred), os.geteuid()) / name
+
+
 class EmbeddedServerAway(RuntimeError):
     """An embedded server that another process holds is not answering; this process will not start another."""
 

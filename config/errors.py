@@ -1,7 +1,12 @@
 """What escaped every view, answered by its kind: the database away (a restart, a failover) is 503
-SERVICE_UNAVAILABLE, as the gate answers it, and the next request connects again; anything else is the 500. The
-doors that speak JSON (REST, MCP, the OAuth endpoints) answer in the one error shape, people get a page. Nothing
-of the exception is shown."""
+SERVICE_UNAVAILABLE, as the gate answers it, and the next request connects again; anything else is the 500. What
+Django refuses before or instead of a view (a Host not in ALLOWED_HOSTS, a path no view serves, a denied request, a
+method a view does not take) is its 400, 404, 403 or 405.
+
+One rule says who gets what, for every status: a path under a JSON door (JSON_DOORS: REST and the OpenAPI
+document under /api/, MCP, the OAuth endpoints, the discovery documents) is answered in the one error shape, as
+JSON; every other path (the console, the sign-in pages, the consent page) gets the console's page. Nothing of the
+exception or of the request is shown."""
 
 from __future__ import annotations
 
@@ -18,13 +23,89 @@ from django.views.debug import SafeExceptionReporterFilter
 from apps.core.errors import OakenError
 
 _DATABASE_AWAY = (OperationalError, InterfaceError)
-_JSON_PATHS = ("/api/", "/mcp", "/oauth/", "/.well-known/")
+# the paths of the doors that speak JSON (and /mcp itself, the MCP endpoint)
+JSON_DOORS = ("/api/", "/mcp/", "/oauth/", "/.well-known/")
 _PAGES = ("/oauth/authorize/",)  # the consent page is a page
 RETRY_AFTER_SECONDS = 5
 
+# the error-shape code of each status a refusal made outside the gate may have (anything else is INTERNAL_ERROR)
+_CODES = {
+    400: "INVALID_INPUT", 401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "INVALID_INPUT",
+    413: "LIMIT_EXCEEDED", 414: "LIMIT_EXCEEDED", 417: "INVALID_INPUT", 429: "RATE_LIMITED", 431: "LIMIT_EXCEEDED",
+    501: "INVALID_INPUT", 503: "SERVICE_UNAVAILABLE",
+}  # fmt: skip
+_MESSAGES = {
+    400: "the request could not be understood",
+    401: "sign in first",
+    403: "this request is not allowed",
+    404: "nothing is served at this path",
+    405: "method not allowed: the Allow header names the ones taken",
+    413: "the request is too large",
+    414: "the request's address is too long",
+    417: "the request's expectation cannot be met",
+    429: "too many requests; try again later",
+    431: "the request's headers are too large",
+    501: "the request's transfer coding is not supported",
+    503: "the service cannot answer right now; try again shortly",
+}
+
+
+def speaks_json(path: str) -> bool:
+    """Whether `path` is under a door that answers in JSON (the one rule, for every status)."""
+    return (path == "/mcp" or path.startswith(JSON_DOORS)) and not path.startswith(_PAGES)
+
 
 def _speaks_json(request: HttpRequest) -> bool:
-    return request.path.startswith(_JSON_PATHS) and not request.path.startswith(_PAGES)
+    return speaks_json(request.path)
+
+
+def refusal(status: int) -> OakenError:
+    """The error shape of a refusal made outside the gate (by Django, DRF or the web server), from its status
+    alone: a fixed message, nothing of the request."""
+    code = _CODES.get(status, "INTERNAL_ERROR")
+    return OakenError(code, _MESSAGES.get(status, "the request failed"))
+
+
+def _shaped(status: int) -> HttpResponse:
+    return JsonResponse({"error": refusal(status).as_dict()}, status=status)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: a request Django will not serve (a Host not in ALLOWED_HOSTS, a malformed one)."""
+    return _shaped(400) if _speaks_json(request) else defaults.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler403."""
+    return _shaped(403) if _speaks_json(request) else defaults.permission_denied(request, exception)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: a path no view serves."""
+    return _shaped(404) if _speaks_json(request) else defaults.page_not_found(request, exception)
+
+
+class JsonDoorAnswers:
+    """Middleware: an error answered on a JSON door's path that is not JSON (Django's bare 405 from a view that does
+    not take the method, its HTML 400 for a Host refused by CommonMiddleware, DRF's or a library's plain pages)
+    is replaced by the error shape for its status; its other headers (Allow, Retry-After, Vary) are kept."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response: HttpResponse = self.get_response(request)
+        if response.status_code < 400 or not _speaks_json(request):
+            return response
+        kind = response.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind == "application/json" or kind.endswith("+json"):
+            return response
+        shaped = _shaped(response.status_code)
+        for header, value in response.items():
+            if header.lower() not in {"content-type", "content-length"}:
+                shaped[header] = value
+        shaped.cookies = response.cookies
+        return shaped
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

@@ -16,6 +16,8 @@ from typing import Any
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# the web's bounds on PostgreSQL (statement, lock and idle-in-transaction timeouts: config/settings/database.py)
+os.environ.setdefault("OAKEN_ROLE", "web")
 
 _everything = get_wsgi_application()  # sets Django up: what follows may read settings and import the apps
 

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-dev-shm-usage"]
-TIMEOUT_MS = 15_000
+# How long an action, and an expect(...) assertion, waits for the page to become ready: tests wait on what the page
+# shows (a selector, a text), never a fixed time, and this bound is only reached when the page is broken. Generous,
+# since a loaded 2-core machine running two suites renders slowly (Swagger UI once took over 5 s, Playwright's
+# default for expect).
+TIMEOUT_MS = 30_000
 
 
 @contextmanager
@@ -28,8 +32,9 @@ def chromium_page(base_url: str) -> Iterator[Page]:
     """A fresh page (own cookies) whose relative URLs go to `base_url`; fails the test on a script error or a 5xx."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (bin/system-packages does, as root)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=TIMEOUT_MS)
     errors: list[str] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
@@ -91,6 +96,12 @@ def accessibility_violations(page: Page) -> list[dict[str, object]]:
     return [v for v in found if v["impact"] in _SERIOUS]
 
 
+def settled(page: Page) -> None:
+    """Return once the page has drawn what it has: two animation frames (the first may hold a layout queued
+    before the call, the second comes after it is painted)."""
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
 def look(page: Page, name: str) -> None:
     """What a person sees on this page, at 1280 and at 375 px: a screenshot of each into SCREENSHOTS, no serious
     or critical accessibility violation, and nothing wider than a phone's screen (no sideways scrolling)."""
@@ -98,7 +109,7 @@ def look(page: Page, name: str) -> None:
     try:
         for label, (width, height) in WIDTHS.items():
             page.set_viewport_size({"width": width, "height": height})
-            page.wait_for_timeout(100)  # let the layout settle at the new width
+            settled(page)  # the layout at the new width
             page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
             found = accessibility_violations(page)
             assert found == [], f"{name} at {width} px ({label}): {found}"

@@ -253,7 +253,7 @@ def test_a_tenant_the_person_left_is_refused_until_a_page_drops_it(alice: Person
     assert post(client, "status").json()["tenant"] == "bob@example.test's own tenant"
 
 
-@pytest.mark.parametrize("path", ["/no-such-page", "/accounts/nothing", "/api/v2/x", "/static/console/missing.css"])
+@pytest.mark.parametrize("path", ["/no-such-page", "/accounts/nothing", "/apis/v2/x", "/static/console/missing.css"])
 def test_an_unknown_address_is_a_404_in_the_consoles_layout(path: str, alice: Person, mallory: Person) -> None:
     anonymous = Client().get(path)
     assert anonymous.status_code == 404 and anonymous["Content-Type"].startswith("text/html")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from django.test import Client
 
+from tests.browser import settled
 from tests.conftest import Person
 from tests.oauthflow import start
 from tests.test_console_browser import _sign_in
@@ -43,8 +44,11 @@ def _recording(page: Page) -> list[str]:
 
 
 def _settle(page: Page) -> None:
+    """Once the page has loaded, fetched all it asks for and drawn it, with the violation events (queued as tasks
+    when a load is refused) delivered: one more task through the page's own queue comes after them."""
     page.wait_for_load_state("networkidle")
-    page.wait_for_timeout(300)  # a violation event is queued after the load; give it time to arrive
+    settled(page)
+    page.evaluate("() => new Promise((done) => setTimeout(done, 0))")
 
 
 @pytest.mark.slow

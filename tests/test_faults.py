@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import Client, RequestFactory
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +31,7 @@ from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.operations.registry import Ceiling, OpClass, operation, registry
 from config import redis_client as redis_module
-from config.errors import server_error
+from config.errors import permission_denied, server_error
 from config.postgresql.base import TRUSTED_FOR_SECONDS
 from config.redis_client import LocalWindowCounter
 from tests.callers import as_person
@@ -52,12 +60,16 @@ def _mail(person: Person, tmp_path: Path, subject: str) -> None:
 
 def _subjects(answer: Any) -> list[str]:
     """The subjects listed, out of their fences."""
-    result = answer.json()["result"]
+    return _subjects_of(answer.content)
+
+
+def _subjects_of(content: bytes) -> list[str]:
+    result = json.loads(content)["result"]
     assert not result.get("isError"), result
-    content = result["structuredContent"]
-    marker = content["untrusted_content"]["marker"]
+    listed = result["structuredContent"]
+    marker = listed["untrusted_content"]["marker"]
     opening, closing = f"[untrusted:{marker}]", f"[/untrusted:{marker}]"
-    return [m["subject"].removeprefix(opening).removesuffix(closing) for m in content["messages"]]
+    return [m["subject"].removeprefix(opening).removesuffix(closing) for m in listed["messages"]]
 
 
 def test_mcp_reads_keep_working_while_redis_is_away_and_stay_rate_limited(
@@ -124,6 +136,63 @@ def test_a_call_whose_database_goes_away_answers_service_unavailable_and_the_nex
         assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation="test_cut_off").exists()
     finally:
         registry.remove("test_cut_off")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_whose_statement_times_out_or_whose_session_the_server_ends_answers_service_unavailable(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """The server's own bounds (statement_timeout; idle_in_transaction_session_timeout, which ends the session
+    and is an InternalError by its SQLSTATE class) end a call with SERVICE_UNAVAILABLE, never a 500; the next call
+    works."""
+
+    class Nothing(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    def too_slow(ctx: Any, data: Nothing) -> Nothing:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '50ms'")
+            cursor.execute("SELECT pg_sleep(5)")
+        return Nothing()
+
+    def idle_too_long(ctx: Any, data: Nothing) -> Nothing:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = '100ms'")
+            time.sleep(1)  # the server ends the session meanwhile
+            cursor.execute("SELECT 1")
+        return Nothing()
+
+    for name, handler in (("test_too_slow", too_slow), ("test_idle_too_long", idle_too_long)):
+        operation(name=name, summary="t", input=Nothing, output=Nothing, op_class=OpClass.READ, ceiling=Ceiling.NEVER)(
+            handler
+        )
+    try:
+        for name in ("test_too_slow", "test_idle_too_long"):
+            with pytest.raises(OakenError) as refused:
+                dispatch(as_person(alice), Door.UI, name, {})
+            assert (refused.value.code, refused.value.http_status) == ("SERVICE_UNAVAILABLE", 503), name
+            connection.close_if_unusable_or_obsolete()  # what Django does at the end of a request
+            _mail(alice, tmp_path, f"after {name}")
+            listed = dispatch(as_person(alice), Door.UI, "list_messages", {}).output["messages"]
+            assert f"after {name}" in [m["subject"] for m in listed]
+        assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(operation__startswith="test_").exists()
+    finally:
+        registry.remove("test_too_slow")
+        registry.remove("test_idle_too_long")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_statement_on_a_server_that_answers_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog probes the server when a statement runs past STALL seconds, and only cuts the connection when
+    the server does not open a new one: a long statement (an import, a backfill) on a working server goes on."""
+    from config.postgresql import watchdog
+
+    monkeypatch.setattr(watchdog._watchdog, "stall", 0.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(2), pg_backend_pid()")
+        (_, pid) = cursor.fetchone()
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone() == (pid,)  # the same connection: nothing was cut
 
 
 @pytest.mark.django_db(transaction=True)
@@ -244,6 +313,62 @@ def test_anything_else_that_escapes_a_view_is_internal_error_in_the_error_shape_
     assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
 
 
+def _is_the_error_shape(answer: Any, status: int, code: str) -> dict[str, Any]:
+    assert (answer.status_code, answer["Content-Type"]) == (status, "application/json"), answer.content[:200]
+    body = answer.json()
+    assert list(body) == ["error"] and body["error"]["code"] == code, body
+    return dict(body["error"])
+
+
+def test_what_django_refuses_before_a_view_is_in_the_error_shape_on_a_json_door_and_a_page_elsewhere(
+    rf: RequestFactory, alice: Person, mallory: Person
+) -> None:
+    """One rule (config.errors.speaks_json) for 400, 403, 404, 405 and 500: /api/, /mcp, /oauth/ and /.well-known/
+    answer JSON in the error shape, never echoing what was sent; the console's paths get its pages."""
+    key = key_for(alice, ["read"])
+    listing = rpc("tools/call", {"name": "list_accounts", "arguments": {}})
+    # a Host this service does not answer to (a DNS rebinding page), on every JSON door: 400, no HTML, no echo
+    for path in ("/mcp", "/api/v1/ops/list_accounts", "/oauth/token/", "/.well-known/oauth-authorization-server"):
+        answer = Client().generic(
+            "POST", path, json.dumps(listing), content_type="application/json",
+            HTTP_HOST="rebound.example", HTTP_AUTHORIZATION=f"Bearer {key}",
+        )  # fmt: skip
+        error = _is_the_error_shape(answer, 400, "INVALID_INPUT")
+        assert "rebound" not in json.dumps(error), path
+    assert AuditEvent.objects.for_tenant(alice.tenant).count() == 0
+    # a path no view serves, under each JSON door
+    for path in ("/api/v2/x", "/api/v1/no-such-thing", "/api/nope", "/mcp/nope", "/oauth/nope", "/.well-known/nope"):
+        error = _is_the_error_shape(Client().get(path), 404, "NOT_FOUND")
+        assert error == {"code": "NOT_FOUND", "message": "nothing is served at this path"}, path
+    # a method a view does not take: the toolkit's token endpoint, the discovery document
+    for method, path in (("GET", "/oauth/token/"), ("DELETE", "/.well-known/oauth-authorization-server")):
+        answer = Client().generic(method, path)
+        _is_the_error_shape(answer, 405, "INVALID_INPUT")
+        assert "POST" in answer["Allow"] or "GET" in answer["Allow"], path
+    denied = permission_denied(rf.get("/api/v1/ops/list_accounts"), PermissionDenied("quotes the input"))
+    assert denied.status_code == 403 and json.loads(denied.content)["error"]["code"] == "FORBIDDEN"
+    assert "quotes" not in denied.content.decode()
+    # people still get pages, in the console's layout
+    for path in ("/no/such/page", "/apis/v2/x", "/mcpx"):
+        page = Client().get(path)
+        assert page.status_code == 404 and page["Content-Type"].startswith("text/html"), path
+        assert "There is nothing here" in page.content.decode()
+    page = Client().get("/accounts/sign-in", HTTP_HOST="rebound.example")
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    assert "could not understand that request" in page.content.decode() and "rebound" not in page.content.decode()
+    assert permission_denied(rf.get("/keys"), PermissionDenied())["Content-Type"].startswith("text/html")
+    # the consent page is a page, under /oauth/ though it is
+    consent = Client().get("/oauth/authorize/", HTTP_HOST="rebound.example")
+    assert consent.status_code == 400 and consent["Content-Type"].startswith("text/html")
+    # the second tenant's key fares alike and sees nothing either
+    other = Client().generic(
+        "POST", "/mcp", json.dumps(listing), content_type="application/json",
+        HTTP_HOST="rebound.example", HTTP_AUTHORIZATION=f"Bearer {key_for(mallory, ['read'])}",
+    )  # fmt: skip
+    _is_the_error_shape(other, 400, "INVALID_INPUT")
+    assert AuditEvent.objects.for_tenant(mallory.tenant).count() == 0
+
+
 def test_counters_count_again_once_redis_is_back(settings: Any) -> None:
     """A counter used while Redis was away (its client pointing nowhere) counts on the client in use once Redis
     is back: an outage does not leave sign-up, registration and rate limits failing after it ends."""
@@ -260,3 +385,214 @@ def test_counters_count_again_once_redis_is_back(settings: Any) -> None:
     assert [redis_module.count_hit(key, 60) for _ in range(3)] == [1, 2, 3]
     assert 0 < redis_module.redis_client().ttl(key) <= 60
     redis_module.redis_client().delete(key)
+
+
+# ---------------------------------------------------------------- servers that stall (stopped, not refused)
+
+
+_RESUME = """
+import sys, time, psutil
+time.sleep(float(sys.argv[1]))
+root = psutil.Process(int(sys.argv[2]))
+for process in [root, *root.children(recursive=True)]:
+    try:
+        process.resume()
+    except psutil.Error:
+        pass
+"""
+
+
+def _resume(root: psutil.Process) -> None:
+    for process in [root, *root.children(recursive=True)]:
+        with suppress(psutil.NoSuchProcess):
+            process.resume()
+
+
+@contextmanager
+def _stopped(pid: int, *, at_most: float = 90) -> Iterator[None]:
+    """A server's process and every process it started are stopped (SIGSTOP) for the block, and always continued
+    after it: in a finally, and by a guardian process of its own session that continues them after `at_most`
+    seconds even if this one is killed meanwhile."""
+    root = psutil.Process(pid)
+    guardian = subprocess.Popen([sys.executable, "-c", _RESUME, str(at_most), str(pid)], start_new_session=True)
+    try:
+        root.suspend()  # first: a stopped postmaster starts no new backend
+        for child in root.children(recursive=True):
+            with suppress(psutil.NoSuchProcess):  # a backend that was ending
+                child.suspend()
+        yield
+    finally:
+        _resume(root)
+        guardian.kill()
+        guardian.wait()
+
+
+def _postmaster() -> int:
+    """The test session's embedded PostgreSQL's postmaster."""
+    from django.conf import settings
+
+    pidfile = settings.DATA_DIR / "postgres" / "postmaster.pid"
+    lines = pidfile.read_text().splitlines() if pidfile.exists() else []
+    if len(lines) < 5 or Path(lines[4]).resolve() != Path(connection.settings_dict["HOST"]).resolve():
+        pytest.skip("the session's PostgreSQL is not the embedded one")
+    return int(lines[0])
+
+
+def _http(url: str, *, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, str, bytes, float]:
+    """One request: its status, content type, body and how long it took to answer (seconds)."""
+    data = None if body is None else json.dumps(body).encode()
+    sent = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
+    request = urllib.request.Request(url, data=data, headers=sent, method="POST" if data is not None else "GET")  # noqa: S310
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 (loopback)
+            status, kind, content = answer.status, answer.headers.get("Content-Type", ""), answer.read()
+    except urllib.error.HTTPError as refused:
+        status, kind, content = refused.code, refused.headers.get("Content-Type", ""), refused.read()
+    except TimeoutError:
+        status, kind, content = 0, "", b"(no answer)"
+    return status, kind.split(";")[0], content, time.monotonic() - started
+
+
+@dataclass
+class _Doors:
+    """A person's and an agent's ways in, over HTTP: MCP with a key, REST and the console with a session."""
+
+    base: str
+    key: str
+    session: str
+    csrf: str = "c" * 32
+
+    def calls(self) -> dict[str, tuple[int, str, bytes, float]]:
+        cookies = {"Cookie": f"sessionid={self.session}; csrftoken={self.csrf}"}
+        return {
+            "health": _http(self.base + "/health"),
+            "mcp": _http(
+                self.base + "/mcp",
+                body=rpc("tools/call", {"name": "list_messages", "arguments": {}}),
+                headers={"Authorization": f"Bearer {self.key}", "Accept": "application/json, text/event-stream"},
+            ),
+            "rest": _http(
+                self.base + "/api/v1/ops/list_messages", body={}, headers={**cookies, "X-CSRFToken": self.csrf}
+            ),
+            "console": _http(self.base + "/mail", headers=cookies),
+            "schema": _http(self.base + "/api/schema?format=json"),
+        }
+
+
+def _doors(base: str, person: Person) -> _Doors:
+    browser = Client()
+    browser.force_login(person.user)
+    return _Doors(base, key_for(person, ["read"]), browser.cookies["sessionid"].value)
+
+
+def _rest_subjects(content: bytes) -> list[str]:
+    return [m["subject"] for m in json.loads(content)["messages"]]
+
+
+@pytest.fixture
+def stalling_web(transactional_db: None, tmp_path: Path) -> Iterator[tuple[str, float]]:
+    """A gunicorn as the live server's, but keeping its database connections (CONN_MAX_AGE: a stalled server is
+    met on an open connection too, not only when connecting) and with short database waits: its URL, and the
+    longest a request should wait on a database that does not answer (STALL + CONNECT, and a watchdog tick)."""
+    from apps.server.management.commands.serve import web_command
+    from config.postgresql.watchdog import TICK_SECONDS
+    from tests.liveserver import _database_url, wait_until_serving
+    from tests.loopback import free_port, stop
+
+    stall, connect = 1, 2
+    port = free_port()
+    env = {
+        **os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "60",
+        "OAKEN_DB_STALL_SECONDS": str(stall), "OAKEN_DB_CONNECT_TIMEOUT": str(connect),
+    }  # fmt: skip
+    # into a file: the errors logged while the database is away would fill a pipe nobody reads, and stall the web
+    log = tmp_path / "web.log"
+    with open(log, "w") as output:
+        proc = subprocess.Popen(
+            web_command(f"127.0.0.1:{port}", 2, quiet=True), env=env, stdout=output, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", proc, log=log)
+        yield f"http://127.0.0.1:{port}", stall + connect + 2 * TICK_SECONDS
+    finally:
+        stop(proc)
+        print(log.read_text()[-3000:])
+
+
+def test_a_stalled_postgresql_is_service_unavailable_on_every_door_within_the_deadline_and_recovers_by_itself(
+    stalling_web: tuple[str, float], alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """PostgreSQL's postmaster and backends stopped (SIGSTOP), as a frozen server or host: connections stay open
+    and silent, and a statement_timeout cannot fire. Every door answers SERVICE_UNAVAILABLE within the configured
+    deadline (the error shape on JSON doors, the console's page on /mail), then recovers by itself once the server
+    runs again, each tenant seeing its own mail."""
+    base, deadline = stalling_web
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    doors, theirs = _doors(base, alice), _doors(base, mallory)
+    # every door works, and the web's threads hold connections (two workers, four threads: enough calls for each)
+    for _ in range(6):
+        working = doors.calls()
+        assert {door: answer[0] for door, answer in working.items()} == dict.fromkeys(working, 200), working
+    assert _rest_subjects(working["rest"][2]) == ["Alice's own"]
+    connection.close()  # this process's own connection is not used while the server is stopped
+
+    with _stopped(_postmaster()):
+        for _ in range(2):  # the first calls meet open connections; the next ones connect anew
+            answers = doors.calls()
+            print({door: round(answer[3], 2) for door, answer in answers.items()}, "deadline", deadline)
+            for door, (status, kind, content, took) in answers.items():
+                assert took < deadline + 2, (door, took)  # 2 s of headroom for a loaded machine
+                if door == "schema" and status == 200:
+                    continue  # the document is kept in memory: it needs no database
+                assert status == 503, (door, status, content[:300])
+                if door == "console":
+                    assert kind == "text/html" and "Oaken is unavailable for a moment" in content.decode()
+                    continue
+                assert kind == "application/json", door
+                error = json.loads(content)["error"]
+                assert error["code"] == "SERVICE_UNAVAILABLE" and set(error) <= {"code", "message"}, door
+            assert json.loads(answers["health"][2])["failing"] == ["database"]
+
+    # running again: each door answers again, by itself, without a restart, and each tenant sees only its own
+    started = time.monotonic()
+    while True:
+        answers, others = doors.calls(), theirs.calls()
+        if all(answer[0] == 200 for answer in [*answers.values(), *others.values()]):
+            break
+        statuses = {door: answer[0] for door, answer in answers.items()}, {d: a[0] for d, a in others.items()}
+        assert time.monotonic() - started < 30, statuses
+        time.sleep(0.5)
+    print("recovered after", round(time.monotonic() - started, 2), "s")
+    assert _rest_subjects(answers["rest"][2]) == ["Alice's own"]
+    assert _subjects_of(answers["mcp"][2]) == ["Alice's own"]
+    assert _rest_subjects(others["rest"][2]) == ["Mallory's own"]
+    assert _subjects_of(others["mcp"][2]) == ["Mallory's own"]
+
+
+def test_a_stalled_redis_costs_a_call_its_two_second_bound_at_most(
+    live_url: str, transactional_db: None, alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """Redis stopped (SIGSTOP), not refusing: its socket timeout (2 s) bounds each wait, the calls that can go on
+    without it do (reads, their rate limits counted in the process), /health says so within the bound, and
+    Redis running again is used again."""
+    from django.conf import settings
+
+    _mail(alice, tmp_path, "Alice's own")
+    _mail(mallory, tmp_path, "Mallory's own")
+    doors, theirs = _doors(live_url, alice), _doors(live_url, mallory)
+    assert all(answer[0] == 200 for answer in doors.calls().values())
+    redis_pid = int((settings.DATA_DIR / "redis" / "redis.pid").read_text())
+    with _stopped(redis_pid):
+        answers = {**doors.calls(), "theirs": theirs.calls()["mcp"]}
+    print({door: round(answer[3], 2) for door, answer in answers.items()})
+    for door, (_, _, _, took) in answers.items():
+        assert took < 2 + 1.5, (door, took)  # the 2 s socket timeout, and headroom for a loaded machine
+    assert answers["health"][0] == 503 and json.loads(answers["health"][2])["failing"] == ["redis"]
+    assert _subjects_of(answers["mcp"][2]) == ["Alice's own"] and _subjects_of(answers["theirs"][2]) == [
+        "Mallory's own"
+    ]
+    assert _rest_subjects(answers["rest"][2]) == ["Alice's own"]
+    assert answers["console"][0] == 200
+    assert _http(live_url + "/health")[0] == 200

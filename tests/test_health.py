@@ -23,8 +23,12 @@ def test_it_answers_ok_without_a_version(db: None, client: Client) -> None:
 def test_it_fails_when_redis_is_unreachable(db: None, client: Client, settings, tmp_path) -> None:
     settings.REDIS_URL = f"unix://{tmp_path}/nothing-listens-here.sock"
     response = client.get("/health")
-    assert response.status_code == 503
-    assert response.json() == {"status": "unavailable", "failing": ["redis"]}
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert response.json() == {
+        "status": "unavailable",
+        "failing": ["redis"],
+        "error": {"code": "SERVICE_UNAVAILABLE", "message": "not answering: redis; try again shortly"},
+    }
 
 
 def test_it_fails_when_the_database_is_unreachable(transactional_db: None, client: Client, tmp_path) -> None:
@@ -39,7 +43,11 @@ def test_it_fails_when_the_database_is_unreachable(transactional_db: None, clien
         connection.settings_dict.clear()
         connection.settings_dict.update(original)
     assert response.status_code == 503
-    assert response.json() == {"status": "unavailable", "failing": ["database"]}
+    assert response.json() == {
+        "status": "unavailable",
+        "failing": ["database"],
+        "error": {"code": "SERVICE_UNAVAILABLE", "message": "not answering: database; try again shortly"},
+    }
 
 
 def test_it_only_answers_get(db: None, client: Client) -> None:

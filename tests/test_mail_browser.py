@@ -172,7 +172,7 @@ def test_a_person_reads_searches_and_organizes_mail(
     assert frame.locator("script").count() == 0
     assert frame.locator("img").first.get_attribute("src") is None  # held back
     assert frame.locator("a").first.get_attribute("href") is None  # javascript: links go
-    page.wait_for_timeout(500)
+    page.wait_for_timeout(500)  # a moment for what should not happen (only lets a wrong page pass, never fails)
     assert asked == []  # no image, no script, no handler reached the loopback server
     # opening it marked it read, through mark_read, as the person's own act
     expect(page.locator(".unread-count").first).to_have_text(str(unread - 1))
@@ -194,7 +194,7 @@ def test_a_person_reads_searches_and_organizes_mail(
     # remote images only when asked for; the script and the handler still never run
     opened.locator("button.show-images").click()
     expect(frame.locator("img").first).to_have_attribute("src", f"http://127.0.0.1:{port}/pixel.gif")
-    page.wait_for_timeout(500)
+    expect(frame.locator("img").first).to_have_js_property("complete", True)  # fetched (or failed), so asked
     assert asked == ["/pixel.gif"]
 
     # the reply, expanded on demand, is still unread: only opening a message from the list marks it

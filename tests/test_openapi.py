@@ -174,3 +174,35 @@ def test_the_document_and_the_docs_are_public_and_the_same_for_everyone(
             str(person.workspace.pk),
         ]
         assert not [s for s in secrets if s in text]
+
+
+def test_the_document_is_made_once_per_process_and_served_alike_to_everyone_after(
+    alice: Person, mallory: Person, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making the document costs a few tenths of a second of CPU: a public page that made it on every request
+    (drf-spectacular's own view does) would let anyone burn the web workers' time, and kept Swagger UI waiting."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    from apps.api import schema
+
+    made: list[bool] = []
+    make = SchemaGenerator.get_schema
+
+    def counted(self: SchemaGenerator, *args: Any, **kwargs: Any) -> Any:
+        made.append(True)
+        return make(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    monkeypatch.setattr(schema, "_documents", {})
+    first = Client().get("/api/schema", {"format": "json"})
+    answers = [
+        first,
+        api_client(alice.user).get("/api/schema", {"format": "json"}),
+        api_client(mallory.user).get("/api/schema"),  # YAML: the same document, another rendering
+        Client().get("/api/schema", {"format": "json"}),
+    ]
+    assert [a.status_code for a in answers] == [200] * 4 and len(made) == 1
+    assert all(a.content == first.content for a in answers if a is not answers[2])
+    yaml = answers[2]
+    assert yaml["Content-Type"].startswith("application/vnd.oai.openapi") and b"openapi: 3.1.0" in yaml.content
+    assert "/api/v1/ops/list_messages" in first.json()["paths"]

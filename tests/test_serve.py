@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -200,7 +201,8 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
         pg_ctl(pgdata, "-w", "-m", "fast", "stop")
         _until(lambda: _gone(before), "the postmaster exited", 30)
         # ... and while it is away the web answers 503 in the error shape, never an HTML 500
-        assert _get(base + "/health") == (503, {"status": "unavailable", "failing": ["database"]})
+        status, body = _get(base + "/health")
+        assert (status, body["failing"], body["error"]["code"]) == (503, ["database"], "SERVICE_UNAVAILABLE")
         status, kind, answer = _mcp(base, key, "list_messages")
         assert (status, kind.split(";")[0]) == (503, "application/json"), (status, kind, answer)
         assert answer["error"]["code"] == "SERVICE_UNAVAILABLE", answer
@@ -239,3 +241,93 @@ def test_postgres_restarted_under_serve_web_and_worker_recover_without_a_restart
     # what was logged while the database was away (the web's and the worker's errors) names no password
     output = log.read_text()
     assert [(data / "secrets" / name).read_text().strip() in output for name in PASSWORD_FILES] == [False, False]
+
+
+# ---------------------------------------------------------------- gunicorn's control socket
+
+
+def _listeners(control: Path) -> list[str]:
+    """The addresses the gunicorn behind a control socket listens on (what `gunicornc show listeners` says)."""
+    from gunicorn.ctl.client import ControlClient
+
+    with ControlClient(str(control), timeout=10) as client:
+        return [listener["address"] for listener in client.send_command("show listeners")["listeners"]]
+
+
+def test_each_web_server_has_its_control_socket_in_the_data_folder(live_url: str) -> None:
+    """Two instances on one host keep their own control sockets: gunicorn's default, one path in the home folder,
+    would be taken over by the second (and removed when it stops)."""
+    from django.conf import settings
+
+    from apps.server.management.commands.serve import control_socket, web_command
+    from tests.liveserver import wait_until_serving
+    from tests.loopback import stop
+
+    first = live_url.removeprefix("http://")
+    command = web_command(first, 2)
+    assert command[command.index("--control-socket") + 1] == str(control_socket(first))
+    port = free_port()
+    second = subprocess.Popen(
+        web_command(f"127.0.0.1:{port}", 1, quiet=True), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", second)
+        for bind in (first, f"127.0.0.1:{port}"):
+            control = control_socket(bind)
+            assert control.is_socket() and control.parent == settings.DATA_DIR / "run", bind
+            assert stat.S_IMODE(control.parent.stat().st_mode) == 0o700
+            assert _listeners(control) == [f"http://{bind}"]  # each answers for its own server
+    finally:
+        stop(second)
+    # the second one's socket went with it; the first one's is still there and still its own
+    assert not control_socket(f"127.0.0.1:{port}").exists()
+    assert _listeners(control_socket(first)) == [live_url]
+
+
+# ---------------------------------------------------------------- what gunicorn refuses itself
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it is over one connection; the status, headers and body of the answer."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def test_what_the_web_server_refuses_before_django_is_in_the_error_shape_without_an_echo(live_url: str) -> None:
+    """A request gunicorn cannot parse, or whose headers are over its limits, is refused by gunicorn itself: JSON in
+    the error shape, a fixed message, nothing of the request quoted (its page quoted the offending part)."""
+    secret = "s3cret-token-4711"
+    cases = {
+        "a header over 8 KB": (
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + secret.encode() + b"x" * 9000 + b"\r\n\r\n",
+            431, "LIMIT_EXCEEDED",
+        ),
+        "a bad Content-Length": (
+            b"POST /api/v1/ops/list_messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12" + secret.encode()
+            + b"\r\n\r\n{}",
+            400, "INVALID_INPUT",
+        ),
+        "a NUL in a header": (
+            b"GET /api/schema HTTP/1.1\r\nHost: 127.0.0.1\r\nX-" + secret.encode() + b": a\x00b\r\n\r\n",
+            400, "INVALID_INPUT",
+        ),
+        "a malformed request line": (b"GET /" + secret.encode() + b" HTTP/9\r\n\r\n", 400, "INVALID_INPUT"),
+    }  # fmt: skip
+    for case, (request, status, code) in cases.items():
+        answered, headers, body = _raw(live_url, request)
+        assert (answered, headers["content-type"]) == (status, "application/json"), (case, body[:300])
+        error = json.loads(body)["error"]
+        assert error["code"] == code and set(error) == {"code", "message"}, case
+        assert secret not in body.decode() and "<html" not in body.decode(), case
+    # and the server goes on serving
+    assert _get(live_url + "/health") == (200, {"status": "ok"})

@@ -111,6 +111,8 @@ MIDDLEWARE = [
     "apps.core.security_headers.CSPMiddleware",  # django-csp's, its common header built once
     "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
+    # an error on a JSON door that is not JSON becomes the error shape (inside the middleware adding headers)
+    "config.errors.JsonDoorAnswers",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # the operation doors' body bound, before a session, CSRF token or credential is read (apps.gate.payload)
@@ -128,6 +130,7 @@ MCP_MIDDLEWARE = [
     "apps.core.security_headers.CSPMiddleware",
     "apps.core.links.RequestOriginMiddleware",
     "corsheaders.middleware.CorsMiddleware",
+    "config.errors.JsonDoorAnswers",
     "django.middleware.common.CommonMiddleware",
     "apps.gate.payload.BodyBoundMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -14,6 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from config.embedded import socket_path
 from config.env import env_int
 
 STOP_GRACE_SECONDS = 20
@@ -26,12 +29,21 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
 
 
+def control_socket(bind: str) -> Path:
+    """gunicorn's control socket (what `gunicornc` talks to), in the data folder and named by the address served.
+    gunicorn's own default is one path in the home folder ($XDG_RUNTIME_DIR or ~/.gunicorn), which a second
+    instance on the host takes over (it unlinks the first one's socket) and removes when it stops."""
+    return socket_path(settings.DATA_DIR / "run", "gunicorn-" + re.sub(r"[^A-Za-z0-9.-]", "_", bind) + ".ctl")
+
+
 def web_command(bind: str, workers: int, *, quiet: bool = False) -> list[str]:
-    """The web server as `oaken serve` runs it (gunicorn, threaded workers); quiet: warnings only, no access log
+    """The web server as `oaken serve` runs it (gunicorn, threaded workers whose own refusals are in the error shape:
+    config.web_worker); quiet: warnings only, no access log
     (the test suite's and the benchmarks' servers)."""
     return [
         sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", bind, "--workers", str(workers),
-        "--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "10",
+        "--worker-class", "config.web_worker.ThreadWorker", "--threads", "4", "--graceful-timeout", "10",
+        "--control-socket", str(control_socket(bind)),
         *(["--log-level", "warning"] if quiet else ["--access-logfile", "-"]),
     ]  # fmt: skip
 

@@ -1,0 +1,38 @@
+"""The web server's worker (gunicorn's threaded one), whose own refusals are in the error shape.
+
+gunicorn answers some requests before Django sees them: a request it cannot parse (a NUL in a header, a bad
+Content-Length, a malformed request line) is its 400, headers over its limits (8 KB a field) its 431, an address
+too long its 414. Its answer was an HTML page quoting the offending part of the request. Here it is JSON in the one
+error shape, with a fixed message by status (config.errors.refusal): such a request is refused before its path can
+be trusted, so it cannot be told whether a JSON door or a page was meant, and no browser sends one of them.
+
+gunicorn decides the status, logs and counts the refusal as it does for any worker, and writes the answer with
+util.write_error, its only writer of such pages: that function is what is replaced, in the process running this
+module (gunicorn's master and its workers)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from gunicorn import util
+from gunicorn.workers import gthread
+
+
+def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's util.write_error, answering the error shape (`mesg`, which quotes the request, is left out)."""
+    from config.errors import refusal  # Django is set up in a worker by the time it answers a request
+
+    body = json.dumps({"error": refusal(status_int).as_dict()}).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nX-Content-Type-Options: nosniff\r\n\r\n"
+    )
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+util.write_error = write_error
+
+
+class ThreadWorker(gthread.ThreadWorker):
+    """gunicorn's gthread worker (see the module's docstring for what differs)."""
