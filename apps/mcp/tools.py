@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from apps.core.errors import OakenError
-from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from apps.operations.registry import OpClass, Operation
 
 UNTRUSTED_KEY = "x-untrusted"  # set on output fields holding mail-derived text (shapes.MailText)
@@ -26,7 +26,9 @@ _CONFIRMATION_TOKEN = {
 }
 _IDEMPOTENCY_KEY = {
     "type": "string",
+    "minLength": 1,
     "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
+    "pattern": IDEMPOTENCY_KEY_PATTERN,
     "description": "any unique string: a retry with the same key and input answers as the first call did",
 }
 _FLAG_SCHEMA = {

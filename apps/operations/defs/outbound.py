@@ -26,7 +26,7 @@ from pydantic import Field, StringConstraints
 from apps.agents.models import ApiKey, Connection
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import parse_id
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, parse_id
 from apps.core.kinds import Scope
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.models import AccountKind, MailAccount, Message
@@ -49,7 +49,9 @@ from apps.outbound.selectors import (
     visible_outbound_requests,
 )
 
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+IdempotencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_CHARS, pattern=IDEMPOTENCY_KEY_PATTERN)
+]
 _KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
 
 
