@@ -224,7 +224,8 @@ def _limits(op: Operation, data: BaseModel) -> None:
         size = value if isinstance(value, int) else len(value)
         maximum = settings.OPERATIONS[bound.setting]
         if size > maximum:
-            raise OakenError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
+            message = bound.message.format(field=bound.field, maximum=maximum)
+            raise OakenError("LIMIT_EXCEEDED", message, field=bound.field)
 
 
 def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:

@@ -229,13 +229,8 @@ def _job(run: ImportRun) -> dict[str, Any]:
 
 
 def _upload_within_bound(ctx: Context, data: UploadIn) -> None:
-    """The size first: a file over the bound is refused whether or not it was stored (the door stops reading it
-    as soon as it knows)."""
-    limit = ctx.bounds["IMPORT_UPLOAD_MAX_BYTES"]
-    if data.size > limit:
-        raise OakenError(
-            "LIMIT_EXCEEDED", f"the file is larger than an import may be ({limit} bytes at most)", field="size"
-        )
+    """After the size (the gate's bound, _UPLOAD_SIZE: a file over it is refused whether or not it was stored; the
+    door stops reading it as soon as it knows), the stored file."""
     if data.upload is None:
         raise OakenError.invalid("upload", "is required: upload the file first")
     if uploads.spooled(data.upload) is None:
@@ -255,6 +250,11 @@ def _start_on_commit(tenant_id: str, import_id: str) -> None:
     transaction.on_commit(start)
 
 
+_UPLOAD_SIZE = Bound(
+    "size", "IMPORT_UPLOAD_MAX_BYTES", message="the file is larger than an import may be ({maximum} bytes at most)"
+)
+
+
 @operation(
     name="upload_import",
     summary="Import an uploaded mbox file, .eml file or zip of them into a local mail account, in a worker.",
@@ -267,6 +267,7 @@ def _start_on_commit(tenant_id: str, import_id: str) -> None:
     targets=_local_destination,
     verify=_upload_within_bound,
     callers=Callers.PERSONS,
+    bounds=(_UPLOAD_SIZE,),
 )
 def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
     """The file the upload door stored becomes the tenant's, under the import's id; the import is queued and a

@@ -1,0 +1,99 @@
+"""The OpenAPI document's request side: every bound the gate holds a call to, from the same source as the gate.
+
+An operation's request body is its input model's JSON Schema in validation mode with the operation's bounds
+(settings.OPERATIONS) applied (apps.operations.schema), one component per operation: two operations sharing an
+input model may have different bounds. The parameters every operation path takes (the Idempotency-Key header, the
+Oaken-Tenant header, ?confirm) carry the bounds the door and the gate check them against.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import OpenApiParameter
+
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from apps.operations.registry import Operation
+from apps.operations.schema import input_json_schema
+
+TENANT_HEADER = "Oaken-Tenant"
+# nested models of a request body, in validation mode: named apart from the same models in responses, which
+# drf-spectacular's pydantic extension writes in serialization mode
+_NESTED = "{model}Request"
+
+
+class OperationInput:
+    """`extend_schema(request=...)` for one operation: its bounded input schema (see OperationInputExtension)."""
+
+    def __init__(self, op: Operation) -> None:
+        self.op = op
+
+
+class OperationInputExtension(OpenApiSerializerExtension):
+    target_class = OperationInput
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        # the door adds "Request" (COMPONENT_SPLIT_REQUEST): list_messages -> ListMessagesInRequest
+        words = re.split(r"[._]", self.target.op.name)
+        return "".join(word.title() for word in words) + "In"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        template = "#/components/schemas/" + _NESTED
+        schema = storable(input_json_schema(self.target.op, ref_template=template))
+        for name, nested in schema.pop("$defs", {}).items():
+            named = _NESTED.format(model=name)
+            auto_schema.registry.register_on_missing(
+                ResolvedComponent(name=named, type=ResolvedComponent.SCHEMA, object=named, schema=nested)
+            )
+        return schema
+
+
+# The gate refuses a text holding NUL anywhere in the input, before the model sees it (apps.gate.payload: no text
+# column can store it); a lone surrogate cannot be sent in UTF-8 at all, only escaped, and is refused the same way.
+NO_NUL = "^[^\\u0000]*$"
+
+
+def storable(schema: Any) -> Any:
+    """`schema` with every free text (a string with no pattern, format, enum or const of its own, each of which
+    already excludes NUL) held to NO_NUL."""
+    if isinstance(schema, list):
+        return [storable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    walked = {key: storable(value) if key != "default" else value for key, value in schema.items()}
+    if walked.get("type") == "string" and not {"pattern", "format", "enum", "const"} & set(walked):
+        walked["pattern"] = NO_NUL
+    return walked
+
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
+        "pattern": IDEMPOTENCY_KEY_PATTERN,
+    },
+    OpenApiParameter.HEADER,
+    description="replays the first response of a call that completed with this key and input (a refused call "
+    "binds nothing); printable ASCII, not starting or ending with a space",
+)
+TENANT = OpenApiParameter(
+    TENANT_HEADER,
+    {"type": "string", "format": "uuid"},
+    OpenApiParameter.HEADER,
+    description="tenant id (default: the one chosen in the console, else your first); a tenant you are not in "
+    "is not found",
+)
+CONFIRM = OpenApiParameter(
+    "confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change (true; false is no)"
+)
+
+
+def parameters(op: Operation) -> list[OpenApiParameter]:
+    """What an operation's path takes beside its body: a key only where the gate accepts one."""
+    accepted = not op.returns_secret and not op.commits_in_batches
+    return [*([IDEMPOTENCY_KEY] if accepted else []), TENANT, CONFIRM]
