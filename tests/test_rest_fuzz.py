@@ -8,6 +8,7 @@ appears in any answer, whatever alice sends."""
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,8 +46,9 @@ _document = SchemaGenerator().get_schema(request=None, public=True)
 schema = schemathesis.openapi.from_dict(_document)
 schema.app = get_wsgi_application()
 
-# cases per operation: with about 80 operations, a few hundred requests a run
-EXAMPLES_PER_OPERATION = 5
+# cases per operation: with about 80 operations, a few hundred requests a run (OAKEN_FUZZ_EXAMPLES for a deeper
+# run by hand)
+EXAMPLES_PER_OPERATION = int(os.environ.get("OAKEN_FUZZ_EXAMPLES", "5"))
 _sent = itertools.count()
 
 
@@ -66,6 +68,7 @@ BEYOND_THE_DOCUMENT = {
     "imap.host": "a mail server that answers",
     "smtp.host": "a mail server that answers",
     "upload": "a file the upload door stored a moment ago",
+    "tz": "a time zone in the server's own tz database (which its updates change)",
 }
 
 

@@ -57,15 +57,18 @@ NO_NUL = "^[^\\u0000]*$"
 
 
 def storable(schema: Any) -> Any:
-    """`schema` with every free text (a string with no pattern, format, enum or const of its own, each of which
-    already excludes NUL) held to NO_NUL."""
+    """`schema` with every text held to NO_NUL: as its pattern, or beside a pattern of its own (an enum or a const
+    names no text with NUL already)."""
     if isinstance(schema, list):
         return [storable(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
     walked = {key: storable(value) if key != "default" else value for key, value in schema.items()}
-    if walked.get("type") == "string" and not {"pattern", "format", "enum", "const"} & set(walked):
-        walked["pattern"] = NO_NUL
+    if walked.get("type") == "string" and not {"enum", "const"} & set(walked):
+        if "pattern" not in walked:
+            walked["pattern"] = NO_NUL
+        elif walked["pattern"] != NO_NUL and re.search(walked["pattern"], "a\x00") is not None:
+            walked["allOf"] = [*walked.get("allOf", []), {"pattern": NO_NUL}]
     return walked
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from celery import current_app
 from django.db import transaction
 from django.db.models import Q
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from apps.core import uploads
 from apps.core.errors import OakenError
@@ -40,7 +40,14 @@ _UNREADABLE = "is not a readable mbox file, Maildir or .eml folder"
 START_IMPORT_TASK = "mail.start_import"
 
 
+# the workspace by name or by id, never both (_workspace): published with the input's schema
+ONE_WORKSPACE: dict[str, Any] = {
+    "not": {"required": ["workspace", "workspace_id"], "properties": {"workspace_id": {"type": "string"}}}
+}
+
+
 class ImportIn(Closed):
+    model_config = ConfigDict(json_schema_extra=ONE_WORKSPACE)
     path: str | None = Field(
         default=None,
         min_length=1,
@@ -170,6 +177,7 @@ def import_mail_op(ctx: Context, data: ImportIn) -> ImportOut:
 
 
 class UploadIn(Closed):
+    model_config = ConfigDict(json_schema_extra=ONE_WORKSPACE)
     upload: str | None = Field(
         default=None,
         max_length=64,
