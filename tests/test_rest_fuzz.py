@@ -69,6 +69,7 @@ BEYOND_THE_DOCUMENT = {
     "smtp.host": "a mail server that answers",
     "upload": "a file the upload door stored a moment ago",
     "tz": "a time zone in the server's own tz database (which its updates change)",
+    "settings": "a plugin's settings, held to the plugin's own schema (list_plugins gives it)",
 }
 
 

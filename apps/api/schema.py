@@ -64,6 +64,8 @@ def storable(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     walked = {key: storable(value) if key != "default" else value for key, value in schema.items()}
+    if walked.get("type") == "object" and walked.get("additionalProperties") not in (None, False):
+        walked["propertyNames"] = {"pattern": NO_NUL}  # a free-form object's names are text too
     if walked.get("type") == "string" and not {"enum", "const"} & set(walked):
         if "pattern" not in walked:
             walked["pattern"] = NO_NUL

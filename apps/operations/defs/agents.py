@@ -59,8 +59,20 @@ def key_out(row: ApiKey) -> ApiKeyOut:
 class CreateKeyIn(Closed):
     name: str = Field(default="", max_length=200)
     scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
-    workspaces: list[str] = Field(default=[DEFAULT_WORKSPACE], max_length=50, description="empty: every workspace")
-    operations: list[str] | None = Field(default=None, max_length=200, description="allow-list; null: all in scope")
+    workspaces: list[str] = Field(
+        default=[DEFAULT_WORKSPACE],
+        max_length=50,
+        description="empty: every workspace",
+        # each a workspace name, checked by _allow_list (which names the field): published here
+        json_schema_extra=lambda schema: schema["items"].update(minLength=1, maxLength=100),
+    )
+    operations: list[str] | None = Field(
+        default=None,
+        max_length=200,
+        description="allow-list; null: all in scope",
+        # each an operation of the registry, checked by _allow_list: published here, read when a schema is made
+        json_schema_extra=lambda schema: schema["anyOf"][0]["items"].update(enum=[op.name for op in registry]),
+    )
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
 
 
