@@ -279,7 +279,7 @@ def test_the_tool_list_publishes_the_same_bounds() -> None:
         assert op is not None
         schema = tool(op)["inputSchema"]["properties"][field]
         assert settings.OPERATIONS[setting] in {b.get("maxItems", b.get("maxLength")) for b in _branches(schema)}
-    listed = tool(registry.get("list_messages"))["inputSchema"]["properties"]  # type: ignore[arg-type]
+    listed = tool(registry.get("list_messages"))["inputSchema"]["properties"]
     assert _branches(listed["limit"])[0]["maximum"] == settings.OPERATIONS["PAGE_SIZE_MAX"]
-    created = tool(registry.get("create_label"))["inputSchema"]["properties"]  # type: ignore[arg-type]
+    created = tool(registry.get("create_label"))["inputSchema"]["properties"]
     assert created["idempotency_key"]["pattern"] == IDEMPOTENCY_KEY_PATTERN
