@@ -13,6 +13,7 @@ from apps.audit.models import AuditEvent
 from apps.mail.models import Label
 from apps.operations import docs
 from apps.operations.registry import registry
+from apps.operations.schema import input_json_schema
 from tests.commands import run
 from tests.conftest import Person
 from tests.test_rest_door import Mailbox, give_mail
@@ -54,7 +55,9 @@ def test_ops_list_json_lists_every_operation_with_its_schemas() -> None:
         assert row["ceiling"] == op.ceiling.value
         assert row["scope"] == op.scope.value
         assert row["role"] == op.role
-        assert row["input_schema"] == op.input_model.model_json_schema()
+        # the input model's schema with the gate's bounds (apps.operations.schema), as the tool list and the
+        # OpenAPI document publish it
+        assert row["input_schema"] == input_json_schema(op)
         assert row["output_schema"] == op.output_model.model_json_schema()
         assert row["input_schema"]["additionalProperties"] is False  # closed models
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from jsonschema import Draft202012Validator
 
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from apps.operations.registry import Callers, Operation, registry
 from tests.conftest import Person
 from tests.test_rest_door import Mailbox, api_client, give_mail, post
@@ -92,7 +95,9 @@ def test_one_post_path_per_registered_operation(document: dict[str, Any]) -> Non
         assert spec["operationId"] == op.name
         assert spec["summary"] == op.summary
         parameters = {(p["in"], p["name"]) for p in spec["parameters"]}
-        assert {("header", "Idempotency-Key"), ("header", "Oaken-Tenant"), ("query", "confirm")} <= parameters
+        assert {("header", "Oaken-Tenant"), ("query", "confirm")} <= parameters
+        # a key only where the gate accepts one: never for an operation whose answer holds a secret
+        assert (("header", "Idempotency-Key") in parameters) is not op.returns_secret, op.name
     # the listing of what a person may call is the only other path of the door
     assert set(document["paths"]) - set(op_paths) == {"/api/v1/ops"}
     assert document["paths"]["/api/v1/ops"]["get"]["operationId"] == "list_operations"
@@ -206,3 +211,130 @@ def test_the_document_is_made_once_per_process_and_served_alike_to_everyone_afte
     yaml = answers[2]
     assert yaml["Content-Type"].startswith("application/vnd.oai.openapi") and b"openapi: 3.1.0" in yaml.content
     assert "/api/v1/ops/list_messages" in first.json()["paths"]
+
+
+def _request_schema(document: dict[str, Any], op: Operation) -> dict[str, Any]:
+    spec = document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]
+    return _resolve(document, _json_schema(spec["requestBody"]["content"]))
+
+
+def _branches(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b for b in schema.get("anyOf", [schema]) if b.get("type") != "null"]
+
+
+def test_every_bound_the_gate_enforces_is_in_the_document_with_its_setting(
+    document: dict[str, Any], subtests: pytest.Subtests
+) -> None:
+    """Each operation's Bounds (settings.OPERATIONS, enforced by the gate) are its request schema's maxItems,
+    maximum or maxLength: a client learns every limit before it calls, from the same source as the gate."""
+    keyword = {"array": "maxItems", "integer": "maximum", "string": "maxLength"}
+    bounded = [op for op in _served() if op.bounds]
+    assert {"list_messages", "mark_read", "search", "summarize_messages", "send_email"} <= {op.name for op in bounded}
+    for op in bounded:
+        with subtests.test(op.name):
+            properties = _request_schema(document, op)["properties"]
+            for bound in op.bounds:
+                for branch in _branches(properties[bound.field]):
+                    # the setting, or the model's own smaller bound
+                    assert branch[keyword[branch["type"]]] <= settings.OPERATIONS[bound.setting], bound
+    spec = _request_schema(document, registry.get("list_messages"))  # type: ignore[arg-type]
+    assert _branches(spec["properties"]["limit"])[0]["maximum"] == settings.OPERATIONS["PAGE_SIZE_MAX"]
+    mark = _request_schema(document, registry.get("mark_read"))  # type: ignore[arg-type]
+    assert mark["properties"]["message_ids"]["maxItems"] == settings.OPERATIONS["BATCH_MAX"]
+    summarize = _request_schema(document, registry.get("summarize_messages"))  # type: ignore[arg-type]
+    assert summarize["properties"]["message_ids"]["maxItems"] == settings.OPERATIONS["SUMMARIZE_MAX"]
+
+
+def test_the_idempotency_key_tenant_and_listing_answers_are_described(document: dict[str, Any]) -> None:
+    for op in _served():
+        parameters = {p["name"]: p for p in document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]["parameters"]}
+        if "Idempotency-Key" in parameters:
+            key = parameters["Idempotency-Key"]["schema"]
+            assert (key["minLength"], key["maxLength"]) == (1, IDEMPOTENCY_KEY_MAX_CHARS)
+            assert key["pattern"] == IDEMPOTENCY_KEY_PATTERN
+        assert parameters["Oaken-Tenant"]["schema"] == {"type": "string", "format": "uuid"}
+        assert "413" in document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]["responses"]
+    listing = document["paths"]["/api/v1/ops"]["get"]
+    assert {"200", "401", "404", "503"} <= set(listing["responses"])
+    assert "Oaken-Tenant" in {p["name"] for p in listing["parameters"]}
+    # and the door answers the listing's 401 as described
+    answer = Client().get("/api/v1/ops")
+    assert answer.status_code == 401
+    _validator(document, listing["responses"]["401"]["content"]).validate(answer.json())
+
+
+def test_free_text_in_a_request_excludes_what_the_gate_refuses(document: dict[str, Any]) -> None:
+    """The gate refuses a NUL in any text (no column stores it): every free text of every request says so."""
+    seen = 0
+    for name, component in document["components"]["schemas"].items():
+        if not name.endswith("Request"):
+            continue
+        for prop in component.get("properties", {}).values():
+            for branch in _branches(prop):
+                if branch.get("type") == "string" and not {"enum", "const"} & set(branch):
+                    patterns = [branch["pattern"], *(p["pattern"] for p in branch.get("allOf", []))]
+                    assert any(re.search(pattern, "a\u0000") is None for pattern in patterns), (name, patterns)
+                    seen += 1
+    assert seen > 50
+
+
+def test_the_published_maximum_is_accepted_and_one_more_is_refused(
+    document: dict[str, Any], alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    """What the document says, the door does: at its maximum a call runs, past it LIMIT_EXCEEDED names the field;
+    and the key's bound likewise."""
+    give_mail(alice, tmp_path, "alice")
+    client = api_client(alice.user)
+    limit = _branches(_request_schema(document, registry.get("list_messages"))["properties"]["limit"])[0]  # type: ignore[arg-type]
+    assert post(client, "list_messages", {"limit": limit["maximum"]}).status_code == 200
+    over = post(client, "list_messages", {"limit": limit["maximum"] + 1})
+    assert over.status_code == 422 and over.json()["error"] == {
+        "code": "LIMIT_EXCEEDED",
+        "message": f"limit: at most {limit['maximum']} per call",
+        "field": "limit",
+    }
+    assert post(client, "list_messages", {}, key="k" * IDEMPOTENCY_KEY_MAX_CHARS).status_code == 200
+    too_long = post(client, "list_messages", {}, key="k" * (IDEMPOTENCY_KEY_MAX_CHARS + 1))
+    assert too_long.status_code == 400 and too_long.json()["error"]["field"] == "idempotency_key"
+
+
+def test_the_tool_list_publishes_the_same_bounds() -> None:
+    """The MCP tool list (and `oaken ops list --json`) take an operation's input schema from the same place."""
+    from apps.mcp.tools import tool
+
+    for name, field, setting in (
+        ("mark_read", "message_ids", "BATCH_MAX"),
+        ("summarize_messages", "message_ids", "SUMMARIZE_MAX"),
+        ("search", "query", "QUERY_MAX_CHARS"),
+    ):
+        op = registry.get(name)
+        assert op is not None
+        schema = tool(op)["inputSchema"]["properties"][field]
+        assert settings.OPERATIONS[setting] in {b.get("maxItems", b.get("maxLength")) for b in _branches(schema)}
+    listed = tool(registry.get("list_messages"))["inputSchema"]["properties"]
+    assert _branches(listed["limit"])[0]["maximum"] == settings.OPERATIONS["PAGE_SIZE_MAX"]
+    created = tool(registry.get("create_label"))["inputSchema"]["properties"]
+    assert created["idempotency_key"]["pattern"] == IDEMPOTENCY_KEY_PATTERN
+
+
+def test_every_array_and_free_form_object_of_a_request_says_the_item_bound_every_door_holds(
+    document: dict[str, Any],
+) -> None:
+    """No door lets an array or object of more than INPUT_ARRAY_MAX items through (apps.gate.payload, before the
+    body is parsed): the document says so wherever the schema names no tighter bound."""
+    most = settings.OPERATIONS["INPUT_ARRAY_MAX"]
+    arrays = objects = 0
+    stack: list[Any] = [c for n, c in document["components"]["schemas"].items() if n.endswith("Request")]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "array":
+                assert 0 < node["maxItems"] <= most, node
+                arrays += 1
+            elif node.get("type") == "object" and node.get("additionalProperties") not in (None, False):
+                assert 0 < node["maxProperties"] <= most, node
+                objects += 1
+            stack.extend(node.values())
+    assert arrays > 20 and objects >= 1

@@ -1,4 +1,11 @@
-"""GET /api/schema: the OpenAPI document, made once per process.
+"""The OpenAPI document's request side: every bound the gate holds a call to, from the same source as the gate.
+
+An operation's request body is its input model's JSON Schema in validation mode with the operation's bounds
+(settings.OPERATIONS) applied (apps.operations.schema), one component per operation: two operations sharing an
+input model may have different bounds. The parameters every operation path takes (the Idempotency-Key header, the
+Oaken-Tenant header, ?confirm) carry the bounds the door and the gate check them against.
+
+GET /api/schema: the document, made once per process (SchemaView).
 
 drf-spectacular makes the document anew on every request (0.2-0.3 s of CPU and 0.7 MB on a quiet machine, more
 under load): a public page that slow is a cheap way to burn the web workers' CPU, and it kept Swagger UI waiting.
@@ -8,14 +15,107 @@ and kept. A version or a language asked for (drf-spectacular's `version` and `la
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
 from django.conf import settings
 from django.utils import translation
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from apps.operations.registry import Operation
+from apps.operations.schema import input_json_schema
+
+TENANT_HEADER = "Oaken-Tenant"
+# nested models of a request body, in validation mode: named apart from the same models in responses, which
+# drf-spectacular's pydantic extension writes in serialization mode
+_NESTED = "{model}Request"
+
+
+class OperationInput:
+    """`extend_schema(request=...)` for one operation: its bounded input schema (see OperationInputExtension)."""
+
+    def __init__(self, op: Operation) -> None:
+        self.op = op
+
+
+class OperationInputExtension(OpenApiSerializerExtension):
+    target_class = OperationInput
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        # the door adds "Request" (COMPONENT_SPLIT_REQUEST): list_messages -> ListMessagesInRequest
+        words = re.split(r"[._]", self.target.op.name)
+        return "".join(word.title() for word in words) + "In"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        template = "#/components/schemas/" + _NESTED
+        schema = storable(input_json_schema(self.target.op, ref_template=template))
+        for name, nested in schema.pop("$defs", {}).items():
+            named = _NESTED.format(model=name)
+            auto_schema.registry.register_on_missing(
+                ResolvedComponent(name=named, type=ResolvedComponent.SCHEMA, object=named, schema=nested)
+            )
+        return schema
+
+
+# The gate refuses a text holding NUL anywhere in the input, before the model sees it (apps.gate.payload: no text
+# column can store it); a lone surrogate cannot be sent in UTF-8 at all, only escaped, and is refused the same way.
+NO_NUL = "^[^\\u0000]*$"
+
+
+def storable(schema: Any) -> Any:
+    """`schema` with every text held to NO_NUL: as its pattern, or beside a pattern of its own (an enum or a const
+    names no text with NUL already)."""
+    if isinstance(schema, list):
+        return [storable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    walked = {key: storable(value) if key != "default" else value for key, value in schema.items()}
+    if walked.get("type") == "object" and walked.get("additionalProperties") not in (None, False):
+        walked["propertyNames"] = {"pattern": NO_NUL}  # a free-form object's names are text too
+    if walked.get("type") == "string" and not {"enum", "const"} & set(walked):
+        if "pattern" not in walked:
+            walked["pattern"] = NO_NUL
+        elif walked["pattern"] != NO_NUL and re.search(walked["pattern"], "a\x00") is not None:
+            walked["allOf"] = [*walked.get("allOf", []), {"pattern": NO_NUL}]
+    return walked
+
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
+        "pattern": IDEMPOTENCY_KEY_PATTERN,
+    },
+    OpenApiParameter.HEADER,
+    description="replays the first response of a call that completed with this key and input (a refused call "
+    "binds nothing); printable ASCII, not starting or ending with a space",
+)
+TENANT = OpenApiParameter(
+    TENANT_HEADER,
+    {"type": "string", "format": "uuid"},
+    OpenApiParameter.HEADER,
+    description="tenant id (default: the one chosen in the console, else your first); a tenant you are not in "
+    "is not found",
+)
+CONFIRM = OpenApiParameter(
+    "confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change (true; false is no)"
+)
+
+
+def parameters(op: Operation) -> list[OpenApiParameter]:
+    """What an operation's path takes beside its body: a key only where the gate accepts one."""
+    accepted = not op.returns_secret and not op.commits_in_batches
+    return [*([IDEMPOTENCY_KEY] if accepted else []), TENANT, CONFIRM]
+
 
 # documents kept per (URL patterns, version, language); a handful at most, each made once
 _documents: dict[tuple[str, str | None, str | None], dict[str, Any]] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularSwaggerSplitView
 from pydantic import BaseModel, ConfigDict
 from rest_framework import exceptions as drf_exceptions
@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.api import schema
 from apps.api.parsers import UnreadBodyParser
 from apps.core import uploads
 from apps.core.callers import Caller
@@ -29,7 +30,7 @@ from apps.operations.exposure import is_offered, is_permitted, offered_operation
 from apps.operations.registry import Operation, registry
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
-TENANT_HEADER = "Oaken-Tenant"
+TENANT_HEADER = schema.TENANT_HEADER
 
 
 class ErrorBody(BaseModel):
@@ -88,18 +89,9 @@ def person_caller(request: Request) -> Caller:
     return Caller.person(membership)
 
 
-# 413: a body over OPERATION_BODY_MAX_BYTES (apps.gate.payload.BodyBoundMiddleware), answered before anything else
+# what an operation's path may answer besides its output: the one error shape (413: a body over
+# OPERATION_BODY_MAX_BYTES, refused before it is parsed)
 _ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
-_HEADERS = [
-    OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="replays the first response"),
-    OpenApiParameter(
-        TENANT_HEADER,
-        str,
-        OpenApiParameter.HEADER,
-        description="tenant id (default: the one chosen in the console, else your first)",
-    ),
-    OpenApiParameter("confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change"),
-]
 
 
 def operation_view(op: Operation) -> Any:
@@ -110,9 +102,9 @@ def operation_view(op: Operation) -> Any:
             operation_id=op.name,
             summary=op.summary,
             description=op.description,
-            request=op.input_model,
+            request=schema.OperationInput(op),
             responses={200: op.output_model, **_ERRORS},
-            parameters=_HEADERS,
+            parameters=schema.parameters(op),
             tags=[op.op_class.value],
         )
         def post(self, request: Request) -> Response:
@@ -216,7 +208,13 @@ class OperationList(BaseModel):
 
 
 class OperationListView(APIView):
-    @extend_schema(operation_id="list_operations", summary="What you may call here.", responses={200: OperationList})
+    @extend_schema(
+        operation_id="list_operations",
+        summary="What you may call here.",
+        parameters=[schema.TENANT],
+        # 401 without a session, 404 for a tenant the person is not in, 503 while the database is away
+        responses={200: OperationList, **{status: ErrorOut for status in (401, 404, 503)}},
+    )
     def get(self, request: Request) -> Response:
         try:
             caller = person_caller(request)

@@ -11,6 +11,11 @@ from apps.core.errors import OakenError
 
 # the longest idempotency key a caller may send, on every door (the gate's record keeps it whole)
 IDEMPOTENCY_KEY_MAX_CHARS = 255
+# what a key is made of, on every door: printable ASCII, not starting or ending with a space, which is exactly what
+# an HTTP header carries unchanged (RFC 9110 strips a field value's outer spaces) and what any text column stores
+# (no NUL, no control character); a UUID, a ULID or "retry-2" all fit. The OpenAPI document and the MCP tool list
+# publish this pattern; the gate holds every key to it (apps.gate.dispatch)
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]([ -~]*[!-~])?$"
 
 
 class _RandomPool(threading.local):

@@ -8,6 +8,7 @@ Every call appends exactly one audit event, refusals included.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from apps.audit.log import append_event, input_digest
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, new_id
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.gate import confirmation, payload
@@ -86,12 +87,11 @@ def dispatch(
         _authority(caller, op)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
-        if idempotency_key is not None and op.returns_secret:
-            # a replay would need the secret stored beside the key
-            raise OakenError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
         if idempotency_key is not None:
+            _check_key(op, idempotency_key)
             # A key that already succeeded answers as it did then, whatever has changed since
-            # (the message it deleted is gone, the confirmation it needed was given).
+            # (the message it deleted is gone, the confirmation it needed was given). Only a call that completed
+            # binds its key: a refused or failed one changed nothing and kept nothing (docs/gate.md).
             stored = _stored_response(caller, op.name, idempotency_key, digest)
             if stored is not None:
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
@@ -264,7 +264,8 @@ def _limits(op: Operation, data: BaseModel) -> None:
         size = value if isinstance(value, int) else len(value)
         maximum = settings.OPERATIONS[bound.setting]
         if size > maximum:
-            raise OakenError("LIMIT_EXCEEDED", f"{bound.field}: at most {maximum} per call", field=bound.field)
+            message = bound.message.format(field=bound.field, maximum=maximum)
+            raise OakenError("LIMIT_EXCEEDED", message, field=bound.field)
 
 
 def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
@@ -382,14 +383,29 @@ def _holds_nothing() -> bool:
     )
 
 
-def _check_key(key: str) -> None:
-    if not key or len(key) > IDEMPOTENCY_KEY_MAX_CHARS:
+_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+def _check_key(op: Operation, key: object) -> None:
+    """A key the gate can keep for `op`: the bound and the pattern the OpenAPI document and the tool list publish
+    (apps.core.ids); the key itself is never repeated."""
+    if op.returns_secret:
+        # a replay would need the secret stored beside the key
+        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
+    if op.commits_in_batches:
+        # a failure keeps the batches it finished: there is no one answer to replay, nor one transaction to bind
+        # the key in
+        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that commits in batches")
+    if not isinstance(key, str) or not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_CHARS:
         raise OakenError.invalid("idempotency_key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters")
+    if not _KEY.fullmatch(key):
+        raise OakenError.invalid(
+            "idempotency_key", "must be printable ASCII characters, not starting or ending with a space"
+        )
 
 
 def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
     """The first run's response for this key, if it completed; a different input is refused."""
-    _check_key(key)
     first = (
         IdempotencyRecord.objects.for_tenant(caller.tenant)
         .filter(caller_key=caller.key, operation=operation, key=key)

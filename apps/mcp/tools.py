@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 
 from apps.core.errors import OakenError
-from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from apps.operations.registry import OpClass, Operation
+from apps.operations.schema import input_json_schema
 
 UNTRUSTED_KEY = "x-untrusted"  # set on output fields holding mail-derived text (shapes.MailText)
 FLAG = "untrusted_content"
@@ -26,7 +27,9 @@ _CONFIRMATION_TOKEN = {
 }
 _IDEMPOTENCY_KEY = {
     "type": "string",
+    "minLength": 1,
     "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
+    "pattern": IDEMPOTENCY_KEY_PATTERN,
     "description": "any unique string: a retry with the same key and input answers as the first call did",
 }
 _FLAG_SCHEMA = {
@@ -81,7 +84,7 @@ def dump_bytes(value: Any) -> bytes:
 @cache
 def tool(op: Operation) -> dict[str, Any]:
     """The tools/list entry of one operation (cached: operations are fixed at import)."""
-    input_schema = op.input_model.model_json_schema()
+    input_schema = input_json_schema(op)  # with the bounds the gate holds it to
     input_schema.setdefault("type", "object")
     input_schema.setdefault("properties", {})
     if op.op_class != OpClass.READ:

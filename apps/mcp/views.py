@@ -303,8 +303,9 @@ def _call_tool(
         token, key = arguments.pop("confirmation_token", None), None
         if op is not None and not op.idempotent_input:
             key = arguments.pop("idempotency_key", None)
-        if not all(value is None or isinstance(value, str) for value in (token, key)):
-            return tools.refusal(OakenError.invalid("confirmation_token", "must be a string"))
+        for field, value in (("confirmation_token", token), ("idempotency_key", key)):
+            if value is not None and not isinstance(value, str):
+                return tools.refusal(OakenError.invalid(field, "must be a string"))
         answer = _through_gate(request, caller, op, name, arguments, token, key)
         if modern and isinstance(answer, Result) and op is not None:
             url = elicitation.waiting_approval_url(op, answer.output)

@@ -123,10 +123,12 @@ def when(predicate: Callable[[Any], bool]) -> ConfirmRule[Any]:
 
 @dataclass(frozen=True)
 class Bound:
-    """A count limit on one input field, read from settings.OPERATIONS[setting] at call time."""
+    """A count limit on one input field, read from settings.OPERATIONS[setting] at call time; published in the
+    operation's input schema (apps.operations.schema). `message`: the refusal's words, with {maximum}."""
 
     field: str
     setting: str
+    message: str = "{field}: at most {maximum} per call"
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,10 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: input and output models must forbid extra fields")
     if op.op_class == OpClass.SEND and op.ceiling != Ceiling.NEVER:
         raise DefinitionError(f"{op.name!r}: a send operation can never be offered to agents")
+    for bound in op.bounds:
+        if bound.field not in op.input_model.model_fields:
+            # the gate would find nothing to count, and the published schemas nothing to bound
+            raise DefinitionError(f"{op.name!r}: a bound names {bound.field!r}, which is not a field of its input")
     if op.op_class == OpClass.READ:
         if op.changes_read_state:
             raise DefinitionError(f"{op.name!r}: a read operation cannot change read state")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -56,11 +56,34 @@ def key_out(row: ApiKey) -> ApiKeyOut:
     )
 
 
+def _workspace_names(schema: dict[str, Any]) -> None:
+    """Each of the key's workspaces a workspace name, as _allow_list checks it (naming the field)."""
+    schema["items"].update(minLength=1, maxLength=100)
+
+
+def _operation_names(schema: dict[str, Any]) -> None:
+    """Each name on the allow-list an operation of the registry, as _allow_list checks it (read when a schema is
+    made, after every operation is defined)."""
+    schema["anyOf"][0]["items"].update(enum=[op.name for op in registry])
+
+
 class CreateKeyIn(Closed):
     name: str = Field(default="", max_length=200)
     scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
-    workspaces: list[str] = Field(default=[DEFAULT_WORKSPACE], max_length=50, description="empty: every workspace")
-    operations: list[str] | None = Field(default=None, max_length=200, description="allow-list; null: all in scope")
+    workspaces: list[str] = Field(
+        default=[DEFAULT_WORKSPACE],
+        max_length=50,
+        description="empty: every workspace",
+        # each a workspace name, checked by _allow_list (which names the field): published here
+        json_schema_extra=_workspace_names,
+    )
+    operations: list[str] | None = Field(
+        default=None,
+        max_length=200,
+        description="allow-list; null: all in scope",
+        # each an operation of the registry, checked by _allow_list: published here, read when a schema is made
+        json_schema_extra=_operation_names,
+    )
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
 
 

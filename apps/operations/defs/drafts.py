@@ -34,7 +34,11 @@ from apps.outbound.selectors import access_draft_by_id, drafts_in_reach
 
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
 ADDRESSES_MAX = 500
-Address = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=320)]
+Address = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=3, max_length=320),
+    Field(json_schema_extra={"format": "email"}),
+]
 Subject = Annotated[HeaderText, StringConstraints(max_length=2000)]
 OPEN_STATES = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED, State.SENDING)
 
@@ -115,6 +119,11 @@ def _agent_may_edit(ctx: Context, draft: Draft) -> None:
 # ---------------------------------------------------------------- create_draft
 
 
+# what sending would refuse, refused (and published) where a draft is written: its text and its number of files
+BODY_BOUND = Bound("body", "SEND_BODY_MAX_CHARS")
+MAIL_BOUNDS = (BODY_BOUND, Bound("attachments", "SEND_ATTACHMENTS_MAX"))
+
+
 class CreateDraftIn(Closed):
     account_id: Id
     to: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
@@ -166,6 +175,7 @@ def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
     preview=_create_preview,
     confirm=NEVER,
     targets=_new_draft,
+    bounds=MAIL_BOUNDS,
 )
 def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
     account, found, files = ctx.targets
@@ -262,6 +272,7 @@ def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
     preview=_update_preview,
     confirm=NEVER,
     targets=_draft_edit,
+    bounds=MAIL_BOUNDS,
 )
 def update_draft(ctx: Context, data: UpdateDraftIn) -> DraftOut:
     edit: DraftEdit = ctx.targets
@@ -412,6 +423,7 @@ def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
     preview=_reply_preview,
     confirm=NEVER,
     targets=_source,
+    bounds=(BODY_BOUND,),
 )
 def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
     message: Message = ctx.targets
@@ -499,6 +511,7 @@ def _forwarded_block(message: Message, text: str) -> str:
     preview=_forward_preview,
     confirm=NEVER,
     targets=_forward,
+    bounds=(BODY_BOUND,),
 )
 def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
     message, found = ctx.targets

@@ -20,7 +20,7 @@ from typing import Any
 from celery import current_app
 from django.db import transaction
 from django.db.models import Q
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from apps.core import uploads
 from apps.core.errors import OakenError
@@ -40,7 +40,14 @@ _UNREADABLE = "is not a readable mbox file, Maildir or .eml folder"
 START_IMPORT_TASK = "mail.start_import"
 
 
+# the workspace by name or by id, never both (_workspace): published with the input's schema
+ONE_WORKSPACE: dict[str, Any] = {
+    "not": {"required": ["workspace", "workspace_id"], "properties": {"workspace_id": {"type": "string"}}}
+}
+
+
 class ImportIn(Closed):
+    model_config = ConfigDict(json_schema_extra=ONE_WORKSPACE)
     path: str | None = Field(
         default=None,
         min_length=1,
@@ -170,6 +177,7 @@ def import_mail_op(ctx: Context, data: ImportIn) -> ImportOut:
 
 
 class UploadIn(Closed):
+    model_config = ConfigDict(json_schema_extra=ONE_WORKSPACE)
     upload: str | None = Field(
         default=None,
         max_length=64,
@@ -229,13 +237,8 @@ def _job(run: ImportRun) -> dict[str, Any]:
 
 
 def _upload_within_bound(ctx: Context, data: UploadIn) -> None:
-    """The size first: a file over the bound is refused whether or not it was stored (the door stops reading it
-    as soon as it knows)."""
-    limit = ctx.bounds["IMPORT_UPLOAD_MAX_BYTES"]
-    if data.size > limit:
-        raise OakenError(
-            "LIMIT_EXCEEDED", f"the file is larger than an import may be ({limit} bytes at most)", field="size"
-        )
+    """After the size (the gate's bound, _UPLOAD_SIZE: a file over it is refused whether or not it was stored; the
+    door stops reading it as soon as it knows), the stored file."""
     if data.upload is None:
         raise OakenError.invalid("upload", "is required: upload the file first")
     if uploads.spooled(data.upload) is None:
@@ -255,6 +258,11 @@ def _start_on_commit(tenant_id: str, import_id: str) -> None:
     transaction.on_commit(start)
 
 
+_UPLOAD_SIZE = Bound(
+    "size", "IMPORT_UPLOAD_MAX_BYTES", message="the file is larger than an import may be ({maximum} bytes at most)"
+)
+
+
 @operation(
     name="upload_import",
     summary="Import an uploaded mbox file, .eml file or zip of them into a local mail account, in a worker.",
@@ -267,6 +275,7 @@ def _start_on_commit(tenant_id: str, import_id: str) -> None:
     targets=_local_destination,
     verify=_upload_within_bound,
     callers=Callers.PERSONS,
+    bounds=(_UPLOAD_SIZE,),
 )
 def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
     """The file the upload door stored becomes the tenant's, under the import's id; the import is queued and a

@@ -7,7 +7,7 @@ import base64
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -224,7 +224,19 @@ def list_labels(ctx: Context, data: OptionalAccountIn) -> LabelsOut:
 # ---------------------------------------------------------------- list_messages
 
 
+# a folder belongs to an account: naming one needs account_id (apps.mail.reads), published with the input
+FOLDER_NEEDS_ACCOUNT = ConfigDict(
+    json_schema_extra={
+        "anyOf": [
+            {"not": {"required": ["folder"], "properties": {"folder": {"type": "string"}}}},
+            {"required": ["account_id"], "properties": {"account_id": {"type": "string"}}},
+        ]
+    }
+)
+
+
 class ListMessagesIn(Page):
+    model_config = FOLDER_NEEDS_ACCOUNT
     account_id: Id | None = None
     folder: str | None = Field(
         default=None, max_length=500, description="inbox, archive, spam, trash, sent, drafts or a folder name"

@@ -26,12 +26,12 @@ from pydantic import Field, StringConstraints
 from apps.agents.models import ApiKey, Connection
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import parse_id
+from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, parse_id
 from apps.core.kinds import Scope
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.models import AccountKind, MailAccount, Message
 from apps.operations.context import Context
-from apps.operations.defs.drafts import CreateDraftIn, draft_of
+from apps.operations.defs.drafts import MAIL_BOUNDS, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
 from apps.operations.defs.mail_read import account_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailBody, MailText, cut
@@ -49,7 +49,9 @@ from apps.outbound.selectors import (
     visible_outbound_requests,
 )
 
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+IdempotencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_CHARS, pattern=IDEMPOTENCY_KEY_PATTERN)
+]
 _KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
 
 
@@ -239,6 +241,7 @@ def _made(content: requests.Content, operation: str, data: SendEmailIn | SendDra
     idempotent_input=True,
     completed=lambda ctx, data: _made(ctx.targets, "send_email", data, ctx),
     awaits_approval=True,
+    bounds=MAIL_BOUNDS,
 )
 def send_email(ctx: Context, data: SendEmailIn) -> RequestOut:
     request, _ = requests.create_request(
@@ -465,6 +468,7 @@ def _rejection(ctx: Context, data: RejectIn) -> OutboundRequest:
     ceiling=Ceiling.NEVER,
     targets=_rejection,
     callers=Callers.PERSONS,
+    bounds=(Bound("reason", "REJECT_REASON_MAX_CHARS"),),
 )
 def reject_outbound(ctx: Context, data: RejectIn) -> RequestOut:
     request: OutboundRequest = ctx.targets

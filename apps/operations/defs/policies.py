@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -38,6 +38,15 @@ Domain = Annotated[
 
 
 class CreatePolicyIn(Closed):
+    # a policy allows someone: at least one address or domain (checked by _new_policy, published here)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["allowed_addresses"], "properties": {"allowed_addresses": {"minItems": 1}}},
+                {"required": ["allowed_domains"], "properties": {"allowed_domains": {"minItems": 1}}},
+            ]
+        }
+    )
     name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
     account_id: Id | None = Field(default=None, description="null: any account")
     allowed_addresses: list[Address] = Field(default=[], max_length=500)

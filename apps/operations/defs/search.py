@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 from apps.core.pages import encode_cursor, read_cursor
 from apps.mail.reads import summaries
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import Listing, listing, reach
+from apps.operations.defs.mail_read import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.search import queries
@@ -31,6 +31,7 @@ def _zones() -> frozenset[str]:
 
 
 class SearchIn(Page):
+    model_config = FOLDER_NEEDS_ACCOUNT
     query: str = Field(min_length=1, description='words or a question; "quoted phrases", -excluded words')
     mode: Mode = Field(
         default="hybrid", description="hybrid (both, fused), keyword (words only), semantic (meaning only)"

@@ -53,7 +53,9 @@ MailBody = Annotated[str, _UNTRUSTED]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 
 # every character Python's str.splitlines() breaks at: a header value holding one would break the header it is in
-_LINE_BREAK = re.compile("[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+# (as regular-expression escapes, the same in Python and in the JSON Schema pattern that publishes the rule)
+_LINE_BREAKS = "\\r\\n\\x0b\\x0c\\x1c-\\x1e\\x85\\u2028\\u2029"
+_LINE_BREAK = re.compile(f"[{_LINE_BREAKS}]")
 
 
 def _one_line(value: str) -> str:
@@ -63,7 +65,7 @@ def _one_line(value: str) -> str:
 
 
 # Text that goes into a mail header (a subject): one line, so it can never start another header.
-HeaderText = Annotated[str, AfterValidator(_one_line)]
+HeaderText = Annotated[str, AfterValidator(_one_line), Field(json_schema_extra={"pattern": f"^[^{_LINE_BREAKS}]*$"})]
 
 
 class Empty(Closed):

@@ -19,7 +19,7 @@ from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import AccountIn, OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, MailText
-from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
 
 
 class SignatureOut(Closed):
@@ -77,6 +77,7 @@ def _set_preview(ctx: Context, data: SetSignatureIn) -> Preview:
     preview=_set_preview,
     confirm=NEVER,
     targets=_signed_account,
+    bounds=(Bound("text", "SIGNATURE_MAX_CHARS"),),
 )
 def set_signature(ctx: Context, data: SetSignatureIn) -> SignatureOut:
     """A person's own setting, reversible at once: no confirmation asked. Kept as written (only trailing

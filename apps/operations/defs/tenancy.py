@@ -314,7 +314,7 @@ def list_members(ctx: Context, data: Empty) -> MembersOut:
 
 
 class InviteIn(Closed):
-    email: str = Field(min_length=3, max_length=254)
+    email: str = Field(min_length=3, max_length=254, json_schema_extra={"format": "email"})
     role: RoleName = "MEMBER"
 
 

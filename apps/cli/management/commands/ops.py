@@ -10,6 +10,7 @@ from django.core.management.base import CommandParser
 from apps.cli.command import JsonCommand
 from apps.operations import docs
 from apps.operations.registry import registry
+from apps.operations.schema import input_json_schema
 
 
 class Command(JsonCommand):
@@ -42,7 +43,7 @@ class Command(JsonCommand):
                 "ceiling": op.ceiling.value,
                 "role": op.role,
                 "callers": op.callers.value,
-                "input_schema": op.input_model.model_json_schema(),
+                "input_schema": input_json_schema(op),
                 "output_schema": op.output_model.model_json_schema(),
             }
             for op in registry
