@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -596,3 +598,34 @@ def test_a_stalled_redis_costs_a_call_its_two_second_bound_at_most(
     assert _rest_subjects(answers["rest"][2]) == ["Alice's own"]
     assert answers["console"][0] == 200
     assert _http(live_url + "/health")[0] == 200
+
+
+def test_a_server_that_refuses_a_new_connection_at_once_answers_and_only_a_silent_one_is_stalled(
+    tmp_path: Path,
+) -> None:
+    """The watchdog cuts waiting connections only when the server is silent. A server out of connection slots
+    ("too many clients"), starting up, or refusing a password answers at once: its busy connections are left to
+    finish. A socket that takes a connection and never answers is silent until the probe's timeout."""
+    import socket
+
+    from config.postgresql import watchdog
+
+    ours = connection.get_connection_params()
+    params = {k: v for k, v in ours.items() if k in {"dbname", "user", "host", "port", "passfile"}}
+    started = time.monotonic()
+    assert watchdog.probe({**params, "password": "not-the-password"}, 2) is True
+    assert time.monotonic() - started < 2
+    assert watchdog.probe({**params, "password": ours["password"]}, 2) is True
+
+    silent_dir = Path(tempfile.mkdtemp(prefix="pg-", dir="/tmp"))  # a short path: unix socket names are short
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(silent_dir / ".s.PGSQL.5432"))
+        listener.listen(8)  # connections are queued, never accepted, never answered
+        silent = {**params, "host": str(silent_dir), "port": 5432, "password": "any"}
+        started = time.monotonic()
+        assert watchdog.probe(silent, 2) is False
+        assert time.monotonic() - started >= 1.5  # it waited for an answer, and none came
+    finally:
+        listener.close()
+        shutil.rmtree(silent_dir, ignore_errors=True)

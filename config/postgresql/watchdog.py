@@ -171,11 +171,15 @@ def watched(
 
 
 def probe(params: dict[str, Any], connect_timeout: int) -> bool:
-    """Whether the server opens a new connection within `connect_timeout` seconds."""
+    """Whether the server answers a new connection within `connect_timeout` seconds. A refusal is an answer: a
+    server out of connection slots ("too many clients"), starting up or shutting down says so at once, and its
+    busy connections are not stalled; only silence until the timeout (or libpq's own timeout) is."""
     import psycopg
 
+    started = time.monotonic()
     try:
         psycopg.connect(**params, connect_timeout=connect_timeout, autocommit=True).close()
-    except psycopg.Error:
-        return False
+    except psycopg.Error as refused:
+        silent = time.monotonic() - started >= connect_timeout / 2 or "timeout expired" in str(refused)
+        return not silent
     return True
