@@ -12,14 +12,14 @@ from functools import cache
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from apps.core.errors import OakenError
 
 
-def _ask_database(answer: list[bool]) -> None:
-    connection = connections["default"]
+def _ask_database(connection: BaseDatabaseWrapper, answer: list[bool]) -> None:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -27,16 +27,20 @@ def _ask_database(answer: list[bool]) -> None:
     except DatabaseError:
         answer.append(False)
     finally:
-        connection.close()  # the thread's own connection ends with it
+        connection.dec_thread_sharing()
 
 
 def _checks() -> dict[str, bool]:
-    """The database is asked on a thread of its own, waited for at most HEALTH_DATABASE_SECONDS (opening the
-    connection included: the thread goes on until the watchdog or connect_timeout ends it, then closes its
-    connection); Redis meanwhile, within its socket timeout."""
+    """The database is asked on a thread of its own, on the request's own connection (a connection opened for each
+    /health, a public page, would spend a server process and the password's key stretching per request: slow on a
+    loaded machine, and a way to use up connection slots), waited for at most HEALTH_DATABASE_SECONDS; Redis
+    meanwhile, within its socket timeout. A thread still waiting on a stalled server holds the connection until
+    the watchdog cuts it (config/postgresql/watchdog.py): the next query on it fails then, as any would."""
     started = time.monotonic()
     answer: list[bool] = []
-    asking = threading.Thread(target=_ask_database, args=(answer,), name="oaken-health-database", daemon=True)
+    connection = connections["default"]
+    connection.inc_thread_sharing()
+    asking = threading.Thread(target=_ask_database, args=(connection, answer), name="oaken-health", daemon=True)
     asking.start()
     redis_ok = _redis_ok()
     asking.join(max(0.0, settings.HEALTH_DATABASE_SECONDS - (time.monotonic() - started)))
