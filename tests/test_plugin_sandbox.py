@@ -516,8 +516,8 @@ def test_lines_out_of_turn_never_reach_a_caller(tenants: Tenants, client: Client
         assert (own, outcome(alice, "forger.own")) == ("PLUGIN_FAILED", "PLUGIN_FAILED")
     # what it writes to fd 1 (print, os.write) goes nowhere: the host keeps the pipe to itself
     assert answered(alice, "forger.stdout", mine)["said"] == "answered"
-    # a thread that writes forged answers once the call is over, and on: the process is stopped between
-    # calls; the next call that wakes it fails (or finds the line waiting and starts another process)
+    # a thread that writes forged answers once the call is over, and on: a process left with more threads than
+    # it had when ready is ended after its answer, so no later call ever wakes it, however the threads are run
     later = answered(alice, "forger.later", mine)["process"]
     time.sleep(0.5)
     for _ in range(3):
@@ -525,9 +525,7 @@ def test_lines_out_of_turn_never_reach_a_caller(tenants: Tenants, client: Client
         who(mallory, theirs)
     texts = [json.dumps(a) for a in answers]
     assert not [t for t in texts if "merger" in t.lower()]
-    assert answers[-2] != "PLUGIN_FAILED" and answers[-2]["process"] != later
-    assert all(a == "PLUGIN_FAILED" or a["said"] == "me" for a in answers)
-    assert all(a != "PLUGIN_FAILED" for a in answers[1::2])  # mallory's calls never met alice's process
+    assert all(a != "PLUGIN_FAILED" and a["said"] == "me" and a["process"] != later for a in answers)
     health_is_fast(client)
     untouched(
         tenants,
@@ -598,16 +596,31 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_thread_left_burning_after_its_call_burns_nothing_while_idle(tenants: Tenants, client: Client) -> None:
+def test_a_process_that_leaves_a_thread_running_is_ended_not_kept(
+    tenants: Tenants, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     alice = tenants.alice
-    answered(alice, "hog.spin", {})
-    process = idle_process("hog", alice)
-    spent = _cpu_seconds(process.pid)
-    time.sleep(1)
-    assert _cpu_seconds(process.pid) - spent < 0.05
-    assert Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"  # stopped
+    given: list[PluginProcess] = []
+    give = pools.give
+
+    def recorded(process: PluginProcess, **kw: Any) -> None:
+        given.append(process)
+        give(process, **kw)
+
+    monkeypatch.setattr(pools, "give", recorded)
+    first = answered(alice, "hog.token", {})["process"]
+    assert answered(alice, "hog.token", {})["process"] == first  # a process that started no thread is kept
+    spun = answered(alice, "hog.spin", {})["process"]
+    assert spun == first and not given[-1].alive  # its thread burns nowhere: the process is gone
+    assert [p for p in pools.idle("hog") if p.key == ("hog", str(alice.tenant.pk))] == []
+    assert answered(alice, "hog.token", {})["process"] != first
+    idle = idle_process("hog", alice)
+    spent = _cpu_seconds(idle.pid)
+    time.sleep(0.5)
+    assert _cpu_seconds(idle.pid) - spent < 0.05
+    assert Path(f"/proc/{idle.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"  # stopped between calls
     health_is_fast(client)
-    untouched(tenants, called={alice.user.email: {"hog.spin"}})
+    untouched(tenants, called={alice.user.email: {"hog.token", "hog.spin"}})
 
 
 def test_a_thread_bomb_is_bounded(tenants: Tenants, client: Client, bounds: dict[str, int]) -> None:

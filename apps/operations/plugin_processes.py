@@ -4,7 +4,9 @@ A process serves the calls of one plugin for one tenant (or, for describing the 
 health, for no tenant) and never another's afterwards, so nothing a plugin keeps in memory reaches another
 tenant. Every request carries a random id; an answer with another id, a second line, or bytes that are not one
 JSON answer end the process and fail the call, so nothing a process writes out of turn reaches a later caller.
-A process between calls is stopped (SIGSTOP): a thread it left running burns nothing. The CPU time of each call
+A process between calls is stopped (SIGSTOP), and one that has more threads after a call than when it was ready is
+not kept at all: a thread left running could write out of turn whenever the process runs again, and whether it
+does before or after the next answer is the scheduler's choice. The CPU time of each call
 is measured from outside; a call past PLUGIN_CPU_SECONDS, PLUGIN_TIMEOUT_SECONDS or PLUGIN_ANSWER_MAX_BYTES
 ends its process. An Oaken process keeps at most PLUGIN_PROCESSES_MAX of them, PLUGIN_POOL_SIZE idle ones per
 plugin and tenant, and ends those idle for PLUGIN_IDLE_SECONDS.
@@ -59,6 +61,7 @@ class PluginProcess:
         if ready.get("ok") is not True:
             self.kill()
             raise PluginFailure(f"the plugin failed to load ({exception_name(ready.get('error'))})")
+        self.threads_when_ready = self.threads()
 
     @property
     def pid(self) -> int:
@@ -143,6 +146,17 @@ class PluginProcess:
         except (OSError, IndexError):
             return 0.0
         return (int(fields[11]) + int(fields[12])) / _TICKS
+
+    def threads(self) -> int:
+        """How many threads it has now, read from outside (0 once it is gone)."""
+        try:
+            with open(f"/proc/{self.pid}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"Threads:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return 0
 
     def stale(self) -> bool:
         """Whether it wrote something since its last answer (a late line: the process is not to be used)."""
@@ -243,9 +257,14 @@ class Pools:
         return oldest
 
     def give(self, process: PluginProcess, *, cpu_seconds_life: float) -> None:
-        """A process back after a good answer: kept, stopped, while its key has room and it has CPU time left."""
+        """A process back after a good answer: kept, stopped, while its key has room, it has CPU time left and it
+        left no thread running that it did not have when it was ready."""
         self._forked()
-        if process.alive and process.cpu() < cpu_seconds_life / 2:
+        if (
+            process.alive
+            and process.cpu() < cpu_seconds_life / 2
+            and 0 < process.threads() <= process.threads_when_ready
+        ):
             process.freeze()
             with self._lock:
                 idle = self._idle.setdefault(process.key, [])
