@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import hypothesis
@@ -13,9 +14,12 @@ import pytest
 from django.db import connections
 
 from apps.accounts.models import User
+from apps.mail.importing import import_mail
+from apps.mail.models import Message
 from apps.workspaces.models import Tenant, Workspace
 from apps.workspaces.services import create_person
 from tests.liveserver import live_url  # noqa: F401 (a fixture for every module)
+from tests.mailfactory import raw_message, write_mbox
 from tests.mailservers import imap_server, smtp_server  # noqa: F401 (fixtures)
 
 # The property tests explore new inputs on every run at a desk; CI runs the same ones each time (derandomized),
@@ -124,3 +128,38 @@ def browser_page(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         # with Playwright's loop running, this thread's ORM calls got a connection of their own
         # (asgiref keeps one per async context): close it while still in that context
         connections.close_all()
+
+
+@dataclass
+class Mailbox:
+    account_id: str
+    message_ids: list[str]
+    subjects: list[str]
+
+
+def give_mail(person: Person, tmp_path: Path, tag: str, n: int = 3) -> Mailbox:
+    """n messages in a local account of the person's default workspace."""
+    subjects = [f"{tag} note {i}" for i in range(n)]
+    messages = [
+        raw_message(subject=s, body=f"{tag} body {i}.\n", message_id=f"<{tag}-{i}@example.test>")
+        for i, s in enumerate(subjects)
+    ]
+    counts = import_mail(
+        tenant=person.tenant,
+        workspace=person.workspace,
+        account_name=f"{tag} mail",
+        path=write_mbox(tmp_path / f"{tag}.mbox", messages),
+    )
+    assert counts.imported == n
+    ids = Message.objects.for_tenant(person.tenant).filter(account_id=counts.account_id).values_list("pk", flat=True)
+    return Mailbox(str(counts.account_id), [str(pk) for pk in ids], subjects)
+
+
+@pytest.fixture
+def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
+    return give_mail(alice, tmp_path, "alice")
+
+
+@pytest.fixture
+def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
+    return give_mail(mallory, tmp_path, "mallory")

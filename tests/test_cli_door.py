@@ -15,8 +15,7 @@ from apps.operations import docs
 from apps.operations.registry import registry
 from apps.operations.schema import input_json_schema
 from tests.commands import run
-from tests.conftest import Person
-from tests.test_rest_door import Mailbox, give_mail
+from tests.conftest import Mailbox, Person
 
 
 def oaken_call(op: str, person: Person | str, *options: str, input: Any = None) -> tuple[int, dict[str, Any]]:
@@ -26,16 +25,6 @@ def oaken_call(op: str, person: Person | str, *options: str, input: Any = None) 
         args += ["--input", input if isinstance(input, str) else json.dumps(input)]
     code, out = run(*args)
     return code, json.loads(out)
-
-
-@pytest.fixture
-def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(alice, tmp_path, "alice")
-
-
-@pytest.fixture
-def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(mallory, tmp_path, "mallory")
 
 
 # ---------------------------------------------------------------- oaken ops list

@@ -17,10 +17,9 @@ from apps.mail.models import AccountKind, MailAccount
 from apps.outbound.models import OutboundRequest
 from tests.browser import look
 from tests.callers import call
-from tests.conftest import Person
+from tests.conftest import Person, give_mail
 from tests.test_audit_ops import _key
 from tests.test_console_browser import _sign_in
-from tests.test_rest_door import give_mail
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

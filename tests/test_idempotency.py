@@ -18,12 +18,12 @@ from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS
 from apps.gate.models import IdempotencyRecord
 from apps.mail.models import Label, Message
 from apps.workspaces.models import Membership
-from tests.conftest import Person
+from tests.conftest import Mailbox, Person, give_mail
 from tests.mailfactory import raw_message, write_mbox
 from tests.test_cli_door import oaken_call
 from tests.test_mcp_door import key_for, rpc
 from tests.test_mcp_door import post as mcp_post
-from tests.test_rest_door import Mailbox, api_client, error_of, give_mail, member_of, post
+from tests.test_rest_door import api_client, error_of, member_of, post
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Answer
@@ -37,16 +37,6 @@ def _labels(person: Person) -> list[str]:
 
 def _replayed(response: Answer) -> bool:
     return response.headers.get("Idempotent-Replayed") == "true"
-
-
-@pytest.fixture
-def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(alice, tmp_path, "alice", n=1)
-
-
-@pytest.fixture
-def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(mallory, tmp_path, "mallory", n=1)
 
 
 def test_a_repeated_call_with_the_same_key_returns_the_first_response(

@@ -10,7 +10,6 @@ import http.client
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,12 +26,12 @@ from apps.audit.models import AuditEvent
 from apps.gate import payload
 from apps.mail.models import Message
 from apps.operations.checks import check_operations
-from tests.conftest import Person
+from tests.conftest import Mailbox, Person
 from tests.test_cli_door import oaken_call
 from tests.test_mcp_door import key_for, rpc
 from tests.test_mcp_door import post as mcp_post
 from tests.test_operation_checks import throwaway  # noqa: F401 (a fixture)
-from tests.test_rest_door import Mailbox, api_client, error_of, give_mail
+from tests.test_rest_door import api_client, error_of
 from tests.test_rest_door import post as rest_post
 
 FIVE_MILLION = 5_000_000
@@ -50,16 +49,6 @@ def _tool_call(arguments: bytes, request_id: int = 41) -> bytes:
 
 def _unread(person: Person, mail: Mailbox) -> int:
     return Message.objects.for_tenant(person.tenant).filter(pk__in=mail.message_ids, read=False).count()
-
-
-@pytest.fixture
-def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(alice, tmp_path, "alice")
-
-
-@pytest.fixture
-def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(mallory, tmp_path, "mallory")
 
 
 # ---------------------------------------------------------------- the real web server

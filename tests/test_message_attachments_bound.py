@@ -14,10 +14,10 @@ from django.test import Client
 
 from apps.mail.models import Attachment, Message
 from tests.callers import as_person, call, refusal
-from tests.conftest import Person
+from tests.conftest import Mailbox, Person, give_mail
 from tests.test_mcp_door import key_for, rpc
 from tests.test_mcp_door import post as mcp_post
-from tests.test_rest_door import Mailbox, api_client, give_mail, post
+from tests.test_rest_door import api_client, post
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -32,16 +32,6 @@ def _attach(person: Person, message_id: str, count: int) -> list[str]:
         for n in reversed(names)
     )
     return names
-
-
-@pytest.fixture
-def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(alice, tmp_path, "alice")
-
-
-@pytest.fixture
-def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(mallory, tmp_path, "mallory")
 
 
 def test_get_message_lists_the_first_attachments_up_to_the_bound_and_says_how_many_there_are(

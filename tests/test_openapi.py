@@ -13,8 +13,8 @@ from jsonschema import Draft202012Validator
 
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from apps.operations.registry import Callers, Operation, registry
-from tests.conftest import Person
-from tests.test_rest_door import Mailbox, api_client, give_mail, post
+from tests.conftest import Mailbox, Person, give_mail
+from tests.test_rest_door import api_client, post
 
 OPS_PREFIX = "/api/v1/ops/"
 

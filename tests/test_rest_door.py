@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
 from django.conf import settings
 from django.middleware.csrf import CSRF_ALLOWED_CHARS, CSRF_SECRET_LENGTH
 from django.test import Client
@@ -17,12 +14,10 @@ from django.utils.crypto import get_random_string
 from apps.accounts.models import User
 from apps.audit.models import AuditEvent
 from apps.core.errors import NOT_AVAILABLE_MESSAGE
-from apps.mail.importing import import_mail
-from apps.mail.models import Label, Message
+from apps.mail.models import Label
 from apps.operations.registry import Callers, registry
 from apps.workspaces.models import Membership
-from tests.conftest import Person, make_person
-from tests.mailfactory import raw_message, write_mbox
+from tests.conftest import Mailbox, Person, make_person
 
 if TYPE_CHECKING:
     from django.test.client import _MonkeyPatchedWSGIResponse as Answer
@@ -79,46 +74,11 @@ def error_of(response: Answer) -> dict[str, Any]:
     return error
 
 
-@dataclass
-class Mailbox:
-    account_id: str
-    message_ids: list[str]
-    subjects: list[str]
-
-
-def give_mail(person: Person, tmp_path: Path, tag: str, n: int = 3) -> Mailbox:
-    """n messages in a local account of the person's default workspace."""
-    subjects = [f"{tag} note {i}" for i in range(n)]
-    messages = [
-        raw_message(subject=s, body=f"{tag} body {i}.\n", message_id=f"<{tag}-{i}@example.test>")
-        for i, s in enumerate(subjects)
-    ]
-    counts = import_mail(
-        tenant=person.tenant,
-        workspace=person.workspace,
-        account_name=f"{tag} mail",
-        path=write_mbox(tmp_path / f"{tag}.mbox", messages),
-    )
-    assert counts.imported == n
-    ids = Message.objects.for_tenant(person.tenant).filter(account_id=counts.account_id).values_list("pk", flat=True)
-    return Mailbox(str(counts.account_id), [str(pk) for pk in ids], subjects)
-
-
 def member_of(person: Person, email: str = "bob@example.test") -> Person:
     """A second person, OWNER of a tenant of their own (their first), who is a MEMBER of `person`'s tenant."""
     bob = make_person(email, "Bob's tenant")
     Membership.objects.create(tenant=person.tenant, user=bob.user, role="MEMBER")
     return bob
-
-
-@pytest.fixture
-def alice_mail(alice: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(alice, tmp_path, "alice")
-
-
-@pytest.fixture
-def mallory_mail(mallory: Person, tmp_path: Path) -> Mailbox:
-    return give_mail(mallory, tmp_path, "mallory")
 
 
 # ---------------------------------------------------------------- authentication
