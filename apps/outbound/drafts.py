@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from apps.core.acts import Act
@@ -25,13 +26,14 @@ from apps.outbound.compose import (
     stored_attachment,
 )
 from apps.outbound.models import Draft, OutboundAttachment
-from apps.outbound.requests import store_files
+from apps.outbound.requests import Content, checked, store_files
 from apps.outbound.selectors import (
     draft_files,
     draft_has_open_request,
     message_by_message_id,
     message_text,
 )
+from apps.workspaces.models import Tenant
 
 # an e-mail's files in order: (file name, content type, bytes)
 Files = Sequence[tuple[str, str, bytes]]
@@ -266,3 +268,24 @@ def delete_draft(*, act: Act, draft: Draft) -> bool:
     if deleted:
         act.touch(draft.pk, {"draft": "exists"}, {"draft": "deleted"})
     return bool(deleted)
+
+
+# ---------------------------------------------------------------- sending a draft
+
+
+def draft_content(
+    *, tenant: Tenant, draft: Draft, account: MailAccount, bounds: Mapping[str, Any], send_at: datetime | None = None
+) -> Content:
+    """What sending the draft now would send (from `account`, the draft's own), held to the sending bounds."""
+    files = draft_files(tenant=tenant, draft=draft)
+    content = Content(
+        account=account,
+        found=recipients(draft.to, draft.cc, draft.bcc),
+        subject=draft.subject,
+        body=draft.body,
+        in_reply_to=draft.in_reply_to,
+        references=tuple(draft.references),
+        send_at=send_at,
+        attachments=tuple((f.filename, f.content_type, bytes(f.content)) for f in files),
+    )
+    return checked(content, bounds=bounds, files_field="draft_id")
