@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,9 +23,16 @@ from apps.core.acts import Act
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.core.links import absolute_url
-from apps.mail.models import MailAccount
+from apps.mail.models import AccountKind, MailAccount
 from apps.outbound import budget
-from apps.outbound.compose import Recipients, content_hash, new_message_id, sender_name_of
+from apps.outbound.compose import (
+    Recipients,
+    check_attachment_limits,
+    check_recipient_limit,
+    content_hash,
+    new_message_id,
+    sender_name_of,
+)
 from apps.outbound.models import (
     CANCELLABLE,
     Draft,
@@ -76,6 +83,22 @@ class Content:
             send_at=self.send_at,
             attachments=[(n, t, hashlib.sha256(c).hexdigest()) for n, t, c in self.attachments],
         )
+
+
+def check_can_send(account: MailAccount) -> MailAccount:
+    """The account, if it can send mail: connected over IMAP/SMTP, with an address of its own."""
+    if account.kind != AccountKind.IMAP or not account.email_address:
+        raise OakenError.invalid("account_id", "this account cannot send mail (it is not connected over IMAP/SMTP)")
+    return account
+
+
+def checked(content: Content, *, bounds: Mapping[str, Any], files_field: str = "attachments") -> Content:
+    """The content, held to the sending bounds: recipients, the body's length, the files (named `files_field`)."""
+    check_recipient_limit(content.found, bounds["SEND_RECIPIENTS_MAX"])
+    if len(content.body) > bounds["SEND_BODY_MAX_CHARS"]:
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {bounds['SEND_BODY_MAX_CHARS']} characters", field="body")
+    check_attachment_limits(bounds, [len(data) for _, _, data in content.attachments], files_field)
+    return content
 
 
 def stored_digest(request: OutboundRequest) -> str:

@@ -7,15 +7,28 @@ the tenant's); an agent sees only the requests made through its own credential, 
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
 
+from django.db.models import QuerySet
+from django.db.models.functions import Length
+
+from apps.accounts.models import Signature
+from apps.agents.models import ApiKey, Connection
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Principal
+from apps.mail.models import Attachment, MailAccount, Message
 from apps.mail.selectors import Reach, access_account_by_id
-from apps.outbound.models import Draft, OutboundRequest, SendPolicy
+from apps.outbound.execution import retry_times
+from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
 from apps.workspaces.models import Tenant
+
+# the states of a request that is still to be sent (or being sent): its draft is not edited by an agent meanwhile
+OPEN_STATES = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED, State.SENDING)
 
 
 def drafts_in_reach(*, reach: Reach) -> QuerySet[Draft]:
@@ -31,6 +44,31 @@ def access_draft_by_id(draft_id: str, *, reach: Reach, lock: bool = False) -> Dr
         raise OakenError.not_found("draft_id")
     access_account_by_id(str(draft.account_id), reach=reach, field="draft_id")  # the workspace check
     return draft
+
+
+def draft_files(*, tenant: Tenant, draft: Draft) -> QuerySet[OutboundAttachment]:
+    """A draft's files in their order (send_draft sends them as they are)."""
+    return OutboundAttachment.objects.for_tenant(tenant).filter(draft=draft).order_by("position")
+
+
+def draft_has_open_request(*, tenant: Tenant, draft: Draft) -> bool:
+    """Whether a request made from this draft is still to be sent (or being sent)."""
+    return OutboundRequest.objects.for_tenant(tenant).filter(draft=draft, state__in=OPEN_STATES).exists()
+
+
+def message_text(*, tenant: Tenant, message: Message) -> str:
+    """A message's text body, read on its own (a reply quotes it, a forward carries it)."""
+    return Message.objects.for_tenant(tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
+
+
+def forwardable_attachments(*, tenant: Tenant, message: Message) -> list[Attachment]:
+    """The files a forward carries: the message's attachments that are not inline parts, in their order."""
+    return list(Attachment.objects.for_tenant(tenant).filter(message=message, inline=False).order_by("id"))
+
+
+def message_by_message_id(*, account: MailAccount, message_id: str) -> Message | None:
+    """The account's message with this Message-ID (without angle brackets), if it has one."""
+    return Message.objects.for_tenant(account.tenant).filter(account=account, message_id=message_id).first()
 
 
 def visible_outbound_requests(*, actor: Caller, reach: Reach) -> QuerySet[OutboundRequest]:
@@ -58,6 +96,83 @@ def access_outbound_request_by_id(
     if found is None:
         raise OakenError.not_found("request_id")
     return found
+
+
+def access_internal_outbound_request_by_id(request_id: str, *, tenant: Tenant) -> uuid.UUID:
+    """The id of the tenant's request named, for the system's own steps (each moves it by a guarded UPDATE of
+    its own, so the row is not loaded here)."""
+    found = parse_id(request_id, "request_id")
+    if not OutboundRequest.objects.for_tenant(tenant).filter(pk=found).exists():
+        raise OakenError.not_found("request_id")
+    return found
+
+
+def outbound_request(request_id: uuid.UUID, *, tenant: Tenant) -> OutboundRequest:
+    """The tenant's request as it is now, by an id already resolved."""
+    return OutboundRequest.objects.for_tenant(tenant).get(pk=request_id)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def credential_names(*, tenant: Tenant, rows: Iterable[OutboundRequest]) -> dict[tuple[str, str], str]:
+    """The name of each API key and connection that made one of these requests, looked up in this tenant only."""
+    wanted = [(r.credential_kind, r.credential_id) for r in rows if r.credential_id]
+    names: dict[tuple[str, str], str] = {}
+    keys = {i for kind, i in wanted if kind == "apikey" and _is_uuid(i)}
+    connections = {i for kind, i in wanted if kind == "oauth" and _is_uuid(i)}
+    for key in ApiKey.objects.for_tenant(tenant).filter(pk__in=keys).only("pk", "name", "prefix"):
+        names["apikey", str(key.pk)] = f"the API key {key.name or 'unnamed'} ({key.prefix}_…)"
+    for c in Connection.objects.for_tenant(tenant).filter(pk__in=connections).only("pk", "client_name"):
+        names["oauth", str(c.pk)] = f"the connection {c.client_name or 'of an assistant'}"
+    for kind, i in wanted:
+        names.setdefault((kind, i), "a removed API key" if kind == "apikey" else "a removed connection")
+    return names
+
+
+FileRow = tuple[uuid.UUID, str, str, int]  # id, filename, content type, size
+
+
+def request_files(*, tenant: Tenant, rows: Iterable[OutboundRequest]) -> dict[uuid.UUID, list[FileRow]]:
+    """Each request's files in their order, for a whole page of requests in one query (never their content)."""
+    found: dict[uuid.UUID, list[FileRow]] = {}
+    files = (
+        OutboundAttachment.objects.for_tenant(tenant)
+        .filter(request_id__in=[r.pk for r in rows])
+        .order_by("request_id", "position")
+        .annotate(size=Length("content"))
+        .values_list("request_id", "pk", "filename", "content_type", "size")
+    )
+    for request_id, *file in files:
+        found.setdefault(request_id, []).append((file[0], file[1], file[2], file[3]))
+    return found
+
+
+class PageFacts(NamedTuple):
+    """What a page of requests looks up once for all its rows: credential names, files and retry times."""
+
+    names: dict[tuple[str, str], str]
+    files: dict[uuid.UUID, list[FileRow]]
+    retries: dict[Any, datetime]
+
+
+def page_facts(*, tenant: Tenant, rows: list[OutboundRequest]) -> PageFacts:
+    return PageFacts(
+        credential_names(tenant=tenant, rows=rows), request_files(tenant=tenant, rows=rows), retry_times(tenant, rows)
+    )
+
+
+def signature_of(*, tenant: Tenant, account: MailAccount) -> Signature | None:
+    return Signature.objects.for_tenant(tenant).filter(account=account).first()
+
+
+def signatures_in_reach(*, reach: Reach) -> QuerySet[Signature]:
+    return Signature.objects.for_tenant(reach.tenant).filter(account__in=reach.accounts())
 
 
 def visible_send_policies(*, tenant: Tenant, actor: Caller) -> QuerySet[SendPolicy]:

@@ -15,13 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from apps.core.errors import OakenError
-from apps.core.ids import parse_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Id
 from apps.operations.registry import Callers, Ceiling, OpClass, operation
 from apps.outbound import execution
 from apps.outbound.models import OutboundRequest
+from apps.outbound.selectors import access_internal_outbound_request_by_id, outbound_request
 
 ReasonCode = Annotated[str, StringConstraints(max_length=100, pattern=r"^[a-z_]*$")]
 
@@ -63,10 +62,7 @@ def _step(request: OutboundRequest) -> StepOut:
 
 def _the_request(ctx: Context, data: RequestRef) -> uuid.UUID:
     """The id of the tenant's request named (each step moves it by a guarded UPDATE of its own)."""
-    request_id = parse_id(data.request_id, "request_id")
-    if not OutboundRequest.objects.for_tenant(ctx.tenant).filter(pk=request_id).exists():
-        raise OakenError.not_found("request_id")
-    return request_id
+    return access_internal_outbound_request_by_id(data.request_id, tenant=ctx.tenant)
 
 
 _INTERNAL: dict[str, Any] = {"op_class": OpClass.SEND, "ceiling": Ceiling.NEVER, "callers": Callers.INTERNAL,
@@ -92,7 +88,7 @@ def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
 )
 def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
     execution.begin_data(ctx.targets, data.attempt, act=ctx)
-    return _step(OutboundRequest.objects.for_tenant(ctx.tenant).get(pk=ctx.targets))
+    return _step(outbound_request(ctx.targets, tenant=ctx.tenant))
 
 
 @operation(

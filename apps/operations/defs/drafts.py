@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
@@ -10,27 +9,17 @@ from pydantic import Field, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Principal
-from apps.mail.models import Attachment, MailAccount, Message
+from apps.mail.models import MailAccount, Message
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.mail_read import OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
-from apps.outbound.compose import (
-    Recipients,
-    check_attachment_limits,
-    forward_subject,
-    normalize_address,
-    quoted,
-    recipients,
-    reply_subject,
-    stored_attachment,
-)
-from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, State
-from apps.outbound.requests import store_files
-from apps.outbound.selectors import access_draft_by_id, drafts_in_reach
+from apps.outbound import drafts
+from apps.outbound.compose import Recipients, check_attachment_limits, recipients
+from apps.outbound.models import Draft
+from apps.outbound.selectors import access_draft_by_id, draft_files, drafts_in_reach, forwardable_attachments
 
 # Drafts hold at most this many addresses per field; the per-e-mail recipient limit applies when sending.
 ADDRESSES_MAX = 500
@@ -40,7 +29,6 @@ Address = Annotated[
     Field(json_schema_extra={"format": "email"}),
 ]
 Subject = Annotated[HeaderText, StringConstraints(max_length=2000)]
-OPEN_STATES = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED, State.SENDING)
 
 
 class DraftAttachmentOut(Closed):
@@ -70,7 +58,7 @@ class DraftOut(Closed):
 
 def draft_out(ctx: Context, draft: Draft) -> DraftOut:
     body, truncated, length = cut(draft.body, ctx.bounds["TEXT_MAX_CHARS"])
-    files = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
+    files = draft_files(tenant=ctx.tenant, draft=draft)
     return DraftOut(
         id=str(draft.pk),
         account_id=str(draft.account_id),
@@ -104,18 +92,6 @@ def _check_body(ctx: Context, body: str | None) -> None:
         )
 
 
-def _agent_may_edit(ctx: Context, draft: Draft) -> None:
-    """A draft with a send under way or scheduled is not edited through an agent door: cancel it first."""
-    if ctx.caller.principal != Principal.AGENT:
-        return
-    if OutboundRequest.objects.for_tenant(ctx.tenant).filter(draft=draft, state__in=OPEN_STATES).exists():
-        raise OakenError(
-            "CONFLICT",
-            "this draft has a send requested or scheduled: cancel it with cancel_scheduled_send first",
-            field="draft_id",
-        )
-
-
 # ---------------------------------------------------------------- create_draft
 
 
@@ -132,11 +108,6 @@ class CreateDraftIn(Closed):
     subject: Subject = ""
     body: str = ""
     attachments: list[AttachmentIn] = Field(default=[], max_length=100, description=ATTACHMENTS_HELP)
-
-
-def _attach(ctx: Context, draft: Draft, files: Files) -> None:
-    """The files become the draft's, in this order (send_draft sends them as they are)."""
-    store_files(files, tenant=ctx.tenant, draft=draft)
 
 
 class NewDraft(NamedTuple):
@@ -179,19 +150,9 @@ def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
 )
 def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
     account, found, files = ctx.targets
-    draft = Draft.objects.create(
-        tenant=ctx.tenant,
-        account=account,
-        to=found.to,
-        cc=found.cc,
-        bcc=found.bcc,
-        subject=data.subject,
-        body=data.body,
-        created_at=ctx.now,
-        updated_at=ctx.now,
+    draft = drafts.create_draft(
+        act=ctx, account=account, found=found, subject=data.subject, body=data.body, files=files
     )
-    _attach(ctx, draft, files)
-    ctx.touch(draft.pk, None, {"draft": "created", "account_id": str(account.pk), "attachments": len(files)})
     return draft_out(ctx, draft)
 
 
@@ -213,9 +174,6 @@ class UpdateDraftIn(Closed):
     )
 
 
-_EDITABLE = ("to", "cc", "bcc", "subject", "body")
-
-
 class DraftEdit(NamedTuple):
     draft: Draft
     files: Files | None  # None: the draft keeps its files
@@ -230,36 +188,14 @@ def _draft_edit(ctx: Context, data: UpdateDraftIn) -> DraftEdit:
     return DraftEdit(draft, files)
 
 
-def _changed_fields(ctx: Context, edit: DraftEdit, data: UpdateDraftIn) -> list[str]:
-    draft = edit.draft
-    new = _updated(draft, data)
-    changed = [name for name in _EDITABLE if getattr(draft, name) != new[name]]
-    if edit.files is not None:
-        held = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).order_by("position")
-        given = [(name, ctype, hashlib.sha256(content).hexdigest()) for name, ctype, content in edit.files]
-        if list(held.values_list("filename", "content_type", "sha256")) != given:
-            changed.append("attachments")
-    return changed
-
-
 def _updated(draft: Draft, data: UpdateDraftIn) -> dict[str, Any]:
-    found = recipients(
-        draft.to if data.to is None else data.to,
-        draft.cc if data.cc is None else data.cc,
-        draft.bcc if data.bcc is None else data.bcc,
-    )
-    return {
-        "to": found.to,
-        "cc": found.cc,
-        "bcc": found.bcc,
-        "subject": draft.subject if data.subject is None else data.subject,
-        "body": draft.body if data.body is None else data.body,
-    }
+    return drafts.edited_fields(draft, to=data.to, cc=data.cc, bcc=data.bcc, subject=data.subject, body=data.body)
 
 
 def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
     edit: DraftEdit = ctx.targets
-    return Preview((Change(str(edit.draft.pk), None, {"changed": _changed_fields(ctx, edit, data)}),))
+    changed = drafts.changed_fields(act=ctx, draft=edit.draft, new=_updated(edit.draft, data), files=edit.files)
+    return Preview((Change(str(edit.draft.pk), None, {"changed": changed}),))
 
 
 @operation(
@@ -276,17 +212,7 @@ def _update_preview(ctx: Context, data: UpdateDraftIn) -> Preview:
 )
 def update_draft(ctx: Context, data: UpdateDraftIn) -> DraftOut:
     edit: DraftEdit = ctx.targets
-    draft = edit.draft
-    _agent_may_edit(ctx, draft)
-    changed = _changed_fields(ctx, edit, data)
-    for name, value in _updated(draft, data).items():
-        setattr(draft, name, value)
-    draft.updated_at = ctx.now
-    draft.save()
-    if "attachments" in changed:
-        OutboundAttachment.objects.for_tenant(ctx.tenant).filter(draft=draft).delete()
-        _attach(ctx, draft, edit.files or ())
-    ctx.touch(draft.pk, None, {"changed": changed})
+    draft = drafts.update_draft(act=ctx, draft=edit.draft, new=_updated(edit.draft, data), files=edit.files)
     return draft_out(ctx, draft)
 
 
@@ -324,11 +250,8 @@ def _delete_preview(ctx: Context, data: DraftIn) -> Preview:
 )
 def delete_draft(ctx: Context, data: DraftIn) -> DraftDeletedOut:
     draft: Draft = ctx.targets
-    _agent_may_edit(ctx, draft)
-    deleted, _ = Draft.objects.for_tenant(ctx.tenant).filter(pk=draft.pk).delete()
-    if deleted:
-        ctx.touch(draft.pk, {"draft": "exists"}, {"draft": "deleted"})
-    return DraftDeletedOut(draft_id=str(draft.pk), deleted=bool(deleted))
+    deleted = drafts.delete_draft(act=ctx, draft=draft)
+    return DraftDeletedOut(draft_id=str(draft.pk), deleted=deleted)
 
 
 # ---------------------------------------------------------------- list_drafts
@@ -371,34 +294,6 @@ class ReplyIn(Closed):
     quote: bool = Field(default=True, description="quote the original's text below the reply")
 
 
-def _own(message: Message) -> str:
-    return message.account.email_address.casefold()
-
-
-def _reply_recipients(message: Message, reply_all: bool) -> tuple[list[str], list[str]]:
-    mine = _own(message)
-    if message.sender_address.casefold() == mine:  # replying to one's own message: to its recipients again
-        to = [a["address"] for a in message.to_addresses]
-    else:
-        to = [a["address"] for a in message.reply_to_addresses] or [message.sender_address]
-    cc: list[str] = []
-    if reply_all:
-        cc = [a["address"] for a in [*message.to_addresses, *message.cc_addresses]]
-    keep = []
-    for field, values in (("to", to), ("cc", cc)):
-        good = []
-        for value in values:
-            try:
-                address = normalize_address(value, field)
-            except OakenError:
-                continue  # a malformed address in the original is left out, never guessed at
-            if address.casefold() != mine:
-                good.append(address)
-        keep.append(good)
-    found = recipients(keep[0], keep[1], [])
-    return found.to, found.cc
-
-
 def _source(ctx: Context, data: ReplyIn | ForwardIn) -> Message:
     """The message replied to or forwarded."""
     message = access_message_by_id(data.message_id, reach=reach(ctx))
@@ -408,7 +303,7 @@ def _source(ctx: Context, data: ReplyIn | ForwardIn) -> Message:
 
 def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
     message: Message = ctx.targets
-    to, cc = _reply_recipients(message, data.reply_all)
+    to, cc = drafts.reply_recipients(message, reply_all=data.reply_all)
     return Preview((Change("new draft", None, {"reply_to": str(message.pk), "recipients": len(to) + len(cc)}),))
 
 
@@ -427,33 +322,7 @@ def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
 )
 def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
     message: Message = ctx.targets
-    text = Message.objects.for_tenant(ctx.tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
-    to, cc = _reply_recipients(message, data.reply_all)
-    body = data.body
-    if data.quote:
-        sender = f"{message.sender_name} <{message.sender_address}>" if message.sender_name else message.sender_address
-        body = (
-            f"{body.rstrip()}\n\n{quoted(text, date=message.date, sender=sender)}"
-            if body
-            else quoted(text, date=message.date, sender=sender)
-        )
-    references = [r for r in message.references if r]
-    if message.message_id and (not references or references[-1] != message.message_id):
-        references.append(message.message_id)
-    draft = Draft.objects.create(
-        tenant=ctx.tenant,
-        account=message.account,
-        to=to,
-        cc=cc,
-        subject=reply_subject(message.subject),
-        body=body,
-        in_reply_to=message.message_id,
-        references=references,
-        source_message=message,
-        created_at=ctx.now,
-        updated_at=ctx.now,
-    )
-    ctx.touch(draft.pk, None, {"draft": "created", "reply_to": str(message.pk)})
+    draft = drafts.reply_draft(act=ctx, message=message, body=data.body, reply_all=data.reply_all, quote=data.quote)
     return draft_out(ctx, draft)
 
 
@@ -485,22 +354,6 @@ def _forward_preview(ctx: Context, data: ForwardIn) -> Preview:
     return Preview((Change("new draft", None, {"forward_of": str(message.pk), "recipients": found.count}),))
 
 
-def _forwarded_block(message: Message, text: str) -> str:
-    def names(items: list[dict[str, str]]) -> str:
-        return ", ".join(a.get("address", "") for a in items)
-
-    sender = f"{message.sender_name} <{message.sender_address}>" if message.sender_name else message.sender_address
-    lines = ["---------- Forwarded message ----------", f"From: {sender}"]
-    if message.date:
-        lines.append(f"Date: {message.date.isoformat()}")
-    lines.append(f"Subject: {message.subject}")
-    if message.to_addresses:
-        lines.append(f"To: {names(message.to_addresses)}")
-    if message.cc_addresses:
-        lines.append(f"Cc: {names(message.cc_addresses)}")
-    return "\n".join(lines) + "\n\n" + text
-
-
 @operation(
     name="forward_message",
     summary="Write a draft forwarding a message (its text and attachments) to new recipients. Nothing is sent.",
@@ -515,12 +368,7 @@ def _forwarded_block(message: Message, text: str) -> str:
 )
 def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
     message, found = ctx.targets
-    text = Message.objects.for_tenant(ctx.tenant).filter(pk=message.pk).values_list("text_body", flat=True).get()
-    files = (
-        list(Attachment.objects.for_tenant(ctx.tenant).filter(message=message, inline=False).order_by("id"))
-        if data.attachments
-        else []
-    )
+    files = forwardable_attachments(tenant=ctx.tenant, message=message) if data.attachments else []
     try:
         # the bounds the draft's sending will hold it to: refused now, not after the person wrote to it
         check_attachment_limits(ctx.bounds, [f.size for f in files], "forwarded")
@@ -530,19 +378,5 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
             f"attachments: {error.message.removeprefix('forwarded: ')}; forward without them (attachments: false)",
             field="attachments",
         ) from None
-    note = data.body.rstrip()
-    body = (note + "\n\n" if note else "") + _forwarded_block(message, text)
-    draft = Draft.objects.create(
-        tenant=ctx.tenant,
-        account=message.account,
-        to=found.to,
-        cc=found.cc,
-        subject=forward_subject(message.subject),
-        body=body,
-        source_message=message,
-        created_at=ctx.now,
-        updated_at=ctx.now,
-    )
-    _attach(ctx, draft, tuple((*stored_attachment(f.filename, f.content_type), bytes(f.content)) for f in files))
-    ctx.touch(draft.pk, None, {"draft": "created", "forward_of": str(message.pk), "attachments": len(files)})
+    draft = drafts.forward_draft(act=ctx, message=message, found=found, note=data.body, attachments=files)
     return draft_out(ctx, draft)

@@ -20,6 +20,8 @@ from apps.operations.context import Context
 from apps.operations.defs.mail_read import AccountIn, OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, MailText
 from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
+from apps.outbound import signatures
+from apps.outbound.selectors import signature_of, signatures_in_reach
 
 
 class SignatureOut(Closed):
@@ -53,16 +55,13 @@ def _signed_account(ctx: Context, data: SetSignatureIn) -> MailAccount:
     return account
 
 
-def _state(found: Signature | None) -> dict[str, object]:
-    """What the audit records of a signature: whether there is one and its length, never its words."""
-    return {"signature": "set", "chars": len(found.text)} if found else {"signature": "none"}
-
-
 def _set_preview(ctx: Context, data: SetSignatureIn) -> Preview:
     account: MailAccount = ctx.targets
-    found = Signature.objects.for_tenant(ctx.tenant).filter(account=account).first()
+    found = signature_of(tenant=ctx.tenant, account=account)
     after = {"signature": "set", "chars": len(data.text)} if data.text else {"signature": "none"}
-    return Preview((Change(str(account.pk), _state(found), after),), summary="set the account's signature")
+    return Preview(
+        (Change(str(account.pk), signatures.signature_state(found), after),), summary="set the account's signature"
+    )
 
 
 @operation(
@@ -83,25 +82,7 @@ def set_signature(ctx: Context, data: SetSignatureIn) -> SignatureOut:
     """A person's own setting, reversible at once: no confirmation asked. Kept as written (only trailing
     whitespace goes)."""
     account: MailAccount = ctx.targets
-    rows = Signature.objects.for_tenant(ctx.tenant).filter(account=account)
-    found = rows.select_for_update().first()
-    before = _state(found)
-    text = data.text.rstrip()
-    if not text:
-        if found is not None:
-            rows.delete()
-            ctx.touch(account.pk, before, {"signature": "none"})
-        return _out(str(account.pk), None)
-    if found is None:
-        found = Signature.objects.create(tenant=ctx.tenant, account=account, text=text, updated_at=ctx.now)
-    elif found.text != text:
-        found.text = text
-        found.updated_at = ctx.now
-        found.save(update_fields=["text", "updated_at"])
-    else:
-        return _out(str(account.pk), found)
-    ctx.touch(account.pk, before, _state(found))
-    return _out(str(account.pk), found)
+    return _out(str(account.pk), signatures.set_signature(act=ctx, account=account, text=data.text))
 
 
 # ---------------------------------------------------------------- list_signatures
@@ -118,7 +99,7 @@ def set_signature(ctx: Context, data: SetSignatureIn) -> SignatureOut:
 )
 def list_signatures(ctx: Context, data: OptionalAccountIn) -> SignaturesOut:
     account: MailAccount | None = ctx.targets
-    rows = Signature.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
+    rows = signatures_in_reach(reach=reach(ctx))
     if account is not None:
         rows = rows.filter(account=account)
     return SignaturesOut(signatures=[_out(str(s.account_id), s) for s in rows.order_by("account_id")])
