@@ -11,8 +11,8 @@ from apps.core.ids import parse_id
 from apps.mail.models import Attachment
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import reach
 from apps.operations.defs.shapes import Closed, Id
+from apps.operations.targets import reach
 from apps.outbound.compose import (
     attachment_content_type,
     attachment_filename,

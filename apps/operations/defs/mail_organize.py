@@ -14,10 +14,11 @@ from apps.mail.mirror import mirror_flags, mirror_moves
 from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, MailAccount, Message, MessageLabel
 from apps.mail.selectors import access_account_by_id, access_folder_by_name, access_labels_by_ids
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import LabelOut, label_out, reach, the_messages
+from apps.operations.defs.mail_read import LabelOut, label_out
 from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
 from apps.operations.defs.summaries import SummarizerOut, SummaryState, gather_jobs, state_fields, summarizer_out
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
+from apps.operations.targets import reach, the_messages
 from apps.summaries.services import Outcome, message_job
 
 _BATCH = Bound("message_ids", "BATCH_MAX")

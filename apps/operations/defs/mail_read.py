@@ -7,7 +7,7 @@ import base64
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -15,14 +15,8 @@ from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Attachment, Label, MailAccount, Message, RawMessage, Thread
-from apps.mail.reads import Listing, folder_counts, listing_of, message_detail, summaries
-from apps.mail.selectors import (
-    Reach,
-    access_account_by_id,
-    access_message_by_id,
-    access_messages_by_ids,
-    access_thread_by_id,
-)
+from apps.mail.reads import Listing, folder_counts, message_detail, summaries
+from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -31,45 +25,25 @@ from apps.operations.defs.shapes import (
     Id,
     MailBody,
     MailText,
-    MessageIds,
     MessageSummary,
     Page,
     cut,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.targets import (
+    FOLDER_NEEDS_ACCOUNT,
+    AccountIn,
+    MessageIn,
+    OptionalAccountIn,
+    ThreadIn,
+    an_account,
+    listing,
+    reach,
+    the_account,
+    the_message,
+    the_thread,
+)
 from apps.summaries.services import cached_text_column
-
-
-def reach(ctx: Context) -> Reach:
-    return Reach(ctx.tenant, ctx.workspaces)
-
-
-def account_of(ctx: Context, account_id: str) -> MailAccount:
-    return access_account_by_id(account_id, reach=reach(ctx))
-
-
-# targets (apps.operations.registry): what an input names, resolved in the caller's reach
-
-
-def the_account(ctx: Context, data: AccountIn) -> MailAccount:
-    return account_of(ctx, data.account_id)
-
-
-def an_account(ctx: Context, data: OptionalAccountIn) -> MailAccount | None:
-    """The account named, or None for every account in reach (refused when the reach is restricted)."""
-    if data.account_id is not None:
-        return account_of(ctx, data.account_id)
-    reach(ctx).require_account(None)
-    return None
-
-
-def the_message(ctx: Context, data: MessageIn) -> Message:
-    return access_message_by_id(data.message_id, reach=reach(ctx))
-
-
-def the_messages(ctx: Context, data: MessageIds) -> list[Message]:
-    return access_messages_by_ids(data.message_ids, reach=reach(ctx))
-
 
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
 
@@ -144,10 +118,6 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
 # ---------------------------------------------------------------- list_folders
 
 
-class AccountIn(Closed):
-    account_id: Id
-
-
 class FolderOut(Closed):
     id: str
     kind: str
@@ -185,10 +155,6 @@ def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
 # ---------------------------------------------------------------- list_labels
 
 
-class OptionalAccountIn(Closed):
-    account_id: Id | None = None
-
-
 class LabelOut(Closed):
     id: str
     account_id: str
@@ -224,17 +190,6 @@ def list_labels(ctx: Context, data: OptionalAccountIn) -> LabelsOut:
 # ---------------------------------------------------------------- list_messages
 
 
-# a folder belongs to an account: naming one needs account_id (apps.mail.reads), published with the input
-FOLDER_NEEDS_ACCOUNT = ConfigDict(
-    json_schema_extra={
-        "anyOf": [
-            {"not": {"required": ["folder"], "properties": {"folder": {"type": "string"}}}},
-            {"required": ["account_id"], "properties": {"account_id": {"type": "string"}}},
-        ]
-    }
-)
-
-
 class ListMessagesIn(Page):
     model_config = FOLDER_NEEDS_ACCOUNT
     account_id: Id | None = None
@@ -257,11 +212,6 @@ class ListedMessage(MessageSummary):
 class MessagesOut(Closed):
     messages: list[ListedMessage]
     next_cursor: str | None
-
-
-def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
-    """The account, folder and label a listing (or a search) names, each in the caller's reach."""
-    return listing_of(reach(ctx), account_id=data.account_id, label_id=data.label_id, folder=data.folder)
 
 
 def _after(date_raw: str | None, pk_raw: str) -> tuple[str, Any]:
@@ -319,10 +269,6 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
 
 
 # ---------------------------------------------------------------- get_message
-
-
-class MessageIn(Closed):
-    message_id: Id
 
 
 class AttachmentOut(Closed):
@@ -487,10 +433,6 @@ def get_attachment(ctx: Context, data: AttachmentIn) -> AttachmentFileOut:
 # ---------------------------------------------------------------- get_thread
 
 
-class ThreadIn(Closed):
-    thread_id: Id
-
-
 class ThreadOut(Closed):
     id: str
     account_id: str
@@ -502,10 +444,6 @@ class ThreadMessagesOut(Closed):
     thread: ThreadOut
     messages: list[MessageSummary]
     truncated: bool
-
-
-def _thread(ctx: Context, data: ThreadIn) -> Thread:
-    return access_thread_by_id(data.thread_id, reach=reach(ctx))
 
 
 def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
@@ -522,7 +460,7 @@ def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
     output=ThreadMessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=_thread,
+    targets=the_thread,
     gather=_thread_messages,
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:

@@ -31,9 +31,9 @@ from apps.mail.models import (
     Thread,
 )
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import account_of
 from apps.operations.defs.shapes import Closed, Id, Name
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import account_of
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 from apps.workspaces.selectors import access_workspace_by_name
 

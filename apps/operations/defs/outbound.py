@@ -33,9 +33,9 @@ from apps.mail.models import AccountKind, MailAccount, Message
 from apps.operations.context import Context
 from apps.operations.defs.drafts import MAIL_BOUNDS, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
-from apps.operations.defs.mail_read import account_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import account_of, reach
 from apps.outbound import execution, requests
 from apps.outbound.compose import (
     check_attachment_limits,

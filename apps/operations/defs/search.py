@@ -14,9 +14,9 @@ from pydantic import Field, field_validator
 from apps.core.pages import encode_cursor, read_cursor
 from apps.mail.reads import summaries
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.targets import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.search import queries
 from apps.search.embedders import current_embedder
 from apps.search.indexing import rebuild
