@@ -16,7 +16,18 @@ from django.db.models import Q, QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
-from apps.mail.models import Folder, ImportFailure, ImportRun, Label, MailAccount, Message, MessageLabel, Thread
+from apps.mail.models import (
+    Attachment,
+    Folder,
+    ImportFailure,
+    ImportRun,
+    Label,
+    MailAccount,
+    Message,
+    MessageLabel,
+    RawMessage,
+    Thread,
+)
 from apps.workspaces.models import Tenant, Workspace
 
 _Row = TypeVar("_Row", MailAccount, Message, Thread, Label)
@@ -167,3 +178,49 @@ def import_failures(*, tenant: Tenant, run: ImportRun, limit: int) -> list[dict[
     """An import's failures in the order they happened: where each message was and why (never its content)."""
     rows = ImportFailure.objects.for_tenant(tenant).filter(run=run).order_by("pk")
     return list(rows.values("position", "reason")[:limit])
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file handed out whole: a message's attachment, or an outbound request's file."""
+
+    id: uuid.UUID
+    filename: str
+    content_type: str
+    content: bytes
+
+
+def stored_file(rows: QuerySet[Any], pk: Any) -> StoredFile:
+    """The name, type and bytes of one file among the tenant's rows of a file model (a message's attachments, an
+    outbound request's files), read only once the caller's access to it was checked."""
+    filename, content_type, content = rows.values_list("filename", "content_type", "content").get(pk=pk)
+    return StoredFile(pk, filename, content_type, bytes(content))
+
+
+def access_attachment_by_id(attachment_id: str, *, reach: Reach, field: str = "attachment_id") -> Attachment:
+    """An attachment of a message in reach, its id, message and size only (the bytes are read when needed):
+    another tenant's is NOT_FOUND, another workspace's OUT_OF_SCOPE, exactly as for the message itself."""
+    rows = Attachment.objects.for_tenant(reach.tenant).filter(pk=parse_id(attachment_id, field))
+    found = rows.only("id", "message_id", "size").first()
+    if found is None:
+        raise OakenError.not_found(field)
+    access_message_by_id(str(found.message_id), reach=reach, field=field)
+    return found
+
+
+def attachment_file(*, tenant: Tenant, attachment: Attachment) -> StoredFile:
+    return stored_file(Attachment.objects.for_tenant(tenant), attachment.pk)
+
+
+def raw_message_bytes(*, tenant: Tenant, message: Message) -> bytes:
+    """The message's bytes as received (none held: empty)."""
+    rows = RawMessage.objects.for_tenant(tenant).filter(message=message)
+    return bytes(rows.values_list("data", flat=True).first() or b"")
+
+
+def labels_in_reach(*, reach: Reach, account: MailAccount | None) -> QuerySet[Label]:
+    """Labels of the accounts in reach (of one account when named), by account and name."""
+    labels = Label.objects.for_tenant(reach.tenant).filter(account__in=reach.accounts())
+    if account is not None:
+        labels = labels.filter(account=account)
+    return labels.order_by("account_id", "name")

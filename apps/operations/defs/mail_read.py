@@ -3,20 +3,18 @@ None of it marks anything read."""
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Label, MailAccount, Message, RawMessage, Thread
+from apps.mail.models import Label, MailAccount, Message, Thread
 from apps.mail.reads import Listing, folder_counts, message_detail, summaries
-from apps.mail.selectors import access_message_by_id
+from apps.mail.selectors import labels_in_reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -181,10 +179,7 @@ def label_out(label: Label) -> LabelOut:
 )
 def list_labels(ctx: Context, data: OptionalAccountIn) -> LabelsOut:
     account: MailAccount | None = ctx.targets
-    labels = Label.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if account is not None:
-        labels = labels.filter(account=account)
-    return LabelsOut(labels=[label_out(label) for label in labels.order_by("account_id", "name")])
+    return LabelsOut(labels=[label_out(label) for label in labels_in_reach(reach=reach(ctx), account=account)])
 
 
 # ---------------------------------------------------------------- list_messages
@@ -375,61 +370,6 @@ def get_message_html(ctx: Context, data: MessageHtmlIn) -> MessageHtmlOut:
     )
 
 
-# ---------------------------------------------------------------- get_attachment
-
-
-class AttachmentIn(Closed):
-    attachment_id: Id
-
-
-class AttachmentFileOut(Closed):
-    id: str
-    message_id: str
-    filename: MailText
-    content_type: MailText
-    size: int
-    content_base64: str
-
-
-def _the_attachment(ctx: Context, data: AttachmentIn) -> Attachment:
-    """An attachment of a message in reach: another tenant's is NOT_FOUND, another workspace's OUT_OF_SCOPE."""
-    row = (
-        Attachment.objects.for_tenant(ctx.tenant)
-        .filter(pk=parse_id(data.attachment_id, "attachment_id"))
-        .only("id", "message_id", "size")
-        .first()
-    )
-    if row is None:
-        raise OakenError.not_found("attachment_id")
-    access_message_by_id(str(row.message_id), reach=reach(ctx), field="attachment_id")
-    return row
-
-
-@operation(
-    name="get_attachment",
-    summary="One attachment's file (base64), to download it. Never offered to agents.",
-    input=AttachmentIn,
-    output=AttachmentFileOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    targets=_the_attachment,
-)
-def get_attachment(ctx: Context, data: AttachmentIn) -> AttachmentFileOut:
-    found: Attachment = ctx.targets
-    if found.size > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
-        raise OakenError("LIMIT_EXCEEDED", "the attachment is larger than the raw-message bound")
-    row = Attachment.objects.for_tenant(ctx.tenant).get(pk=found.pk)
-    content = bytes(row.content)
-    return AttachmentFileOut(
-        id=str(row.pk),
-        message_id=str(row.message_id),
-        filename=row.filename,
-        content_type=media_type(row.content_type),
-        size=len(content),
-        content_base64=base64.b64encode(content).decode(),
-    )
-
-
 # ---------------------------------------------------------------- get_thread
 
 
@@ -522,37 +462,4 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
         folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
     return CountsOut.model_validate(
         {"accounts": [{"account_id": str(pk), "name": name, "folders": folders[pk]} for pk, name in listed]}
-    )
-
-
-# ---------------------------------------------------------------- get_raw_message
-
-
-class RawOut(Closed):
-    message_id: str
-    size: int
-    encoding: Literal["base64"]
-    data: str
-
-
-@operation(
-    name="get_raw_message",
-    summary="The message's bytes exactly as received (base64). Never offered to agents.",
-    input=MessageIn,
-    output=RawOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    targets=the_message,
-)
-def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
-    message: Message = ctx.targets
-    raw = RawMessage.objects.for_tenant(ctx.tenant).filter(message=message).values_list("data", flat=True).first()
-    content = bytes(raw or b"")
-    if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
-        raise OakenError("LIMIT_EXCEEDED", "the raw message is larger than the raw-message bound")
-    return RawOut(
-        message_id=str(message.pk),
-        size=len(content),
-        encoding="base64",
-        data=base64.b64encode(content).decode(),
     )

@@ -13,7 +13,6 @@ person made earlier gives the authority; a worker delivers exactly what was appr
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -33,7 +32,7 @@ from apps.mail.models import AccountKind, MailAccount, Message
 from apps.operations.context import Context
 from apps.operations.defs.drafts import MAIL_BOUNDS, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
-from apps.operations.defs.shapes import Closed, Id, MailBody, MailText, cut
+from apps.operations.defs.shapes import Closed, FileOut, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
 from apps.outbound import execution, requests
@@ -45,7 +44,9 @@ from apps.outbound.compose import (
 )
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, State
 from apps.outbound.selectors import (
+    access_outbound_file_by_id,
     access_outbound_request_by_id,
+    outbound_file,
     visible_outbound_requests,
 )
 
@@ -700,30 +701,12 @@ class OutboundAttachmentIn(Closed):
     attachment_id: Id
 
 
-class OutboundAttachmentOut(Closed):
-    id: str
+class OutboundAttachmentOut(FileOut):
     request_id: str
-    filename: MailText
-    content_type: str
-    size: int
-    content_base64: str
 
 
 def _the_file(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachment:
-    """A file of a request this person may see: another tenant's, or one of a request out of reach, is NOT_FOUND."""
-    row = (
-        OutboundAttachment.objects.for_tenant(ctx.tenant)
-        .filter(pk=parse_id(data.attachment_id, "attachment_id"), request__isnull=False)
-        .only("pk", "request_id")
-        .first()
-    )
-    if row is None:
-        raise OakenError.not_found("attachment_id")
-    try:
-        access_outbound_request_by_id(str(row.request_id), actor=ctx.caller, reach=reach(ctx))
-    except OakenError:
-        raise OakenError.not_found("attachment_id") from None
-    return row
+    return access_outbound_file_by_id(data.attachment_id, actor=ctx.caller, reach=reach(ctx))
 
 
 @operation(
@@ -738,13 +721,4 @@ def _the_file(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachment:
 )
 def get_outbound_attachment(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachmentOut:
     found: OutboundAttachment = ctx.targets
-    row = OutboundAttachment.objects.for_tenant(ctx.tenant).get(pk=found.pk)
-    content = bytes(row.content)
-    return OutboundAttachmentOut(
-        id=str(row.pk),
-        request_id=str(row.request_id),
-        filename=row.filename,
-        content_type=row.content_type,
-        size=len(content),
-        content_base64=base64.b64encode(content).decode(),
-    )
+    return OutboundAttachmentOut.of(outbound_file(tenant=ctx.tenant, file=found), request_id=str(found.request_id))
