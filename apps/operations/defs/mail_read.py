@@ -14,6 +14,7 @@ from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Label, MailAccount, Message, Thread
 from apps.mail.reads import Listing, folder_counts, message_detail, summaries
+from apps.mail.reasons import sync_problem
 from apps.mail.selectors import labels_in_reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
@@ -57,26 +58,6 @@ class AccountOut(Closed):
     last_synced_at: datetime | None = Field(description="connected mailboxes: when the last sync succeeded")
     sync_error: str = Field(description="connected mailboxes: why syncing fails ('' when it does not)")
     sync_problem: str = Field(description="connected mailboxes: why syncing fails, in words ('' when it does not)")
-
-
-# the reasons a sync fails (apps.mail.sync, apps.mail.imap), as a person reads them
-_SYNC_PROBLEMS = {
-    "login_failed": "the mail server refused the login: enter the password again",
-    "credentials_unreadable": "its login can no longer be read: enter the password again",
-    "connection_failed": "the mail server could not be reached",
-    "tls_failed": "no secure connection could be made to the mail server",
-    "private_host": "the mail server is on a private network, which Oaken may not reach",
-    "server_error": "the mail server answered with an error",
-    "unsupported_characters": "the login holds characters the mail server cannot take",
-    "not_connected": "the mailbox is not connected",
-    "sync_failed": "syncing failed; it is tried again later",
-}
-
-
-def sync_problem(reason: str) -> str:
-    if not reason:
-        return ""
-    return _SYNC_PROBLEMS.get(reason, "syncing fails (" + reason.replace("_", " ") + ")")
 
 
 class AccountsOut(Closed):
