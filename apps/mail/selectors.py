@@ -224,3 +224,18 @@ def labels_in_reach(*, reach: Reach, account: MailAccount | None) -> QuerySet[La
     if account is not None:
         labels = labels.filter(account=account)
     return labels.order_by("account_id", "name")
+
+
+def accounts_listed(*, reach: Reach) -> list[tuple[Any, ...]]:
+    """The accounts in reach by workspace and name: (id, name, kind, address, workspace, synced_at, sync_error)."""
+    accounts = reach.accounts().order_by("workspace__name", "name")
+    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    return list(accounts.values_list(*fields))
+
+
+def account_names(*, reach: Reach, account: MailAccount | None = None) -> list[tuple[Any, str]]:
+    """(id, name) of the accounts in reach (only the one named, when one is), by name."""
+    accounts = reach.accounts().order_by("name")
+    if account is not None:
+        accounts = accounts.filter(pk=account.pk)
+    return list(accounts.values_list("id", "name"))

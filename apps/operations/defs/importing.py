@@ -220,8 +220,7 @@ def _upload_within_bound(ctx: Context, data: UploadIn) -> None:
     door stops reading it as soon as it knows), the stored file."""
     if data.upload is None:
         raise OakenError.invalid("upload", "is required: upload the file first")
-    if uploads.spooled(data.upload) is None:
-        raise OakenError.not_found("upload")
+    uploads.access_upload_by_token(data.upload)
 
 
 _UPLOAD_SIZE = Bound(
@@ -247,9 +246,7 @@ def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
     """The file the upload door stored becomes the tenant's, under the import's id; the import is queued and a
     worker runs it (import_mail). Follow it with get_import: its counts move as each batch commits."""
     assert data.upload is not None
-    spooled = uploads.spooled(data.upload)
-    if spooled is None:
-        raise OakenError.not_found("upload")
+    spooled = uploads.access_upload_by_token(data.upload)
     try:
         run = queue_upload(
             tenant=ctx.tenant,

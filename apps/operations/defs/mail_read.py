@@ -15,7 +15,7 @@ from apps.mail.mediatypes import media_type
 from apps.mail.models import Label, MailAccount, Message, Thread
 from apps.mail.reads import Listing, folder_counts, message_detail, summaries
 from apps.mail.reasons import sync_problem
-from apps.mail.selectors import labels_in_reach
+from apps.mail.selectors import account_names, accounts_listed, labels_in_reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -73,8 +73,6 @@ class AccountsOut(Closed):
     ceiling=Ceiling.ON,
 )
 def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
-    accounts = reach(ctx).accounts().order_by("workspace__name", "name")
-    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
     return AccountsOut.model_validate(
         {
             "accounts": [
@@ -88,7 +86,7 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                     "sync_error": error,
                     "sync_problem": sync_problem(error),
                 }
-                for pk, name, kind, address, workspace, synced, error in accounts.values_list(*fields)
+                for pk, name, kind, address, workspace, synced, error in accounts_listed(reach=reach(ctx))
             ]
         }
     )
@@ -432,10 +430,7 @@ class CountsOut(Closed):
 )
 def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
     named: MailAccount | None = ctx.targets
-    accounts = reach(ctx).accounts().order_by("name")
-    if named is not None:
-        accounts = accounts.filter(pk=named.pk)
-    listed = list(accounts.values_list("id", "name"))
+    listed = account_names(reach=reach(ctx), account=named)
     # every folder of those accounts with its counts, in one statement (not one per account)
     folders: dict[Any, list[dict[str, Any]]] = {pk: [] for pk, _ in listed}
     for f in folder_counts(ctx.tenant.pk, [pk for pk, _ in listed]):
