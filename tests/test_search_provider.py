@@ -26,7 +26,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
-from apps.operations.defs import search as search_operations
+from apps.search import services as search_services
 from apps.search.embedders import EmbeddingsUnavailable, OpenAIEmbedder, current_embedder
 from apps.search.indexing import enrich_pending, index_state
 from apps.search.models import Chunk, EmbeddingModel, EmbeddingState
@@ -498,7 +498,7 @@ def test_a_model_change_is_re_embedded_by_rebuild_and_search_stays_right_meanwhi
     assert waiting(mine) == 0
     admin = joined(mine.person, "admin@example.test", "ADMIN")
     queued: list[str] = []
-    monkeypatch.setattr(search_operations, "enrich_task", SimpleNamespace(delay=lambda: queued.append("enrich")))
+    monkeypatch.setattr(search_services, "enrich_task", SimpleNamespace(delay=lambda: queued.append("enrich")))
     with django_capture_on_commit_callbacks(execute=True):
         out = call(person(admin), "rebuild_search_index")
     assert out == {"queued": len(MAIL), "model": remote_key}

@@ -12,6 +12,8 @@ from typing import Protocol
 
 from django.conf import settings
 
+from apps.core.errors import OakenError
+
 _CHUNK = 1 << 20
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
@@ -59,6 +61,14 @@ def spooled(token: str) -> Path | None:
         return None
     path = spool_dir() / token
     return path if path.is_file() else None
+
+
+def access_upload_by_token(token: str, *, field: str = "upload") -> Path:
+    """The spool file of a token; NOT_FOUND (on `field`) when there is none (expired, taken, or never one)."""
+    path = spooled(token)
+    if path is None:
+        raise OakenError.not_found(field)
+    return path
 
 
 def discard(token: str) -> None:

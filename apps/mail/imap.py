@@ -23,34 +23,23 @@ from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
 from apps.core.encryption import CredentialsUnreadableError
 from apps.mail.models import MailAccount
+from apps.mail.reasons import setting_problem
 
 SECURITY = ("ssl", "starttls", "none")
 
-# reason -> what a person is told (the console and list_accounts show the reason)
-REASONS = {
-    "connection_failed": "could not connect to the server (refused, unreachable or timed out)",
-    "tls_failed": "the secure connection failed (wrong security setting, or the certificate is not valid)",
-    "login_failed": "the server refused this username and password",
-    "server_error": "the server answered in a way Oaken does not understand",
-    "credentials_unreadable": "the stored credentials cannot be decrypted; enter them again",
-    "not_connected": "this account has no server settings",
-    "sync_failed": "the sync failed inside Oaken; it is tried again later",
-    "private_host": "this host is on a private or local network, which a hosted mailbox may not use",
-    "unsupported_characters": "this server cannot log in with characters outside ASCII; use an app password",
-}
-
 
 class MailServerError(Exception):
-    """A mail server could not be used: `reason` is a key of REASONS, `field` the setting at fault."""
+    """A mail server could not be used: `reason` is a key of apps.mail.reasons.REASONS, `field` the setting at
+    fault."""
 
     def __init__(self, reason: str, field: str) -> None:
-        super().__init__(f"{field}: {REASONS[reason]}")
+        super().__init__(f"{field}: {setting_problem(reason)}")
         self.reason = reason
         self.field = field
 
     @property
     def message(self) -> str:
-        return f"{self.field}: {REASONS[self.reason]}"
+        return f"{self.field}: {setting_problem(self.reason)}"
 
 
 def _timeout() -> float:

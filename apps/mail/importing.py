@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -130,6 +131,24 @@ def queue_upload(
     shutil.move(spooled, target)
     run.save(update_fields=["upload"])
     return run
+
+
+# the task that runs a queued import, by name: it lives in the worker door (apps.worker.tasks), above the domain
+START_IMPORT_TASK = "mail.start_import"
+
+
+def start_after_commit(*, run: ImportRun) -> None:
+    """Queue the worker's task for a queued import once the caller's transaction commits; when the broker is
+    away, the import fails with a reason instead of waiting forever."""
+    tenant_id, import_id = str(run.tenant_id), str(run.pk)
+
+    def start() -> None:
+        try:
+            current_app.send_task(START_IMPORT_TASK, kwargs={"tenant_id": tenant_id, "import_id": import_id})
+        except Exception as exc:
+            fail_run(import_id, f"queue_unavailable:{type(exc).__name__}"[:255])
+
+    transaction.on_commit(start)
 
 
 def fail_run(run_id: uuid.UUID | str, reason: str) -> None:

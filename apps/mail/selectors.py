@@ -7,16 +7,28 @@ exactly like an id that does not exist; an id in a workspace the caller was not 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
-from apps.mail.models import Folder, Label, MailAccount, Message, Thread
-from apps.workspaces.models import Tenant
+from apps.mail.models import (
+    Attachment,
+    Folder,
+    ImportFailure,
+    ImportRun,
+    Label,
+    MailAccount,
+    Message,
+    MessageLabel,
+    RawMessage,
+    Thread,
+)
+from apps.workspaces.models import Tenant, Workspace
 
 _Row = TypeVar("_Row", MailAccount, Message, Thread, Label)
 
@@ -116,3 +128,114 @@ def access_folder_by_name(folder: str, *, account: MailAccount, field: str = "fo
     if found is None:
         raise OakenError.not_found(field)
     return found
+
+
+def folder_by_id(*, tenant: Tenant, folder_id: uuid.UUID) -> Folder:
+    """A folder the store itself points at (a trashed message's former folder): always there."""
+    return Folder.objects.for_tenant(tenant).get(pk=folder_id)
+
+
+def labelled_pairs(*, tenant: Tenant, messages: Sequence[Message], labels: Sequence[Label]) -> set[tuple[Any, Any]]:
+    """(message id, label id) of each of these labels already on each of these messages."""
+    links = MessageLabel.objects.for_tenant(tenant)
+    links = links.filter(message__in=[m.pk for m in messages], label__in=[label.pk for label in labels])
+    return set(links.values_list("message_id", "label_id"))
+
+
+def labelled_count(*, tenant: Tenant, label: Label) -> int:
+    """How many messages carry the label."""
+    return MessageLabel.objects.for_tenant(tenant).filter(label=label).count()
+
+
+def account_name_taken(*, tenant: Tenant, workspace: Workspace, name: str, except_kind: str | None = None) -> bool:
+    """The workspace already has a mail account of this name (one of `except_kind` aside)."""
+    named = MailAccount.objects.for_tenant(tenant).filter(workspace=workspace, name=name)
+    if except_kind is not None:
+        named = named.exclude(kind=except_kind)
+    return named.exists()
+
+
+def message_count(*, tenant: Tenant, account: MailAccount) -> int:
+    return Message.objects.for_tenant(tenant).filter(account=account).count()
+
+
+def access_import_by_id(import_id: str, *, tenant: Tenant, field: str = "import_id") -> ImportRun:
+    """One of the tenant's imports, with its account and the account's workspace."""
+    rows = ImportRun.objects.for_tenant(tenant).select_related("account__workspace")
+    found = rows.filter(pk=parse_id(import_id, field)).first()
+    if found is None:
+        raise OakenError.not_found(field)
+    return found
+
+
+def imports_page(*, tenant: Tenant, after: Q | None, limit: int) -> list[ImportRun]:
+    """The tenant's imports newest first, after a position (a condition on started_at and id), with accounts."""
+    rows = ImportRun.objects.for_tenant(tenant).filter(after or Q()).select_related("account")
+    return list(rows.order_by("-started_at", "-pk")[:limit])
+
+
+def import_failures(*, tenant: Tenant, run: ImportRun, limit: int) -> list[dict[str, Any]]:
+    """An import's failures in the order they happened: where each message was and why (never its content)."""
+    rows = ImportFailure.objects.for_tenant(tenant).filter(run=run).order_by("pk")
+    return list(rows.values("position", "reason")[:limit])
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file handed out whole: a message's attachment, or an outbound request's file."""
+
+    id: uuid.UUID
+    filename: str
+    content_type: str
+    content: bytes
+
+
+def stored_file(rows: QuerySet[Any], pk: Any) -> StoredFile:
+    """The name, type and bytes of one file among the tenant's rows of a file model (a message's attachments, an
+    outbound request's files), read only once the caller's access to it was checked."""
+    filename, content_type, content = rows.values_list("filename", "content_type", "content").get(pk=pk)
+    return StoredFile(pk, filename, content_type, bytes(content))
+
+
+def access_attachment_by_id(attachment_id: str, *, reach: Reach, field: str = "attachment_id") -> Attachment:
+    """An attachment of a message in reach, its id, message and size only (the bytes are read when needed):
+    another tenant's is NOT_FOUND, another workspace's OUT_OF_SCOPE, exactly as for the message itself."""
+    rows = Attachment.objects.for_tenant(reach.tenant).filter(pk=parse_id(attachment_id, field))
+    found = rows.only("id", "message_id", "size").first()
+    if found is None:
+        raise OakenError.not_found(field)
+    access_message_by_id(str(found.message_id), reach=reach, field=field)
+    return found
+
+
+def attachment_file(*, tenant: Tenant, attachment: Attachment) -> StoredFile:
+    return stored_file(Attachment.objects.for_tenant(tenant), attachment.pk)
+
+
+def raw_message_bytes(*, tenant: Tenant, message: Message) -> bytes:
+    """The message's bytes as received (none held: empty)."""
+    rows = RawMessage.objects.for_tenant(tenant).filter(message=message)
+    return bytes(rows.values_list("data", flat=True).first() or b"")
+
+
+def labels_in_reach(*, reach: Reach, account: MailAccount | None) -> QuerySet[Label]:
+    """Labels of the accounts in reach (of one account when named), by account and name."""
+    labels = Label.objects.for_tenant(reach.tenant).filter(account__in=reach.accounts())
+    if account is not None:
+        labels = labels.filter(account=account)
+    return labels.order_by("account_id", "name")
+
+
+def accounts_listed(*, reach: Reach) -> list[tuple[Any, ...]]:
+    """The accounts in reach by workspace and name: (id, name, kind, address, workspace, synced_at, sync_error)."""
+    accounts = reach.accounts().order_by("workspace__name", "name")
+    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    return list(accounts.values_list(*fields))
+
+
+def account_names(*, reach: Reach, account: MailAccount | None = None) -> list[tuple[Any, str]]:
+    """(id, name) of the accounts in reach (only the one named, when one is), by name."""
+    accounts = reach.accounts().order_by("name")
+    if account is not None:
+        accounts = accounts.filter(pk=account.pk)
+    return list(accounts.values_list("id", "name"))

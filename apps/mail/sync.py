@@ -12,11 +12,12 @@ flag changed in Oaken that waits to be pushed (apps.mail.mirror) keeps Oaken's v
 
 Oaken keeps one place on the server per message. A message no longer where Oaken saw it is marked missing;
 after a complete pass over every folder it is looked for by Message-ID: found, Oaken follows it there (a move
-by another client); not found for a grace period, it was deleted on the server and is removed here too.
+by another client); not found for a grace period, it was deleted on the server and is removed here too
+(apps.mail.missing does both).
 
 One account is synced by one worker at a time (a PostgreSQL session advisory lock, released even when
 the worker dies, since its connection closes). A failing account backs off exponentially up to a cap,
-and its last error is a fixed reason (apps.mail.imap.REASONS), never the server's text.
+and its last error is a fixed reason (apps.mail.reasons.REASONS), never the server's text.
 """
 
 from __future__ import annotations
@@ -24,35 +25,34 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet, Value
+from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 from imapclient.response_parser import parse_fetch_response
 
-from apps.audit.log import append_internal_event
 from apps.core.changes import Change
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
 from apps.mail.imapfetch import fetch_messages, fetch_sizes
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
-from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message, Thread
+from apps.mail.missing import forget_empty_gone_folders, record_sync_changes, relocation, settle_missing
+from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message
 from apps.mail.parsing.message import TOO_LARGE
 from apps.mail.pipeline import long_lived_frozen, parse_batch, read_ahead
 from apps.mail.rows import MessageRow
 from apps.mail.sources import RawItem
-from apps.mail.store import MessageStore, refresh_thread_stats
+from apps.mail.store import MessageStore
 from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.mail.sync")
@@ -66,11 +66,6 @@ _SPECIAL_USE = {
 }
 _UNSELECTABLE = {b"\\noselect", b"\\nonexistent"}
 _ID_MAX = 900
-_AUDIT_TARGETS_MAX = 500
-# missing messages looked for by Message-ID: at most this many per sync, this many per SEARCH command
-_SETTLE_MAX = 500
-_SEARCH_IDS_MAX = 50
-_MESSAGE_ID = re.compile(r"<([^<>]*)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +95,6 @@ def folder_kind(name: str, flags: Sequence[bytes]) -> FolderKind:
         if kind is not None:
             return kind
     return FolderKind.CUSTOM
-
-
-def _audit(tenant: Tenant, targets: list[Change]) -> None:
-    """Record what a sync changed in messages people already had (flags, folders, removals), inside the
-    transaction that changed it: ids and values, never mail text. Storing new mail is not an event.
-
-    Appended as the internal event `imap_sync` (apps.audit.events), not through the gate: the change is made
-    in the batch's own transaction, which a gate call (input parsed and digested, a transaction of its own)
-    would only slow, for a change no caller asked for."""
-    for start in range(0, len(targets), _AUDIT_TARGETS_MAX):
-        append_internal_event("imap_sync", tenant=tenant, targets=targets[start : start + _AUDIT_TARGETS_MAX])
 
 
 def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bool]]) -> tuple[list[Change], int]:
@@ -158,15 +142,6 @@ def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bo
             before["pinned"], after["pinned"] = not flagged, flagged
         targets.append(Change(str(pk), before, after))
     return targets, held_back
-
-
-def _relocation(folder_id: uuid.UUID, imap_folder_id: uuid.UUID | None, to: Folder) -> dict[str, Any]:
-    """Where a message goes when the server has it in `to` now: its server place, and its Oaken folder too
-    when Oaken showed it where the server had it (a move made in Oaken and not pushed yet keeps its folder)."""
-    update: dict[str, Any] = {"imap_folder": to, "imap_missing_since": None}
-    if folder_id != to.pk and (imap_folder_id is None or folder_id == imap_folder_id):
-        update |= {"folder": to, "trashed_from": folder_id if to.kind == FolderKind.TRASH else None}
-    return update
 
 
 class _FolderStore(MessageStore):
@@ -230,7 +205,7 @@ class _FolderStore(MessageStore):
             if key not in held or held[key][3] is None:
                 continue
             pk, folder_id, imap_folder_id, _ = held[key]
-            update = _relocation(folder_id, imap_folder_id, self.folder) | {"imap_uid": item.uid}
+            update = relocation(folder_id, imap_folder_id, self.folder) | {"imap_uid": item.uid}
             if "folder" in update:
                 targets.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(self.folder.pk)}))
             Message.objects.for_tenant(self.tenant).filter(pk=pk).update(**update)
@@ -240,7 +215,7 @@ class _FolderStore(MessageStore):
         flag_targets, held_back = _take_server_flags(self.tenant, flags)
         self.flags_held_back += held_back
         self.counts.flags_changed += len(flag_targets)
-        _audit(self.tenant, targets + flag_targets)
+        record_sync_changes(self.tenant, targets + flag_targets)
 
 
 def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
@@ -314,7 +289,7 @@ def _apply_server_flags(account: MailAccount, folder: Folder, data: dict[int, di
         if wanted:
             with transaction.atomic():
                 targets, kept = _take_server_flags(account.tenant, wanted)
-                _audit(account.tenant, targets)
+                record_sync_changes(account.tenant, targets)
             changed += len(targets)
             held_back += kept
     return changed, held_back
@@ -487,130 +462,6 @@ def _find_missing(account: MailAccount, client: IMAPClient, folder: Folder, know
     return marked
 
 
-def _search_message_ids(client: IMAPClient, message_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
-    """In the selected folder: (UID, size) of each message whose Message-ID is one of these, by Message-ID."""
-    found: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for start in range(0, len(message_ids), _SEARCH_IDS_MAX):
-        chunk = message_ids[start : start + _SEARCH_IDS_MAX]
-        criteria: list[str] = []
-        for i, mid in enumerate(chunk):
-            if i < len(chunk) - 1:
-                criteria.append("OR")
-            criteria += ["HEADER", "Message-ID", f"<{mid}>"]
-        uids = client.search(criteria)
-        if not uids:
-            continue
-        for uid, item in client.fetch(uids, ["RFC822.SIZE", "BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"]).items():
-            header = bytes(item.get(b"BODY[HEADER.FIELDS (MESSAGE-ID)]", b"")).decode("ascii", "replace")
-            ids = _MESSAGE_ID.findall(header)
-            if ids:
-                found[ids[0].strip()].append((uid, int(item.get(b"RFC822.SIZE", -1))))
-    return found
-
-
-def _settle_missing(
-    account: MailAccount, client: IMAPClient, folders: list[Folder], started: datetime, counts: SyncCounts
-) -> None:
-    """After a complete pass over every folder: look for the messages that went missing in this sync, and for
-    those missing longer than the grace period, by Message-ID in every folder. One found is in that folder now
-    (moved by another client, or a copy where its old place went); one still not found after the grace period
-    was deleted on the server and is removed here too.
-
-    A message without a Message-ID cannot be looked for, and is never removed."""
-    grace = timedelta(seconds=settings.OPERATIONS["SYNC_MISSING_GRACE_SECONDS"])
-    candidates = list(
-        Message.objects.for_tenant(account.tenant)
-        .filter(account=account, imap_missing_since__isnull=False)
-        .filter(Q(imap_missing_since__gte=started) | Q(imap_missing_since__lte=started - grace))
-        .exclude(message_id="")
-        .order_by("imap_missing_since")
-        .values_list("pk", "message_id", "size", "folder_id", "imap_folder_id", "imap_missing_since")[:_SETTLE_MAX]
-    )
-    if not candidates:
-        return
-    by_id: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for row in candidates:
-        by_id[row[1]].append(row)
-    taken = set()
-    found: dict[uuid.UUID, tuple[Folder, int]] = {}
-    for folder in folders:
-        client.select_folder(folder.name, readonly=True)
-        for mid, places in _search_message_ids(client, sorted(by_id)).items():
-            held_uids = set(
-                Message.objects.for_tenant(account.tenant)
-                .filter(imap_folder=folder, imap_uid__in=[uid for uid, _ in places])
-                .values_list("imap_uid", flat=True)
-            )
-            for pk, _, size, *_ in by_id.get(mid, []):
-                for uid, server_size in places:
-                    if (
-                        pk not in found
-                        and (folder.pk, uid) not in taken
-                        and uid not in held_uids
-                        and (server_size == size)
-                    ):
-                        found[pk] = (folder, uid)
-                        taken.add((folder.pk, uid))
-    moved: list[Change] = []
-    with transaction.atomic():
-        rows = {row[0]: row for row in candidates}
-        for pk, (folder, uid) in found.items():
-            _, _, _, folder_id, imap_folder_id, _ = rows[pk]
-            update = _relocation(folder_id, imap_folder_id, folder) | {"imap_uid": uid}
-            if "folder" in update:
-                moved.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(folder.pk)}))
-            Message.objects.for_tenant(account.tenant).filter(pk=pk, imap_uid__isnull=True).update(**update)
-        _audit(account.tenant, moved)
-    counts.relocated += len(found)
-    gone = [row for row in candidates if row[0] not in found and row[5] <= started - grace]
-    counts.removed += _remove(account, gone)
-
-
-def _remove(account: MailAccount, rows: Sequence[tuple[Any, ...]]) -> int:
-    """Remove messages the server deleted (looked for and not found); each removal is audited (ids only)."""
-    removed = 0
-    for start in range(0, len(rows), 500):
-        chunk = rows[start : start + 500]
-        with transaction.atomic():
-            gone = list(
-                Message.objects.for_tenant(account.tenant)
-                .filter(pk__in=[row[0] for row in chunk], imap_uid__isnull=True, imap_missing_since__isnull=False)
-                .select_for_update()
-                .order_by("pk")
-                .values_list("pk", "folder_id", "thread_id")
-            )
-            if not gone:
-                continue
-            Message.objects.for_tenant(account.tenant).filter(pk__in=[pk for pk, _, _ in gone]).delete()
-            _recount_threads(account, {thread_id for _, _, thread_id in gone})
-            _audit(
-                account.tenant,
-                [Change(str(pk), {"folder_id": str(f)}, {"removed": "deleted on the server"}) for pk, f, _ in gone],
-            )
-            removed += len(gone)
-    return removed
-
-
-def _recount_threads(account: MailAccount, thread_ids: set[uuid.UUID]) -> None:
-    """Threads that lost messages: drop those left empty, recount the others."""
-    left = Message.objects.for_tenant(account.tenant).filter(thread_id__in=thread_ids).values("thread_id")
-    Thread.objects.for_tenant(account.tenant).filter(pk__in=thread_ids).exclude(pk__in=left).delete()
-    refresh_thread_stats(account.tenant, thread_ids)
-
-
-def _forget_empty_gone_folders(account: MailAccount, listed: list[Folder]) -> None:
-    """Custom folders the server no longer has, once no message is in them, go too."""
-    gone = (
-        Folder.objects.for_tenant(account.tenant)
-        .filter(account=account, kind=FolderKind.CUSTOM, imap_uidvalidity__isnull=True)
-        .exclude(pk__in=[f.pk for f in listed])
-    )
-    if not gone.exists():
-        return
-    in_use = Message.objects.for_tenant(account.tenant).filter(folder_id=OuterRef("pk"))
-    gone.filter(~Exists(in_use)).delete()
-
-
 def sync_account(account: MailAccount) -> SyncCounts:
     """One sync of every folder of an IMAP account; raises MailServerError (or IMAP/socket errors) on failure.
 
@@ -625,8 +476,10 @@ def sync_account(account: MailAccount) -> SyncCounts:
         with long_lived_frozen():
             for folder in folders:
                 sync_folder(account, client, folder, condstore=condstore, counts=counts)
-        _settle_missing(account, client, folders, started, counts)
-    _forget_empty_gone_folders(account, folders)
+        relocated, removed = settle_missing(account, client, folders, started)
+        counts.relocated += relocated
+        counts.removed += removed
+    forget_empty_gone_folders(account, folders)
     repush_stale_flags(
         account=account, older_than=started - timedelta(seconds=settings.OPERATIONS["SYNC_FLAGS_REPUSH_SECONDS"])
     )

@@ -8,11 +8,12 @@ from imapclient.exceptions import IMAPClientError
 from apps.mail.imap import MailServerError
 from apps.mail.importing import sweep_stale_imports
 from apps.mail.mirror import PUSH_FLAGS_TASK, PUSH_MOVES_TASK, MirrorBusyError, push_flags, push_moves
+from apps.mail.services import SYNC_ACCOUNT_TASK
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant
 
 
-@shared_task(name="mail.sync_account", ignore_result=True)
+@shared_task(name=SYNC_ACCOUNT_TASK, ignore_result=True)
 def sync_account_task(*, account_id: str, force: bool = False) -> dict[str, object]:
     """Sync one IMAP account (skipped while another worker syncs it, or while it backs off unless forced)."""
     outcome = run_sync(account_id, force=force)

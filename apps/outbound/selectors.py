@@ -22,7 +22,7 @@ from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Principal
 from apps.mail.models import Attachment, MailAccount, Message
-from apps.mail.selectors import Reach, access_account_by_id
+from apps.mail.selectors import Reach, StoredFile, access_account_by_id, stored_file
 from apps.outbound.execution import retry_times
 from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
 from apps.workspaces.models import Tenant
@@ -184,3 +184,32 @@ def access_send_policy_by_id(policy_id: str, *, tenant: Tenant, actor: Caller) -
     if found is None:
         raise OakenError.not_found("policy_id")
     return found
+
+
+def access_outbound_file_by_id(
+    attachment_id: str, *, actor: Caller, reach: Reach, field: str = "attachment_id"
+) -> OutboundAttachment:
+    """A file of a request the caller may see (its id and request only): another tenant's, or one of a request
+    out of reach, is NOT_FOUND."""
+    rows = OutboundAttachment.objects.for_tenant(reach.tenant)
+    found = rows.filter(pk=parse_id(attachment_id, field), request__isnull=False).only("pk", "request_id").first()
+    if found is None:
+        raise OakenError.not_found(field)
+    try:
+        access_outbound_request_by_id(str(found.request_id), actor=actor, reach=reach)
+    except OakenError:
+        raise OakenError.not_found(field) from None
+    return found
+
+
+def outbound_file(*, tenant: Tenant, file: OutboundAttachment) -> StoredFile:
+    return stored_file(OutboundAttachment.objects.for_tenant(tenant), file.pk)
+
+
+def access_draft_file_by_id(attachment_id: str, *, tenant: Tenant, draft: Draft, field: str) -> StoredFile:
+    """A file the draft holds: another draft's, or another tenant's, is NOT_FOUND."""
+    rows = OutboundAttachment.objects.for_tenant(tenant).filter(draft=draft, pk=parse_id(attachment_id, field))
+    found = rows.values_list("pk", "filename", "content_type", "content").first()
+    if found is None:
+        raise OakenError.not_found(field)
+    return StoredFile(found[0], found[1], found[2], bytes(found[3]))

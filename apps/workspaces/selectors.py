@@ -13,6 +13,8 @@ from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
 from apps.agents.models import ApiKey, Connection
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.core.rows import binary_rows, fields_of
 from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 
@@ -61,9 +63,20 @@ def access_membership(*, user: User, tenant_id: str | None = None) -> Membership
     return membership
 
 
-def access_workspace_by_name(*, tenant: Tenant, name: str) -> Workspace | None:
-    """The tenant's workspace with this name, or None."""
-    return Workspace.objects.for_tenant(tenant).filter(name=name).first()
+def access_workspace_by_name(*, tenant: Tenant, name: str, field: str = "workspace") -> Workspace:
+    """The tenant's workspace with this name; NOT_FOUND (on `field`) when it has none."""
+    found = Workspace.objects.for_tenant(tenant).filter(name=name).first()
+    if found is None:
+        raise OakenError.not_found(field)
+    return found
+
+
+def access_workspace_by_id(workspace_id: str, *, tenant: Tenant, field: str = "workspace_id") -> Workspace:
+    """The tenant's workspace with this id: another tenant's, or a malformed id, is NOT_FOUND like a missing one."""
+    found = Workspace.objects.for_tenant(tenant).filter(pk=parse_id(workspace_id, field)).first()
+    if found is None:
+        raise OakenError.not_found(field)
+    return found
 
 
 @dataclass(frozen=True)

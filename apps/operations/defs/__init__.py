@@ -6,6 +6,7 @@ import importlib
 
 MODULES = (
     "apps.operations.defs.mail_read",
+    "apps.operations.defs.downloads",
     "apps.operations.defs.search",
     "apps.operations.defs.summaries",
     "apps.operations.defs.mail_organize",

@@ -13,9 +13,9 @@ from apps.mail.models import MailAccount, Message
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
-from apps.operations.defs.mail_read import OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import OptionalAccountIn, account_of, an_account, reach
 from apps.outbound import drafts
 from apps.outbound.compose import Recipients, check_attachment_limits, recipients
 from apps.outbound.models import Draft

@@ -7,12 +7,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from apps.core.errors import OakenError
-from apps.core.ids import parse_id
-from apps.mail.models import Attachment
-from apps.mail.selectors import access_message_by_id
+from apps.mail.selectors import access_attachment_by_id, attachment_file
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import reach
 from apps.operations.defs.shapes import Closed, Id
+from apps.operations.targets import reach
 from apps.outbound.compose import (
     attachment_content_type,
     attachment_filename,
@@ -20,7 +18,8 @@ from apps.outbound.compose import (
     decode_base64,
     stored_attachment,
 )
-from apps.outbound.models import Draft, OutboundAttachment
+from apps.outbound.models import Draft
+from apps.outbound.selectors import access_draft_file_by_id
 
 # an e-mail's files in order: (file name, content type, bytes)
 Files = tuple[tuple[str, str, bytes], ...]
@@ -72,31 +71,21 @@ def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, b
 
 
 def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str, bytes]:
-    """An attachment of a message in the caller's reach: another tenant's id is NOT_FOUND, another workspace's
-    OUT_OF_SCOPE, exactly as for the message itself."""
-    rows = Attachment.objects.for_tenant(ctx.tenant).filter(pk=parse_id(attachment_id, field))
-    found = rows.values_list("message_id", "size").first()
-    if found is None:
-        raise OakenError.not_found(field)
-    access_message_by_id(str(found[0]), reach=reach(ctx), field=field)
+    """An attachment of a message in the caller's reach, held to the sending bound per file."""
+    found = access_attachment_by_id(attachment_id, reach=reach(ctx), field=field)
     limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
-    if found[1] > limit:
+    if found.size > limit:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
-    name, ctype, data = rows.values_list("filename", "content_type", "content").get()
-    return (*stored_attachment(name, ctype), bytes(data))
+    file = attachment_file(tenant=ctx.tenant, attachment=found)
+    return (*stored_attachment(file.filename, file.content_type), file.content)
 
 
 def _draft_file(ctx: Context, draft: Draft | None, draft_attachment_id: str, field: str) -> tuple[str, str, bytes]:
     """A file the draft being changed already holds (another draft's, or another tenant's, is NOT_FOUND)."""
     if draft is None:
         raise OakenError.invalid(field, "names a draft's own file: only update_draft keeps one")
-    rows = OutboundAttachment.objects.for_tenant(ctx.tenant).filter(
-        draft=draft, pk=parse_id(draft_attachment_id, field)
-    )
-    found = rows.values_list("filename", "content_type", "content").first()
-    if found is None:
-        raise OakenError.not_found(field)
-    return found[0], found[1], bytes(found[2])
+    file = access_draft_file_by_id(draft_attachment_id, tenant=ctx.tenant, draft=draft, field=field)
+    return file.filename, file.content_type, file.content
 
 
 def attached_files(ctx: Context, items: list[AttachmentIn], draft: Draft | None = None) -> Files:

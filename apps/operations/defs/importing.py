@@ -17,8 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from celery import current_app
-from django.db import transaction
 from django.db.models import Q
 from pydantic import ConfigDict, Field, field_validator
 
@@ -26,18 +24,17 @@ from apps.core import uploads
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
-from apps.mail.importing import ImportRefusedError, import_mail, import_upload, queue_upload
-from apps.mail.models import AccountKind, ImportFailure, ImportRun, MailAccount
+from apps.mail.importing import ImportRefusedError, import_mail, import_upload, queue_upload, start_after_commit
+from apps.mail.models import AccountKind, ImportRun
+from apps.mail.selectors import access_import_by_id, account_name_taken, import_failures, imports_page
 from apps.mail.sources import SourceError, detect_kind
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Id, Name, Page
 from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, operation
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
+from apps.workspaces.selectors import access_workspace_by_id, access_workspace_by_name
 
 _UNREADABLE = "is not a readable mbox file, Maildir or .eml folder"
-
-
-START_IMPORT_TASK = "mail.start_import"
 
 
 # the workspace by name or by id, never both (_workspace): published with the input's schema
@@ -82,27 +79,8 @@ def _workspace(ctx: Context, data: Any) -> Workspace:
     if data.workspace_id is not None:
         if "workspace" in data.model_fields_set:
             raise OakenError.invalid("workspace_id", "name the workspace by name or by id, not both")
-        found = Workspace.objects.for_tenant(ctx.tenant).filter(pk=parse_id(data.workspace_id, "workspace_id"))
-        field = "workspace_id"
-    else:
-        found = Workspace.objects.for_tenant(ctx.tenant).filter(name=data.workspace)
-        field = "workspace"
-    workspace = found.first()
-    if workspace is None:
-        raise OakenError.not_found(field)
-    return workspace
-
-
-def _queued(ctx: Context, import_id: str) -> ImportRun:
-    run = (
-        ImportRun.objects.for_tenant(ctx.tenant)
-        .select_related("account__workspace")
-        .filter(pk=parse_id(import_id, "import_id"))
-        .first()
-    )
-    if run is None:
-        raise OakenError.not_found("import_id")
-    return run
+        return access_workspace_by_id(data.workspace_id, tenant=ctx.tenant)
+    return access_workspace_by_name(tenant=ctx.tenant, name=data.workspace)
 
 
 def _destination(ctx: Context, data: ImportIn) -> Workspace | ImportRun:
@@ -111,14 +89,15 @@ def _destination(ctx: Context, data: ImportIn) -> Workspace | ImportRun:
     if (data.path is None) == (data.import_id is None):
         raise OakenError.invalid("path", "give a path, or an import_id, not both")
     if data.import_id is not None:
-        return _queued(ctx, data.import_id)
+        return access_import_by_id(data.import_id, tenant=ctx.tenant)
     return _local_destination(ctx, data)
 
 
 def _local_destination(ctx: Context, data: Any) -> Workspace:
     workspace = _workspace(ctx, data)
-    named = MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name)
-    if named.exclude(kind=AccountKind.LOCAL).exists():
+    if account_name_taken(
+        tenant=ctx.tenant, workspace=workspace, name=data.account_name, except_kind=AccountKind.LOCAL
+    ):
         raise OakenError.invalid("account_name", "mail can only be imported into a local account")
     return workspace
 
@@ -241,21 +220,7 @@ def _upload_within_bound(ctx: Context, data: UploadIn) -> None:
     door stops reading it as soon as it knows), the stored file."""
     if data.upload is None:
         raise OakenError.invalid("upload", "is required: upload the file first")
-    if uploads.spooled(data.upload) is None:
-        raise OakenError.not_found("upload")
-
-
-def _start_on_commit(tenant_id: str, import_id: str) -> None:
-    def start() -> None:
-        # by name: the task lives in the worker door (apps.worker.tasks), above this layer
-        try:
-            current_app.send_task(START_IMPORT_TASK, kwargs={"tenant_id": tenant_id, "import_id": import_id})
-        except Exception as exc:  # the broker is away: the import fails with a reason instead of waiting forever
-            from apps.mail.importing import fail_run
-
-            fail_run(import_id, f"queue_unavailable:{type(exc).__name__}"[:255])
-
-    transaction.on_commit(start)
+    uploads.access_upload_by_token(data.upload)
 
 
 _UPLOAD_SIZE = Bound(
@@ -281,9 +246,7 @@ def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
     """The file the upload door stored becomes the tenant's, under the import's id; the import is queued and a
     worker runs it (import_mail). Follow it with get_import: its counts move as each batch commits."""
     assert data.upload is not None
-    spooled = uploads.spooled(data.upload)
-    if spooled is None:
-        raise OakenError.not_found("upload")
+    spooled = uploads.access_upload_by_token(data.upload)
     try:
         run = queue_upload(
             tenant=ctx.tenant,
@@ -297,7 +260,7 @@ def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
         uploads.discard(data.upload)
         raise OakenError(refused.code, refused.message, field=refused.field) from None
     ctx.touch(run.pk, None, {"account_id": str(run.account_id), "state": run.state, "size": data.size})
-    _start_on_commit(str(ctx.tenant.pk), str(run.pk))
+    start_after_commit(run=run)
     return ImportJobOut.model_validate(_job(run))
 
 
@@ -334,12 +297,7 @@ def _after(started_raw: str, pk_raw: str) -> Q:
 )
 def list_imports(ctx: Context, data: ListImportsIn) -> ListImportsOut:
     size = data.size(ctx.bounds)
-    runs = (
-        ImportRun.objects.for_tenant(ctx.tenant)
-        .filter(read_cursor(data.cursor, 2, _after) or Q())
-        .select_related("account")
-        .order_by("-started_at", "-pk")[: size + 1]
-    )
+    runs = imports_page(tenant=ctx.tenant, after=read_cursor(data.cursor, 2, _after), limit=size + 1)
     page, next_cursor = cut_page(runs, size, _position)
     return ListImportsOut.model_validate({"imports": [_job(run) for run in page], "next_cursor": next_cursor})
 
@@ -361,14 +319,9 @@ class GetImportIn(Closed):
 def get_import(ctx: Context, data: GetImportIn) -> ImportDetailOut:
     """The failures name where each message was in the file and why it failed, never its content; at most
     PAGE_SIZE_MAX of them (failures_truncated says when there are more)."""
-    run = _queued(ctx, data.import_id)
+    run = access_import_by_id(data.import_id, tenant=ctx.tenant)
     limit = ctx.bounds["PAGE_SIZE_MAX"]
-    rows = list(
-        ImportFailure.objects.for_tenant(ctx.tenant)
-        .filter(run=run)
-        .order_by("pk")
-        .values("position", "reason")[: limit + 1]
-    )
+    rows = import_failures(tenant=ctx.tenant, run=run, limit=limit + 1)
     return ImportDetailOut.model_validate(
         {**_job(run), "failures": rows[:limit], "failures_truncated": len(rows) > limit}
     )

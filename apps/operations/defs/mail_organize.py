@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db import IntegrityError, transaction
 from pydantic import Field
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.mail import readstate
-from apps.mail.mirror import mirror_flags, mirror_moves
-from apps.mail.models import FLAG_FLAGGED, Folder, FolderKind, Label, MailAccount, Message, MessageLabel
-from apps.mail.selectors import access_account_by_id, access_folder_by_name, access_labels_by_ids
+from apps.mail import readstate, services
+from apps.mail.models import Folder, FolderKind, Label, MailAccount, Message
+from apps.mail.selectors import (
+    access_account_by_id,
+    access_folder_by_name,
+    access_labels_by_ids,
+    folder_by_id,
+    labelled_count,
+    labelled_pairs,
+)
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import LabelOut, label_out, reach, the_messages
+from apps.operations.defs.mail_read import LabelOut, label_out
 from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
 from apps.operations.defs.summaries import SummarizerOut, SummaryState, gather_jobs, state_fields, summarizer_out
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, above, operation, when
+from apps.operations.targets import reach, the_messages
 from apps.summaries.services import Outcome, message_job
 
 _BATCH = Bound("message_ids", "BATCH_MAX")
@@ -122,15 +128,7 @@ def _pin_preview(ctx: Context, data: PinIn) -> Preview:
     bounds=(_BATCH,),
 )
 def set_pinned(ctx: Context, data: PinIn) -> ChangedOut:
-    changes = _pin_preview(ctx, data).changes
-    ids = [c.id for c in changes]
-    locked = Message.objects.for_tenant(ctx.tenant).filter(pk__in=ids).select_for_update().order_by("pk")
-    Message.objects.for_tenant(ctx.tenant).filter(pk__in=list(locked.values_list("pk", flat=True))).update(
-        pinned=data.pinned
-    )
-    mirror_flags(tenant=ctx.tenant, message_ids=ids, flags=FLAG_FLAGGED)
-    for c in changes:
-        ctx.touch(c.id, c.before, c.after)
+    ids = services.set_pinned(act=ctx, changes=_pin_preview(ctx, data).changes, pinned=data.pinned)
     return ChangedOut(changed=len(ids), message_ids=ids)
 
 
@@ -158,11 +156,7 @@ def _labelling(ctx: Context, data: LabelMessagesIn) -> Labelling:
 def _labels_preview(add: bool):
     def preview(ctx: Context, data: LabelMessagesIn) -> Preview:
         messages, labels = ctx.targets
-        present = set(
-            MessageLabel.objects.for_tenant(ctx.tenant)
-            .filter(message__in=[m.pk for m in messages], label__in=[x.pk for x in labels])
-            .values_list("message_id", "label_id")
-        )
+        present = labelled_pairs(tenant=ctx.tenant, messages=messages, labels=labels)
         changes = []
         for m in messages:
             for label in labels:
@@ -189,18 +183,8 @@ def _label_handler(add: bool):
 
     def handler(ctx: Context, data: LabelMessagesIn) -> LabelChangeOut:
         changes = preview(ctx, data).changes
-        pairs = [(c.id, c.after["label_id"]) for c in changes]
-        if add:
-            MessageLabel.objects.bulk_create(
-                [MessageLabel(tenant=ctx.tenant, message_id=m, label_id=lab) for m, lab in pairs],
-                ignore_conflicts=True,
-            )
-        else:
-            for m, lab in pairs:
-                MessageLabel.objects.for_tenant(ctx.tenant).filter(message_id=m, label_id=lab).delete()
-        for c in changes:
-            ctx.touch(c.id, c.before, c.after)
-        return LabelChangeOut(changed=len(pairs))
+        change = services.add_labels if add else services.remove_labels
+        return LabelChangeOut(changed=change(act=ctx, changes=changes))
 
     return handler
 
@@ -268,15 +252,7 @@ def _create_label_preview(ctx: Context, data: CreateLabelIn) -> Preview:
     targets=_label_account,
 )
 def create_label(ctx: Context, data: CreateLabelIn) -> LabelResult:
-    account: MailAccount = ctx.targets
-    if Label.objects.for_tenant(ctx.tenant).filter(account=account, name=data.name).exists():
-        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name")
-    try:
-        with transaction.atomic():
-            label = Label.objects.create(tenant=ctx.tenant, account=account, name=data.name, color=data.color)
-    except IntegrityError:  # a concurrent call took the name between the check and the insert
-        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name") from None
-    ctx.touch(label.pk, None, {"name": label.name, "color": label.color})
+    label = services.create_label(act=ctx, account=ctx.targets, name=data.name, color=data.color)
     return LabelResult(label=label_out(label))
 
 
@@ -306,22 +282,7 @@ def _rename_preview(ctx: Context, data: RenameLabelIn) -> Preview:
     targets=_the_label,
 )
 def rename_label(ctx: Context, data: RenameLabelIn) -> LabelResult:
-    label: Label = ctx.targets
-    if (
-        Label.objects.for_tenant(ctx.tenant)
-        .filter(account_id=label.account_id, name=data.name)
-        .exclude(pk=label.pk)
-        .exists()
-    ):
-        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name")
-    ctx.touch(label.pk, {"name": label.name}, {"name": data.name})
-    label.name = data.name
-    try:
-        with transaction.atomic():
-            label.save(update_fields=["name"])
-    except IntegrityError:
-        raise OakenError("CONFLICT", "name: this account already has a label with this name", field="name") from None
-    return LabelResult(label=label_out(label))
+    return LabelResult(label=label_out(services.rename_label(act=ctx, label=ctx.targets, name=data.name)))
 
 
 class LabelIn(Closed):
@@ -335,7 +296,7 @@ class DeletedOut(Closed):
 
 def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
     label: Label = ctx.targets
-    count = MessageLabel.objects.for_tenant(ctx.tenant).filter(label=label).count()
+    count = labelled_count(tenant=ctx.tenant, label=label)
     return Preview(
         (Change(str(label.pk), {"name": label.name, "messages": count}, None),),
         summary=f"delete the label and remove it from {count} messages (the messages stay)",
@@ -355,11 +316,7 @@ def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
 )
 def delete_label(ctx: Context, data: LabelIn) -> DeletedOut:
     label: Label = ctx.targets
-    links = MessageLabel.objects.for_tenant(ctx.tenant).filter(label=label)
-    count = links.count()
-    links.delete()
-    ctx.touch(label.pk, {"name": label.name, "messages": count}, None)
-    Label.objects.for_tenant(ctx.tenant).filter(pk=label.pk).delete()
+    count = services.delete_label(act=ctx, label=label)
     return DeletedOut(deleted=str(label.pk), messages_unlabelled=count)
 
 
@@ -407,20 +364,9 @@ def _move_preview(ctx: Context, data: MoveIn) -> Preview:
 def _apply_moves(ctx: Context, moves: Moves, trashing: bool) -> ChangedOut:
     changes = _move_changes(moves)
     moved = {c.id for c in changes}
-    for m in moves.messages:
-        if str(m.pk) not in moved:
-            continue
-        target = moves.to[m.account_id]
-        update: dict[str, object] = {"folder": target}
-        if trashing:
-            update["trashed_from"] = m.folder
-        elif m.folder.kind == FolderKind.TRASH:
-            update["trashed_from"] = None
-        Message.objects.for_tenant(ctx.tenant).filter(pk=m.pk).update(**update)
-    for c in changes:
-        ctx.touch(c.id, c.before, c.after)
-    mirror_moves(tenant=ctx.tenant, message_ids=[c.id for c in changes])
-    return ChangedOut(changed=len(changes), message_ids=[c.id for c in changes])
+    each = [(m, moves.to[m.account_id]) for m in moves.messages if str(m.pk) in moved]
+    ids = services.move_messages(act=ctx, moves=each, changes=changes, trashing=trashing)
+    return ChangedOut(changed=len(ids), message_ids=ids)
 
 
 @operation(
@@ -467,7 +413,7 @@ def _restoring(ctx: Context, data: MessageIds) -> dict[str, Folder]:
         if m.folder.kind != FolderKind.TRASH:
             continue
         if m.trashed_from_id is not None:
-            result[str(m.pk)] = Folder.objects.for_tenant(ctx.tenant).get(pk=m.trashed_from_id)
+            result[str(m.pk)] = folder_by_id(tenant=ctx.tenant, folder_id=m.trashed_from_id)
         else:
             if m.account_id not in inboxes:
                 inboxes[m.account_id] = access_folder_by_name("inbox", account=m.account)
@@ -475,9 +421,12 @@ def _restoring(ctx: Context, data: MessageIds) -> dict[str, Folder]:
     return result
 
 
+def _restore_changes(folders: dict[str, Folder]) -> tuple[Change, ...]:
+    return tuple(Change(pk, {"folder": "trash"}, {"folder": folder_label(f)}) for pk, f in folders.items())
+
+
 def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
-    folders: dict[str, Folder] = ctx.targets
-    return Preview(tuple(Change(pk, {"folder": "trash"}, {"folder": folder_label(f)}) for pk, f in folders.items()))
+    return Preview(_restore_changes(ctx.targets))
 
 
 @operation(
@@ -494,11 +443,8 @@ def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
 )
 def restore_messages(ctx: Context, data: MessageIds) -> ChangedOut:
     folders: dict[str, Folder] = ctx.targets
-    for pk, folder in folders.items():
-        Message.objects.for_tenant(ctx.tenant).filter(pk=pk).update(folder=folder, trashed_from=None)
-        ctx.touch(pk, {"folder": "trash"}, {"folder": folder_label(folder)})
-    mirror_moves(tenant=ctx.tenant, message_ids=list(folders))
-    return ChangedOut(changed=len(folders), message_ids=list(folders))
+    ids = services.restore_messages(act=ctx, folders=folders, changes=_restore_changes(folders))
+    return ChangedOut(changed=len(ids), message_ids=ids)
 
 
 # ---------------------------------------------------------------- summaries

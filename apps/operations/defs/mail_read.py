@@ -3,26 +3,19 @@ None of it marks anything read."""
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Attachment, Label, MailAccount, Message, RawMessage, Thread
-from apps.mail.reads import Listing, folder_counts, listing_of, message_detail, summaries
-from apps.mail.selectors import (
-    Reach,
-    access_account_by_id,
-    access_message_by_id,
-    access_messages_by_ids,
-    access_thread_by_id,
-)
+from apps.mail.models import Label, MailAccount, Message, Thread
+from apps.mail.reads import Listing, folder_counts, message_detail, summaries
+from apps.mail.reasons import sync_problem
+from apps.mail.selectors import account_names, accounts_listed, labels_in_reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import (
     AddressOut,
@@ -31,45 +24,25 @@ from apps.operations.defs.shapes import (
     Id,
     MailBody,
     MailText,
-    MessageIds,
     MessageSummary,
     Page,
     cut,
 )
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.targets import (
+    FOLDER_NEEDS_ACCOUNT,
+    AccountIn,
+    MessageIn,
+    OptionalAccountIn,
+    ThreadIn,
+    an_account,
+    listing,
+    reach,
+    the_account,
+    the_message,
+    the_thread,
+)
 from apps.summaries.services import cached_text_column
-
-
-def reach(ctx: Context) -> Reach:
-    return Reach(ctx.tenant, ctx.workspaces)
-
-
-def account_of(ctx: Context, account_id: str) -> MailAccount:
-    return access_account_by_id(account_id, reach=reach(ctx))
-
-
-# targets (apps.operations.registry): what an input names, resolved in the caller's reach
-
-
-def the_account(ctx: Context, data: AccountIn) -> MailAccount:
-    return account_of(ctx, data.account_id)
-
-
-def an_account(ctx: Context, data: OptionalAccountIn) -> MailAccount | None:
-    """The account named, or None for every account in reach (refused when the reach is restricted)."""
-    if data.account_id is not None:
-        return account_of(ctx, data.account_id)
-    reach(ctx).require_account(None)
-    return None
-
-
-def the_message(ctx: Context, data: MessageIn) -> Message:
-    return access_message_by_id(data.message_id, reach=reach(ctx))
-
-
-def the_messages(ctx: Context, data: MessageIds) -> list[Message]:
-    return access_messages_by_ids(data.message_ids, reach=reach(ctx))
-
 
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
 
@@ -87,26 +60,6 @@ class AccountOut(Closed):
     sync_problem: str = Field(description="connected mailboxes: why syncing fails, in words ('' when it does not)")
 
 
-# the reasons a sync fails (apps.mail.sync, apps.mail.imap), as a person reads them
-_SYNC_PROBLEMS = {
-    "login_failed": "the mail server refused the login: enter the password again",
-    "credentials_unreadable": "its login can no longer be read: enter the password again",
-    "connection_failed": "the mail server could not be reached",
-    "tls_failed": "no secure connection could be made to the mail server",
-    "private_host": "the mail server is on a private network, which Oaken may not reach",
-    "server_error": "the mail server answered with an error",
-    "unsupported_characters": "the login holds characters the mail server cannot take",
-    "not_connected": "the mailbox is not connected",
-    "sync_failed": "syncing failed; it is tried again later",
-}
-
-
-def sync_problem(reason: str) -> str:
-    if not reason:
-        return ""
-    return _SYNC_PROBLEMS.get(reason, "syncing fails (" + reason.replace("_", " ") + ")")
-
-
 class AccountsOut(Closed):
     accounts: list[AccountOut]
 
@@ -120,8 +73,6 @@ class AccountsOut(Closed):
     ceiling=Ceiling.ON,
 )
 def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
-    accounts = reach(ctx).accounts().order_by("workspace__name", "name")
-    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
     return AccountsOut.model_validate(
         {
             "accounts": [
@@ -135,17 +86,13 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                     "sync_error": error,
                     "sync_problem": sync_problem(error),
                 }
-                for pk, name, kind, address, workspace, synced, error in accounts.values_list(*fields)
+                for pk, name, kind, address, workspace, synced, error in accounts_listed(reach=reach(ctx))
             ]
         }
     )
 
 
 # ---------------------------------------------------------------- list_folders
-
-
-class AccountIn(Closed):
-    account_id: Id
 
 
 class FolderOut(Closed):
@@ -185,10 +132,6 @@ def list_folders(ctx: Context, data: AccountIn) -> FoldersOut:
 # ---------------------------------------------------------------- list_labels
 
 
-class OptionalAccountIn(Closed):
-    account_id: Id | None = None
-
-
 class LabelOut(Closed):
     id: str
     account_id: str
@@ -215,24 +158,10 @@ def label_out(label: Label) -> LabelOut:
 )
 def list_labels(ctx: Context, data: OptionalAccountIn) -> LabelsOut:
     account: MailAccount | None = ctx.targets
-    labels = Label.objects.for_tenant(ctx.tenant).filter(account__in=reach(ctx).accounts())
-    if account is not None:
-        labels = labels.filter(account=account)
-    return LabelsOut(labels=[label_out(label) for label in labels.order_by("account_id", "name")])
+    return LabelsOut(labels=[label_out(label) for label in labels_in_reach(reach=reach(ctx), account=account)])
 
 
 # ---------------------------------------------------------------- list_messages
-
-
-# a folder belongs to an account: naming one needs account_id (apps.mail.reads), published with the input
-FOLDER_NEEDS_ACCOUNT = ConfigDict(
-    json_schema_extra={
-        "anyOf": [
-            {"not": {"required": ["folder"], "properties": {"folder": {"type": "string"}}}},
-            {"required": ["account_id"], "properties": {"account_id": {"type": "string"}}},
-        ]
-    }
-)
 
 
 class ListMessagesIn(Page):
@@ -257,11 +186,6 @@ class ListedMessage(MessageSummary):
 class MessagesOut(Closed):
     messages: list[ListedMessage]
     next_cursor: str | None
-
-
-def listing(ctx: Context, data: ListMessagesIn | Any) -> Listing:
-    """The account, folder and label a listing (or a search) names, each in the caller's reach."""
-    return listing_of(reach(ctx), account_id=data.account_id, label_id=data.label_id, folder=data.folder)
 
 
 def _after(date_raw: str | None, pk_raw: str) -> tuple[str, Any]:
@@ -319,10 +243,6 @@ def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
 
 
 # ---------------------------------------------------------------- get_message
-
-
-class MessageIn(Closed):
-    message_id: Id
 
 
 class AttachmentOut(Closed):
@@ -429,66 +349,7 @@ def get_message_html(ctx: Context, data: MessageHtmlIn) -> MessageHtmlOut:
     )
 
 
-# ---------------------------------------------------------------- get_attachment
-
-
-class AttachmentIn(Closed):
-    attachment_id: Id
-
-
-class AttachmentFileOut(Closed):
-    id: str
-    message_id: str
-    filename: MailText
-    content_type: MailText
-    size: int
-    content_base64: str
-
-
-def _the_attachment(ctx: Context, data: AttachmentIn) -> Attachment:
-    """An attachment of a message in reach: another tenant's is NOT_FOUND, another workspace's OUT_OF_SCOPE."""
-    row = (
-        Attachment.objects.for_tenant(ctx.tenant)
-        .filter(pk=parse_id(data.attachment_id, "attachment_id"))
-        .only("id", "message_id", "size")
-        .first()
-    )
-    if row is None:
-        raise OakenError.not_found("attachment_id")
-    access_message_by_id(str(row.message_id), reach=reach(ctx), field="attachment_id")
-    return row
-
-
-@operation(
-    name="get_attachment",
-    summary="One attachment's file (base64), to download it. Never offered to agents.",
-    input=AttachmentIn,
-    output=AttachmentFileOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    targets=_the_attachment,
-)
-def get_attachment(ctx: Context, data: AttachmentIn) -> AttachmentFileOut:
-    found: Attachment = ctx.targets
-    if found.size > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
-        raise OakenError("LIMIT_EXCEEDED", "the attachment is larger than the raw-message bound")
-    row = Attachment.objects.for_tenant(ctx.tenant).get(pk=found.pk)
-    content = bytes(row.content)
-    return AttachmentFileOut(
-        id=str(row.pk),
-        message_id=str(row.message_id),
-        filename=row.filename,
-        content_type=media_type(row.content_type),
-        size=len(content),
-        content_base64=base64.b64encode(content).decode(),
-    )
-
-
 # ---------------------------------------------------------------- get_thread
-
-
-class ThreadIn(Closed):
-    thread_id: Id
 
 
 class ThreadOut(Closed):
@@ -502,10 +363,6 @@ class ThreadMessagesOut(Closed):
     thread: ThreadOut
     messages: list[MessageSummary]
     truncated: bool
-
-
-def _thread(ctx: Context, data: ThreadIn) -> Thread:
-    return access_thread_by_id(data.thread_id, reach=reach(ctx))
 
 
 def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
@@ -522,7 +379,7 @@ def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
     output=ThreadMessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=_thread,
+    targets=the_thread,
     gather=_thread_messages,
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
@@ -573,10 +430,7 @@ class CountsOut(Closed):
 )
 def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
     named: MailAccount | None = ctx.targets
-    accounts = reach(ctx).accounts().order_by("name")
-    if named is not None:
-        accounts = accounts.filter(pk=named.pk)
-    listed = list(accounts.values_list("id", "name"))
+    listed = account_names(reach=reach(ctx), account=named)
     # every folder of those accounts with its counts, in one statement (not one per account)
     folders: dict[Any, list[dict[str, Any]]] = {pk: [] for pk, _ in listed}
     for f in folder_counts(ctx.tenant.pk, [pk for pk, _ in listed]):
@@ -584,37 +438,4 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
         folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
     return CountsOut.model_validate(
         {"accounts": [{"account_id": str(pk), "name": name, "folders": folders[pk]} for pk, name in listed]}
-    )
-
-
-# ---------------------------------------------------------------- get_raw_message
-
-
-class RawOut(Closed):
-    message_id: str
-    size: int
-    encoding: Literal["base64"]
-    data: str
-
-
-@operation(
-    name="get_raw_message",
-    summary="The message's bytes exactly as received (base64). Never offered to agents.",
-    input=MessageIn,
-    output=RawOut,
-    op_class=OpClass.READ,
-    ceiling=Ceiling.NEVER,
-    targets=the_message,
-)
-def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
-    message: Message = ctx.targets
-    raw = RawMessage.objects.for_tenant(ctx.tenant).filter(message=message).values_list("data", flat=True).first()
-    content = bytes(raw or b"")
-    if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
-        raise OakenError("LIMIT_EXCEEDED", "the raw message is larger than the raw-message bound")
-    return RawOut(
-        message_id=str(message.pk),
-        size=len(content),
-        encoding="base64",
-        data=base64.b64encode(content).decode(),
     )

@@ -12,28 +12,20 @@ import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from django.db import transaction
 from pydantic import AfterValidator, Field, SecretStr, StringConstraints
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
+from apps.mail import services
 from apps.mail.imap import MailServerError, check_imap, check_smtp
-from apps.mail.models import (
-    AccountKind,
-    Attachment,
-    Folder,
-    Label,
-    MailAccount,
-    Message,
-    MessageLabel,
-    RawMessage,
-    Thread,
-)
+from apps.mail.models import AccountKind, MailAccount
+from apps.mail.selectors import account_name_taken, message_count
+from apps.mail.services import shown_settings
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import account_of
 from apps.operations.defs.shapes import Closed, Id, Name
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import account_of
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 from apps.workspaces.selectors import access_workspace_by_name
 
@@ -152,18 +144,6 @@ def _try_servers(ctx: Context, data: ConnectIn | UpdateCredentialsIn) -> None:
         raise OakenError("INVALID_INPUT", exc.message, field=exc.field) from None
 
 
-def _settings_change(credentials: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What the audit log and proposals show of new settings: never the passwords."""
-    return {part: _server_out(credentials[part]).model_dump() for part in ("imap", "smtp")}
-
-
-def _sync_after_commit(account: MailAccount, *, force: bool) -> None:
-    from apps.mail.tasks import sync_account_task
-
-    account_id = str(account.pk)
-    transaction.on_commit(lambda: sync_account_task.delay(account_id=account_id, force=force))
-
-
 def _the_account(ctx: Context, data: AccountIn | UpdateCredentialsIn) -> MailAccount:
     return account_of(ctx, data.account_id)
 
@@ -190,9 +170,7 @@ class ConnectIn(Closed):
 def _home(ctx: Context, data: ConnectIn) -> Workspace:
     """The workspace the new mailbox goes to, where its name is not yet taken."""
     workspace = access_workspace_by_name(tenant=ctx.tenant, name=data.workspace)
-    if workspace is None:
-        raise OakenError.not_found("workspace")
-    if MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=workspace, name=data.account_name).exists():
+    if account_name_taken(tenant=ctx.tenant, workspace=workspace, name=data.account_name):
         raise OakenError(
             "CONFLICT", "account_name: this workspace already has an account with this name", field="account_name"
         )
@@ -200,7 +178,7 @@ def _home(ctx: Context, data: ConnectIn) -> Workspace:
 
 
 def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
-    settings = _settings_change(_credentials(data.imap, data.smtp))
+    settings = shown_settings(_credentials(data.imap, data.smtp))
     return Preview((Change("new mailbox", None, {"name": data.account_name, "workspace": data.workspace} | settings),))
 
 
@@ -220,24 +198,14 @@ def _connect_preview(ctx: Context, data: ConnectIn) -> Preview:
 )
 def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
     """The person filling the form confirms by submitting it: the logins are tried before anything is saved."""
-    credentials = _credentials(data.imap, data.smtp)
-    workspace: Workspace = ctx.targets
     address = data.email_address or (data.imap.username if "@" in data.imap.username else "")
-    account = MailAccount.objects.create(
-        tenant=ctx.tenant,
-        workspace=workspace,
+    account = services.connect_mailbox(
+        act=ctx,
+        workspace=ctx.targets,
         name=data.account_name,
-        kind=AccountKind.IMAP,
         email_address=address,
-        credentials=credentials,
-        created_at=ctx.now,
+        credentials=_credentials(data.imap, data.smtp),
     )
-    ctx.touch(
-        account.pk,
-        None,
-        {"name": account.name, "workspace": workspace.name, "kind": "imap"} | _settings_change(credentials),
-    )
-    _sync_after_commit(account, force=True)
     return mailbox_out(account)
 
 
@@ -252,8 +220,8 @@ class UpdateCredentialsIn(Closed):
 
 def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
     account: MailAccount = ctx.targets
-    before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
-    return Preview((Change(str(account.pk), before, _settings_change(_credentials(data.imap, data.smtp))),))
+    before = shown_settings(_stored(account))
+    return Preview((Change(str(account.pk), before, shown_settings(_credentials(data.imap, data.smtp))),))
 
 
 @operation(
@@ -271,16 +239,8 @@ def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
     callers=Callers.PERSONS,
 )
 def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
-    account: MailAccount = ctx.targets
     credentials = _credentials(data.imap, data.smtp)
-    before = {part: _server_out(_stored(account)[part]).model_dump() for part in ("imap", "smtp")}
-    account.credentials = credentials
-    # new credentials end the backoff: the next sync runs at once
-    account.sync_failures, account.sync_error, account.sync_next_at = 0, "", None
-    account.save(update_fields=["credentials", "sync_failures", "sync_error", "sync_next_at"])
-    ctx.touch(account.pk, before, _settings_change(credentials))
-    _sync_after_commit(account, force=True)
-    return mailbox_out(account)
+    return mailbox_out(services.replace_credentials(act=ctx, account=ctx.targets, credentials=credentials))
 
 
 # ---------------------------------------------------------------- remove_mailbox
@@ -297,7 +257,7 @@ class RemovedOut(Closed):
 
 def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
     account: MailAccount = ctx.targets
-    count = Message.objects.for_tenant(ctx.tenant).filter(account=account).count()
+    count = message_count(tenant=ctx.tenant, account=account)
     return Preview(
         (Change(str(account.pk), {"name": account.name, "kind": account.kind, "messages": count}, None),),
         summary=f"remove the account and the {count} messages Oaken holds for it (a server keeps its own copy)",
@@ -319,19 +279,7 @@ def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
 )
 def remove_mailbox(ctx: Context, data: AccountIn) -> RemovedOut:
     account: MailAccount = ctx.targets
-    tenant = ctx.tenant
-    messages = Message.objects.for_tenant(tenant).filter(account=account)
-    count = messages.count()
-    # children first: messages protect their folders and threads
-    MessageLabel.objects.for_tenant(tenant).filter(message__account=account).delete()
-    Attachment.objects.for_tenant(tenant).filter(message__account=account).delete()
-    RawMessage.objects.for_tenant(tenant).filter(message__account=account).delete()
-    messages.delete()
-    Thread.objects.for_tenant(tenant).filter(account=account).delete()
-    Label.objects.for_tenant(tenant).filter(account=account).delete()
-    Folder.objects.for_tenant(tenant).filter(account=account).delete()
-    ctx.touch(account.pk, {"name": account.name, "kind": account.kind, "messages": count}, None)
-    MailAccount.objects.for_tenant(tenant).filter(pk=account.pk).delete()
+    count = services.remove_account(act=ctx, account=account)
     return RemovedOut(removed=str(account.pk), messages_removed=count)
 
 
@@ -375,7 +323,7 @@ def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
     account: MailAccount = ctx.targets
     waiting = _backing_off(ctx, account)
     if not waiting:
-        _sync_after_commit(account, force=ctx.caller.principal == Principal.PERSON)
+        services.queue_sync(account=account, force=ctx.caller.principal == Principal.PERSON)
     ctx.touch(account.pk, None, {"sync": "backing off" if waiting else "queued"})
     return SyncOut(
         account_id=str(account.pk),

@@ -25,9 +25,9 @@ from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.drafts import MAIL_BOUNDS, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
-from apps.operations.defs.mail_read import account_of, reach
 from apps.operations.defs.shapes import Closed, Id, MailBody
 from apps.operations.registry import ALWAYS, NEVER, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import account_of, reach
 from apps.outbound import drafts, execution, requests
 from apps.outbound.compose import check_recipient_limit, from_header, recipients
 from apps.outbound.models import Draft, OutboundRequest, State

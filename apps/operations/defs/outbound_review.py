@@ -5,7 +5,6 @@ too. What an agent or a person asks for is in apps.operations.defs.outbound_requ
 
 from __future__ import annotations
 
-import base64
 import uuid
 from datetime import datetime
 from typing import Literal
@@ -19,15 +18,16 @@ from apps.core.ids import parse_id
 from apps.core.kinds import Scope
 from apps.core.pages import cut_page, read_cursor
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import reach
 from apps.operations.defs.outbound_requests import RequestIn, RequestOut, request_out, the_request
-from apps.operations.defs.shapes import Closed, Id, MailBody, MailText, cut
+from apps.operations.defs.shapes import Closed, FileOut, Id, MailBody, MailText, cut
 from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import reach
 from apps.outbound import execution, requests
 from apps.outbound.models import OutboundAttachment, OutboundRequest, State
 from apps.outbound.selectors import (
     PageFacts,
-    access_outbound_request_by_id,
+    access_outbound_file_by_id,
+    outbound_file,
     page_facts,
     visible_outbound_requests,
 )
@@ -270,30 +270,12 @@ class OutboundAttachmentIn(Closed):
     attachment_id: Id
 
 
-class OutboundAttachmentOut(Closed):
-    id: str
+class OutboundAttachmentOut(FileOut):
     request_id: str
-    filename: MailText
-    content_type: str
-    size: int
-    content_base64: str
 
 
 def _the_file(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachment:
-    """A file of a request this person may see: another tenant's, or one of a request out of reach, is NOT_FOUND."""
-    row = (
-        OutboundAttachment.objects.for_tenant(ctx.tenant)
-        .filter(pk=parse_id(data.attachment_id, "attachment_id"), request__isnull=False)
-        .only("pk", "request_id")
-        .first()
-    )
-    if row is None:
-        raise OakenError.not_found("attachment_id")
-    try:
-        access_outbound_request_by_id(str(row.request_id), actor=ctx.caller, reach=reach(ctx))
-    except OakenError:
-        raise OakenError.not_found("attachment_id") from None
-    return row
+    return access_outbound_file_by_id(data.attachment_id, actor=ctx.caller, reach=reach(ctx))
 
 
 @operation(
@@ -308,13 +290,4 @@ def _the_file(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachment:
 )
 def get_outbound_attachment(ctx: Context, data: OutboundAttachmentIn) -> OutboundAttachmentOut:
     found: OutboundAttachment = ctx.targets
-    row = OutboundAttachment.objects.for_tenant(ctx.tenant).get(pk=found.pk)
-    content = bytes(row.content)
-    return OutboundAttachmentOut(
-        id=str(row.pk),
-        request_id=str(row.request_id),
-        filename=row.filename,
-        content_type=row.content_type,
-        size=len(content),
-        content_base64=base64.b64encode(content).decode(),
-    )
+    return OutboundAttachmentOut.of(outbound_file(tenant=ctx.tenant, file=found), request_id=str(found.request_id))

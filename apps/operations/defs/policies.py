@@ -13,9 +13,9 @@ from apps.core.errors import OakenError
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.drafts import Address
-from apps.operations.defs.mail_read import account_of
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import account_of
 from apps.outbound.compose import (
     normalize_address,
 )

@@ -8,19 +8,17 @@ from functools import lru_cache
 from typing import Literal
 
 from django.conf import settings
-from django.db import transaction
 from pydantic import Field, field_validator
 
 from apps.core.pages import encode_cursor, read_cursor
 from apps.mail.reads import summaries
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.targets import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.search import queries
 from apps.search.embedders import current_embedder
-from apps.search.indexing import rebuild
-from apps.search.tasks import enrich_task
+from apps.search.services import rebuild_index
 
 Mode = Literal["hybrid", "keyword", "semantic"]
 
@@ -191,6 +189,5 @@ class RebuildOut(Closed):
     role="ADMIN",
 )
 def rebuild_search_index(ctx: Context, data: Empty) -> RebuildOut:
-    queued = rebuild(tenant=ctx.tenant)
-    transaction.on_commit(lambda: enrich_task.delay())
+    queued = rebuild_index(tenant=ctx.tenant)
     return RebuildOut(queued=queued, model=current_embedder().key)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from django.conf import settings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from apps.core.bidi import mark_bidi_controls
 from apps.mail.models import Folder
+from apps.mail.selectors import StoredFile
 
 
 class Closed(BaseModel):
@@ -113,3 +115,25 @@ def folder_label(folder: Folder) -> str:
 def cut(text: str, limit: int) -> tuple[str, bool, int]:
     """(text cut to limit, whether it was cut, full length)."""
     return (text[:limit], len(text) > limit, len(text))
+
+
+class FileOut(Closed):
+    """A file to download whole (base64): a message's attachment or an outbound request's file."""
+
+    id: str
+    filename: MailText
+    content_type: MailText
+    size: int
+    content_base64: str
+
+    @classmethod
+    def of(cls, file: StoredFile, *, content_type: str | None = None, **owner: str) -> Self:
+        """The shape of a stored file; `owner` names what it belongs to (message_id, request_id)."""
+        return cls(
+            id=str(file.id),
+            filename=file.filename,
+            content_type=file.content_type if content_type is None else content_type,
+            size=len(file.content),
+            content_base64=base64.b64encode(file.content).decode(),
+            **owner,
+        )

@@ -17,9 +17,9 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import AccountIn, OptionalAccountIn, account_of, an_account, reach
 from apps.operations.defs.shapes import Closed, MailText
 from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import AccountIn, OptionalAccountIn, account_of, an_account, reach
 from apps.outbound import signatures
 from apps.outbound.selectors import signature_of, signatures_in_reach
 

@@ -17,9 +17,9 @@ from apps.core.kinds import Scope
 from apps.mail.models import Message, Thread
 from apps.mail.selectors import access_thread_by_id
 from apps.operations.context import Context
-from apps.operations.defs.mail_read import AccountIn, ThreadIn, account_of, reach
 from apps.operations.defs.shapes import Closed, MailBody
 from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.targets import AccountIn, ThreadIn, account_of, reach
 from apps.summaries import newmail, services
 from apps.summaries.models import AutoSummaryAccount
 from apps.summaries.services import Job, Outcome

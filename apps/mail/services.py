@@ -1,0 +1,220 @@
+"""The mail domain's changes that operations ask for: labels, pins, moves to and from the trash, and connected
+mailboxes (SPEC §2, §6, §9). Read state has its own service (apps.mail.readstate); imports and sync theirs.
+
+Each takes the call (`act`: the tenant, the clock, the changes recorded for its audit event) and keyword-only
+arguments, runs inside the caller's transaction, and records what it changed. Where an operation previewed the
+change, the previewed changes are passed in and recorded as they were shown; a change to a connected mailbox's
+messages is mirrored to its server once the transaction commits (apps.mail.mirror).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from celery import current_app
+from django.db import IntegrityError, transaction
+
+from apps.core.acts import Act
+from apps.core.changes import Change
+from apps.core.errors import OakenError
+from apps.mail.mirror import mirror_flags, mirror_moves
+from apps.mail.models import (
+    FLAG_FLAGGED,
+    AccountKind,
+    Attachment,
+    Folder,
+    FolderKind,
+    Label,
+    MailAccount,
+    Message,
+    MessageLabel,
+    RawMessage,
+    Thread,
+)
+from apps.workspaces.models import Workspace
+
+# the task that syncs one account (apps.mail.tasks), found by name: no service imports the task module
+SYNC_ACCOUNT_TASK = "mail.sync_account"
+
+_LABEL_TAKEN = "name: this account already has a label with this name"
+
+
+def _record(act: Act, changes: Sequence[Change]) -> None:
+    for change in changes:
+        act.touch(change.id, change.before, change.after)
+
+
+# ---------------------------------------------------------------- pins
+
+
+def set_pinned(*, act: Act, changes: Sequence[Change], pinned: bool) -> list[str]:
+    """Pin or unpin the messages the previewed changes name (on a connected mailbox, the server's \\Flagged)."""
+    ids = [change.id for change in changes]
+    rows = Message.objects.for_tenant(act.tenant)
+    locked = rows.filter(pk__in=ids).select_for_update().order_by("pk")
+    rows.filter(pk__in=list(locked.values_list("pk", flat=True))).update(pinned=pinned)
+    mirror_flags(tenant=act.tenant, message_ids=ids, flags=FLAG_FLAGGED)
+    _record(act, changes)
+    return ids
+
+
+# ---------------------------------------------------------------- labels on messages
+
+
+def add_labels(*, act: Act, changes: Sequence[Change]) -> int:
+    """Put labels on messages; each change names a message (its id) and a label (after["label_id"])."""
+    MessageLabel.objects.bulk_create(
+        [MessageLabel(tenant=act.tenant, message_id=c.id, label_id=c.after["label_id"]) for c in changes],
+        ignore_conflicts=True,
+    )
+    _record(act, changes)
+    return len(changes)
+
+
+def remove_labels(*, act: Act, changes: Sequence[Change]) -> int:
+    """Take labels off messages; each change names a message (its id) and a label (after["label_id"])."""
+    for change in changes:
+        links = MessageLabel.objects.for_tenant(act.tenant)
+        links.filter(message_id=change.id, label_id=change.after["label_id"]).delete()
+    _record(act, changes)
+    return len(changes)
+
+
+# ---------------------------------------------------------------- labels themselves
+
+
+def create_label(*, act: Act, account: MailAccount, name: str, color: str) -> Label:
+    """A new label of the account; a name the account already uses is a CONFLICT, even when a concurrent call
+    took it between the check and the insert."""
+    if Label.objects.for_tenant(act.tenant).filter(account=account, name=name).exists():
+        raise OakenError("CONFLICT", _LABEL_TAKEN, field="name")
+    try:
+        with transaction.atomic():
+            label = Label.objects.create(tenant=act.tenant, account=account, name=name, color=color)
+    except IntegrityError:
+        raise OakenError("CONFLICT", _LABEL_TAKEN, field="name") from None
+    act.touch(label.pk, None, {"name": label.name, "color": label.color})
+    return label
+
+
+def rename_label(*, act: Act, label: Label, name: str) -> Label:
+    taken = Label.objects.for_tenant(act.tenant).filter(account_id=label.account_id, name=name).exclude(pk=label.pk)
+    if taken.exists():
+        raise OakenError("CONFLICT", _LABEL_TAKEN, field="name")
+    act.touch(label.pk, {"name": label.name}, {"name": name})
+    label.name = name
+    try:
+        with transaction.atomic():
+            label.save(update_fields=["name"])
+    except IntegrityError:
+        raise OakenError("CONFLICT", _LABEL_TAKEN, field="name") from None
+    return label
+
+
+def delete_label(*, act: Act, label: Label) -> int:
+    """Delete the label; the messages stay and only lose it. Returns how many messages had it."""
+    links = MessageLabel.objects.for_tenant(act.tenant).filter(label=label)
+    count = links.count()
+    links.delete()
+    act.touch(label.pk, {"name": label.name, "messages": count}, None)
+    Label.objects.for_tenant(act.tenant).filter(pk=label.pk).delete()
+    return count
+
+
+# ---------------------------------------------------------------- folders and trash
+
+
+def move_messages(
+    *, act: Act, moves: Sequence[tuple[Message, Folder]], changes: Sequence[Change], trashing: bool
+) -> list[str]:
+    """Move each message to its folder. Trashing remembers where a message came from (restore_messages takes it
+    back there); moving one out of the trash any other way forgets it."""
+    for message, target in moves:
+        update: dict[str, Any] = {"folder": target}
+        if trashing:
+            update["trashed_from"] = message.folder
+        elif message.folder.kind == FolderKind.TRASH:
+            update["trashed_from"] = None
+        Message.objects.for_tenant(act.tenant).filter(pk=message.pk).update(**update)
+    _record(act, changes)
+    ids = [change.id for change in changes]
+    mirror_moves(tenant=act.tenant, message_ids=ids)
+    return ids
+
+
+def restore_messages(*, act: Act, folders: Mapping[str, Folder], changes: Sequence[Change]) -> list[str]:
+    """Bring trashed messages (by id) back to the folders given."""
+    for pk, folder in folders.items():
+        Message.objects.for_tenant(act.tenant).filter(pk=pk).update(folder=folder, trashed_from=None)
+    _record(act, changes)
+    ids = list(folders)
+    mirror_moves(tenant=act.tenant, message_ids=ids)
+    return ids
+
+
+# ---------------------------------------------------------------- connected mailboxes
+
+
+def shown_settings(credentials: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the audit log, proposals and outputs show of a mailbox's server settings: never the passwords."""
+    return {
+        part: {key: credentials[part][key] for key in ("host", "port", "security", "username")}
+        for part in ("imap", "smtp")
+    }
+
+
+def queue_sync(*, account: MailAccount, force: bool) -> None:
+    """Sync the account in a worker once the caller's transaction commits."""
+    account_id = str(account.pk)
+    task = current_app.tasks[SYNC_ACCOUNT_TASK]
+    transaction.on_commit(lambda: task.delay(account_id=account_id, force=force))
+
+
+def connect_mailbox(
+    *, act: Act, workspace: Workspace, name: str, email_address: str, credentials: dict[str, dict[str, Any]]
+) -> MailAccount:
+    """Save a connected mailbox whose logins were tried, and sync it."""
+    account = MailAccount.objects.create(
+        tenant=act.tenant,
+        workspace=workspace,
+        name=name,
+        kind=AccountKind.IMAP,
+        email_address=email_address,
+        credentials=credentials,
+        created_at=act.now,
+    )
+    shown = {"name": account.name, "workspace": workspace.name, "kind": "imap"} | shown_settings(credentials)
+    act.touch(account.pk, None, shown)
+    queue_sync(account=account, force=True)
+    return account
+
+
+def replace_credentials(*, act: Act, account: MailAccount, credentials: dict[str, dict[str, Any]]) -> MailAccount:
+    """New server settings for a connected mailbox; they end its backoff, so the sync queued runs at once."""
+    before = shown_settings(cast(dict[str, dict[str, Any]], account.credentials))
+    account.credentials = credentials
+    account.sync_failures, account.sync_error, account.sync_next_at = 0, "", None
+    account.save(update_fields=["credentials", "sync_failures", "sync_error", "sync_next_at"])
+    act.touch(account.pk, before, shown_settings(credentials))
+    queue_sync(account=account, force=True)
+    return account
+
+
+def remove_account(*, act: Act, account: MailAccount) -> int:
+    """Remove a mail account and everything Oaken holds for it (a server keeps its own copy); returns how many
+    messages went."""
+    tenant = act.tenant
+    messages = Message.objects.for_tenant(tenant).filter(account=account)
+    count = messages.count()
+    # children first: messages protect their folders and threads
+    MessageLabel.objects.for_tenant(tenant).filter(message__account=account).delete()
+    Attachment.objects.for_tenant(tenant).filter(message__account=account).delete()
+    RawMessage.objects.for_tenant(tenant).filter(message__account=account).delete()
+    messages.delete()
+    Thread.objects.for_tenant(tenant).filter(account=account).delete()
+    Label.objects.for_tenant(tenant).filter(account=account).delete()
+    Folder.objects.for_tenant(tenant).filter(account=account).delete()
+    act.touch(account.pk, {"name": account.name, "kind": account.kind, "messages": count}, None)
+    MailAccount.objects.for_tenant(tenant).filter(pk=account.pk).delete()
+    return count
