@@ -18,18 +18,10 @@ from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.exposure import level_for, tenant_settings
 from apps.operations.models import PluginSettings
+from apps.operations.plugin_runtime import Runtime, runtime, runtimes
+from apps.operations.plugin_schema import PluginValidator, first_error
 from apps.operations.plugin_secrets import SecretNotKept, SettingsSchema
-from apps.operations.plugins import (
-    MailReaders,
-    PluginValidator,
-    Runtime,
-    first_error,
-    provide_mail_readers,
-    runtime,
-    runtimes,
-    settings_of,
-    status,
-)
+from apps.operations.plugins import MailReaders, provide_mail_readers, settings_of, status
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
 
 # ---------------------------------------------------------------- what a plugin's call reads
