@@ -51,6 +51,7 @@ from apps.operations.plugin_schema import (
     untrusted,
     validator,
 )
+from apps.operations.plugin_state import settings_of
 from apps.operations.registry import (
     _SCOPE_OF_CLASS,
     ALWAYS,
@@ -352,13 +353,6 @@ def provide_mail_readers(readers: MailReaders) -> None:
 
 def _targets(ctx: Any, data: BaseModel) -> Any:
     return _readers[0].targets(ctx, data)
-
-
-def settings_of(tenant: Any, plugin: str) -> dict[str, Any]:
-    from apps.operations.models import PluginSettings
-
-    stored = PluginSettings.objects.for_tenant(tenant).filter(plugin=plugin).values_list("values", flat=True).first()
-    return dict(stored or {})
 
 
 def _tenant(ctx: Any) -> str:
