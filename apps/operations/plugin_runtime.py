@@ -32,6 +32,7 @@ log = logging.getLogger("oaken.plugins")
 
 
 def limits() -> sandbox.Limits:
+    """What the kernel allows each process of a plugin: memory, threads, open files, file size, CPU time."""
     bounds = settings.OPERATIONS
     return sandbox.Limits(
         memory_mb=bounds["PLUGIN_MEMORY_MAX_MB"],

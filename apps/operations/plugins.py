@@ -74,6 +74,7 @@ _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def _package(name: object) -> str:
+    """A package's name as its metadata says it, if it reads as a name (it is shown to an admin)."""
     text = str(name)
     return text if _PACKAGE_NAME.match(text) else "a package with an unreadable name"
 
