@@ -101,7 +101,7 @@ def main() -> None:
     from apps.operations.context import Context
     from apps.operations.defs.plugins import _parts
     from apps.operations.plugin_processes import pools
-    from apps.operations.plugins import runtime
+    from apps.operations.plugin_runtime import runtime
     from apps.operations.registry import registry
     from apps.workspaces.models import Membership
     from apps.workspaces.services import create_person

@@ -35,7 +35,7 @@ from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
-from apps.operations import plugins
+from apps.operations import plugin_runtime, plugin_schema, plugins
 from apps.operations.plugin_processes import PluginProcess, pools
 from apps.operations.registry import registry
 from tests.callers import as_agent, as_person, call, membership, refusal
@@ -720,17 +720,17 @@ def test_a_plugins_words_reach_agents_and_admins_plain_and_short(tenants: Tenant
     tools = {t["name"]: t for t in _mcp(client, _agent_key(alice, ["read"]), "tools/list")["tools"]}
     tool = tools["herald.raise_named"]
     summary, _, ours = tool["description"].partition("\n\n")
-    assert _plain(summary, plugins.SUMMARY_MAX_CHARS) and "<system>" in summary  # its words, made plain
+    assert _plain(summary, plugin_schema.SUMMARY_MAX_CHARS) and "<system>" in summary  # its words, made plain
     assert ours.startswith("An operation of the plugin herald") and _plain(ours, 400)
     field = tool["inputSchema"]["properties"]["account_id"]
     for words in (field["title"], field["description"]):
-        assert _plain(words, plugins.WORDS_MAX_CHARS)
+        assert _plain(words, plugin_schema.WORDS_MAX_CHARS)
     listed = {p["name"]: p for p in call(as_person(alice), "list_plugins")["plugins"]}["herald"]
     assert _plain(listed["version"], 40)
-    assert _plain(listed["operations"][0]["summary"], plugins.SUMMARY_MAX_CHARS)
+    assert _plain(listed["operations"][0]["summary"], plugin_schema.SUMMARY_MAX_CHARS)
     endpoint = listed["settings_schema"]["properties"]["endpoint"]
-    assert _plain(endpoint["title"], plugins.WORDS_MAX_CHARS)
-    assert _plain(endpoint["description"], plugins.WORDS_MAX_CHARS)
+    assert _plain(endpoint["title"], plugin_schema.WORDS_MAX_CHARS)
+    assert _plain(endpoint["description"], plugin_schema.WORDS_MAX_CHARS)
     health_is_fast(client)
 
 
@@ -741,10 +741,10 @@ def test_every_string_of_a_plugins_schema_reaches_agents_plain_and_short(tenants
     _expose(alice, "plugin:herald")
     tools = {t["name"]: t for t in _mcp(client, _agent_key(alice, ["read"]), "tools/list")["tools"]}
     schema = tools["herald.raise_named"]["inputSchema"]
-    loud = {path: text[:60] for path, text in _strings(schema) if not _plain(text, plugins.WORDS_MAX_CHARS)}
+    loud = {path: text[:60] for path, text in _strings(schema) if not _plain(text, plugin_schema.WORDS_MAX_CHARS)}
     assert loud == {}
     listed = {p["name"]: p for p in call(as_person(alice), "list_plugins")["plugins"]}["herald"]
-    loud = {p: t[:60] for p, t in _strings(listed["settings_schema"]) if not _plain(t, plugins.WORDS_MAX_CHARS)}
+    loud = {p: t[:60] for p, t in _strings(listed["settings_schema"]) if not _plain(t, plugin_schema.WORDS_MAX_CHARS)}
     assert loud == {}
 
 
@@ -769,7 +769,7 @@ def test_an_impostor_of_the_calendar_refuses_both(
 ) -> None:
     """A second package naming its entry point `calendar`, as Oaken starts with it installed (OAKEN_PLUGIN_PATH)."""
     alice = tenants.alice
-    if plugins.runtime("calendar") is None:
+    if plugin_runtime.runtime("calendar") is None:
         pytest.fail("the calendar plugin is not installed (make installs plugins/oaken-calendar)")
     _expose(alice, "plugin:calendar")
     agent = as_agent(alice)
@@ -792,7 +792,7 @@ def test_an_impostor_of_the_calendar_refuses_both(
         monkeypatch.setattr(settings, "PLUGIN_PATH", [])
         plugins.status.refused.pop("calendar", None)
         plugins.load_plugins([plugins.environment().site_packages])
-    assert plugins.runtime("calendar") is not None and plugins.runtime("calendar").version == "1.0.0"  # type: ignore[union-attr]
+    assert plugin_runtime.runtime("calendar") is not None and plugin_runtime.runtime("calendar").version == "1.0.0"  # type: ignore[union-attr]
     health_is_fast(client)
 
 
@@ -874,7 +874,7 @@ def test_calls_past_the_in_flight_bound_are_refused_at_once(
     bounds["PLUGIN_CALLS_IN_FLIGHT"] = 2
     bounds["PLUGIN_TIMEOUT_SECONDS"] = 3
     assert plugins.load_plugins([hostile("slow-call")]) == ["slow_call"]
-    found = plugins.runtime("slow_call")
+    found = plugin_runtime.runtime("slow_call")
     assert found is not None
     errors: list[str] = []
 

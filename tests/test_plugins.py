@@ -34,10 +34,10 @@ from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
-from apps.operations import plugins, sandbox
+from apps.operations import plugin_runtime, plugins, sandbox
 from apps.operations.exposure import offered_operations
 from apps.operations.plugin_processes import PluginFailure, PluginProcess
-from apps.operations.plugin_secrets import SettingsSchema
+from apps.operations.plugin_secrets import MASK, SettingsSchema
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Person
 from tests.mailfactory import write_mbox
@@ -318,7 +318,7 @@ def test_secrets_nested_in_models_lists_and_dicts_are_never_shown(
         "team_keys",
         "tokens",
     ]
-    mask = plugins.MASK
+    mask = MASK
     expected = {
         "server": {"host": "imap.example.test", "port": 993, "password": mask},
         "backup": {"host": "backup.example.test", "password": mask},
@@ -380,8 +380,8 @@ def test_a_masked_secret_sent_back_keeps_its_stored_value_wherever_it_is(
         {
             **shown,
             "labels": ["kept"],
-            "mirrors": [{"host": "b.example.test", "password": f"{plugins.MASK}@/mirrors/1/password"}],
-            "tokens": [f"{plugins.MASK}@/tokens/1", "tok-three-0123456789"],
+            "mirrors": [{"host": "b.example.test", "password": f"{MASK}@/mirrors/1/password"}],
+            "tokens": [f"{MASK}@/tokens/1", "tok-three-0123456789"],
         },
     )
     assert out["changed"] == ["mirrors", "tokens"]
@@ -393,25 +393,25 @@ def test_a_masked_secret_sent_back_keeps_its_stored_value_wherever_it_is(
     # a mask that finds no stored secret is refused, never stored as if it were one
     stored = vault_settings(alice)
     for sent, field in (
-        ({"tokens": [plugins.MASK, plugins.MASK, plugins.MASK]}, "settings.tokens.2"),
-        ({"backup": {"host": "x.example.test", "password": plugins.MASK}}, "settings.backup.password"),
-        ({"tokens": [f"{plugins.MASK}@/server/host"]}, "settings.tokens.0"),  # not a secret
-        ({"tokens": [f"{plugins.MASK}@/tokens/7"]}, "settings.tokens.0"),
-        ({"tokens": [f"{plugins.MASK}@tokens"]}, "settings.tokens.0"),
+        ({"tokens": [MASK, MASK, MASK]}, "settings.tokens.2"),
+        ({"backup": {"host": "x.example.test", "password": MASK}}, "settings.backup.password"),
+        ({"tokens": [f"{MASK}@/server/host"]}, "settings.tokens.0"),  # not a secret
+        ({"tokens": [f"{MASK}@/tokens/7"]}, "settings.tokens.0"),
+        ({"tokens": [f"{MASK}@tokens"]}, "settings.tokens.0"),
     ):
         error = refusal(as_person(alice), "set_plugin_settings", {"plugin": "vault", "settings": sent}, confirm=True)
         assert (error.code, error.field) == ("INVALID_INPUT", field), sent
         assert "secret" in error.message and shows_no_secret(error.message)
     assert vault_settings(alice) == stored
     # another tenant's mask keeps only its own secret: never alice's
-    set_vault(mallory, {"tokens": [plugins.MASK]})
+    set_vault(mallory, {"tokens": [MASK]})
     said = call(as_person(mallory), "vault.fingerprints", {})["said"]
     assert said["tokens.0"] == fingerprint("mallory-token-0123456789")
-    assert shows_no_secret(vault_settings(mallory)) and vault_settings(mallory)["tokens"] == [plugins.MASK]
+    assert shows_no_secret(vault_settings(mallory)) and vault_settings(mallory)["tokens"] == [MASK]
     error = refusal(
         as_person(mallory),
         "set_plugin_settings",
-        {"plugin": "vault", "settings": {"mirrors": [{"host": "m.example.test", "password": plugins.MASK}]}},
+        {"plugin": "vault", "settings": {"mirrors": [{"host": "m.example.test", "password": MASK}]}},
         confirm=True,
     )
     assert error.field == "settings.mirrors.0.password"
@@ -453,7 +453,7 @@ def test_secrets_are_found_in_every_shape_a_schema_may_give_them() -> None:
         "plain": "plain",
         "left_from_an_older_version": "old1",
     }
-    mask = plugins.MASK
+    mask = MASK
     assert SettingsSchema(schema).masked(values) == {
         "inline": {"deep": {"pin": mask, "name": "n"}},
         "pairs": [{"user": "u", "key": mask}, {"user": "v", "key": ""}],  # an unset secret reads as unset
@@ -637,7 +637,7 @@ def load_invites(p: Person, tmp: Path, tag: str) -> dict[str, str]:
 
 @pytest.fixture
 def calendar() -> None:
-    if plugins.runtime("calendar") is None:
+    if plugin_runtime.runtime("calendar") is None:
         pytest.fail("the calendar plugin is not installed (make test installs plugins/oaken-calendar)")
 
 
@@ -946,7 +946,7 @@ def test_a_slow_plugins_calls_beyond_its_bound_are_refused_at_once_not_queued(
     alice: Person, mallory: Person, installed: list[str], bounds: dict[str, int]
 ) -> None:
     bounds["PLUGIN_CALLS_IN_FLIGHT"] = 1
-    sleeper = plugins.runtime("sleeper")
+    sleeper = plugin_runtime.runtime("sleeper")
     assert sleeper is not None
     # a slow call in flight (another web thread's: asked of the bridge itself, whose bound the gate's call meets)
     nap = {"kind": "call", "operation": "nap", "input": {"seconds": 3}, "settings": {}, "now": "2026-12-01T00:00:00"}
@@ -987,7 +987,7 @@ def test_a_process_that_stops_reading_its_requests_is_cut_at_the_timeout(alice: 
     ready = '{"id": "ready", "ok": true, "result": "ready"}'
     never_reads = f"import time; print({ready!r}, flush=True); time.sleep(60)"
     env = plugins.environment()
-    limits = plugins._limits()
+    limits = plugin_runtime.limits()
     started = sandbox.spawn(settings.PLUGIN_SANDBOX, env, [], limits, ["-c", never_reads], 10)
     process = PluginProcess(("test", str(alice.tenant.pk)), started, 10)
     began = time.monotonic()
@@ -1001,7 +1001,7 @@ def test_a_process_that_stops_reading_its_requests_is_cut_at_the_timeout(alice: 
 def test_a_process_outlives_the_thread_that_started_it(alice: Person, installed: list[str]) -> None:
     """bwrap dies with the thread that started it (PR_SET_PDEATHSIG): a pooled process started by a request's or
     a health check's thread must not end with that thread."""
-    sleeper = plugins.runtime("sleeper")
+    sleeper = plugin_runtime.runtime("sleeper")
     assert sleeper is not None
     nap = {"kind": "call", "operation": "nap", "input": {"seconds": 0}, "settings": {}, "now": "2026-12-01T00:00:00"}
     said: list[str] = []
@@ -1023,7 +1023,7 @@ def test_a_plugin_left_in_oakens_own_environment_is_not_loaded_and_the_admin_is_
         plugins.load_plugins()
         refused = {r["name"]: r["reason"] for r in call(as_person(alice), "list_plugins")["refused"]}
         assert "Oaken's own environment" in refused["legacy"]
-        assert plugins.runtime("legacy") is None and plugins.runtime("calendar") is not None
+        assert plugin_runtime.runtime("legacy") is None and plugin_runtime.runtime("calendar") is not None
         assert "calendar" not in refused  # loaded already: left as it is
     finally:
         plugins.status.refused.pop("legacy", None)

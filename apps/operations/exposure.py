@@ -7,7 +7,7 @@ from django.db import connection
 
 from apps.core.callers import Caller
 from apps.core.kinds import Door, Principal, Role
-from apps.operations.plugins import plugin_health
+from apps.operations.plugin_runtime import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Tenant
 

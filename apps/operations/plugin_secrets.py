@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from apps.operations.plugins import MASK, SECRET_FORMAT
-
+# the JSON Schema "format" pydantic gives a SecretStr: such settings are never shown back
+SECRET_FORMAT = "password"  # noqa: S105 - a JSON Schema format, not a password
+MASK = "********"
 # where a schema may put the schemas that apply to the same value
 _SPREAD = ("anyOf", "oneOf", "allOf")
 _CONDITIONAL = ("if", "then", "else")

@@ -11,45 +11,47 @@ them without one). Two packages claiming one name are both refused.
 At start, a process of each plugin is asked what it offers (names, JSON schemas), within PLUGIN_START_SECONDS;
 every operation is checked against the registry's rules (a plugin that breaks one is refused and offers nothing;
 Oaken starts anyway), and the words a plugin wrote (summaries, titles, descriptions) are made plain and short
-before an agent reads them. Each operation is registered as a bridge operation: it passes the same gate as every
-other (exposure starting off, roles, scopes, confirmation for every mutation, limits, audit), resolves the
-accounts and messages its input names in the caller's reach, reads the parts the operation declared (`reads`)
-and hands them, with the tenant's settings for the plugin and the clock, to one of the plugin's processes for
-that tenant. A call past PLUGIN_TIMEOUT_SECONDS or PLUGIN_CPU_SECONDS ends its process; an exception is
-reported as the name of a built-in exception only; more than PLUGIN_CALLS_IN_FLIGHT calls of one plugin at
-once are refused, not queued. A plugin whose health check fails, or whose processes crash PLUGIN_CRASHES_MAX
-times within PLUGIN_HEALTH_SECONDS, offers nothing until a later check passes; checks run in the background.
+before an agent reads them (apps.operations.plugin_schema). Each operation is registered as a bridge operation:
+it passes the same gate as every other (exposure starting off, roles, scopes, confirmation for every mutation,
+limits, audit), resolves the accounts and messages its input names in the caller's reach, reads the parts the
+operation declared (`reads`) and hands them, with the tenant's settings for the plugin and the clock, to one of
+the plugin's processes for that tenant (apps.operations.plugin_runtime: its bounds, its health).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 import re
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib.metadata import distributions, entry_points
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any
 
 from django.conf import settings
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import SchemaError, best_match
-from jsonschema.exceptions import ValidationError as JsonSchemaError
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
-from pydantic_core import PydanticCustomError, SchemaValidator, core_schema
-from pydantic_core import SchemaError as PydanticSchemaError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.operations import sandbox
-from apps.operations.plugin_processes import PluginFailure, PluginProcess, exception_name, pools
+from apps.operations import plugin_runtime, sandbox
+from apps.operations.plugin_processes import PluginFailure
+from apps.operations.plugin_runtime import Runtime
+from apps.operations.plugin_schema import (
+    PROPERTY_NAME,
+    SUMMARY_MAX_CHARS,
+    SchemaModel,
+    closed,
+    inlined,
+    plain,
+    property_names,
+    reduced,
+    schema_model,
+    untrusted,
+    validator,
+)
+from apps.operations.plugin_state import settings_of
 from apps.operations.registry import (
     _SCOPE_OF_CLASS,
     ALWAYS,
@@ -66,258 +68,15 @@ from apps.operations.registry import (
 
 log = logging.getLogger("oaken.plugins")
 ENTRY_POINT_GROUP = "oaken.plugins"
-# the JSON Schema "format" pydantic gives a SecretStr: such settings are never shown back
-SECRET_FORMAT = "password"  # noqa: S105 - a JSON Schema format, not a password
-MASK = "********"
 _PLUGIN_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_PROPERTY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-SUMMARY_MAX_CHARS = 200
-WORDS_MAX_CHARS = 300
-# keywords whose value maps names (a field's, a definition's) to schemas
-_NAMED_SCHEMAS = ("properties", "$defs", "definitions")
-# what a plugin's schema may say (pydantic's models say no more); anything else is left out of it
-_KEYWORDS = frozenset(
-    {
-        *("type", "properties", "required", "additionalProperties", "items", "prefixItems", "anyOf", "oneOf"),
-        *("allOf", "enum", "const", "default", "title", "description", "format", "pattern", "minLength"),
-        *("maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems"),
-        *("maxItems", "uniqueItems", "minProperties", "maxProperties", "$ref", "$defs", "definitions"),
-        *("writeOnly", "readOnly", "deprecated", "contentMediaType", "contentEncoding"),
-    }
-)
-# a plugin's schema, its references resolved, holds at most this many nodes (a few kB of references can resolve to
-# millions: every Oaken process checks them at start)
-SCHEMA_NODES_MAX = 5000
-PATTERN_MAX_CHARS = 300
-
-
-# ---------------------------------------------------------------- the words a plugin wrote
-
-
-def plain(text: object, most: int) -> str:
-    """Text a plugin wrote, as an agent or a person may read it: printable characters on one line, short."""
-    words = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
-    return words if len(words) <= most else words[: most - 1] + "…"
-
-
-def reduced(schema: Any) -> Any:
-    """A plugin's JSON schema as an agent and a person may read it: only the keywords of JSON Schema that Oaken
-    knows (a keyword of the plugin's own is left out, and so are examples and comments), and every string in it,
-    a title, a description, a default, an enum value, made plain and short; a pattern is kept as it is (checked by
-    schema_model). An enum value cut so can no longer be matched: that operation then fails, plainly."""
-    if isinstance(schema, dict):
-        kept: dict[str, Any] = {}
-        for key, value in schema.items():
-            if key in _NAMED_SCHEMAS and isinstance(value, dict):
-                kept[key] = {name: reduced(sub) for name, sub in value.items()}  # names, not keywords
-            elif key == "pattern" and isinstance(value, str):
-                kept[key] = value
-            elif key in _KEYWORDS:
-                kept[key] = reduced(value)
-        return kept
-    if isinstance(schema, list):
-        return [reduced(item) for item in schema]
-    if isinstance(schema, str):
-        return plain(schema, WORDS_MAX_CHARS)
-    return schema
-
-
-def _property_names(schema: Any) -> Iterator[str]:
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "properties" and isinstance(value, dict):
-                yield from (str(name) for name in value)
-            yield from _property_names(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _property_names(item)
 
 
 def _package(name: object) -> str:
+    """A package's name as its metadata says it, if it reads as a name (it is shown to an admin)."""
     text = str(name)
     return text if _PACKAGE_NAME.match(text) else "a package with an unreadable name"
-
-
-# ---------------------------------------------------------------- models from a plugin's schemas
-
-
-def untrusted(schema: Any) -> Any:
-    """The schema with every string marked as mail-derived text (fenced as data at the MCP door): a plugin's
-    output is built from mail, whatever its author declared."""
-    if isinstance(schema, dict):
-        marked = {key: untrusted(value) for key, value in schema.items()}
-        if marked.get("type") == "string" or (isinstance(marked.get("type"), list) and "string" in marked["type"]):
-            marked["x-untrusted"] = True
-        return marked
-    if isinstance(schema, list):
-        return [untrusted(item) for item in schema]
-    return schema
-
-
-_PHRASES = {
-    "type": "has the wrong type",
-    "enum": "is not one of the allowed values",
-    "const": "is not the allowed value",
-    "minLength": "is too short",
-    "maxLength": "is too long",
-    "pattern": "does not have the expected form",
-    "format": "does not have the expected form",
-    "minimum": "is too small",
-    "exclusiveMinimum": "is too small",
-    "maximum": "is too large",
-    "exclusiveMaximum": "is too large",
-    "minItems": "has too few items",
-    "maxItems": "has too many items",
-    "uniqueItems": "has repeated items",
-}
-
-
-def first_error(validator: Draft202012Validator, value: Any) -> dict[str, Any] | None:
-    """The most relevant error, as pydantic's line error: where, and a fixed phrase (never the value)."""
-    error = best_match(validator.iter_errors(value))
-    if error is None:
-        return None
-    loc = tuple(error.absolute_path)
-    if error.validator == "required":
-        missing = next((name for name in error.validator_value if name not in error.instance), None)
-        return {"type": "missing", "loc": (*loc, missing) if missing else loc, "input": None}
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(error.schema.get("properties", {}))
-        extra = next((name for name in error.instance if name not in allowed), None)
-        return {"type": "extra_forbidden", "loc": (*loc, extra) if extra else loc, "input": None}
-    phrase = _PHRASES.get(str(error.validator), "is not valid")
-    return {"type": PydanticCustomError("plugin_schema", phrase), "loc": loc, "input": None}
-
-
-class SchemaModel(BaseModel):
-    """A model checked against a plugin's JSON schema (the plugin's own classes stay in its process). It
-    declares no field and forbids any: the value, once the schema passed it, is kept whole and is what it
-    dumps."""
-
-    model_config = ConfigDict(extra="forbid")
-    schema_of: ClassVar[dict[str, Any]] = {}
-    validator_of: ClassVar[Draft202012Validator | None] = None
-    _value: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _check(cls, value: Any, handler: Any) -> Any:
-        if isinstance(value, cls):
-            return value
-        assert cls.validator_of is not None
-        error = first_error(cls.validator_of, value)
-        if error is not None:
-            raise ValidationError.from_exception_data(cls.__name__, [error])  # type: ignore[list-item]
-        made = handler({})
-        made._value = copy.deepcopy(value)
-        return made
-
-    def model_dump(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return copy.deepcopy(self._value)
-
-    @classmethod
-    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return copy.deepcopy(cls.schema_of)
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
-        # what every schema of this model says (the OpenAPI document's among them): the plugin's
-        return copy.deepcopy(cls.schema_of)
-
-
-def inlined(schema: dict[str, Any], depth: int = 0) -> Any:
-    """The schema with its local references ("#/$defs/...") replaced by what they name: a model of its own,
-    wherever it is placed (an OpenAPI component, an MCP tool). A recursive schema is refused."""
-    defs = schema.get("$defs", {})
-    nodes = 0
-
-    def walk(node: Any, depth: int) -> Any:
-        nonlocal nodes
-        nodes += 1
-        if nodes > SCHEMA_NODES_MAX:
-            raise DefinitionError(f"a plugin's schema holds more than {SCHEMA_NODES_MAX} parts once resolved")
-        if depth > 32:
-            raise DefinitionError("a plugin's schema is recursive or too deep")
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                name = ref.removeprefix("#/$defs/")
-                if name not in defs:
-                    raise DefinitionError("a plugin's schema refers to what it does not define")
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return {**walk(defs[name], depth + 1), **walk(rest, depth + 1)}
-            return {k: walk(v, depth + 1) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [walk(item, depth + 1) for item in node]
-        return node
-
-    result: dict[str, Any] = walk(schema, depth)
-    return result
-
-
-@lru_cache(maxsize=1024)
-def _pattern(pattern: str) -> SchemaValidator:
-    """A pattern compiled for a regular-expression engine that runs in linear time (pydantic-core's, Rust's):
-    Python's `re` takes time exponential in the text for patterns such as ^(a+)+$, in Oaken's own process."""
-    return SchemaValidator(core_schema.str_schema(pattern=pattern), core_schema.CoreConfig(regex_engine="rust-regex"))
-
-
-def _matches(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[JsonSchemaError]:
-    if isinstance(instance, str) and not _pattern(pattern).isinstance_python(instance):
-        yield JsonSchemaError("does not match its pattern")
-
-
-# the validator of every schema a plugin gave (its inputs, outputs and settings): JSON Schema 2020-12, a pattern
-# matched in linear time
-PluginValidator = validators.extend(Draft202012Validator, {"pattern": _matches})
-
-
-def validator(schema: dict[str, Any]) -> Draft202012Validator:
-    """A checked validator of a plugin's schema; DefinitionError when its patterns are too long or need what a
-    linear-time engine lacks (back-references, look-around)."""
-    try:
-        PluginValidator.check_schema(schema)
-    except SchemaError:
-        raise DefinitionError("its schema is not a JSON schema") from None
-    for pattern in _patterns(schema):
-        if len(pattern) > PATTERN_MAX_CHARS:
-            raise DefinitionError(f"a pattern of its schema is longer than {PATTERN_MAX_CHARS} characters")
-        try:
-            _pattern(pattern)
-        except PydanticSchemaError:
-            raise DefinitionError("a pattern of its schema needs back-references or look-around") from None
-    return cast(Draft202012Validator, PluginValidator(schema))
-
-
-def _patterns(schema: Any) -> Iterator[str]:
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "pattern" and isinstance(value, str):
-                yield value
-            elif key in _NAMED_SCHEMAS and isinstance(value, dict):
-                for sub in value.values():
-                    yield from _patterns(sub)
-            else:
-                yield from _patterns(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _patterns(item)
-
-
-def schema_model(name: str, schema: dict[str, Any]) -> type[SchemaModel]:
-    checked = validator(schema)
-    model = cast(type[SchemaModel], type(name, (SchemaModel,), {"__module__": __name__}))
-    model.schema_of = schema
-    model.validator_of = checked
-    return model
-
-
-def _closed(schema: dict[str, Any]) -> bool:
-    """An object that forbids fields it does not declare, and so does every object it defines."""
-    objects = [schema, *schema.get("$defs", {}).values()]
-    return all(o.get("type") != "object" or o.get("additionalProperties") is False for o in objects)
 
 
 # ---------------------------------------------------------------- where plugins are, and whether they can run
@@ -390,179 +149,6 @@ def _in_oakens_environment(loaded: set[str]) -> dict[str, str]:
     return here
 
 
-def _limits() -> sandbox.Limits:
-    bounds = settings.OPERATIONS
-    return sandbox.Limits(
-        memory_mb=bounds["PLUGIN_MEMORY_MAX_MB"],
-        tasks=bounds["PLUGIN_THREADS_MAX"],
-        files=bounds["PLUGIN_FILES_MAX"],
-        file_mb=bounds["PLUGIN_FILE_MAX_MB"],
-        cpu_seconds=_life_cpu_seconds(),
-    )
-
-
-def _life_cpu_seconds() -> int:
-    # a process lives for many calls: the kernel ends it past this; the pool retires it at half, between calls
-    return 40 * settings.OPERATIONS["PLUGIN_CPU_SECONDS"]
-
-
-# ---------------------------------------------------------------- a plugin: its processes and health
-
-
-@dataclass
-class Runtime:
-    name: str
-    target: str  # module:attribute
-    env: sandbox.Environment
-    folder: Path | None = None  # its package's folder, when outside the environment
-    package: str = ""
-    version: str = ""
-    description: dict[str, Any] = field(default_factory=dict)
-    settings_schema: dict[str, Any] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _healthy: bool = False
-    _checked: float = float("-inf")
-    _checking: bool = False
-    # when processes ended badly, by tenant ("" for the plugin's own): a tenant whose calls keep ending processes
-    # (an input the plugin cannot take) loses the plugin for a while, other tenants keep it
-    _crashes: dict[str, deque[float]] = field(default_factory=dict)
-    _in_flight: int = 0
-
-    def _start(self, key: tuple[str, str]) -> PluginProcess:
-        """A new process of the plugin, in its sandbox, once it has imported the plugin."""
-        timeout = settings.OPERATIONS["PLUGIN_START_SECONDS"]
-        args = ["-m", "oaken_plugin.host", self.target]
-        places = []
-        if self.folder is not None:
-            args += ["--site", str(self.folder)]
-            places.append(self.folder)
-        launched = sandbox.spawn(settings.PLUGIN_SANDBOX, self.env, places, _limits(), args, timeout)
-        return PluginProcess(key, launched, timeout)
-
-    def ask(
-        self,
-        request: dict[str, Any],
-        *,
-        tenant: str,
-        timeout: float | None = None,
-        check: Callable[[Any], object] | None = None,
-    ) -> Any:
-        """The plugin's answer to one request, from one of its processes serving `tenant` ("" for the plugin's
-        own work); PluginFailure, or OakenError for an exception the plugin raised (a built-in name only)."""
-        timeout = timeout or settings.OPERATIONS["PLUGIN_TIMEOUT_SECONDS"]
-        key = (self.name, tenant)
-        try:
-            process = pools.take(key, lambda: self._start(key))
-        except (PluginFailure, sandbox.SandboxUnavailable, OSError) as failure:
-            self._crashed(tenant)
-            reason = "the plugin's process could not be started" if isinstance(failure, OSError) else str(failure)
-            raise PluginFailure(reason) from None
-        try:
-            answer = process.ask(request, timeout, settings.OPERATIONS["PLUGIN_CPU_SECONDS"])
-        except PluginFailure as failure:
-            pools.discard(process)  # cut, gone or misbehaving: the next call gets a new process
-            if failure.crashed:
-                self._crashed(tenant)
-            raise
-        if answer.get("ok") is not True:
-            pools.discard(process)  # a process that raised may hold a broken state (a MemoryError, say)
-            raise OakenError("PLUGIN_FAILED", f"the plugin failed ({exception_name(answer.get('error'))})")
-        if check is not None:
-            try:
-                check(answer.get("result"))
-            except (ValidationError, TypeError, ValueError):
-                pools.discard(process)
-                raise PluginFailure("the plugin's answer did not match its output schema") from None
-        pools.give(process, cpu_seconds_life=_life_cpu_seconds())
-        return answer.get("result")
-
-    @contextlib.contextmanager
-    def calling(self) -> Iterator[None]:
-        """One of at most PLUGIN_CALLS_IN_FLIGHT calls of this plugin in this Oaken process; one more is refused
-        at once (a slow plugin must not hold every web thread)."""
-        with self._lock:
-            if self._in_flight >= settings.OPERATIONS["PLUGIN_CALLS_IN_FLIGHT"]:
-                raise OakenError(
-                    "SERVICE_UNAVAILABLE", f"the plugin {self.name} is busy right now; try again shortly", retry_after=1
-                )
-            self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-
-    def _crashed(self, tenant: str) -> None:
-        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
-        now = time.monotonic()
-        with self._lock:
-            crashes = self._crashes.setdefault(tenant, deque())
-            crashes.append(now)
-            while crashes and crashes[0] < now - window:
-                crashes.popleft()
-            if len(crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
-                if tenant:
-                    log.warning("plugin %s is unhealthy for one tenant: its processes keep ending", self.name)
-                else:
-                    self._healthy, self._checked = False, now
-                    log.warning("plugin %s is unhealthy: its processes keep ending", self.name)
-
-    def crashing(self, tenant: str) -> bool:
-        """Whether this tenant's processes of the plugin ended badly PLUGIN_CRASHES_MAX times lately."""
-        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
-        with self._lock:
-            crashes = self._crashes.get(tenant, ())
-            recent = [t for t in crashes if t >= time.monotonic() - window]
-            return len(recent) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]
-
-    def healthy(self) -> bool:
-        """Its health check's last answer, never waited for: once PLUGIN_HEALTH_SECONDS have passed, the next
-        check starts in the background."""
-        with self._lock:
-            stale = time.monotonic() - self._checked >= settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
-            if stale and not self._checking:
-                self._checking = True
-                threading.Thread(target=self.check_health, name=f"oaken-plugin-health-{self.name}", daemon=True).start()
-            return self._healthy
-
-    def check_health(self, timeout: float | None = None) -> bool:
-        """Ask the plugin's own process (no tenant's) whether it can work, within the call timeout (or `timeout`)."""
-        try:
-            healthy = self.ask({"kind": "health"}, tenant="", timeout=timeout) is True
-        except Exception:  # whatever went wrong (a process that could not start, say), it cannot work now
-            healthy = False
-        with self._lock:
-            if not healthy and self._healthy:
-                log.warning("plugin %s is unhealthy: its health check failed", self.name)
-            self._healthy, self._checked, self._checking = healthy, time.monotonic(), False
-            if healthy:
-                self._crashes.pop("", None)
-        return healthy
-
-    def close(self) -> None:
-        pools.close(self.name)
-
-
-_runtimes: dict[str, Runtime] = {}
-
-
-def runtime(plugin: str) -> Runtime | None:
-    return _runtimes.get(plugin)
-
-
-def runtimes() -> list[Runtime]:
-    return sorted(_runtimes.values(), key=lambda r: r.name)
-
-
-def plugin_health(plugin: str, tenant: Any = None) -> bool:
-    """An unhealthy (or unknown) plugin offers nothing: to anyone, or to a tenant whose calls keep ending its
-    processes."""
-    found = _runtimes.get(plugin)
-    if found is None or not found.healthy():
-        return False
-    return tenant is None or not found.crashing(str(tenant.pk))
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -600,7 +186,7 @@ def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Ru
     if said.name != found.name:
         raise DefinitionError("its Plugin has another name than its entry point")
     for schema in (said.settings_schema, *(s for op in said.operations for s in (op.input_schema, op.output_schema))):
-        if any(not _PROPERTY_NAME.match(name) for name in _property_names(schema)):
+        if any(not PROPERTY_NAME.match(name) for name in property_names(schema)):
             raise DefinitionError("a field of its schemas is not named by an identifier")
     made.version = plain(said.version, 40)
     made.settings_schema = reduced(said.settings_schema)
@@ -615,7 +201,7 @@ def _operations(found: Runtime) -> list[Operation]:
     operations = []
     for item in _PluginSaid.model_validate(found.description).operations:
         name = f"{found.name}.{item.name}"
-        if not _closed(item.input_schema) or not _closed(item.output_schema):
+        if not closed(item.input_schema) or not closed(item.output_schema):
             raise DefinitionError(f"{name!r}: plugin inputs and outputs must forbid extra fields")
         op_class = {"read": OpClass.READ, "mutate": OpClass.MUTATE}.get(item.op_class)
         if op_class is None:
@@ -677,7 +263,8 @@ def load_plugins(folders: Sequence[Path] | None = None, *, into: Registry | None
     found, refused = discover([env.site_packages, *settings.PLUGIN_PATH] if folders is None else folders)
     if folders is None:
         refused.update(_in_oakens_environment({f.name for f in found}))
-    found = [f for f in found if f.name not in _runtimes]  # loaded already (unload_plugin first to load it again)
+    # one loaded already is left as it is (unload_plugin first to load it again)
+    found = [f for f in found if plugin_runtime.runtime(f.name) is None]
     if not found and not refused:
         return []
     if settings.PLUGIN_SANDBOX == sandbox.NONE:
@@ -723,10 +310,7 @@ def load_plugins(folders: Sequence[Path] | None = None, *, into: Registry | None
         else:
             for op in operations:
                 target.add(op)
-            previous = _runtimes.pop(name, None)
-            if previous is not None:
-                previous.close()
-            _runtimes[name] = made
+            plugin_runtime.keep(made)
             loaded.append(name)
             refused.pop(name, None)
             continue
@@ -744,9 +328,7 @@ def unload_plugin(name: str, *, into: Registry | None = None) -> None:
     target = into or registry
     for op in [o for o in target if o.plugin == name]:
         target.remove(op.name)
-    found = _runtimes.pop(name, None)
-    if found is not None:
-        found.close()
+    plugin_runtime.forget(name)
     status.refused.pop(name, None)
 
 
@@ -772,13 +354,6 @@ def provide_mail_readers(readers: MailReaders) -> None:
 
 def _targets(ctx: Any, data: BaseModel) -> Any:
     return _readers[0].targets(ctx, data)
-
-
-def settings_of(tenant: Any, plugin: str) -> dict[str, Any]:
-    from apps.operations.models import PluginSettings
-
-    stored = PluginSettings.objects.for_tenant(tenant).filter(plugin=plugin).values_list("values", flat=True).first()
-    return dict(stored or {})
 
 
 def _tenant(ctx: Any) -> str:

@@ -17,19 +17,11 @@ from apps.mail.selectors import Reach, access_account_by_id, access_message_by_i
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.exposure import level_for, tenant_settings
-from apps.operations.models import PluginSettings
+from apps.operations.plugin_runtime import Runtime, runtime, runtimes
+from apps.operations.plugin_schema import PluginValidator, first_error
 from apps.operations.plugin_secrets import SecretNotKept, SettingsSchema
-from apps.operations.plugins import (
-    MailReaders,
-    PluginValidator,
-    Runtime,
-    first_error,
-    provide_mail_readers,
-    runtime,
-    runtimes,
-    settings_of,
-    status,
-)
+from apps.operations.plugin_state import settings_of, store_settings
+from apps.operations.plugins import MailReaders, provide_mail_readers, status
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
 
 # ---------------------------------------------------------------- what a plugin's call reads
@@ -293,9 +285,7 @@ def _settings_preview(ctx: Context, data: PluginSettingsIn) -> Preview:
 def set_plugin_settings(ctx: Context, data: PluginSettingsIn) -> PluginSettingsOut:
     found: Runtime = ctx.targets
     merged, changed = _merged(ctx, data)
-    PluginSettings.objects.for_tenant(ctx.tenant).update_or_create(
-        tenant=ctx.tenant, plugin=found.name, defaults={"values": merged, "updated_at": ctx.now}
-    )
+    store_settings(tenant=ctx.tenant, plugin=found.name, values=merged, now=ctx.now)
     for name in changed:  # the audit names the settings, never their values
         ctx.touch(f"{found.name}.{name}")
     return PluginSettingsOut(plugin=found.name, changed=changed, settings=masked(merged, found.settings_schema))

