@@ -46,6 +46,8 @@ def is_offered(
         return caller.principal == Principal.INTERNAL or (caller.principal == Principal.PERSON and door == Door.CLI)
     if op.callers == Callers.PERSONS:
         return caller.principal == Principal.PERSON
+    if op.callers == Callers.INVITEES:
+        return caller.principal == Principal.PERSON and door == Door.UI
     if caller.principal != Principal.AGENT:
         return True
     if settings is None:
@@ -63,6 +65,8 @@ def is_permitted(caller: Caller, op: Operation) -> bool:
     """Role and scopes cover the operation (the authority check, SPEC §4.2)."""
     if caller.principal == Principal.INTERNAL:
         return True
+    if op.callers == Callers.INVITEES:  # no role: the person is joining the tenant (is_offered keeps it to persons)
+        return caller.principal == Principal.PERSON
     if caller.role is None or not Role(caller.role).covers(Role(op.role)):
         return False
     return caller.principal != Principal.AGENT or op.scope.value in caller.scopes

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
 from django.db import connection
-from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
-from apps.agents.models import ApiKey, Connection
+from apps.core.errors import OakenError
+from apps.core.ids import parse_id
 from apps.core.rows import binary_rows, fields_of
 from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 
@@ -61,23 +60,31 @@ def access_membership(*, user: User, tenant_id: str | None = None) -> Membership
     return membership
 
 
+def access_workspace_by_id(workspace_id: str, *, tenant: Tenant, lock: bool = False) -> Workspace:
+    """The tenant's workspace with this id (locked until the transaction ends when `lock`); NOT_FOUND otherwise."""
+    rows = Workspace.objects.for_tenant(tenant).filter(pk=parse_id(workspace_id, "workspace_id"))
+    row = (rows.select_for_update() if lock else rows).first()
+    if row is None:
+        raise OakenError.not_found("workspace_id")
+    return row
+
+
+def access_membership_by_id(membership_id: str, *, tenant: Tenant) -> Membership:
+    """The tenant's membership with this id, with its person; NOT_FOUND otherwise."""
+    row = (
+        Membership.objects.for_tenant(tenant)
+        .filter(pk=parse_id(membership_id, "membership_id"))
+        .select_related("user")
+        .first()
+    )
+    if row is None:
+        raise OakenError.not_found("membership_id")
+    return row
+
+
 def access_workspace_by_name(*, tenant: Tenant, name: str) -> Workspace | None:
     """The tenant's workspace with this name, or None."""
     return Workspace.objects.for_tenant(tenant).filter(name=name).first()
-
-
-@dataclass(frozen=True)
-class LiveCredentials:
-    api_keys: QuerySet[ApiKey]
-    connections: QuerySet[Connection]
-
-
-def live_credentials(*, tenant: Tenant, user_id: uuid.UUID) -> LiveCredentials:
-    """The person's API keys and connections in this tenant not yet revoked: what removing them ends."""
-    return LiveCredentials(
-        api_keys=ApiKey.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
-        connections=Connection.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
-    )
 
 
 class InvitationRefusedError(Exception):
@@ -115,4 +122,16 @@ def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: b
         raise InvitationRefusedError("used")
     if row.expires_at <= now:
         raise InvitationRefusedError("expired")
+    return row
+
+
+def access_open_invitation_by_id(invitation_id: str, *, tenant: Tenant, lock: bool = False) -> Invitation:
+    """The tenant's invitation with this id while it is open (neither accepted nor cancelled), with who sent it;
+    NOT_FOUND otherwise. `lock`: the row locked until the transaction ends (without who sent it)."""
+    rows = Invitation.objects.for_tenant(tenant).filter(
+        pk=parse_id(invitation_id, "invitation_id"), accepted_at__isnull=True, revoked_at__isnull=True
+    )
+    row = (rows.select_for_update() if lock else rows.select_related("invited_by")).first()
+    if row is None:
+        raise OakenError.not_found("invitation_id")
     return row
