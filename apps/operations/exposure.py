@@ -3,10 +3,13 @@ two checks (offered, permitted) read it, and so do the tool list and the console
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import connection
 
 from apps.core.callers import Caller
 from apps.core.kinds import Door, Principal, Role
+from apps.operations.models import ExposureSetting
 from apps.operations.plugins import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Tenant
@@ -18,6 +21,14 @@ def tenant_settings(tenant: Tenant) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT target, level FROM gate_exposuresetting WHERE tenant_id = %s", [tenant.pk])
         return dict(cursor.fetchall())
+
+
+def set_exposure(*, tenant: Tenant, target: str, level: str, now: datetime) -> None:
+    """Set the tenant's level ('on' / 'off') for one target: an operation's name, or plugin:<name> (within the
+    ceiling: the operation set_operation_exposure checks it)."""
+    ExposureSetting.objects.for_tenant(tenant).update_or_create(
+        tenant=tenant, target=target, defaults={"level": level, "updated_at": now}
+    )
 
 
 def plugin_target(plugin: str) -> str:
