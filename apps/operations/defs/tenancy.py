@@ -1,9 +1,11 @@
 """Tenant administration by persons only (ceiling never): workspaces, members, roles and invitations (SPEC §2).
 
-The membership rules (who may give which role, who may remove whom, that the last OWNER stays,
-what removing someone ends) live in apps.workspaces.services: the handlers here call them, the
-data-scope checks call them before a proposal is made, and the lists report what they allow
-(`assignable_roles`, `can_remove`, `renamable`), so the console repeats none of them.
+The membership rules (who may give which role, who may remove whom, that the last OWNER stays)
+live in apps.workspaces.services: the handlers here call them, the data-scope checks call them
+before a proposal is made, and the lists report what they allow (`assignable_roles`, `can_remove`,
+`renamable`), so the console repeats none of them. What removing someone ends (their keys and
+connections) is the agents app's: remove_member calls it in the same transaction. Accepting an
+invitation is the one operation here for a person who is not a member yet (callers: invitees).
 """
 
 from __future__ import annotations
