@@ -44,8 +44,8 @@ def setup() -> None:
 
 def bare_read(windows: list[int], page: int) -> tuple[int, float]:
     """(counters, seconds) of SSCAN + MGET over the hours' index sets, writing nothing."""
+    from apps.core.redis_client import redis_client
     from apps.outbound import budget
-    from config.redis_client import redis_client
 
     client, seen = redis_client(), 0
     start = time.perf_counter()
@@ -67,8 +67,8 @@ def bare_read(windows: list[int], page: int) -> tuple[int, float]:
 def keyspace_read(page: int) -> tuple[int, float]:
     """(counters found, seconds) of what the roll-up did before the index: SCAN of the whole keyspace for the
     counters' prefix (a run examined about BUDGET_ROLLUP_MAX_KEYS keys of it), MGET + TIME of each page found."""
+    from apps.core.redis_client import redis_client
     from apps.outbound import budget
-    from config.redis_client import redis_client
 
     client, found, cursor = redis_client(), 0, 0
     start = time.perf_counter()
@@ -89,8 +89,8 @@ def timed_passes() -> dict[str, Any]:
     sets them again; then the runs a pass takes at the default bound."""
     from django.conf import settings
 
+    from apps.core.redis_client import redis_client
     from apps.outbound import rollup
-    from config.redis_client import redis_client
 
     client = redis_client()
     default = settings.OPERATIONS
@@ -131,10 +131,10 @@ def main() -> None:
     from django.conf import settings
     from django.db import connection
 
+    from apps.core.redis_client import redis_client
     from apps.outbound import budget, rollup
     from apps.outbound.models import BudgetUsage
     from apps.workspaces.services import create_person
-    from config.redis_client import redis_client
 
     client = redis_client()
     bound = settings.OPERATIONS["BUDGET_ROLLUP_MAX_KEYS"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -51,20 +50,3 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def usable_http_url(url: str) -> bool:
-    """http(s)://host[:port][/path]: no user or password (a key has a setting of its own), no query, no fragment."""
-    try:
-        parts = urlsplit(url.strip())
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError:
-        return False
-    return (
-        parts.scheme in {"http", "https"}
-        and bool(parts.hostname)
-        and parts.username is None
-        and parts.password is None
-        and not parts.query
-        and not parts.fragment
-    )

@@ -25,7 +25,7 @@ urlpatterns = [
     *operation_urls(),
     path("api/schema", SchemaView.as_view(), name="schema"),
     path("api/docs", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
-    path("", include("apps.accounts.urls")),
+    path("", include("apps.people_pages.urls")),
     path("", include("apps.console.urls")),
     path("", include("apps.oauth.urls")),
 ]

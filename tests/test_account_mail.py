@@ -19,7 +19,7 @@ from django.test import Client
 
 from apps.accounts import mailbound
 from apps.accounts.models import User
-from config.redis_client import redis_client
+from apps.core.redis_client import redis_client
 from tests.celeryworker import worker_process
 from tests.conftest import PASSWORD, Person
 from tests.mailservers import SmtpServer

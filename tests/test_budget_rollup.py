@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from apps.core import redis_client as redis_module
+from apps.core.redis_client import redis_client
 from apps.outbound import budget, rollup
 from apps.outbound.models import BudgetUsage
 from apps.outbound.tasks import roll_up_budgets_task
-from config import redis_client as redis_module
 from config.celery import app
-from config.redis_client import redis_client
 from tests.conftest import Person
 
 # every test here spends or reads the hourly budgets: within one clock hour

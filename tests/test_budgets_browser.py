@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from apps.agents.keys import caller_for_key, issue_key
+from apps.core import redis_client as redis_module
 from apps.outbound import budget, rollup
-from config import redis_client as redis_module
 from tests.callers import membership
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer

@@ -13,11 +13,11 @@ from django.test import Client
 from apps.accounts import mailbound, signin
 from apps.agents.keys import caller_for_key
 from apps.agents.models import ApiKey
+from apps.core.redis_client import redis_client
 from apps.mail.models import MailAccount, Message
 from apps.operations.exposure import tenant_settings
 from apps.search.indexing import enrich_pending
 from apps.workspaces.models import Membership, Workspace
-from config.redis_client import redis_client
 from tests.callers import joined
 from tests.conftest import PASSWORD, Person
 from tests.imapbox import eager  # noqa: F401 (a fixture)

@@ -27,15 +27,15 @@ from django.test import Client, RequestFactory
 from pydantic import BaseModel, ConfigDict
 
 from apps.audit.models import AuditEvent
+from apps.core import redis_client as redis_module
 from apps.core.errors import OakenError
 from apps.core.kinds import Door
+from apps.core.redis_client import LocalWindowCounter
 from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.operations.registry import Ceiling, OpClass, operation, registry
-from config import redis_client as redis_module
 from config.errors import permission_denied, server_error
 from config.postgresql.base import TRUSTED_FOR_SECONDS
-from config.redis_client import LocalWindowCounter
 from tests.callers import as_person
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox

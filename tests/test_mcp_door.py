@@ -18,12 +18,12 @@ from django.test import Client
 
 from apps.agents.keys import issue_key
 from apps.audit.models import AuditEvent
+from apps.core.redis_client import redis_client
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.operations.registry import OpClass, registry
 from apps.outbound.models import OutboundRequest
 from apps.workspaces.models import Tenant
-from config.redis_client import redis_client
 from tests.callers import as_person, call, membership
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox

@@ -18,8 +18,8 @@ from oauth2_provider.models import AccessToken, Application, RefreshToken
 from apps.agents.connections import caller_for_token
 from apps.agents.models import Connection
 from apps.core.kinds import Principal
+from apps.core.redis_client import redis_client
 from apps.oauth.tasks import forget_unused_clients
-from config.redis_client import redis_client
 from tests.callers import as_person, call, refusal
 from tests.conftest import Person
 from tests.oauthflow import (

@@ -14,12 +14,12 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.core import redis_client as redis_module
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
 from apps.worker import delivery
-from config import redis_client as redis_module
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer

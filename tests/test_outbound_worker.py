@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from apps.audit.log import input_digest
 from apps.audit.models import AuditEvent
+from apps.core.redis_client import redis_client
 from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest
 from apps.worker import delivery
 from apps.worker.tasks import deliver_task, reconcile_unknown_task, sweep_outbox_task
-from config.redis_client import redis_client
 from tests.callers import as_agent, as_person
 from tests.celeryworker import worker_process
 from tests.conftest import Person

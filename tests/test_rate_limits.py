@@ -1,5 +1,5 @@
 """Per-credential request limits counted in Redis for every web process, a share at a time
-(config.redis_client.SharedWindowLimit), against the real Redis of the test session."""
+(apps.core.redis_client.SharedWindowLimit), against the real Redis of the test session."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from config import redis_client as redis_module
-from config.redis_client import SharedWindowLimit
+from apps.core import redis_client as redis_module
+from apps.core.redis_client import SharedWindowLimit
 
 
 @pytest.fixture

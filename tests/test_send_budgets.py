@@ -14,10 +14,10 @@ from pydantic import TypeAdapter
 
 from apps.agents.keys import caller_for_key, issue_key
 from apps.agents.models import ApiKey, Connection
+from apps.core import redis_client as redis_module
+from apps.core.redis_client import redis_client
 from apps.outbound import budget, rollup
 from apps.outbound.models import BudgetUsage, SendPolicy
-from config import redis_client as redis_module
-from config.redis_client import redis_client
 from tests.callers import as_agent, as_person, call, joined, membership, refusal
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer

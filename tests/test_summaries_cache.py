@@ -17,12 +17,12 @@ import pytest
 from pytest_django import Settings
 
 from apps.audit.models import AuditEvent
+from apps.core.redis_client import redis_client
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.summaries import textrank
 from apps.summaries.models import Summary, SummarySource
 from apps.summaries.services import SUMMARIZE_TASK
-from config.redis_client import redis_client
 from tests.callers import as_person, call, refusal
 from tests.conftest import Person
 from tests.mailfactory import conversation, raw_message, write_mbox

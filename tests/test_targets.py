@@ -18,12 +18,12 @@ from apps.agents.models import ApiKey
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.pages import NOT_A_CURSOR, cut_page, encode_cursor, read_cursor
+from apps.core.tenancy import UnscopedQueryError
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.mail.selectors import Reach, access_message_by_id
 from apps.operations.registry import ALWAYS, Ceiling, OpClass, Preview, operation, registry
 from apps.workspaces.models import Membership
-from apps.workspaces.tenancy import UnscopedQueryError
 from tests.callers import as_agent, as_person, call, joined, membership, refusal
 from tests.conftest import Person
 from tests.mailfactory import conversation, write_mbox

@@ -13,10 +13,10 @@ from django.test import Client
 from apps.accounts.models import User
 from apps.core.ids import new_id
 from apps.core.kinds import Role
+from apps.core.tenancy import UnscopedQueryError
 from apps.mail.models import MailAccount, Message
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import NotAMemberError, access_membership
-from apps.workspaces.tenancy import UnscopedQueryError
 from tests.callers import joined
 from tests.commands import run_json
 from tests.conftest import Person

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from apps.accounts.models import normalize_email
 from apps.core.clients import client_address
-from config.redis_client import count_hit
+from apps.core.redis_client import count_hit
 
 KEY_PREFIX = "account-mail:"
 

@@ -10,7 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.ids import new_id
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 def normalize_email(email: str) -> str:

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from apps.core.clients import client_address
-from config.redis_client import redis_client
+from apps.core.redis_client import redis_client
 
 _client = redis_client
 

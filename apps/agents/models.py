@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.workspaces.tenancy import TenantManager, TenantOwned, TenantQuerySet
+from apps.core.tenancy import TenantManager, TenantOwned, TenantQuerySet
 
 if TYPE_CHECKING:
     from apps.workspaces.models import Tenant

@@ -3,6 +3,12 @@ the tenant's for an ADMIN. Another tenant's id, or one hidden from the actor, is
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+from oauth2_provider.models import Application
+
 from apps.agents.models import ApiKey, Connection, CredentialQuerySet
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
@@ -31,3 +37,26 @@ def access_connection_by_id(connection_id: str, *, tenant: Tenant, actor: Caller
     if row is None:
         raise OakenError.not_found("connection_id")
     return row
+
+
+@dataclass(frozen=True)
+class LiveCredentials:
+    api_keys: QuerySet[ApiKey]
+    connections: QuerySet[Connection]
+
+
+def live_credentials(*, tenant: Tenant, user_id: uuid.UUID) -> LiveCredentials:
+    """The person's API keys and connections in this tenant not yet revoked: what removing them ends."""
+    return LiveCredentials(
+        api_keys=ApiKey.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
+        connections=Connection.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
+    )
+
+
+def access_application_by_client_id(client_id: str, *, redirect_uri: str) -> Application:
+    """The OAuth client with this id, asking at a redirect address it registered; NOT_FOUND otherwise (the two
+    look the same). Clients belong to no tenant: they register once for the whole service."""
+    app = Application.objects.filter(client_id=client_id).first()
+    if app is None or not app.redirect_uri_allowed(redirect_uri):
+        raise OakenError.not_found("client_id")
+    return app

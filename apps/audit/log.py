@@ -445,6 +445,13 @@ def chain_status(tenant_id: uuid.UUID) -> ChainStatus:
     return ChainStatus(walker.checked, broken, walker.hash)
 
 
+def committed_chain_status(tenant_id: uuid.UUID) -> ChainStatus:
+    """chain_status of the chain as committed before this call, walked in one transaction of its own (a savepoint
+    inside the caller's): the event the caller is about to append comes after it."""
+    with transaction.atomic():
+        return chain_status(tenant_id)
+
+
 def _walk_to_head(walker: _Walker, tenant_id: uuid.UUID) -> Break | None:
     if broken := walker.walk():
         return broken

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 from django.db import models
 
 from apps.core.kinds import CredentialKind, Door, Principal
-from apps.workspaces.tenancy import TenantManager, TenantQuerySet
+from apps.core.tenancy import TenantManager, TenantQuerySet
 
 ZERO_HASH = "0" * 64
 

@@ -3,8 +3,8 @@
 Each page loads one small script module (static/console/pages/<page>.js) on top of the shared
 static/console/lib.js. The views here only choose the tenant, render pages and serve the static files;
 what a page shows and changes comes from the operations, the same ones the API documents.
-Two views do more. Accepting an invitation: its person is not yet a member of the tenant, so no operation
-can be called for them there (see workspaces.services.accept_invitation). And a message's HTML part
+Two views do more. Accepting an invitation: its person is not yet a member of the tenant, so the view calls
+the operation accept_invitation there itself, as a person without a role. And a message's HTML part
 (message_html): a document of its own for a sandboxed frame, under its own policy, which no JSON answer can
 be; it calls the operation get_message_html through the gate for the signed-in person, as the REST door would.
 """
@@ -33,7 +33,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.console import assets
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
-from apps.core.kinds import Door, Role
+from apps.core.kinds import Door, Principal, Role
 from apps.core.links import MCP_PATH, public_origin
 from apps.gate.dispatch import dispatch
 from apps.operations.registry import registry
@@ -45,7 +45,6 @@ from apps.workspaces.selectors import (
     access_invitation_by_token,
     access_membership,
 )
-from apps.workspaces.services import accept_invitation
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
@@ -244,22 +243,29 @@ _REFUSED_STATUS = {"unknown": 404, "wrong_person": 403, "unverified": 403}
 @login_required
 @require_http_methods(["GET", "POST"])
 def invitation(request: HttpRequest, token: str) -> HttpResponse:
-    """An invitation link: GET shows it to the person it was sent to, POST accepts it (once)."""
+    """An invitation link: GET shows it to the person it was sent to, POST accepts it (once) through the gate, as
+    the operation accept_invitation called in the invitation's tenant, where the person is not yet a member."""
     user: User = request.user  # type: ignore[assignment]
     try:
+        row = access_invitation_by_token(user=user, token=token, now=timezone.now())
         if request.method == "POST":
-            accepted = accept_invitation(user=user, token=token, now=timezone.now())
-            request.session[SESSION_TENANT_KEY] = str(accepted.membership.tenant_id)
+            caller = Caller(Principal.PERSON, row.tenant, user=user)  # no role there yet: the operation needs none
+            try:
+                accepted = dispatch(caller, Door.UI, "accept_invitation", {"token": token}).output
+            except OakenError:
+                # taken, cancelled or expired since it was read: reading it again says which
+                access_invitation_by_token(user=user, token=token, now=timezone.now())
+                raise
+            request.session[SESSION_TENANT_KEY] = str(row.tenant_id)
             return render(
                 request,
                 "console/invitation_accepted.html",
                 {
-                    "tenant": accepted.membership.tenant,
-                    "role": accepted.membership.get_role_display(),
-                    "already_member": accepted.already_member,
+                    "tenant": row.tenant,
+                    "role": Role(accepted["role"]).label,
+                    "already_member": accepted["already_member"],
                 },
             )
-        row = access_invitation_by_token(user=user, token=token, now=timezone.now())
     except InvitationRefusedError as refused:
         status = _REFUSED_STATUS.get(refused.reason, 410)
         return render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status)

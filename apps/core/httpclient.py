@@ -1,6 +1,6 @@
 """One careful HTTP client for the OpenAI-compatible APIs Oaken calls (embeddings, chat completions).
 
-A POST of JSON to a base URL checked by config.env.usable_http_url: no redirects (following one would carry the
+A POST of JSON to a base URL checked by usable_http_url: no redirects (following one would carry the
 key and the mail text wherever it points), one deadline for the whole call (a server that answers a byte at a
 time cannot hold it longer), an answer of bounded size, and failures that say what went wrong in a fixed word,
 never the key, the URL, the request or the answer.
@@ -21,7 +21,23 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from config.env import usable_http_url
+
+def usable_http_url(url: str) -> bool:
+    """http(s)://host[:port][/path]: no user or password (a key has a setting of its own), no query, no fragment."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        return False
+    return (
+        parts.scheme in {"http", "https"}
+        and bool(parts.hostname)
+        and parts.username is None
+        and parts.password is None
+        and not parts.query
+        and not parts.fragment
+    )
+
 
 # the longest Retry-After honoured (a server asking for more is answered as a failure by the caller's budget)
 RETRY_AFTER_MAX_SECONDS = 60.0

@@ -9,7 +9,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.core.encryption import EncryptedJSONField
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 class AccountKind(models.TextChoices):

@@ -22,6 +22,7 @@ from apps.core.callers import Caller
 from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
 from apps.core.links import mcp_resource, public_origin
+from apps.core.redis_client import LocalWindowCounter, SharedWindowLimit
 from apps.gate import payload
 from apps.gate.dispatch import Result, audit_refusal, dispatch
 from apps.mcp import elicitation, tools
@@ -29,7 +30,6 @@ from apps.mcp import protocol as p
 from apps.operations.defs.reference import SECURITY_RULES
 from apps.operations.exposure import offered_operations
 from apps.operations.registry import Operation, registry
-from config.redis_client import LocalWindowCounter, SharedWindowLimit
 
 SERVER_INFO = {"name": "oaken", "title": "Oaken mail workspace", "version": "0.1.0"}
 INSTRUCTIONS = (
@@ -97,7 +97,7 @@ _LOCAL_COUNTS = LocalWindowCounter()
 def _rate_limited(caller: Caller) -> int | None:
     """Seconds to wait when this credential used up its requests for the minute, else None.
 
-    Counted in Redis for every web process, a few requests at a time (config.redis_client.SharedWindowLimit).
+    Counted in Redis for every web process, a few requests at a time (apps.core.redis_client.SharedWindowLimit).
     While Redis is away the minute is counted in this process instead: reads keep working, still bounded, and
     whatever needs a send budget is refused by its own check (SERVICE_UNAVAILABLE)."""
     limit = settings.OPERATIONS["MCP_REQUESTS_PER_MINUTE"]

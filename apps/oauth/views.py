@@ -29,11 +29,11 @@ from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, recorded_scopes
 from apps.core.links import mcp_resource, public_origin
+from apps.core.redis_client import count_hit
 from apps.gate.dispatch import dispatch
 from apps.oauth.resource import canonical_resources
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
-from config.redis_client import count_hit
 
 LIFETIMES = (("24h", "24 hours"), ("until_revoked", "Until I revoke it"))
 

@@ -3,10 +3,13 @@ two checks (offered, permitted) read it, and so do the tool list and the console
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import connection
 
 from apps.core.callers import Caller
 from apps.core.kinds import Door, Principal, Role
+from apps.operations.models import ExposureSetting
 from apps.operations.plugin_runtime import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
 from apps.workspaces.models import Tenant
@@ -18,6 +21,14 @@ def tenant_settings(tenant: Tenant) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT target, level FROM gate_exposuresetting WHERE tenant_id = %s", [tenant.pk])
         return dict(cursor.fetchall())
+
+
+def set_exposure(*, tenant: Tenant, target: str, level: str, now: datetime) -> None:
+    """Set the tenant's level ('on' / 'off') for one target: an operation's name, or plugin:<name> (within the
+    ceiling: the operation set_operation_exposure checks it)."""
+    ExposureSetting.objects.for_tenant(tenant).update_or_create(
+        tenant=tenant, target=target, defaults={"level": level, "updated_at": now}
+    )
 
 
 def plugin_target(plugin: str) -> str:
@@ -46,6 +57,8 @@ def is_offered(
         return caller.principal == Principal.INTERNAL or (caller.principal == Principal.PERSON and door == Door.CLI)
     if op.callers == Callers.PERSONS:
         return caller.principal == Principal.PERSON
+    if op.callers == Callers.INVITEES:
+        return caller.principal == Principal.PERSON and door == Door.UI
     if caller.principal != Principal.AGENT:
         return True
     if settings is None:
@@ -63,6 +76,8 @@ def is_permitted(caller: Caller, op: Operation) -> bool:
     """Role and scopes cover the operation (the authority check, SPEC §4.2)."""
     if caller.principal == Principal.INTERNAL:
         return True
+    if op.callers == Callers.INVITEES:  # no role: the person is joining the tenant (is_offered keeps it to persons)
+        return caller.principal == Principal.PERSON
     if caller.role is None or not Role(caller.role).covers(Role(op.role)):
         return False
     return caller.principal != Principal.AGENT or op.scope.value in caller.scopes

@@ -6,7 +6,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.encryption import EncryptedJSONField
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 class ExposureLevel(models.TextChoices):

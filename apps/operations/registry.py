@@ -62,6 +62,9 @@ class Callers(StrEnum):
     # the server's own side: persons at its command line (cli door) and the system (internal door), never a
     # door over the network, for inputs that name the server's own files
     SERVER = "server"
+    # a person following an invitation link in the console (ui door), a member of its tenant or not yet: the one
+    # operation that needs no role there, accepting the invitation
+    INVITEES = "invitees"
 
 
 _SCOPE_OF_CLASS = {OpClass.READ: Scope.READ, OpClass.MUTATE: Scope.WRITE, OpClass.SEND: Scope.SEND}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from apps.core.errors import OakenError
-from config.redis_client import redis_client
+from apps.core.redis_client import redis_client
 
 WINDOW_SECONDS = 3600
 KEY_PREFIX = "oaken:send-budget:"

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 class Draft(TenantOwned):

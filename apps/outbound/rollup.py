@@ -29,10 +29,10 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.core.ids import new_id
+from apps.core.redis_client import redis_client
 from apps.outbound import budget
 from apps.outbound.models import BudgetUsage
 from apps.workspaces.models import Tenant
-from config.redis_client import redis_client
 
 log = logging.getLogger("oaken.outbound")
 

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from pgvector.django import HalfVectorField
 
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 class EmbeddingModel(models.Model):

@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from apps.core import httpclient
-from config.redis_client import redis_client
+from apps.core.redis_client import redis_client
 
 log = logging.getLogger("oaken.summaries")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from apps.workspaces.tenancy import TenantOwned
+from apps.core.tenancy import TenantOwned
 
 
 class Scope(models.TextChoices):

@@ -16,11 +16,11 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from apps.core.redis_client import redis_client
 from apps.mail.models import MailAccount, Message
 from apps.summaries import services
 from apps.summaries.models import AutoSummaryAccount, Scope, Summary
 from apps.workspaces.models import Tenant
-from config.redis_client import redis_client
 
 log = logging.getLogger("oaken.summaries")
 

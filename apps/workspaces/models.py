@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.core.ids import new_id
 from apps.core.kinds import Role
-from apps.workspaces.tenancy import PersonalQuerySet, TenantOwned
+from apps.core.tenancy import PersonalQuerySet, TenantOwned
 
 if TYPE_CHECKING:
     from apps.accounts.models import User

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
 from django.db import connection
-from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
-from apps.agents.models import ApiKey, Connection
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.rows import binary_rows, fields_of
@@ -71,26 +68,29 @@ def access_workspace_by_name(*, tenant: Tenant, name: str, field: str = "workspa
     return found
 
 
-def access_workspace_by_id(workspace_id: str, *, tenant: Tenant, field: str = "workspace_id") -> Workspace:
-    """The tenant's workspace with this id: another tenant's, or a malformed id, is NOT_FOUND like a missing one."""
-    found = Workspace.objects.for_tenant(tenant).filter(pk=parse_id(workspace_id, field)).first()
-    if found is None:
+def access_workspace_by_id(
+    workspace_id: str, *, tenant: Tenant, field: str = "workspace_id", lock: bool = False
+) -> Workspace:
+    """The tenant's workspace with this id (locked until the transaction ends when `lock`): another tenant's, or
+    a malformed id, is NOT_FOUND (on `field`) like a missing one."""
+    rows = Workspace.objects.for_tenant(tenant).filter(pk=parse_id(workspace_id, field))
+    row = (rows.select_for_update() if lock else rows).first()
+    if row is None:
         raise OakenError.not_found(field)
-    return found
+    return row
 
 
-@dataclass(frozen=True)
-class LiveCredentials:
-    api_keys: QuerySet[ApiKey]
-    connections: QuerySet[Connection]
-
-
-def live_credentials(*, tenant: Tenant, user_id: uuid.UUID) -> LiveCredentials:
-    """The person's API keys and connections in this tenant not yet revoked: what removing them ends."""
-    return LiveCredentials(
-        api_keys=ApiKey.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
-        connections=Connection.objects.for_tenant(tenant).filter(user_id=user_id, revoked_at__isnull=True),
+def access_membership_by_id(membership_id: str, *, tenant: Tenant) -> Membership:
+    """The tenant's membership with this id, with its person; NOT_FOUND otherwise."""
+    row = (
+        Membership.objects.for_tenant(tenant)
+        .filter(pk=parse_id(membership_id, "membership_id"))
+        .select_related("user")
+        .first()
     )
+    if row is None:
+        raise OakenError.not_found("membership_id")
+    return row
 
 
 class InvitationRefusedError(Exception):
@@ -128,4 +128,16 @@ def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: b
         raise InvitationRefusedError("used")
     if row.expires_at <= now:
         raise InvitationRefusedError("expired")
+    return row
+
+
+def access_open_invitation_by_id(invitation_id: str, *, tenant: Tenant, lock: bool = False) -> Invitation:
+    """The tenant's invitation with this id while it is open (neither accepted nor cancelled), with who sent it;
+    NOT_FOUND otherwise. `lock`: the row locked until the transaction ends (without who sent it)."""
+    rows = Invitation.objects.for_tenant(tenant).filter(
+        pk=parse_id(invitation_id, "invitation_id"), accepted_at__isnull=True, revoked_at__isnull=True
+    )
+    row = (rows.select_for_update() if lock else rows.select_related("invited_by")).first()
+    if row is None:
+        raise OakenError.not_found("invitation_id")
     return row

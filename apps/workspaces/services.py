@@ -18,13 +18,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from apps.accounts.models import User, normalize_email
-from apps.agents.connections import revoke_connection
-from apps.audit.log import append_event
-from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
-from apps.workspaces.selectors import access_invitation_by_token, invitation_token_hash, live_credentials
+from apps.workspaces.selectors import (
+    InvitationRefusedError,
+    access_invitation_by_token,
+    invitation_token_hash,
+)
 
 
 class PersonExistsError(Exception):
@@ -73,6 +74,33 @@ def check_renamable(*, workspace: Workspace) -> None:
         raise OakenError.invalid(
             "workspace_id", "the default workspace keeps its name: new keys and connections reach it by it"
         )
+
+
+def workspace_name_taken() -> OakenError:
+    return OakenError("CONFLICT", "name: this tenant already has a workspace with this name", field="name")
+
+
+def create_workspace(*, tenant: Tenant, name: str, now: datetime) -> Workspace:
+    """A new workspace; CONFLICT when the tenant has one by this name (a concurrent call may take it first)."""
+    try:
+        with transaction.atomic():
+            return Workspace.objects.create(tenant=tenant, name=name, created_at=now)
+    except IntegrityError:
+        raise workspace_name_taken() from None
+
+
+def rename_workspace(*, workspace: Workspace, name: str) -> str | None:
+    """Give the workspace a new name (not `default`'s); its name before, or None when it already had this one."""
+    check_renamable(workspace=workspace)
+    if workspace.name == name:
+        return None
+    before, workspace.name = workspace.name, name
+    try:
+        with transaction.atomic():
+            workspace.save(update_fields=["name"])
+    except IntegrityError:
+        raise workspace_name_taken() from None
+    return before
 
 
 # ---------------------------------------------------------------- membership rules
@@ -233,42 +261,23 @@ def change_role(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, role: 
 
 @dataclass(frozen=True)
 class RemovedMember:
-    """A membership that was removed (its row is gone), with the credentials that ended with it."""
+    """A membership that was removed (its row is gone)."""
 
     membership_id: uuid.UUID
     user: User
     role: str
     joined: datetime
-    api_keys: list[uuid.UUID]
-    connections: list[uuid.UUID]
 
 
 @transaction.atomic
-def remove_membership(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, now: datetime) -> RemovedMember:
-    """Remove a member (the actor's role allows it; never the last OWNER), ending their keys and connections here."""
+def remove_membership(*, tenant: Tenant, actor: User, membership_id: uuid.UUID) -> RemovedMember:
+    """Remove a member (the actor's role allows it; never the last OWNER). Their keys and connections here are
+    not this app's to end: the caller ends them in the same transaction (apps.agents.services)."""
     locked = _lock_target(tenant=tenant, actor=actor, membership_id=membership_id)
     target = locked.target
     check_removal(actor=locked.actor, target=target)
     check_an_owner_stays(target=target, role=None, owners=locked.owners)
-    # keys and connections would come back to life if the person were ever invited again: end them for good
-    live = live_credentials(tenant=tenant, user_id=target.user_id)
-    keys = []
-    for key in live.api_keys.select_for_update():
-        key.revoked_at = now
-        key.save(update_fields=["revoked_at"])
-        keys.append(key.pk)
-    connections = []
-    for grant in live.connections:
-        revoke_connection(grant, "member_removed")
-        connections.append(grant.pk)
-    removed = RemovedMember(
-        membership_id=target.pk,
-        user=target.user,
-        role=target.role,
-        joined=target.created_at,
-        api_keys=keys,
-        connections=connections,
-    )
+    removed = RemovedMember(membership_id=target.pk, user=target.user, role=target.role, joined=target.created_at)
     target.delete()
     return removed
 
@@ -289,6 +298,7 @@ class IssuedInvitation:
 
 @dataclass(frozen=True)
 class AcceptedInvitation:
+    invitation: Invitation
     membership: Membership
     already_member: bool
 
@@ -303,6 +313,12 @@ def open_invitations(*, tenant: Tenant) -> list[Invitation]:
     )
 
 
+def cancel_invitation(*, invitation: Invitation, now: datetime) -> None:
+    """Cancel an open invitation from `now` on: its link stops working."""
+    invitation.revoked_at = now
+    invitation.save(update_fields=["revoked_at"])
+
+
 @transaction.atomic
 def issue_invitation(
     *, tenant: Tenant, email: str, role: str, invited_by: User, now: datetime, ttl: timedelta
@@ -315,8 +331,7 @@ def issue_invitation(
         .select_for_update()
     )
     for old in replaced:
-        old.revoked_at = now
-        old.save(update_fields=["revoked_at"])
+        cancel_invitation(invitation=old, now=now)
     token = secrets.token_urlsafe(32)
     try:
         with transaction.atomic():
@@ -350,24 +365,15 @@ def invite(*, tenant: Tenant, actor: User, email: str, role: str, now: datetime,
 
 
 @transaction.atomic
-def accept_invitation(*, user: User, token: str, now: datetime) -> AcceptedInvitation:
-    """Make `user` a member as the invitation says, once, if it was sent to their verified address."""
+def accept_invitation(*, tenant: Tenant, user: User, token: str, now: datetime) -> AcceptedInvitation:
+    """Make `user` a member of `tenant` as its invitation says, once, if it was sent to their verified address
+    (InvitationRefusedError otherwise; an invitation to another tenant is "unknown" here)."""
     row = access_invitation_by_token(user=user, token=token, now=now, lock=True)
+    if row.tenant_id != tenant.pk:
+        raise InvitationRefusedError("unknown")
     membership, created = Membership.objects.get_or_create(
         tenant=row.tenant, user=user, defaults={"role": row.role, "created_at": now}
     )
     row.accepted_at, row.accepted_by = now, user
     row.save(update_fields=["accepted_at", "accepted_by"])
-    targets = [Change(str(row.pk), {"accepted": False}, {"accepted": True})]
-    if created:
-        targets.append(Change(str(membership.pk), None, {"person": user.email, "role": membership.role}))
-    append_event(
-        tenant=row.tenant,
-        principal="person",
-        door="ui",
-        operation="accept_invitation",
-        outcome="ok",
-        person_id=user.pk,
-        targets=targets,
-    )
-    return AcceptedInvitation(membership=membership, already_member=not created)
+    return AcceptedInvitation(invitation=row, membership=membership, already_member=not created)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_int, env_str, usable_http_url
+from apps.core.httpclient import usable_http_url
+from config.env import env_int, env_str
 
 _PROVIDER = env_str("OAKEN_EMBEDDINGS", "local")
 if _PROVIDER not in {"local", "openai"}:

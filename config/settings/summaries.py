@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_str, usable_http_url
+from apps.core.httpclient import usable_http_url
+from config.env import env_bool, env_int, env_str
 
 _SUMMARIZER = env_str("OAKEN_SUMMARIZER", "local")
 if _SUMMARIZER not in {"local", "llm"}:

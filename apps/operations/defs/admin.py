@@ -10,8 +10,7 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
-from apps.operations.exposure import level_for, plugin_target, tenant_settings
-from apps.operations.models import ExposureSetting
+from apps.operations.exposure import level_for, plugin_target, set_exposure, tenant_settings
 from apps.operations.registry import (
     ALWAYS,
     Callers,
@@ -79,9 +78,7 @@ def _exposure_preview(ctx: Context, data: ExposureIn) -> Preview:
 )
 def set_operation_exposure(ctx: Context, data: ExposureIn) -> ExposureOut:
     previous = _current(ctx, data)
-    ExposureSetting.objects.for_tenant(ctx.tenant).update_or_create(
-        tenant=ctx.tenant, target=data.operation, defaults={"level": data.level, "updated_at": ctx.now}
-    )
+    set_exposure(tenant=ctx.tenant, target=data.operation, level=data.level, now=ctx.now)
     ctx.touch(data.operation, {"level": previous}, {"level": data.level})
     return ExposureOut(target=data.operation, level=data.level, previous=previous)
 

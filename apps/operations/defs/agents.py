@@ -15,10 +15,13 @@ from apps.agents.keys import issue_key
 from apps.agents.models import ApiKey, Connection
 from apps.agents.selectors import (
     access_api_key_by_id,
+    access_application_by_client_id,
     access_connection_by_id,
     visible_api_keys,
     visible_connections,
 )
+from apps.agents.services import grant_connection as grant
+from apps.agents.services import revoke_api_key as revoke_key
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.kinds import recorded_scopes
@@ -185,10 +188,8 @@ def _revoke_preview(ctx: Context, data: RevokeKeyIn | RevokeConnectionIn) -> Pre
 )
 def revoke_api_key(ctx: Context, data: RevokeKeyIn) -> ApiKeyOut:
     row: ApiKey = ctx.targets
-    if row.revoked_at is None:
+    if revoke_key(key=row, now=ctx.now):
         ctx.touch(row.pk, {"revoked": False}, {"revoked": True})
-        row.revoked_at = ctx.now
-        row.save(update_fields=["revoked_at"])
     return key_out(row)
 
 
@@ -231,16 +232,9 @@ class GrantConnectionIn(Closed):
     lifetime: Literal["24h", "until_revoked"] = "24h"
 
 
-def _application(data: GrantConnectionIn) -> Application:
-    app = Application.objects.filter(client_id=data.client_id).first()
-    if app is None or not app.redirect_uri_allowed(data.redirect_uri):
-        raise OakenError.not_found("client_id")
-    return app
-
-
 def _grantee(ctx: Context, data: GrantConnectionIn) -> Application:
     """The client asking, at a redirect address it registered."""
-    app = _application(data)
+    app = access_application_by_client_id(data.client_id, redirect_uri=data.redirect_uri)
     if any(not w or len(w) > 100 for w in data.workspaces):
         raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
     return app
@@ -279,15 +273,14 @@ def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
     assert ctx.caller.user is not None
     app: Application = ctx.targets
     hours = settings.OAUTH_CONNECTION_DEFAULT_HOURS
-    row = Connection.objects.create(
+    row = grant(
         tenant=ctx.tenant,
         user=ctx.caller.user,
         application=app,
-        client_name=app.name[:255],
         redirect_uri=data.redirect_uri,
         scopes=recorded_scopes(data.scopes),
         workspaces=list(dict.fromkeys(data.workspaces)),
-        created_at=ctx.now,
+        now=ctx.now,
         expires_at=ctx.now + timedelta(hours=hours) if data.lifetime == "24h" else None,
     )
     ctx.touch(

@@ -13,12 +13,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
-from django.db import transaction
 from django.db.models import Q
 from pydantic import AwareDatetime, Field
 
 from apps.agents.models import ApiKey, Connection
-from apps.audit.log import chain_status, exported_line, head_seq
+from apps.audit.log import committed_chain_status, exported_line, head_seq
 from apps.audit.models import AuditEvent
 from apps.core.kinds import Role
 from apps.core.pages import cut_page, encode_cursor, read_cursor
@@ -285,8 +284,7 @@ class VerifyOut(Closed):
 )
 def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
     # The chain is read as committed before this call; this call's own event comes after it.
-    with transaction.atomic():
-        status = chain_status(ctx.tenant.pk)
+    status = committed_chain_status(ctx.tenant.pk)
     broken = status.broken
     event = None
     if broken is not None and broken.event_id is not None:

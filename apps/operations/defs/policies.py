@@ -16,6 +16,7 @@ from apps.operations.defs.drafts import Address
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of
+from apps.outbound import policies as policy_services
 from apps.outbound.compose import (
     normalize_address,
 )
@@ -80,7 +81,12 @@ def policy_out(policy: SendPolicy) -> PolicyOut:
 
 class NewPolicy(NamedTuple):
     account: MailAccount | None  # None: any account
-    fields: dict[str, Any]  # the allowed addresses and domains, as stored
+    addresses: list[str]  # the allowed addresses and domains, as stored
+    domains: list[str]
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {"allowed_addresses": self.addresses, "allowed_domains": self.domains}
 
 
 def _new_policy(ctx: Context, data: CreatePolicyIn) -> NewPolicy:
@@ -89,7 +95,7 @@ def _new_policy(ctx: Context, data: CreatePolicyIn) -> NewPolicy:
         raise OakenError.invalid("allowed_addresses", "name allowed addresses or domains")
     addresses = list(dict.fromkeys(normalize_address(a, "allowed_addresses") for a in data.allowed_addresses))
     domains = list(dict.fromkeys(d.lstrip("@") for d in data.allowed_domains))
-    return NewPolicy(account, {"allowed_addresses": addresses, "allowed_domains": domains})
+    return NewPolicy(account, addresses, domains)
 
 
 def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
@@ -121,14 +127,15 @@ def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
 def create_send_policy(ctx: Context, data: CreatePolicyIn) -> PolicyOut:
     assert ctx.caller.user is not None
     new: NewPolicy = ctx.targets
-    policy = SendPolicy.objects.create(
+    policy = policy_services.create_send_policy(
         tenant=ctx.tenant,
         created_by=ctx.caller.user,
         name=data.name,
         account=new.account,
+        allowed_addresses=new.addresses,
+        allowed_domains=new.domains,
         recipients_per_hour=data.recipients_per_hour,
-        created_at=ctx.now,
-        **new.fields,
+        now=ctx.now,
     )
     after = {
         "policy": "created",
@@ -189,6 +196,6 @@ class PolicyDeletedOut(Closed):
 )
 def delete_send_policy(ctx: Context, data: PolicyIn) -> PolicyDeletedOut:
     policy: SendPolicy = ctx.targets
-    SendPolicy.objects.for_tenant(ctx.tenant).filter(pk=policy.pk).delete()
+    policy_services.delete_send_policy(tenant=ctx.tenant, policy=policy)
     ctx.touch(policy.pk, {"policy": "exists"}, {"policy": "deleted"})
     return PolicyDeletedOut(policy_id=str(policy.pk), deleted=True)

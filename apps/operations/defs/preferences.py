@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from apps.accounts.models import Preferences
+from apps.accounts.services import preferences_of, set_mark_read_on_open
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, operation
@@ -17,8 +18,7 @@ class PreferencesOut(Closed):
 
 def _mine(ctx: Context) -> Preferences:
     assert ctx.caller.user is not None
-    found, _ = Preferences.objects.get_or_create(user=ctx.caller.user)
-    return found
+    return preferences_of(user=ctx.caller.user)
 
 
 @operation(
@@ -53,9 +53,9 @@ class SetPreferencesIn(Closed):
 def set_preferences(ctx: Context, data: SetPreferencesIn) -> PreferencesOut:
     """A person's own setting, reversible at once: no confirmation asked."""
     mine = _mine(ctx)
-    if data.mark_read_on_open is not None and data.mark_read_on_open != mine.mark_read_on_open:
-        ctx.touch(mine.pk, {"mark_read_on_open": mine.mark_read_on_open}, {"mark_read_on_open": data.mark_read_on_open})
-        mine.mark_read_on_open = data.mark_read_on_open
-        mine.updated_at = ctx.now
-        mine.save(update_fields=["mark_read_on_open", "updated_at"])
+    before = mine.mark_read_on_open
+    if data.mark_read_on_open is not None and set_mark_read_on_open(
+        preferences=mine, value=data.mark_read_on_open, now=ctx.now
+    ):
+        ctx.touch(mine.pk, {"mark_read_on_open": before}, {"mark_read_on_open": mine.mark_read_on_open})
     return PreferencesOut(mark_read_on_open=mine.mark_read_on_open)

@@ -1,9 +1,11 @@
 """Tenant administration by persons only (ceiling never): workspaces, members, roles and invitations (SPEC §2).
 
-The membership rules (who may give which role, who may remove whom, that the last OWNER stays,
-what removing someone ends) live in apps.workspaces.services: the handlers here call them, the
-data-scope checks call them before a proposal is made, and the lists report what they allow
-(`assignable_roles`, `can_remove`, `renamable`), so the console repeats none of them.
+The membership rules (who may give which role, who may remove whom, that the last OWNER stays)
+live in apps.workspaces.services: the handlers here call them, the data-scope checks call them
+before a proposal is made, and the lists report what they allow (`assignable_roles`, `can_remove`,
+`renamable`), so the console repeats none of them. What removing someone ends (their keys and
+connections) is the agents app's: remove_member calls it in the same transaction. Accepting an
+invitation is the one operation here for a person who is not a member yet (callers: invitees).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.urls import reverse
 from pydantic import Field, StringConstraints
 
 from apps.accounts.models import User, normalize_email
 from apps.agents.models import ApiKey
+from apps.agents.selectors import live_credentials
+from apps.agents.services import revoke_credentials_of
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -32,12 +36,19 @@ from apps.core.links import absolute_url
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
-from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.workspaces import services as workspace_services
 from apps.workspaces.models import Invitation, Membership, Workspace
-from apps.workspaces.selectors import live_credentials
+from apps.workspaces.selectors import (
+    InvitationRefusedError,
+    access_membership_by_id,
+    access_open_invitation_by_id,
+    access_workspace_by_id,
+)
 from apps.workspaces.services import (
     assignable_roles,
     can_remove,
+    cancel_invitation,
     change_role,
     check_an_owner_stays,
     check_invitation,
@@ -48,6 +59,7 @@ from apps.workspaces.services import (
     is_renamable,
     open_invitations,
     remove_membership,
+    workspace_name_taken,
 )
 
 WorkspaceName = Annotated[
@@ -114,10 +126,6 @@ def list_workspaces(ctx: Context, data: Empty) -> WorkspacesOut:
     return WorkspacesOut(workspaces=[_workspace_out(ctx, row, counts.get(row.pk, 0)) for row in rows])
 
 
-def _name_taken() -> OakenError:
-    return OakenError("CONFLICT", "name: this tenant already has a workspace with this name", field="name")
-
-
 def _taken(ctx: Context, name: str) -> bool:
     return Workspace.objects.for_tenant(ctx.tenant).filter(name=name).exists()
 
@@ -134,7 +142,7 @@ class CreateWorkspaceIn(Closed):
 
 def _create_workspace_scope(ctx: Context, data: CreateWorkspaceIn) -> None:
     if _taken(ctx, data.name):
-        raise _name_taken()
+        raise workspace_name_taken()
     _check_room(ctx)
 
 
@@ -157,11 +165,7 @@ def _create_workspace_preview(ctx: Context, data: CreateWorkspaceIn) -> Preview:
 )
 def create_workspace(ctx: Context, data: CreateWorkspaceIn) -> WorkspaceOut:
     _check_room(ctx)
-    try:
-        with transaction.atomic():
-            row = Workspace.objects.create(tenant=ctx.tenant, name=data.name, created_at=ctx.now)
-    except IntegrityError:  # a concurrent call took the name between the check and the insert
-        raise _name_taken() from None
+    row = workspace_services.create_workspace(tenant=ctx.tenant, name=data.name, now=ctx.now)
     ctx.touch(row.pk, None, {"name": row.name})
     return _workspace_out(ctx, row, 0)
 
@@ -172,10 +176,7 @@ class RenameWorkspaceIn(Closed):
 
 
 def _workspace(ctx: Context, workspace_id: str, *, lock: bool = False) -> Workspace:
-    rows = Workspace.objects.for_tenant(ctx.tenant).filter(pk=parse_id(workspace_id, "workspace_id"))
-    row = (rows.select_for_update() if lock else rows).first()
-    if row is None:
-        raise OakenError.not_found("workspace_id")
+    row = access_workspace_by_id(workspace_id, tenant=ctx.tenant, lock=lock)
     check_renamable(workspace=row)
     return row
 
@@ -183,7 +184,7 @@ def _workspace(ctx: Context, workspace_id: str, *, lock: bool = False) -> Worksp
 def _rename_scope(ctx: Context, data: RenameWorkspaceIn) -> None:
     row = _workspace(ctx, data.workspace_id)
     if data.name != row.name and _taken(ctx, data.name):
-        raise _name_taken()
+        raise workspace_name_taken()
 
 
 def _keys_naming(ctx: Context, name: str) -> int:
@@ -215,14 +216,8 @@ def _rename_preview(ctx: Context, data: RenameWorkspaceIn) -> Preview:
 )
 def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
     row = _workspace(ctx, data.workspace_id, lock=True)
-    if row.name != data.name:
-        before = row.name
-        row.name = data.name
-        try:
-            with transaction.atomic():
-                row.save(update_fields=["name"])
-        except IntegrityError:
-            raise _name_taken() from None
+    before = workspace_services.rename_workspace(workspace=row, name=data.name)
+    if before is not None:
         ctx.touch(row.pk, {"name": before}, {"name": row.name})
     return _workspace_out(ctx, row, _accounts_in(ctx, row))
 
@@ -402,13 +397,7 @@ class InvitationIdIn(Closed):
 
 
 def _invitation(ctx: Context, invitation_id: str, *, lock: bool = False) -> Invitation:
-    rows = Invitation.objects.for_tenant(ctx.tenant).filter(
-        pk=parse_id(invitation_id, "invitation_id"), accepted_at__isnull=True, revoked_at__isnull=True
-    )
-    row = (rows.select_for_update() if lock else rows.select_related("invited_by")).first()
-    if row is None:
-        raise OakenError.not_found("invitation_id")
-    return row
+    return access_open_invitation_by_id(invitation_id, tenant=ctx.tenant, lock=lock)
 
 
 def _cancel_scope(ctx: Context, data: InvitationIdIn) -> None:
@@ -433,24 +422,15 @@ def _cancel_preview(ctx: Context, data: InvitationIdIn) -> Preview:
     targets=_cancel_scope,
     callers=Callers.PERSONS,
 )
-def cancel_invitation(ctx: Context, data: InvitationIdIn) -> InvitationOut:
+def cancel_invitation_op(ctx: Context, data: InvitationIdIn) -> InvitationOut:
     row = _invitation(ctx, data.invitation_id, lock=True)
-    row.revoked_at = ctx.now
-    row.save(update_fields=["revoked_at"])
+    cancel_invitation(invitation=row, now=ctx.now)
     ctx.touch(row.pk, {"open": True}, {"open": False})
     return _invitation_out(ctx, Invitation.objects.for_tenant(ctx.tenant).select_related("invited_by").get(pk=row.pk))
 
 
 def _member(ctx: Context, membership_id: str) -> Membership:
-    row = (
-        Membership.objects.for_tenant(ctx.tenant)
-        .filter(pk=parse_id(membership_id, "membership_id"))
-        .select_related("user")
-        .first()
-    )
-    if row is None:
-        raise OakenError.not_found("membership_id")
-    return row
+    return access_membership_by_id(membership_id, tenant=ctx.tenant)
 
 
 def _owner_count(ctx: Context) -> int:
@@ -535,11 +515,13 @@ def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
 )
 def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
     removed = remove_membership(
-        tenant=ctx.tenant, actor=_user(ctx), membership_id=parse_id(data.membership_id, "membership_id"), now=ctx.now
+        tenant=ctx.tenant, actor=_user(ctx), membership_id=parse_id(data.membership_id, "membership_id")
     )
-    for key_id in removed.api_keys:
+    # in this same transaction, or a person invited again would find their keys and connections alive
+    revoked = revoke_credentials_of(tenant=ctx.tenant, user_id=removed.user.pk, now=ctx.now)
+    for key_id in revoked.api_keys:
         ctx.touch(key_id, {"revoked": False}, {"revoked": True})
-    for connection_id in removed.connections:
+    for connection_id in revoked.connections:
         ctx.touch(connection_id, {"revoked": False}, {"revoked": True})
     ctx.touch(removed.membership_id, {"person": removed.user.email, "role": removed.role}, None)
     return MemberOut(
@@ -548,4 +530,42 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
         role=removed.role,
         joined=removed.joined,
         you=removed.user.pk == _user(ctx).pk,
+    )
+
+
+class AcceptInvitationIn(Closed):
+    token: str = Field(min_length=1, max_length=200, description="the token of the invitation's link")
+
+
+class AcceptedInvitationOut(Closed):
+    membership_id: str
+    role: str
+    already_member: bool
+
+
+@operation(
+    name="accept_invitation",
+    summary="Accept an invitation sent to your verified address: you join its tenant with the role it names (once).",
+    input=AcceptInvitationIn,
+    output=AcceptedInvitationOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    confirm=NEVER,
+    callers=Callers.INVITEES,
+)
+def accept_invitation_op(ctx: Context, data: AcceptInvitationIn) -> AcceptedInvitationOut:
+    """The console calls it for a person who is not (yet) a member of the invitation's tenant; a refusal
+    (InvitationRefusedError: a link used, cancelled or expired meanwhile) is NOT_FOUND, and the console reads
+    the link again to say why."""
+    user = _user(ctx)
+    try:
+        accepted = workspace_services.accept_invitation(tenant=ctx.tenant, user=user, token=data.token, now=ctx.now)
+    except InvitationRefusedError:
+        raise OakenError.not_found("token") from None
+    membership = accepted.membership
+    ctx.touch(accepted.invitation.pk, {"accepted": False}, {"accepted": True})
+    if not accepted.already_member:
+        ctx.touch(membership.pk, None, {"person": user.email, "role": membership.role})
+    return AcceptedInvitationOut(
+        membership_id=str(membership.pk), role=membership.role, already_member=accepted.already_member
     )

@@ -3,8 +3,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.accounts import views
-from apps.accounts.forms import SignInForm
+from apps.people_pages import views
+from apps.people_pages.forms import SignInForm
 
 urlpatterns = [
     path("accounts/sign-up", views.sign_up, name="sign-up"),
@@ -12,7 +12,7 @@ urlpatterns = [
     path("accounts/verify/<str:token>", views.verify_email, name="verify-email"),
     path(
         "accounts/sign-in",
-        auth_views.LoginView.as_view(template_name="accounts/sign_in.html", authentication_form=SignInForm),
+        auth_views.LoginView.as_view(template_name="people_pages/sign_in.html", authentication_form=SignInForm),
         name="sign-in",
     ),
     path("accounts/sign-out", auth_views.LogoutView.as_view(), name="sign-out"),
@@ -23,7 +23,7 @@ urlpatterns = [
     ),
     path(
         "accounts/password-reset/sent",
-        auth_views.PasswordResetDoneView.as_view(template_name="accounts/password_reset_sent.html"),
+        auth_views.PasswordResetDoneView.as_view(template_name="people_pages/password_reset_sent.html"),
         name="password-reset-sent",
     ),
     path(
@@ -33,7 +33,7 @@ urlpatterns = [
     ),
     path(
         "accounts/password-reset/done",
-        auth_views.PasswordResetCompleteView.as_view(template_name="accounts/password_reset_done.html"),
+        auth_views.PasswordResetCompleteView.as_view(template_name="people_pages/password_reset_done.html"),
         name="password-reset-done",
     ),
 ]

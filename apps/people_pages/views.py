@@ -15,14 +15,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from apps.accounts import mail, mailbound, signin, tasks
-from apps.accounts.forms import SignUpForm
 from apps.accounts.models import User
 from apps.core.links import public_origin
+from apps.people_pages.forms import SignUpForm
 from apps.workspaces.services import PersonExistsError, create_person
 
 
 def _mail_unavailable(request: HttpRequest) -> HttpResponse:
-    return render(request, "accounts/mail_unavailable.html", status=503)
+    return render(request, "people_pages/mail_unavailable.html", status=503)
 
 
 @require_http_methods(["GET", "POST"])
@@ -55,7 +55,7 @@ def sign_up(request: HttpRequest) -> HttpResponse:
         except tasks.MailUnqueuedError:
             return _mail_unavailable(request)
         return redirect("check-mail")
-    return render(request, "accounts/sign_up.html", {"form": form}, status=400 if form.errors else 200)
+    return render(request, "people_pages/sign_up.html", {"form": form}, status=400 if form.errors else 200)
 
 
 class PasswordResetView(auth_views.PasswordResetView):
@@ -63,7 +63,7 @@ class PasswordResetView(auth_views.PasswordResetView):
     by a worker: the page does the same work whether the address has an account or not (it hands the address to
     a worker, which looks it up), and never waits on an SMTP server."""
 
-    template_name = "accounts/password_reset.html"
+    template_name = "people_pages/password_reset.html"
     success_url = reverse_lazy("password-reset-sent")
 
     def form_valid(self, form: PasswordResetForm) -> HttpResponse:
@@ -83,7 +83,7 @@ class PasswordResetView(auth_views.PasswordResetView):
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     """Choosing the new password also lifts the sign-in lock of the address (the lock message offers this)."""
 
-    template_name = "accounts/password_reset_confirm.html"
+    template_name = "people_pages/password_reset_confirm.html"
     success_url = reverse_lazy("password-reset-done")
 
     def form_valid(self, form: SetPasswordForm) -> HttpResponse:
@@ -93,7 +93,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
 
 
 def check_mail(request: HttpRequest) -> HttpResponse:
-    return render(request, "accounts/check_mail.html")
+    return render(request, "people_pages/check_mail.html")
 
 
 def verify_email(request: HttpRequest, token: str) -> HttpResponse:
@@ -103,7 +103,7 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
         )
         user = User.objects.get(pk=claim["user"], email=claim["email"], is_active=True)
     except (signing.BadSignature, User.DoesNotExist, KeyError, ValueError, TypeError):
-        return render(request, "accounts/verify_failed.html", status=400)
+        return render(request, "people_pages/verify_failed.html", status=400)
     if user.email_verified_at is None:
         user.email_verified_at = timezone.now()
         user.save(update_fields=["email_verified_at"])

@@ -1,0 +1,71 @@
+"""Writes of API keys and OAuth connections: granting a connection, revoking a key, and ending every credential
+a person holds in a tenant when they leave it. Issuing a key is apps.agents.keys.issue_key; ending one connection
+and its tokens is apps.agents.connections.revoke_connection."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from oauth2_provider.models import Application
+
+from apps.accounts.models import User
+from apps.agents.connections import revoke_connection
+from apps.agents.models import ApiKey, Connection
+from apps.agents.selectors import live_credentials
+from apps.workspaces.models import Tenant
+
+
+def revoke_api_key(*, key: ApiKey, now: datetime) -> bool:
+    """End a key from `now` on; whether this call ended it (False: it already was)."""
+    if key.revoked_at is not None:
+        return False
+    key.revoked_at = now
+    key.save(update_fields=["revoked_at"])
+    return True
+
+
+def grant_connection(
+    *,
+    tenant: Tenant,
+    user: User,
+    application: Application,
+    redirect_uri: str,
+    scopes: list[str],
+    workspaces: list[str],
+    now: datetime,
+    expires_at: datetime | None,
+) -> Connection:
+    """A connection letting `application` act for `user` in `tenant` (its code not yet redeemed)."""
+    return Connection.objects.create(
+        tenant=tenant,
+        user=user,
+        application=application,
+        client_name=application.name[:255],
+        redirect_uri=redirect_uri,
+        scopes=scopes,
+        workspaces=workspaces,
+        created_at=now,
+        expires_at=expires_at,
+    )
+
+
+@dataclass(frozen=True)
+class RevokedCredentials:
+    api_keys: list[uuid.UUID]
+    connections: list[uuid.UUID]
+
+
+@transaction.atomic
+def revoke_credentials_of(*, tenant: Tenant, user_id: uuid.UUID, now: datetime) -> RevokedCredentials:
+    """End every key and connection the person still holds in this tenant, for good: removing a member calls it
+    in the same transaction, or they would come back to life if the person were ever invited again."""
+    live = live_credentials(tenant=tenant, user_id=user_id)
+    keys = [key.pk for key in live.api_keys.select_for_update() if revoke_api_key(key=key, now=now)]
+    connections = []
+    for grant in live.connections:
+        revoke_connection(grant, "member_removed")
+        connections.append(grant.pk)
+    return RevokedCredentials(api_keys=keys, connections=connections)
