@@ -67,6 +67,23 @@ def _timestamp(value: datetime) -> str:
 # Filled in by the database under the chain head's lock; every other hashed field is known before.
 _FILLED_UNDER_LOCK = ("created_at", "prev_hash", "seq")
 
+# The stored fields an event's hash covers besides its tenant, written once: the walk selects them in this order,
+# and recomputing a stored event's hash and exporting it read the same list (_stored_fields).
+HASHED_FIELDS = (
+    "seq",
+    "created_at",
+    "principal",
+    "person_id",
+    "credential_id",
+    "credential_kind",
+    "door",
+    "operation",
+    "outcome",
+    "targets",
+    "input_digest",
+    "prev_hash",
+)
+
 
 def _content(
     *,
@@ -126,23 +143,14 @@ def _hash_frame(content: dict[str, Any]) -> list[str]:
     return pieces
 
 
+def _stored_fields(event: AuditEvent) -> dict[str, Any]:
+    """The hashed fields of a stored event, as the database holds them."""
+    return {"tenant_id": event.tenant_id, **{name: getattr(event, name) for name in HASHED_FIELDS}}
+
+
 def event_hash(event: AuditEvent) -> str:
     """The hash `event` ought to carry, recomputed from its other stored fields."""
-    return _chain_hash(
-        tenant_id=event.tenant_id,
-        seq=event.seq,
-        created_at=event.created_at,
-        principal=event.principal,
-        person_id=event.person_id,
-        credential_id=event.credential_id,
-        credential_kind=event.credential_kind,
-        door=event.door,
-        operation=event.operation,
-        outcome=event.outcome,
-        targets=event.targets,
-        input_digest=event.input_digest,
-        prev_hash=event.prev_hash,
-    )
+    return _chain_hash(**_stored_fields(event))
 
 
 def _has_float(value: Any) -> bool:
@@ -343,11 +351,10 @@ def append_internal_event(kind: str, *, tenant: Tenant, targets: Sequence[Change
     )
 
 
-_WALK = """
-SELECT id, seq, created_at, principal, person_id, credential_id, credential_kind, door, operation,
-       outcome, targets, input_digest, prev_hash, hash
+_WALK = f"""
+SELECT id, {", ".join(HASHED_FIELDS)}, hash
 FROM audit_auditevent WHERE tenant_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s
-"""
+"""  # noqa: S608 (every name is the model's own field; every value is a parameter)
 _HEAD = "SELECT seq, hash FROM audit_chainhead WHERE tenant_id = %s"
 _NO_END = 2**63 - 1
 
@@ -375,42 +382,16 @@ class _Walker:
                 return None
 
     def _check(self, row: tuple[Any, ...]) -> Break | None:
-        (
-            event_id,
-            seq,
-            created_at,
-            principal,
-            person_id,
-            credential_id,
-            credential_kind,
-            door,
-            operation,
-            outcome,
-            targets,
-            digest,
-            prev_hash,
-            stored_hash,
-        ) = row
+        event_id, *values, stored_hash = row
+        fields = dict(zip(HASHED_FIELDS, values, strict=True))
+        seq, prev_hash = fields["seq"], fields["prev_hash"]
         self.checked += 1
         if seq != self.seq + 1:
             return Break(self.tenant_id, seq, event_id, "sequence gap")
         if prev_hash != self.hash:
             return Break(self.tenant_id, seq, event_id, "previous hash mismatch")
-        recomputed = _chain_hash(
-            tenant_id=self.tenant_id,
-            seq=seq,
-            created_at=created_at,
-            principal=principal,
-            person_id=person_id,
-            credential_id=credential_id,
-            credential_kind=credential_kind,
-            door=door,
-            operation=operation,
-            outcome=outcome,
-            targets=json.loads(targets),
-            input_digest=digest,
-            prev_hash=prev_hash,
-        )
+        fields["targets"] = json.loads(fields["targets"])
+        recomputed = _chain_hash(tenant_id=self.tenant_id, **fields)
         if recomputed != stored_hash:
             return Break(self.tenant_id, seq, event_id, "hash mismatch")
         self.seq, self.hash, self.event_id = seq, stored_hash, event_id
@@ -472,21 +453,7 @@ def _walk_to_head(walker: _Walker, tenant_id: uuid.UUID) -> Break | None:
 def exported_line(event: AuditEvent) -> str:
     """One event as a line of an export: its hashed fields and its stored hash, in canonical JSON (the form
     apps.audit.chainfile verifies offline). What the database holds, so a changed row shows in the file too."""
-    content = _hashed(
-        tenant_id=event.tenant_id,
-        seq=event.seq,
-        created_at=event.created_at,
-        principal=event.principal,
-        person_id=event.person_id,
-        credential_id=event.credential_id,
-        credential_kind=event.credential_kind,
-        door=event.door,
-        operation=event.operation,
-        outcome=event.outcome,
-        targets=event.targets,
-        input_digest=event.input_digest,
-        prev_hash=event.prev_hash,
-    )
+    content = _hashed(**_stored_fields(event))
     return canonical_json({**content, "hash": event.hash})
 
 
