@@ -33,7 +33,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.console import assets
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
-from apps.core.kinds import Door, Role
+from apps.core.kinds import Door, Role, Scope
 from apps.core.links import MCP_PATH, public_origin
 from apps.gate.dispatch import dispatch
 from apps.operations.registry import registry
@@ -91,6 +91,10 @@ def allowed_operations(membership: Membership | None) -> frozenset[str]:
     return frozenset(op.name for op in registry if role.covers(op.role))
 
 
+# what a page calls each scope (the one spelling, Scope.label), by its value
+SCOPE_LABELS = {scope.value: scope.label for scope in Scope}
+
+
 def _shell(request: HttpRequest, name: str, **extra: Any) -> HttpResponse:
     """The page's shell for the tenant the console acts in, with the operations the person's role reaches and
     `extra` of the page's own."""
@@ -98,7 +102,12 @@ def _shell(request: HttpRequest, name: str, **extra: Any) -> HttpResponse:
     return render(
         request,
         f"console/{name}.html",
-        {"membership": membership, "allowed_ops": allowed_operations(membership), **extra},
+        {
+            "membership": membership,
+            "allowed_ops": allowed_operations(membership),
+            "scope_labels": SCOPE_LABELS,
+            **extra,
+        },
     )
 
 

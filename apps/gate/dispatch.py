@@ -26,7 +26,7 @@ from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, new_id
-from apps.core.kinds import DOORS_OF, Door, Principal
+from apps.core.kinds import DOORS_OF, Door, Principal, Scope
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.gate import confirmation, payload
 from apps.gate.models import IdempotencyRecord
@@ -50,9 +50,6 @@ def _audited_name(name: Any) -> str:
     """The operation a call names, as its audit event records it: a registered operation's name, else
     UNKNOWN_OPERATION (an agent could otherwise write text of its choosing into the audit log)."""
     return name if isinstance(name, str) and registry.get(name) is not None else UNKNOWN_OPERATION
-
-
-_SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}
 
 
 @dataclass(frozen=True)
@@ -136,7 +133,7 @@ def _authority(caller: Caller, op: Operation) -> None:
     if is_permitted(caller, op):
         return
     if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
-        label = _SCOPE_NAMES[op.scope.value]
+        label = Scope(op.scope).label
         how = (
             "an API key cannot be widened: a person creates a new key with it in the console"
             if caller.credential_kind == "apikey"
