@@ -27,8 +27,9 @@ from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.operations.exposure import is_offered, is_permitted, offered_operations
-from apps.operations.registry import Operation, registry
+from apps.gate.preflight import may_call
+from apps.operations.exposure import offered_operations
+from apps.operations.registry import Operation
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = schema.TENANT_HEADER
@@ -166,9 +167,7 @@ class ImportUploadView(APIView):
         except ValueError:
             declared = 0
         token: str | None = None
-        op = registry.get("upload_import")
-        may_call = op is not None and is_offered(caller, op, door=Door.UI) and is_permitted(caller, op)
-        if declared > limit or not may_call:
+        if declared > limit or not may_call(caller, Door.UI, "upload_import"):
             size = declared  # refused (by the gate, audited) without reading a byte of it
         else:
             try:

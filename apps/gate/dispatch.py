@@ -26,12 +26,12 @@ from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, new_id
-from apps.core.kinds import DOORS_OF, Door, Principal, Scope
+from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.gate import confirmation, payload
 from apps.gate.models import IdempotencyRecord
+from apps.gate.preflight import reachable
 from apps.operations.context import Context
-from apps.operations.exposure import is_offered, is_permitted
 from apps.operations.registry import OpClass, Operation, Preview, registry
 
 log = logging.getLogger("oaken.gate")
@@ -80,8 +80,7 @@ def dispatch(
     digest = ""
     op_name = _audited_name(name)
     try:
-        op = _exposure(caller, door, name)
-        _authority(caller, op)
+        op = reachable(caller, door, name)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
         if idempotency_key is not None:
@@ -120,31 +119,6 @@ def dispatch(
         log.error("operation %s failed before it ran: %s", op_name, type(exc).__name__)
         _audit_refusal(caller, door, op_name, "INTERNAL_ERROR", digest)
         raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
-
-
-def _exposure(caller: Caller, door: Door, name: str) -> Operation:
-    op = registry.get(name) if isinstance(name, str) else None
-    if op is None or not is_offered(caller, op, door=door):
-        raise OakenError.not_available()
-    return op
-
-
-def _authority(caller: Caller, op: Operation) -> None:
-    if is_permitted(caller, op):
-        return
-    if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
-        label = Scope(op.scope).label
-        how = (
-            "an API key cannot be widened: a person creates a new key with it in the console"
-            if caller.credential_kind == "apikey"
-            else "a person reconnects the assistant and ticks it on the consent screen"
-        )
-        raise OakenError(
-            "INSUFFICIENT_SCOPE",
-            f"this needs the '{label}' permission ({op.scope.value}), which was not granted; to grant it, {how}",
-            missing_scope=op.scope.value,
-        )
-    raise OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
 
 
 # pydantic messages that can quote a piece of the input (a UUID's stray character, a union's tag): a fixed phrase
