@@ -8,7 +8,6 @@ Every call appends exactly one audit event, refusals included.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -25,11 +24,9 @@ from apps.audit.log import append_event, input_digest
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
-from apps.gate import confirmation, payload
-from apps.gate.models import IdempotencyRecord
+from apps.gate import confirmation, idempotency, payload
 from apps.gate.preflight import reachable
 from apps.operations.context import Context
 from apps.operations.registry import OpClass, Operation, Preview, registry
@@ -84,11 +81,11 @@ def dispatch(
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
         if idempotency_key is not None:
-            _check_key(op, idempotency_key)
+            idempotency.check_key(op, idempotency_key)
             # A key that already succeeded answers as it did then, whatever has changed since
             # (the message it deleted is gone, the confirmation it needed was given). Only a call that completed
             # binds its key: a refused or failed one changed nothing and kept nothing (docs/gate.md).
-            stored = _stored_response(caller, op.name, idempotency_key, digest)
+            stored = idempotency.stored_response(caller, op.name, idempotency_key, digest)
             if stored is not None:
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
@@ -283,7 +280,7 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
     try:
         with transaction.atomic():
             if idempotency_key is not None:
-                stored = _claim_key(caller, op.name, idempotency_key, digest)
+                stored = idempotency.claim(caller, op.name, idempotency_key, digest)
                 if stored is not None:
                     _append(caller, ctx.door, op.name, "REPLAYED", digest)
                     return Result(op.name, stored, replayed=True)
@@ -293,9 +290,7 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 ctx.targets = op.targets(ctx, data)
             output = _output(op, op.handler(ctx, data))
             if idempotency_key is not None:
-                IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
-                    caller_key=caller.key, operation=op.name, key=idempotency_key
-                ).update(response=output)
+                idempotency.keep(caller, op.name, idempotency_key, output)
             alone = _holds_nothing()
             if not alone:
                 _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
@@ -352,62 +347,6 @@ def _holds_nothing() -> bool:
         and not connection.run_on_commit
         and (raw is None or raw.info.transaction_status == TransactionStatus.IDLE)
     )
-
-
-_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
-
-
-def _check_key(op: Operation, key: object) -> None:
-    """A key the gate can keep for `op`: the bound and the pattern the OpenAPI document and the tool list publish
-    (apps.core.ids); the key itself is never repeated."""
-    if op.returns_secret:
-        # a replay would need the secret stored beside the key
-        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
-    if op.commits_in_batches:
-        # a failure keeps the batches it finished: there is no one answer to replay, nor one transaction to bind
-        # the key in
-        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that commits in batches")
-    if not isinstance(key, str) or not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_CHARS:
-        raise OakenError.invalid("idempotency_key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters")
-    if not _KEY.fullmatch(key):
-        raise OakenError.invalid(
-            "idempotency_key", "must be printable ASCII characters, not starting or ending with a space"
-        )
-
-
-def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
-    """The first run's response for this key, if it completed; a different input is refused."""
-    first = (
-        IdempotencyRecord.objects.for_tenant(caller.tenant)
-        .filter(caller_key=caller.key, operation=operation, key=key)
-        .values_list("input_digest", "response")
-        .first()
-    )
-    if first is None:
-        return None
-    if first[0] != digest:
-        raise OakenError(
-            "IDEMPOTENCY_MISMATCH", "idempotency_key was already used with a different input", field="idempotency_key"
-        )
-    return dict(first[1])
-
-
-def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
-    """Own the key for this run, or return the first run's response.
-
-    The insert waits while another transaction holds the same key, so a concurrent duplicate
-    either replays the first response or, if the first failed, runs in its place: never both.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO gate_idempotencyrecord (id, tenant_id, caller_key, operation, key, input_digest,"
-            " response, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'null'::jsonb, now())"
-            " ON CONFLICT (tenant_id, caller_key, operation, key) DO NOTHING RETURNING id",
-            [new_id(), caller.tenant.pk, caller.key, operation, key, digest],
-        )
-        if cursor.fetchone() is not None:
-            return None
-    return _stored_response(caller, operation, key, digest)
 
 
 def _append(
