@@ -35,8 +35,18 @@ log = logging.getLogger("oaken.gate")
 _DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
-def _database_away() -> OakenError:
+def _database_away(operation: str, exc: BaseException) -> OakenError:
+    """The database went away (a restart, a failover): logged by the exception's type, answered
+    SERVICE_UNAVAILABLE; whatever the call had begun rolled back with it."""
+    log.error("operation %s: the database is unavailable: %s", operation, type(exc).__name__)
     return OakenError("SERVICE_UNAVAILABLE", "the database cannot be reached right now; nothing was changed")
+
+
+def _failed(operation: str, doing: str, exc: BaseException) -> OakenError:
+    """A bug in one of the operation's steps (`doing`, as the log says it): logged by the exception's type alone
+    and answered INTERNAL_ERROR, never with its message, which could quote the input."""
+    log.error("operation %s %s: %s", operation, doing, type(exc).__name__)
+    return OakenError("INTERNAL_ERROR", "the operation failed and changed nothing")
 
 
 # what the audit records for a call of a name no operation has: the name is the caller's own text, never stored
@@ -107,15 +117,15 @@ def dispatch(
         _audit_refusal(caller, door, op_name, refusal.code, digest)
         raise
     except _DATABASE_AWAY as exc:
-        log.error("operation %s: the database is unavailable: %s", op_name, type(exc).__name__)
+        away = _database_away(op_name, exc)
         _audit_refusal(caller, door, op_name, "SERVICE_UNAVAILABLE", digest)
-        raise _database_away() from None
+        raise away from None
     except Exception as exc:
         # a bug in a step before the handler (resolving targets, a preview, a confirmation): answered and audited
         # like a failing handler, its message never repeated (it could quote the input)
-        log.error("operation %s failed before it ran: %s", op_name, type(exc).__name__)
+        failed = _failed(op_name, "failed before it ran", exc)
         _audit_refusal(caller, door, op_name, "INTERNAL_ERROR", digest)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise failed from None
 
 
 # pydantic messages that can quote a piece of the input (a UUID's stray character, a union's tag): a fixed phrase
@@ -245,8 +255,7 @@ def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
     except OakenError:
         raise
     except Exception as exc:
-        log.error("operation %s failed to verify its input: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed to verify its input", exc) from None
 
 
 def _gather(op: Operation, ctx: Context, data: BaseModel) -> Any:
@@ -258,8 +267,7 @@ def _gather(op: Operation, ctx: Context, data: BaseModel) -> Any:
     except (OakenError, *_DATABASE_AWAY):
         raise
     except Exception as exc:
-        log.error("operation %s failed while gathering: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed while gathering", exc) from None
 
 
 def _output(op: Operation, produced: Any) -> dict[str, Any]:
@@ -302,17 +310,14 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
             )
     except OakenError:
         raise
-    except ValidationError:
+    except ValidationError as exc:
         # the handler returned something its output model does not allow: a bug, and nothing commits
-        log.error("operation %s returned an invalid output", op.name)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "returned an invalid output", exc) from None
     except _DATABASE_AWAY as exc:
         # the database went away mid-call (a restart, a failover): the transaction rolled back with it
-        log.error("operation %s: the database is unavailable: %s", op.name, type(exc).__name__)
-        raise _database_away() from None
+        raise _database_away(op.name, exc) from None
     except Exception as exc:
-        log.error("operation %s failed: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed", exc) from None
     return Result(op.name, output)
 
 
@@ -329,7 +334,7 @@ def _run_in_batches(ctx: Context, op: Operation, data: BaseModel, digest: str) -
     except OakenError:
         raise
     except Exception as exc:
-        log.error("operation %s failed: %s", op.name, type(exc).__name__)
+        _failed(op.name, "failed", exc)  # logged; the answer says what was kept
         with transaction.atomic():
             _append(caller, ctx.door, op.name, "INTERNAL_ERROR", digest, ctx.touched, durable=True)
         raise _Audited("INTERNAL_ERROR", "the operation failed; the batches it had finished are kept") from None
