@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
@@ -23,6 +23,7 @@ from django.db.transaction import TransactionManagementError
 from apps.audit.chainfile import canonical_json, sha256_hex
 from apps.audit.events import INTERNAL_EVENTS
 from apps.audit.models import ZERO_HASH, AuditEvent
+from apps.core.callers import Caller
 from apps.core.changes import Change
 from apps.core.kinds import CredentialKind, Door, Principal
 from apps.workspaces.models import Tenant
@@ -205,7 +206,7 @@ RETURNING event.id, event.seq, event.created_at, event.prev_hash, event.hash,
 
 
 def _make_durable() -> None:
-    """Wait until the WAL holding the just-committed transaction is flushed (see append_event)."""
+    """Wait until the WAL holding the just-committed transaction is flushed (see append_record)."""
     with connection.cursor() as cursor:
         # a write of its own, committed at the session's synchronous_commit level: its flush
         # covers every earlier commit record, ours included
@@ -238,7 +239,32 @@ def _check_arguments(
         raise ValueError("input_digest must be '' or 64 lowercase hex digits (see input_digest())")
 
 
+class _Recorded(TypedDict, total=False):
+    """What append_event records of a call besides who made it (append_record's arguments of the same names)."""
+
+    targets: Sequence[Change]
+    input_digest: str
+    durable: bool
+    alone: bool
+
+
 def append_event(
+    caller: Caller, *, door: str, operation: str, outcome: str, **recorded: Unpack[_Recorded]
+) -> AuditEvent:
+    """Append one event of a call `caller` made through `door`, by the rules of append_record: what it records of
+    who called (tenant, principal, person, credential) is the caller's own, read here and nowhere else."""
+    user = caller.user
+    who: dict[str, Any] = {
+        "tenant": caller.tenant,
+        "principal": Principal(caller.principal).value,
+        "person_id": None if user is None else user.pk,
+        "credential_id": caller.credential_id,
+        "credential_kind": caller.credential_kind,
+    }
+    return append_record(**who, door=door, operation=operation, outcome=outcome, **recorded)
+
+
+def append_record(
     *,
     tenant: Tenant,
     principal: str,
@@ -346,9 +372,8 @@ def append_internal_event(kind: str, *, tenant: Tenant, targets: Sequence[Change
     the change it records; a name not documented there is refused, so no unregistered name reaches a chain."""
     if kind not in INTERNAL_EVENTS:
         raise ValueError("not an internal event kind: add it to apps.audit.events.INTERNAL_EVENTS")
-    return append_event(
-        tenant=tenant, principal="internal", door="internal", operation=kind, outcome="ok", targets=targets
-    )
+    internal = Caller.internal(tenant)
+    return append_event(internal, door=Door.INTERNAL.value, operation=kind, outcome="ok", targets=targets)
 
 
 _WALK = f"""

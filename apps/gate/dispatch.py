@@ -370,14 +370,10 @@ def _append(
     a savepoint of it, so a failed append leaves that transaction usable."""
     with transaction.atomic() if alone and connection.in_atomic_block else nullcontext():
         append_event(
-            tenant=caller.tenant,
-            principal=caller.principal.value,
+            caller,
             door=door,
             operation=operation,
             outcome=outcome,
-            person_id=caller.user.pk if caller.user is not None else None,
-            credential_id=caller.credential_id,
-            credential_kind=caller.credential_kind,
             targets=[Change(c.id, c.before, c.after) for c in touched or ()],
             input_digest=digest,
             durable=durable,

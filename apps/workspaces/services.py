@@ -20,9 +20,10 @@ from django.db.models import Q
 from apps.accounts.models import User, normalize_email
 from apps.agents.connections import revoke_connection
 from apps.audit.log import append_event
+from apps.core.callers import Caller
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Role
+from apps.core.kinds import Principal, Role
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
 from apps.workspaces.selectors import access_invitation_by_token, invitation_token_hash, live_credentials
 
@@ -361,13 +362,6 @@ def accept_invitation(*, user: User, token: str, now: datetime) -> AcceptedInvit
     targets = [Change(str(row.pk), {"accepted": False}, {"accepted": True})]
     if created:
         targets.append(Change(str(membership.pk), None, {"person": user.email, "role": membership.role}))
-    append_event(
-        tenant=row.tenant,
-        principal="person",
-        door="ui",
-        operation="accept_invitation",
-        outcome="ok",
-        person_id=user.pk,
-        targets=targets,
-    )
+    person = Caller(Principal.PERSON, row.tenant, user=user, role=Role(membership.role))
+    append_event(person, door="ui", operation="accept_invitation", outcome="ok", targets=targets)
     return AcceptedInvitation(membership=membership, already_member=not created)
