@@ -44,7 +44,7 @@ def run_writers(tenant: Tenant, writers: int, per_writer: int) -> float:
     """Seconds for `writers` threads to append `per_writer` events each, one transaction per event."""
     from django.db import connection, transaction
 
-    from apps.audit.log import append_event, input_digest
+    from apps.audit.log import append_record, input_digest
     from apps.core.changes import Change
 
     ready = threading.Barrier(writers + 1)
@@ -57,7 +57,7 @@ def run_writers(tenant: Tenant, writers: int, per_writer: int) -> float:
             person = uuid.uuid4()
             for i in range(per_writer):
                 with transaction.atomic():
-                    append_event(
+                    append_record(
                         tenant=tenant,
                         principal="agent",
                         door="mcp",

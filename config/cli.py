@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             embedded.ensure_environment()
         except embedded.EmbeddedServerAway as away:
-            print(json.dumps({"error": {"code": "SERVICE_UNAVAILABLE", "message": str(away)}}))
+            from apps.core.errors import OakenError, error_body
+
+            print(json.dumps(error_body(OakenError("SERVICE_UNAVAILABLE", str(away)))))
             sys.exit(1)
     from django.core.management import execute_from_command_line
 

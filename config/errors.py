@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.views import defaults
 from django.views.debug import SafeExceptionReporterFilter
 
-from apps.core.errors import OakenError
+from apps.core.errors import OakenError, error_response
 
 _DATABASE_AWAY = (OperationalError, InterfaceError)
 # the paths of the doors that speak JSON (and /mcp itself, the MCP endpoint)
@@ -67,7 +67,7 @@ def refusal(status: int) -> OakenError:
 
 
 def _shaped(status: int) -> HttpResponse:
-    return JsonResponse({"error": refusal(status).as_dict()}, status=status)
+    return error_response(refusal(status), status)
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -117,7 +117,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
         error = OakenError("INTERNAL_ERROR", "the request failed")
     response: HttpResponse
     if _speaks_json(request):
-        response = JsonResponse({"error": error.as_dict()}, status=error.http_status)
+        response = error_response(error)
     elif away:
         # rendered without the request: its context would ask the database who is signed in, again
         response = HttpResponse(render_to_string("503.html"), status=503)

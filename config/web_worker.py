@@ -21,9 +21,11 @@ from gunicorn.workers import gthread
 
 def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's util.write_error, answering the error shape (`mesg`, which quotes the request, is left out)."""
-    from config.errors import refusal  # Django is set up in a worker by the time it answers a request
+    # Django is set up in a worker by the time it answers a request
+    from apps.core.errors import error_body
+    from config.errors import refusal
 
-    body = json.dumps({"error": refusal(status_int).as_dict()}).encode()
+    body = json.dumps(error_body(refusal(status_int))).encode()
     head = (
         f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nX-Content-Type-Options: nosniff\r\n\r\n"

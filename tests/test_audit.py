@@ -18,8 +18,8 @@ from django.db.transaction import TransactionManagementError
 
 from apps.audit.log import (
     Break,
-    append_event,
     append_internal_event,
+    append_record,
     event_hash,
     input_digest,
     verify_all,
@@ -49,7 +49,7 @@ def _append(tenant: Tenant, n: int = 1, **overrides: Any) -> list[AuditEvent]:
         }
         fields.update(overrides)
         with transaction.atomic():
-            events.append(append_event(tenant=tenant, **fields))
+            events.append(append_record(tenant=tenant, **fields))
     return events
 
 
@@ -74,7 +74,7 @@ def _cli(*args: str) -> tuple[int, Any]:
 def test_an_event_commits_with_the_change_it_records(alice: Person, mallory: Person) -> None:
     with transaction.atomic():
         Workspace.objects.for_tenant(alice.tenant).filter(pk=alice.workspace.pk).update(name="renamed")
-        event = append_event(
+        event = append_record(
             tenant=alice.tenant,
             principal="person",
             door="ui",
@@ -122,7 +122,7 @@ def test_a_rollback_leaves_neither_the_change_nor_the_event(alice: Person, mallo
 def test_appending_outside_a_transaction_is_refused(alice: Person, mallory: Person) -> None:
     assert not connection.in_atomic_block
     with pytest.raises(TransactionManagementError, match="transaction"):
-        append_event(tenant=alice.tenant, principal="internal", door="internal", operation="x", outcome="ok")
+        append_record(tenant=alice.tenant, principal="internal", door="internal", operation="x", outcome="ok")
     assert not AuditEvent.objects.for_tenant(alice.tenant).exists()
     assert not ChainHead.objects.filter(tenant__in=[alice.tenant, mallory.tenant]).exists()
 
@@ -133,8 +133,8 @@ def test_an_event_alone_commits_by_itself_from_the_tenants_first_event_on(alice:
     assert not connection.in_atomic_block
     assert not ChainHead.objects.filter(tenant=alice.tenant).exists()
     fields: dict[str, Any] = {"principal": "internal", "door": "internal", "operation": "x", "outcome": "ok"}
-    first = append_event(tenant=alice.tenant, alone=True, durable=False, **fields)
-    second = append_event(tenant=alice.tenant, alone=True, **fields)  # durable: waits for its flush at once
+    first = append_record(tenant=alice.tenant, alone=True, durable=False, **fields)
+    second = append_record(tenant=alice.tenant, alone=True, **fields)  # durable: waits for its flush at once
     assert (first.seq, second.seq, second.prev_hash) == (1, 2, first.hash)
     assert not connection.in_atomic_block and connection.get_autocommit()
     assert verify_chain(alice.tenant.pk) == (2, None)
@@ -144,7 +144,7 @@ def test_an_event_alone_commits_by_itself_from_the_tenants_first_event_on(alice:
     # inside a transaction it joins it like any event, and rolls back with it
     def change_then_fail() -> None:
         with transaction.atomic():
-            append_event(tenant=alice.tenant, alone=True, **fields)
+            append_record(tenant=alice.tenant, alone=True, **fields)
             raise RuntimeError("the change failed")
 
     with pytest.raises(RuntimeError):
@@ -282,7 +282,7 @@ def test_a_stored_event_hashes_as_it_did_when_appended(alice: Person, mallory: P
     for i in range(3):
         with transaction.atomic():
             appended.append(
-                append_event(
+                append_record(
                     tenant=alice.tenant,
                     principal="agent",
                     door="mcp",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularSwaggerSplitView
@@ -22,12 +23,13 @@ from apps.api import schema
 from apps.api.parsers import UnreadBodyParser
 from apps.core import uploads
 from apps.core.callers import Caller
-from apps.core.errors import WRONG_METHOD_STATUS, OakenError
+from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.operations.exposure import is_offered, is_permitted, offered_operations
-from apps.operations.registry import Operation, registry
+from apps.gate.preflight import may_call
+from apps.operations.exposure import offered_operations
+from apps.operations.registry import Operation
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = schema.TENANT_HEADER
@@ -48,28 +50,23 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
-def error_response(error: OakenError) -> Response:
-    status = 413 if isinstance(error, payload.BodyTooLargeError) else error.http_status
-    response = Response({"error": error.as_dict()}, status=status)
-    if error.retry_after is not None:
-        response["Retry-After"] = str(error.retry_after)
-    return response
+def refused(error: OakenError) -> HttpResponse:
+    """A refusal in the one error shape (apps.core.errors), with 413 for a body refused by its size."""
+    return error_response(error, 413 if isinstance(error, payload.BodyTooLargeError) else None)
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
     """DRF's own refusals (authentication, CSRF, parsing) in the one error shape."""
     if isinstance(exc, OakenError):
-        return error_response(exc)
+        return refused(exc)
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        return error_response(OakenError("UNAUTHENTICATED", "sign in first"))
+        return refused(OakenError("UNAUTHENTICATED", "sign in first"))
     if isinstance(exc, drf_exceptions.PermissionDenied):
-        return error_response(OakenError("FORBIDDEN", "this request was refused (CSRF or permission)"))
+        return refused(OakenError("FORBIDDEN", "this request was refused (CSRF or permission)"))
     if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
-        return error_response(OakenError.invalid("", "the body must be a JSON object"))
+        return refused(OakenError.invalid("", "the body must be a JSON object"))
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
-        return Response(
-            {"error": OakenError.wrong_method().as_dict()}, status=WRONG_METHOD_STATUS, headers={"Allow": "POST"}
-        )
+        return wrong_method_response()
     return None
 
 
@@ -107,17 +104,17 @@ def operation_view(op: Operation) -> Any:
             parameters=schema.parameters(op),
             tags=[op.op_class.value],
         )
-        def post(self, request: Request) -> Response:
+        def post(self, request: Request) -> HttpResponse:
             return call_operation(request, op.name)
 
     OperationView.__name__ = OperationView.__qualname__ = f"{op.name.title().replace('_', '')}View"
     return OperationView.as_view()
 
 
-def call_operation(request: Request, name: str) -> Response:
+def call_operation(request: Request, name: str) -> HttpResponse:
     """Dispatch one call of `name` with the JSON body, and render its output or its OakenError."""
     if not isinstance(request.data, dict):
-        return error_response(OakenError.invalid("", "the body must be a JSON object"))
+        return refused(OakenError.invalid("", "the body must be a JSON object"))
     try:
         result = dispatch(
             person_caller(request),
@@ -128,7 +125,7 @@ def call_operation(request: Request, name: str) -> Response:
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
     except OakenError as error:
-        return error_response(error)
+        return refused(error)
     response = Response(result.output)
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
@@ -140,7 +137,7 @@ class UnknownOperationView(APIView):
     instead of Django's HTML 404."""
 
     @extend_schema(exclude=True)
-    def post(self, request: Request, name: str) -> Response:
+    def post(self, request: Request, name: str) -> HttpResponse:
         return call_operation(request, name)
 
 
@@ -158,11 +155,11 @@ class ImportUploadView(APIView):
     parser_classes = [UnreadBodyParser]  # the body is never parsed: it is read as a stream, once
 
     @extend_schema(exclude=True)
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         try:
             caller = person_caller(request)
         except OakenError as error:
-            return error_response(error)
+            return refused(error)
         fields = {name: request.query_params[name] for name in _UPLOAD_FIELDS if name in request.query_params}
         limit = int(settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
         try:
@@ -170,9 +167,7 @@ class ImportUploadView(APIView):
         except ValueError:
             declared = 0
         token: str | None = None
-        op = registry.get("upload_import")
-        may_call = op is not None and is_offered(caller, op, door=Door.UI) and is_permitted(caller, op)
-        if declared > limit or not may_call:
+        if declared > limit or not may_call(caller, Door.UI, "upload_import"):
             size = declared  # refused (by the gate, audited) without reading a byte of it
         else:
             try:
@@ -187,7 +182,7 @@ class ImportUploadView(APIView):
         except OakenError as error:
             if token is not None:
                 uploads.discard(token)
-            response = error_response(error)
+            response = refused(error)
             if error.code == "LIMIT_EXCEEDED" and error.field == "size":
                 response.status_code = 413
             return response
@@ -215,11 +210,11 @@ class OperationListView(APIView):
         # 401 without a session, 404 for a tenant the person is not in, 503 while the database is away
         responses={200: OperationList, **{status: ErrorOut for status in (401, 404, 503)}},
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         try:
             caller = person_caller(request)
         except OakenError as error:
-            return error_response(error)
+            return refused(error)
         rows = [
             {"name": op.name, "summary": op.summary, "op_class": op.op_class.value, "needs_role": op.role}
             for op in offered_operations(caller, door=Door.UI)

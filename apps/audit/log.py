@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
@@ -23,6 +23,7 @@ from django.db.transaction import TransactionManagementError
 from apps.audit.chainfile import canonical_json, sha256_hex
 from apps.audit.events import INTERNAL_EVENTS
 from apps.audit.models import ZERO_HASH, AuditEvent
+from apps.core.callers import Caller
 from apps.core.changes import Change
 from apps.core.kinds import CredentialKind, Door, Principal
 from apps.workspaces.models import Tenant
@@ -66,6 +67,23 @@ def _timestamp(value: datetime) -> str:
 
 # Filled in by the database under the chain head's lock; every other hashed field is known before.
 _FILLED_UNDER_LOCK = ("created_at", "prev_hash", "seq")
+
+# The stored fields an event's hash covers besides its tenant, written once: the walk selects them in this order,
+# and recomputing a stored event's hash and exporting it read the same list (_stored_fields).
+HASHED_FIELDS = (
+    "seq",
+    "created_at",
+    "principal",
+    "person_id",
+    "credential_id",
+    "credential_kind",
+    "door",
+    "operation",
+    "outcome",
+    "targets",
+    "input_digest",
+    "prev_hash",
+)
 
 
 def _content(
@@ -126,23 +144,14 @@ def _hash_frame(content: dict[str, Any]) -> list[str]:
     return pieces
 
 
+def _stored_fields(event: AuditEvent) -> dict[str, Any]:
+    """The hashed fields of a stored event, as the database holds them."""
+    return {"tenant_id": event.tenant_id, **{name: getattr(event, name) for name in HASHED_FIELDS}}
+
+
 def event_hash(event: AuditEvent) -> str:
     """The hash `event` ought to carry, recomputed from its other stored fields."""
-    return _chain_hash(
-        tenant_id=event.tenant_id,
-        seq=event.seq,
-        created_at=event.created_at,
-        principal=event.principal,
-        person_id=event.person_id,
-        credential_id=event.credential_id,
-        credential_kind=event.credential_kind,
-        door=event.door,
-        operation=event.operation,
-        outcome=event.outcome,
-        targets=event.targets,
-        input_digest=event.input_digest,
-        prev_hash=event.prev_hash,
-    )
+    return _chain_hash(**_stored_fields(event))
 
 
 def _has_float(value: Any) -> bool:
@@ -197,7 +206,7 @@ RETURNING event.id, event.seq, event.created_at, event.prev_hash, event.hash,
 
 
 def _make_durable() -> None:
-    """Wait until the WAL holding the just-committed transaction is flushed (see append_event)."""
+    """Wait until the WAL holding the just-committed transaction is flushed (see append_record)."""
     with connection.cursor() as cursor:
         # a write of its own, committed at the session's synchronous_commit level: its flush
         # covers every earlier commit record, ours included
@@ -230,7 +239,32 @@ def _check_arguments(
         raise ValueError("input_digest must be '' or 64 lowercase hex digits (see input_digest())")
 
 
+class _Recorded(TypedDict, total=False):
+    """What append_event records of a call besides who made it (append_record's arguments of the same names)."""
+
+    targets: Sequence[Change]
+    input_digest: str
+    durable: bool
+    alone: bool
+
+
 def append_event(
+    caller: Caller, *, door: str, operation: str, outcome: str, **recorded: Unpack[_Recorded]
+) -> AuditEvent:
+    """Append one event of a call `caller` made through `door`, by the rules of append_record: what it records of
+    who called (tenant, principal, person, credential) is the caller's own, read here and nowhere else."""
+    user = caller.user
+    who: dict[str, Any] = {
+        "tenant": caller.tenant,
+        "principal": Principal(caller.principal).value,
+        "person_id": None if user is None else user.pk,
+        "credential_id": caller.credential_id,
+        "credential_kind": caller.credential_kind,
+    }
+    return append_record(**who, door=door, operation=operation, outcome=outcome, **recorded)
+
+
+def append_record(
     *,
     tenant: Tenant,
     principal: str,
@@ -338,16 +372,14 @@ def append_internal_event(kind: str, *, tenant: Tenant, targets: Sequence[Change
     the change it records; a name not documented there is refused, so no unregistered name reaches a chain."""
     if kind not in INTERNAL_EVENTS:
         raise ValueError("not an internal event kind: add it to apps.audit.events.INTERNAL_EVENTS")
-    return append_event(
-        tenant=tenant, principal="internal", door="internal", operation=kind, outcome="ok", targets=targets
-    )
+    internal = Caller.internal(tenant)
+    return append_event(internal, door=Door.INTERNAL.value, operation=kind, outcome="ok", targets=targets)
 
 
-_WALK = """
-SELECT id, seq, created_at, principal, person_id, credential_id, credential_kind, door, operation,
-       outcome, targets, input_digest, prev_hash, hash
+_WALK = f"""
+SELECT id, {", ".join(HASHED_FIELDS)}, hash
 FROM audit_auditevent WHERE tenant_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s
-"""
+"""  # noqa: S608 (every name is the model's own field; every value is a parameter)
 _HEAD = "SELECT seq, hash FROM audit_chainhead WHERE tenant_id = %s"
 _NO_END = 2**63 - 1
 
@@ -375,42 +407,16 @@ class _Walker:
                 return None
 
     def _check(self, row: tuple[Any, ...]) -> Break | None:
-        (
-            event_id,
-            seq,
-            created_at,
-            principal,
-            person_id,
-            credential_id,
-            credential_kind,
-            door,
-            operation,
-            outcome,
-            targets,
-            digest,
-            prev_hash,
-            stored_hash,
-        ) = row
+        event_id, *values, stored_hash = row
+        fields = dict(zip(HASHED_FIELDS, values, strict=True))
+        seq, prev_hash = fields["seq"], fields["prev_hash"]
         self.checked += 1
         if seq != self.seq + 1:
             return Break(self.tenant_id, seq, event_id, "sequence gap")
         if prev_hash != self.hash:
             return Break(self.tenant_id, seq, event_id, "previous hash mismatch")
-        recomputed = _chain_hash(
-            tenant_id=self.tenant_id,
-            seq=seq,
-            created_at=created_at,
-            principal=principal,
-            person_id=person_id,
-            credential_id=credential_id,
-            credential_kind=credential_kind,
-            door=door,
-            operation=operation,
-            outcome=outcome,
-            targets=json.loads(targets),
-            input_digest=digest,
-            prev_hash=prev_hash,
-        )
+        fields["targets"] = json.loads(fields["targets"])
+        recomputed = _chain_hash(tenant_id=self.tenant_id, **fields)
         if recomputed != stored_hash:
             return Break(self.tenant_id, seq, event_id, "hash mismatch")
         self.seq, self.hash, self.event_id = seq, stored_hash, event_id
@@ -479,21 +485,7 @@ def _walk_to_head(walker: _Walker, tenant_id: uuid.UUID) -> Break | None:
 def exported_line(event: AuditEvent) -> str:
     """One event as a line of an export: its hashed fields and its stored hash, in canonical JSON (the form
     apps.audit.chainfile verifies offline). What the database holds, so a changed row shows in the file too."""
-    content = _hashed(
-        tenant_id=event.tenant_id,
-        seq=event.seq,
-        created_at=event.created_at,
-        principal=event.principal,
-        person_id=event.person_id,
-        credential_id=event.credential_id,
-        credential_kind=event.credential_kind,
-        door=event.door,
-        operation=event.operation,
-        outcome=event.outcome,
-        targets=event.targets,
-        input_digest=event.input_digest,
-        prev_hash=event.prev_hash,
-    )
+    content = _hashed(**_stored_fields(event))
     return canonical_json({**content, "hash": event.hash})
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django.core.management.base import BaseCommand, CommandParser
 
 from apps.core.callers import Caller
-from apps.core.errors import OakenError
+from apps.core.errors import OakenError, error_body
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
 
@@ -30,10 +30,7 @@ class JsonCommand(BaseCommand):
         self.stdout.write(json.dumps(payload, default=str, sort_keys=True))
 
     def fail(self, code: str, message: str, field: str | None = None) -> NoReturn:
-        error: dict[str, str] = {"code": code, "message": message}
-        if field is not None:
-            error["field"] = field
-        self.stdout.write(json.dumps({"error": error}, sort_keys=True))
+        self.emit(error_body(OakenError(code, message, field=field)))
         sys.exit(1)
 
     def membership(self, email: str, tenant_id: str | None) -> Membership:
@@ -69,6 +66,6 @@ class JsonCommand(BaseCommand):
                 idempotency_key=idempotency_key,
             )
         except OakenError as error:
-            self.emit({"error": error.as_dict()})
+            self.emit(error_body(error))
             raise SystemExit(1) from None
         self.emit(result.output)

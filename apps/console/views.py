@@ -33,9 +33,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.console import assets
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
-from apps.core.kinds import Door, Principal, Role
+from apps.core.kinds import Door, Principal, Role, Scope
 from apps.core.links import MCP_PATH, public_origin
 from apps.gate.dispatch import dispatch
+from apps.gate.preflight import may_call
 from apps.operations.registry import registry
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import (
@@ -82,12 +83,17 @@ def _membership(request: HttpRequest) -> Membership | None:
 
 
 def allowed_operations(membership: Membership | None) -> frozenset[str]:
-    """The operations the person's role reaches: a page offers a button only when its operation would not refuse
-    it for the role alone (the operation decides, as ever, when it is called)."""
+    """The operations the gate would let the person through to from the console (apps.gate.preflight): a page
+    offers a button, and says what it shows, only by these, never by a role (the operation decides, as ever, when
+    it is called)."""
     if membership is None:
         return frozenset()
-    role = Role(membership.role)
-    return frozenset(op.name for op in registry if role.covers(op.role))
+    caller = Caller.person(membership)
+    return frozenset(op.name for op in registry if may_call(caller, Door.UI, op.name))
+
+
+# what a page calls each scope (the one spelling, Scope.label), by its value
+SCOPE_LABELS = {scope.value: scope.label for scope in Scope}
 
 
 def _shell(request: HttpRequest, name: str, **extra: Any) -> HttpResponse:
@@ -97,7 +103,12 @@ def _shell(request: HttpRequest, name: str, **extra: Any) -> HttpResponse:
     return render(
         request,
         f"console/{name}.html",
-        {"membership": membership, "allowed_ops": allowed_operations(membership), **extra},
+        {
+            "membership": membership,
+            "allowed_ops": allowed_operations(membership),
+            "scope_labels": SCOPE_LABELS,
+            **extra,
+        },
     )
 
 

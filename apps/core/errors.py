@@ -3,7 +3,10 @@ message, and details where they help)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from django.http import HttpResponse
 
 # The fixed wording for anything not offered to an agent: identical whether the operation is
 # switched off, can never be offered, or does not exist, so nothing can be learned from it.
@@ -86,3 +89,26 @@ class OakenError(Exception):
     def wrong_method(cls) -> OakenError:
         """A request with any HTTP method but POST, answered alike by every door (with status 405 and Allow)."""
         return cls.invalid("", WRONG_METHOD_MESSAGE)
+
+
+def error_body(error: OakenError) -> dict[str, Any]:
+    """The one error shape, as every door answers it: {"error": {"code", "message", and the details it has}}."""
+    return {"error": error.as_dict()}
+
+
+def error_response(error: OakenError, status: int | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
+    """The one error shape as an HTTP answer, the same bytes from every JSON door (compact UTF-8 JSON): with the
+    error's own status unless the door's differs (413 for a body refused by size), Retry-After when the error
+    says how long to wait, and `headers` of the door's own (Allow, Cache-Control, WWW-Authenticate)."""
+    body = json.dumps(error_body(error), ensure_ascii=False, separators=(",", ":"))
+    response = HttpResponse(body.encode(), status=status or error.http_status, content_type="application/json")
+    if error.retry_after is not None:
+        response["Retry-After"] = str(error.retry_after)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def wrong_method_response(headers: dict[str, str] | None = None) -> HttpResponse:
+    """A wrong HTTP method, answered alike by every door: 405, Allow naming POST, and wrong_method()'s error."""
+    return error_response(OakenError.wrong_method(), WRONG_METHOD_STATUS, {"Allow": "POST", **(headers or {})})

@@ -12,6 +12,7 @@ import contextlib
 import email.utils
 import http.client
 import ipaddress
+import logging
 import socket
 import ssl
 import threading
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -78,6 +80,33 @@ def travels_in_clear(base_url: str) -> bool:
     """Plain http to another machine: what is sent (mail text, the key) crosses the network unencrypted."""
     parts = urllib.parse.urlsplit(base_url)
     return parts.scheme == "http" and not is_loopback(parts.hostname or "")
+
+
+@dataclass(frozen=True, repr=False)  # no repr: it would show the key
+class Endpoint:
+    """One endpoint of an OpenAI-compatible server ({base}/embeddings, {base}/chat/completions) and its key, set up
+    by `endpoint`: what embeddings and summaries both post to."""
+
+    url: str
+    api_key: str
+
+    def post(self, body: bytes, *, timeout: float, most: int) -> bytes:
+        """post_json to this endpoint with its key."""
+        return post_json(self.url, body, api_key=self.api_key, timeout=timeout, most=most)
+
+
+def endpoint(base_url: str, path: str, *, api_key: str, what: str, sent: str, log: logging.Logger) -> Endpoint:
+    """`path` under a checked base URL (ValueError naming the `what` base URL, never quoting it), warned about in
+    `log` when `sent` (what travels: the mail text, say) and the key would cross the network unencrypted."""
+    base = checked_base_url(base_url, what)
+    if travels_in_clear(base):
+        log.warning(
+            "the %s server is reached by plain http on another machine: %s, and the key, travel unencrypted "
+            "(use https)",
+            what,
+            sent,
+        )
+    return Endpoint(base + path, api_key)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

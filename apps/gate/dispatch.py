@@ -8,7 +8,6 @@ Every call appends exactly one audit event, refusals included.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -25,21 +24,29 @@ from apps.audit.log import append_event, input_digest
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN, new_id
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
-from apps.gate import confirmation, payload
-from apps.gate.models import IdempotencyRecord
+from apps.gate import confirmation, idempotency, payload
+from apps.gate.preflight import reachable
 from apps.operations.context import Context
-from apps.operations.exposure import is_offered, is_permitted
 from apps.operations.registry import OpClass, Operation, Preview, registry
 
 log = logging.getLogger("oaken.gate")
 _DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
-def _database_away() -> OakenError:
+def _database_away(operation: str, exc: BaseException) -> OakenError:
+    """The database went away (a restart, a failover): logged by the exception's type, answered
+    SERVICE_UNAVAILABLE; whatever the call had begun rolled back with it."""
+    log.error("operation %s: the database is unavailable: %s", operation, type(exc).__name__)
     return OakenError("SERVICE_UNAVAILABLE", "the database cannot be reached right now; nothing was changed")
+
+
+def _failed(operation: str, doing: str, exc: BaseException) -> OakenError:
+    """A bug in one of the operation's steps (`doing`, as the log says it): logged by the exception's type alone
+    and answered INTERNAL_ERROR, never with its message, which could quote the input."""
+    log.error("operation %s %s: %s", operation, doing, type(exc).__name__)
+    return OakenError("INTERNAL_ERROR", "the operation failed and changed nothing")
 
 
 # what the audit records for a call of a name no operation has: the name is the caller's own text, never stored
@@ -50,9 +57,6 @@ def _audited_name(name: Any) -> str:
     """The operation a call names, as its audit event records it: a registered operation's name, else
     UNKNOWN_OPERATION (an agent could otherwise write text of its choosing into the audit log)."""
     return name if isinstance(name, str) and registry.get(name) is not None else UNKNOWN_OPERATION
-
-
-_SCOPE_NAMES = {"read": "Read", "write": "Organize and draft", "send": "Send"}
 
 
 @dataclass(frozen=True)
@@ -83,16 +87,15 @@ def dispatch(
     digest = ""
     op_name = _audited_name(name)
     try:
-        op = _exposure(caller, door, name)
-        _authority(caller, op)
+        op = reachable(caller, door, name)
         data = _parse(op, raw_input)
         digest = input_digest(data.model_dump(mode="json"))
         if idempotency_key is not None:
-            _check_key(op, idempotency_key)
+            idempotency.check_key(op, idempotency_key)
             # A key that already succeeded answers as it did then, whatever has changed since
             # (the message it deleted is gone, the confirmation it needed was given). Only a call that completed
             # binds its key: a refused or failed one changed nothing and kept nothing (docs/gate.md).
-            stored = _stored_response(caller, op.name, idempotency_key, digest)
+            stored = idempotency.stored_response(caller, op.name, idempotency_key, digest)
             if stored is not None:
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
@@ -114,40 +117,15 @@ def dispatch(
         _audit_refusal(caller, door, op_name, refusal.code, digest)
         raise
     except _DATABASE_AWAY as exc:
-        log.error("operation %s: the database is unavailable: %s", op_name, type(exc).__name__)
+        away = _database_away(op_name, exc)
         _audit_refusal(caller, door, op_name, "SERVICE_UNAVAILABLE", digest)
-        raise _database_away() from None
+        raise away from None
     except Exception as exc:
         # a bug in a step before the handler (resolving targets, a preview, a confirmation): answered and audited
         # like a failing handler, its message never repeated (it could quote the input)
-        log.error("operation %s failed before it ran: %s", op_name, type(exc).__name__)
+        failed = _failed(op_name, "failed before it ran", exc)
         _audit_refusal(caller, door, op_name, "INTERNAL_ERROR", digest)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
-
-
-def _exposure(caller: Caller, door: Door, name: str) -> Operation:
-    op = registry.get(name) if isinstance(name, str) else None
-    if op is None or not is_offered(caller, op, door=door):
-        raise OakenError.not_available()
-    return op
-
-
-def _authority(caller: Caller, op: Operation) -> None:
-    if is_permitted(caller, op):
-        return
-    if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
-        label = _SCOPE_NAMES[op.scope.value]
-        how = (
-            "an API key cannot be widened: a person creates a new key with it in the console"
-            if caller.credential_kind == "apikey"
-            else "a person reconnects the assistant and ticks it on the consent screen"
-        )
-        raise OakenError(
-            "INSUFFICIENT_SCOPE",
-            f"this needs the '{label}' permission ({op.scope.value}), which was not granted; to grant it, {how}",
-            missing_scope=op.scope.value,
-        )
-    raise OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant")
+        raise failed from None
 
 
 # pydantic messages that can quote a piece of the input (a UUID's stray character, a union's tag): a fixed phrase
@@ -277,8 +255,7 @@ def _verify(op: Operation, ctx: Context, data: BaseModel) -> None:
     except OakenError:
         raise
     except Exception as exc:
-        log.error("operation %s failed to verify its input: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed to verify its input", exc) from None
 
 
 def _gather(op: Operation, ctx: Context, data: BaseModel) -> Any:
@@ -290,8 +267,7 @@ def _gather(op: Operation, ctx: Context, data: BaseModel) -> Any:
     except (OakenError, *_DATABASE_AWAY):
         raise
     except Exception as exc:
-        log.error("operation %s failed while gathering: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed while gathering", exc) from None
 
 
 def _output(op: Operation, produced: Any) -> dict[str, Any]:
@@ -312,7 +288,7 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
     try:
         with transaction.atomic():
             if idempotency_key is not None:
-                stored = _claim_key(caller, op.name, idempotency_key, digest)
+                stored = idempotency.claim(caller, op.name, idempotency_key, digest)
                 if stored is not None:
                     _append(caller, ctx.door, op.name, "REPLAYED", digest)
                     return Result(op.name, stored, replayed=True)
@@ -322,9 +298,7 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 ctx.targets = op.targets(ctx, data)
             output = _output(op, op.handler(ctx, data))
             if idempotency_key is not None:
-                IdempotencyRecord.objects.for_tenant(caller.tenant).filter(
-                    caller_key=caller.key, operation=op.name, key=idempotency_key
-                ).update(response=output)
+                idempotency.keep(caller, op.name, idempotency_key, output)
             alone = _holds_nothing()
             if not alone:
                 _append(caller, ctx.door, op.name, "ok", digest, ctx.touched, durable=op.op_class != OpClass.READ)
@@ -336,17 +310,14 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
             )
     except OakenError:
         raise
-    except ValidationError:
+    except ValidationError as exc:
         # the handler returned something its output model does not allow: a bug, and nothing commits
-        log.error("operation %s returned an invalid output", op.name)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "returned an invalid output", exc) from None
     except _DATABASE_AWAY as exc:
         # the database went away mid-call (a restart, a failover): the transaction rolled back with it
-        log.error("operation %s: the database is unavailable: %s", op.name, type(exc).__name__)
-        raise _database_away() from None
+        raise _database_away(op.name, exc) from None
     except Exception as exc:
-        log.error("operation %s failed: %s", op.name, type(exc).__name__)
-        raise OakenError("INTERNAL_ERROR", "the operation failed and changed nothing") from None
+        raise _failed(op.name, "failed", exc) from None
     return Result(op.name, output)
 
 
@@ -363,7 +334,7 @@ def _run_in_batches(ctx: Context, op: Operation, data: BaseModel, digest: str) -
     except OakenError:
         raise
     except Exception as exc:
-        log.error("operation %s failed: %s", op.name, type(exc).__name__)
+        _failed(op.name, "failed", exc)  # logged; the answer says what was kept
         with transaction.atomic():
             _append(caller, ctx.door, op.name, "INTERNAL_ERROR", digest, ctx.touched, durable=True)
         raise _Audited("INTERNAL_ERROR", "the operation failed; the batches it had finished are kept") from None
@@ -383,62 +354,6 @@ def _holds_nothing() -> bool:
     )
 
 
-_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
-
-
-def _check_key(op: Operation, key: object) -> None:
-    """A key the gate can keep for `op`: the bound and the pattern the OpenAPI document and the tool list publish
-    (apps.core.ids); the key itself is never repeated."""
-    if op.returns_secret:
-        # a replay would need the secret stored beside the key
-        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that returns a secret")
-    if op.commits_in_batches:
-        # a failure keeps the batches it finished: there is no one answer to replay, nor one transaction to bind
-        # the key in
-        raise OakenError.invalid("idempotency_key", "is not accepted by an operation that commits in batches")
-    if not isinstance(key, str) or not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_CHARS:
-        raise OakenError.invalid("idempotency_key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters")
-    if not _KEY.fullmatch(key):
-        raise OakenError.invalid(
-            "idempotency_key", "must be printable ASCII characters, not starting or ending with a space"
-        )
-
-
-def _stored_response(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
-    """The first run's response for this key, if it completed; a different input is refused."""
-    first = (
-        IdempotencyRecord.objects.for_tenant(caller.tenant)
-        .filter(caller_key=caller.key, operation=operation, key=key)
-        .values_list("input_digest", "response")
-        .first()
-    )
-    if first is None:
-        return None
-    if first[0] != digest:
-        raise OakenError(
-            "IDEMPOTENCY_MISMATCH", "idempotency_key was already used with a different input", field="idempotency_key"
-        )
-    return dict(first[1])
-
-
-def _claim_key(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
-    """Own the key for this run, or return the first run's response.
-
-    The insert waits while another transaction holds the same key, so a concurrent duplicate
-    either replays the first response or, if the first failed, runs in its place: never both.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO gate_idempotencyrecord (id, tenant_id, caller_key, operation, key, input_digest,"
-            " response, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'null'::jsonb, now())"
-            " ON CONFLICT (tenant_id, caller_key, operation, key) DO NOTHING RETURNING id",
-            [new_id(), caller.tenant.pk, caller.key, operation, key, digest],
-        )
-        if cursor.fetchone() is not None:
-            return None
-    return _stored_response(caller, operation, key, digest)
-
-
 def _append(
     caller: Caller,
     door: str,
@@ -455,14 +370,10 @@ def _append(
     a savepoint of it, so a failed append leaves that transaction usable."""
     with transaction.atomic() if alone and connection.in_atomic_block else nullcontext():
         append_event(
-            tenant=caller.tenant,
-            principal=caller.principal.value,
+            caller,
             door=door,
             operation=operation,
             outcome=outcome,
-            person_id=caller.user.pk if caller.user is not None else None,
-            credential_id=caller.credential_id,
-            credential_kind=caller.credential_kind,
             targets=[Change(c.id, c.before, c.after) for c in touched or ()],
             input_digest=digest,
             durable=durable,

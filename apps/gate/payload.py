@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 import pydantic_core
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-from apps.core.errors import OakenError
+from apps.core.errors import OakenError, error_response
 from apps.core.links import MCP_PATH
 
 JSON_CONTAINERS_MAX = 20_000
@@ -75,9 +75,7 @@ def body_bound(path: str) -> int | None:
 
 
 def too_large_response() -> HttpResponse:
-    response = JsonResponse({"error": BodyTooLargeError().as_dict()}, status=413)
-    response["Cache-Control"] = "no-store"
-    return response
+    return error_response(BodyTooLargeError(), 413, {"Cache-Control": "no-store"})
 
 
 class BodyBoundMiddleware:

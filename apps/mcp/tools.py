@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from apps.core.errors import OakenError
+from apps.core.errors import OakenError, error_body
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from apps.operations.registry import OpClass, Operation
 from apps.operations.schema import input_json_schema
@@ -282,7 +282,7 @@ def _fence_strings(value: Any, marker: str, path: str, fields: dict[str, None]) 
 def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
     """A gate refusal as a tool result the model can read and act on. A proposal's before/after values (and a
     summary of its own) may quote a mailbox (folder and label names, recipients, subjects): they are fenced."""
-    body: dict[str, Any] = {"error": error.as_dict()}
+    body = error_body(error)
     proposal = body["error"].get("proposal")
     if proposal:
         marker, fields = secrets.token_hex(12), dict[str, None]()

@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.core.callers import Caller
-from apps.core.errors import WRONG_METHOD_STATUS, OakenError
+from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
 from apps.core.links import mcp_resource, public_origin
 from apps.core.redis_client import LocalWindowCounter, SharedWindowLimit
@@ -49,6 +49,11 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return response
 
 
+def _refused(error: OakenError, status: int | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
+    """A refusal before any JSON-RPC message was read, in the one error shape; like every answer here, not kept."""
+    return error_response(error, status, {**(headers or {}), "Cache-Control": "no-store"})
+
+
 def _challenge(
     request: HttpRequest, *, error: str | None, status: int = 401, scope: str = CHALLENGE_SCOPE, description: str = ""
 ) -> HttpResponse:
@@ -58,13 +63,9 @@ def _challenge(
         parts.insert(0, f'error="{error}"')
     if description:
         parts.append(f'error_description="{description}"')
-    body = {
-        "error": {
-            "code": "UNAUTHENTICATED" if status == 401 else "INSUFFICIENT_SCOPE",
-            "message": description or "a bearer credential is required",
-        }
-    }
-    return _json(body, status, {"WWW-Authenticate": "Bearer " + ", ".join(parts)})
+    code = "UNAUTHENTICATED" if status == 401 else "INSUFFICIENT_SCOPE"
+    refusal = OakenError(code, description or "a bearer credential is required")
+    return _refused(refusal, status, {"WWW-Authenticate": "Bearer " + ", ".join(parts)})
 
 
 def _caller(request: HttpRequest) -> Caller | None:
@@ -114,19 +115,11 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=204)
     if request.method != "POST":
         # no stream is offered: POST JSON-RPC messages
-        return _json({"error": OakenError.wrong_method().as_dict()}, WRONG_METHOD_STATUS, {"Allow": "POST"})
+        return wrong_method_response({"Cache-Control": "no-store"})
     if _origin_refused(request):
-        return _json({"error": {"code": "FORBIDDEN", "message": "this Origin may not call the endpoint"}}, 403)
+        return _refused(OakenError("FORBIDDEN", "this Origin may not call the endpoint"))
     if "token=" in request.META.get("QUERY_STRING", "") or "access_token" in request.GET:
-        return _json(
-            {
-                "error": {
-                    "code": "INVALID_INPUT",
-                    "message": "credentials go in the Authorization header, never in the URL",
-                }
-            },
-            400,
-        )
+        return _refused(OakenError.invalid("", "credentials go in the Authorization header, never in the URL"))
     caller = _caller(request)
     if caller is None:
         presented = bool(request.headers.get("Authorization"))
@@ -137,17 +130,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
         )
     wait = _rate_limited(caller)
     if wait is not None:
-        return _json(
-            {
-                "error": {
-                    "code": "RATE_LIMITED",
-                    "message": "too many requests for this credential",
-                    "retry_after": wait,
-                }
-            },
-            429,
-            {"Retry-After": str(wait)},
-        )
+        return _refused(OakenError("RATE_LIMITED", "too many requests for this credential", retry_after=wait))
     accept = request.headers.get("Accept", "*/*")
     if not any(kind in accept for kind in ("application/json", "*/*", "application/*")):
         wrong = p.RpcError(p.INVALID_REQUEST, "Not Acceptable: the Accept header must allow application/json")
@@ -159,7 +142,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
     try:
         body = payload.loads(payload.read_body(request, request.META))
     except payload.BodyTooLargeError as refused:
-        return _json({"error": refused.as_dict()}, 413)
+        return _refused(refused, 413)
     except payload.TooManyItemsError as refused:
         return _too_many_items(refused)
     except OakenError as refused:  # more objects and arrays than any call holds: refused before parsing

@@ -27,7 +27,7 @@ from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestErro
 from apps.core.callers import Caller
 from apps.core.clients import client_address
 from apps.core.errors import OakenError
-from apps.core.kinds import Door, recorded_scopes
+from apps.core.kinds import Door, Scope, recorded_scopes
 from apps.core.links import mcp_resource, public_origin
 from apps.core.redis_client import count_hit
 from apps.gate.dispatch import dispatch
@@ -67,8 +67,8 @@ class ConsentForm(AllowForm):
     """The toolkit's hidden fields (what the client asked for) plus what the person ticks here. The seal binds
     what the client asked for; clean() puts it in place of the hidden fields."""
 
-    grant_write = forms.BooleanField(required=False, label="Organize and draft")
-    grant_send = forms.BooleanField(required=False, label="Send")
+    grant_write = forms.BooleanField(required=False, label=Scope.WRITE.label)
+    grant_send = forms.BooleanField(required=False, label=Scope.SEND.label)
     all_workspaces = forms.BooleanField(required=False, label="Every workspace, also ones made later")
     workspaces = forms.MultipleChoiceField(required=False, choices=(), widget=forms.CheckboxSelectMultiple)
     lifetime = forms.ChoiceField(choices=LIFETIMES, initial="24h", widget=forms.RadioSelect)

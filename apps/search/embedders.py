@@ -78,9 +78,8 @@ _ANSWER_BASE_BYTES = 1 << 20
 _BYTES_PER_NUMBER = 32
 
 
-def checked_base_url(base_url: str) -> str:
-    """The base URL (up to /v1) without its trailing slash; ValueError, never quoting it (it may hold a password)."""
-    return httpclient.checked_base_url(base_url, "embeddings")
+# what reaches the server, as a warning about plain http says it
+_SENT = "the mail text sent to be embedded"
 
 
 class OpenAIEmbedder:
@@ -91,14 +90,9 @@ class OpenAIEmbedder:
     def __init__(
         self, *, base_url: str, api_key: str, model: str, dimensions: int, timeout: float, query_timeout: float = 5
     ) -> None:
-        base = checked_base_url(base_url)
-        if httpclient.travels_in_clear(base):
-            log.warning(
-                "the embeddings server is reached by plain http on another machine: the mail text sent to be "
-                "embedded, and the key, travel unencrypted (use https)"
-            )
-        self._url = base + "/embeddings"
-        self._api_key = api_key
+        self._endpoint = httpclient.endpoint(
+            base_url, "/embeddings", api_key=api_key, what="embeddings", sent=_SENT, log=log
+        )
         self._model = model
         self._timeout = timeout
         self._query_timeout = query_timeout
@@ -117,7 +111,7 @@ class OpenAIEmbedder:
         ).encode()
         most = _ANSWER_BASE_BYTES + len(texts) * self.dimensions * _BYTES_PER_NUMBER
         try:
-            raw = httpclient.post_json(self._url, body, api_key=self._api_key, timeout=timeout, most=most)
+            raw = self._endpoint.post(body, timeout=timeout, most=most)
         except httpclient.HttpFailure as failure:
             raise _unavailable(failure, timeout) from None
         return _vectors(raw, len(texts), self.dimensions)

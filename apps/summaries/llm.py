@@ -78,6 +78,10 @@ def _retried(failure: httpclient.HttpFailure) -> bool:
     )
 
 
+# what reaches the server, as a warning about plain http says it
+_SENT = "the mail sent to be summarized"
+
+
 class ChatSummarizer:
     """One model behind an OpenAI-compatible server."""
 
@@ -86,14 +90,9 @@ class ChatSummarizer:
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_concurrency: int, attempts: int
     ) -> None:
-        base = httpclient.checked_base_url(base_url, "model's")
-        if httpclient.travels_in_clear(base):
-            log.warning(
-                "the model's server is reached by plain http on another machine: the mail sent to be summarized, "
-                "and the key, travel unencrypted (use https)"
-            )
-        self._url = base + "/chat/completions"
-        self._api_key = api_key
+        self._endpoint = httpclient.endpoint(
+            base_url, "/chat/completions", api_key=api_key, what="model's", sent=_SENT, log=log
+        )
         self.model = model
         self._timeout = timeout
         self._max_concurrency = max_concurrency
@@ -126,9 +125,7 @@ class ChatSummarizer:
         for attempt in range(1, self._attempts + 1):
             try:
                 with self._slot():
-                    raw = httpclient.post_json(
-                        self._url, body, api_key=self._api_key, timeout=self._timeout, most=_ANSWER_MAX_BYTES
-                    )
+                    raw = self._endpoint.post(body, timeout=self._timeout, most=_ANSWER_MAX_BYTES)
             except httpclient.HttpFailure as failure:
                 log.warning("the model's server: %s (attempt %s of %s)", failure, attempt, self._attempts)
                 if attempt == self._attempts or not _retried(failure):

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from apps.core.errors import OakenError
+from apps.core.errors import OakenError, error_body
 from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
@@ -51,7 +51,7 @@ def import_mail_task(*, tenant_id: str, workspace_id: str, account_name: str, pa
     try:
         return call_internal(tenant, "import_mail", data).output
     except OakenError as error:
-        return {"error": error.as_dict()}
+        return error_body(error)
 
 
 @shared_task(name="mail.start_import")
@@ -64,7 +64,7 @@ def start_import_task(*, tenant_id: str, import_id: str) -> dict[str, Any]:
     except OakenError as error:
         if error.code != "CONFLICT":  # CONFLICT: another copy of this task has it (or had it) running
             fail_run(import_id, error.code)
-        return {"error": error.as_dict()}
+        return error_body(error)
     except BaseException as exc:
         fail_run(import_id, type(exc).__name__)
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apps.core.kinds import Scope
 from config.env import env_bool, env_int, env_list
 from config.settings.base import PUBLIC_URL
 
@@ -29,7 +30,7 @@ OAUTH2_PROVIDER = {
     "OAUTH2_VALIDATOR_CLASS": "apps.oauth.validator.OakenValidator",
     "SCOPES": {
         "read": "Read your mail",
-        "write": "Organize and draft: read state, labels, moving to spam or trash, drafts",
+        "write": f"{Scope.WRITE.label}: read state, labels, moving to spam or trash, drafts",
         "send": "Send mail on your behalf, within the limits you set",
     },
     "DEFAULT_SCOPES": ["read"],
