@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularSwaggerSplitView
@@ -21,6 +20,7 @@ from rest_framework.views import APIView
 from apps.api import schema
 from apps.api.parsers import UnreadBodyParser
 from apps.core import uploads
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import WRONG_METHOD_STATUS, OakenError
 from apps.core.kinds import Door
@@ -164,7 +164,7 @@ class ImportUploadView(APIView):
         except OakenError as error:
             return error_response(error)
         fields = {name: request.query_params[name] for name in _UPLOAD_FIELDS if name in request.query_params}
-        limit = int(settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
+        limit = int(bounds.IMPORT_UPLOAD_MAX_BYTES)
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:

@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from celery import current_app
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.acts import Act
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.core.links import absolute_url
@@ -225,7 +225,7 @@ def create_request(
 
 
 def _spend(amount: int, *, act: Act) -> None:
-    limit = settings.OPERATIONS["SEND_RECIPIENTS_PER_HOUR"]
+    limit = bounds.SEND_RECIPIENTS_PER_HOUR
     now = time.time()
     if budget.take(budget_name(act=act), amount, limit, now) is None:
         raise OakenError(

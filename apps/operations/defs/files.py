@@ -67,7 +67,7 @@ def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, b
     return (
         name,
         ctype,
-        decode_base64(item.content_base64, f"{field}.content_base64", ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]),
+        decode_base64(item.content_base64, f"{field}.content_base64", ctx.bounds.SEND_ATTACHMENT_MAX_BYTES),
     )
 
 
@@ -79,7 +79,7 @@ def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str
     if found is None:
         raise OakenError.not_found(field)
     access_message_by_id(str(found[0]), reach=reach(ctx), field=field)
-    limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
+    limit = ctx.bounds.SEND_ATTACHMENT_MAX_BYTES
     if found[1] > limit:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
     name, ctype, data = rows.values_list("filename", "content_type", "content").get()

@@ -362,7 +362,7 @@ def get_import(ctx: Context, data: GetImportIn) -> ImportDetailOut:
     """The failures name where each message was in the file and why it failed, never its content; at most
     PAGE_SIZE_MAX of them (failures_truncated says when there are more)."""
     run = _queued(ctx, data.import_id)
-    limit = ctx.bounds["PAGE_SIZE_MAX"]
+    limit = ctx.bounds.PAGE_SIZE_MAX
     rows = list(
         ImportFailure.objects.for_tenant(ctx.tenant)
         .filter(run=run)

@@ -141,11 +141,9 @@ def _sending_account(ctx: Context, account_id: str) -> MailAccount:
 
 
 def _checked(ctx: Context, content: requests.Content, files_field: str = "attachments") -> requests.Content:
-    check_recipient_limit(content.found, ctx.bounds["SEND_RECIPIENTS_MAX"])
-    if len(content.body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise OakenError(
-            "LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters", field="body"
-        )
+    check_recipient_limit(content.found, ctx.bounds.SEND_RECIPIENTS_MAX)
+    if len(content.body) > ctx.bounds.SEND_BODY_MAX_CHARS:
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds.SEND_BODY_MAX_CHARS} characters", field="body")
     check_attachment_limits(ctx.bounds, [len(data) for _, _, data in content.attachments], files_field)
     return content
 
@@ -203,7 +201,7 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     account = _sending_account(ctx, data.account_id)
     in_reply_to, references = _thread_of(account, data.in_reply_to)
     found = recipients(data.to, data.cc, data.bcc)
-    check_recipient_limit(found, ctx.bounds["SEND_RECIPIENTS_MAX"])
+    check_recipient_limit(found, ctx.bounds.SEND_RECIPIENTS_MAX)
     content = _checked(
         ctx,
         requests.Content(
@@ -452,7 +450,7 @@ class RejectIn(RequestIn):
 
 
 def _rejection(ctx: Context, data: RejectIn) -> OutboundRequest:
-    limit = ctx.bounds["REJECT_REASON_MAX_CHARS"]
+    limit = ctx.bounds.REJECT_REASON_MAX_CHARS
     if data.reason is not None and len(data.reason.strip()) > limit:
         raise OakenError("LIMIT_EXCEEDED", f"reason: at most {limit} characters", field="reason")
     return the_request(ctx, data)
@@ -624,7 +622,7 @@ def outbound_detail(
     ctx: Context, request: OutboundRequest, *, whole: bool = False, facts: PageFacts | None = None
 ) -> OutboundDetail:
     body, truncated, length = (
-        (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
+        (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds.TEXT_MAX_CHARS)
     )
     if facts is None:
         facts = page_facts(ctx, [request])
@@ -675,7 +673,7 @@ def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
     after = read_cursor(data.cursor, 2, _position)
     if after is not None:
         rows = rows.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], pk__lt=after[1]))
-    limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    limit = data.limit or ctx.bounds.PAGE_SIZE_DEFAULT
     page, next_cursor = cut_page(
         rows.order_by("-created_at", "-pk")[: limit + 1], limit, lambda r: (r.created_at.isoformat(), str(r.pk))
     )
