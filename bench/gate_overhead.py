@@ -33,11 +33,11 @@ def main() -> None:
     args = parser.parse_args()
     setup()
 
-    from django.conf import settings
     from django.db import connection
     from django.utils import timezone
 
     from apps.agents.keys import caller_for_key, issue_key
+    from apps.core.bounds import bounds
     from apps.core.kinds import Door
     from apps.gate.dispatch import dispatch
     from apps.mail.importing import import_mail
@@ -82,7 +82,7 @@ def main() -> None:
         direct, gated = [], []
         for _ in range(args.samples):
             began = time.perf_counter()
-            ctx = Context(caller=caller, door="mcp", now=timezone.now(), bounds=settings.OPERATIONS)
+            ctx = Context(caller=caller, door="mcp", now=timezone.now(), bounds=bounds)
             parsed = op.input_model.model_validate(data)
             # the handler's own lookups and reads: what the input names and what it gathers, as the gate does
             ctx.targets = op.targets(ctx, parsed) if op.targets is not None else None

@@ -151,7 +151,7 @@ def test_registration_offers_only_the_authorization_code_grant(db: None, client:
 
 
 def test_registration_is_rate_limited_per_address(db: None, client: Client, settings) -> None:
-    settings.OAUTH_REGISTRATIONS_PER_HOUR = 3
+    settings.OPERATIONS = {**settings.OPERATIONS, "OAUTH_REGISTRATIONS_PER_HOUR": 3}
     assert [register(client).status_code for _ in range(3)] == [201, 201, 201]
     refused = register(client)
     assert refused.status_code == 429 and refused["Retry-After"] == "3600"

@@ -18,6 +18,7 @@ from django.core.management.base import SystemCheckError
 from pydantic import BaseModel, ConfigDict
 from pytest_django import Settings
 
+from apps.core.bounds import bounds
 from apps.operations.checks import check_operations
 from apps.operations.registry import Bound, Ceiling, OpClass, above, operation, registry
 from tests.loopback import free_port
@@ -94,7 +95,27 @@ def test_bounds_outside_their_range_are_errors(settings: Settings) -> None:
 
 def test_a_bound_without_its_range_and_a_default_over_its_maximum_are_errors(settings: Settings) -> None:
     settings.OPERATIONS = {**settings.OPERATIONS, "NEW_THING_MAX": 3, "PAGE_SIZE_DEFAULT": 500}
-    assert _ids(check_operations()) == [("oaken.E005", "NEW_THING_MAX"), ("oaken.E006", "PAGE_SIZE_DEFAULT")]
+    assert _ids(check_operations()) == [
+        ("oaken.E005", "NEW_THING_MAX"),
+        ("oaken.E006", "PAGE_SIZE_DEFAULT"),
+        ("oaken.E008", "NEW_THING_MAX"),  # and code could not read it: the typed bounds do not declare it
+    ]
+
+
+def test_a_bound_the_typed_bounds_declare_but_the_settings_lack_is_an_error(settings: Settings) -> None:
+    settings.OPERATIONS = {k: v for k, v in settings.OPERATIONS.items() if k != "SIGN_IN_SLOW_SECONDS"}
+    assert ("oaken.E008", "SIGN_IN_SLOW_SECONDS") in _ids(check_operations())
+
+
+def test_the_typed_bounds_read_the_settings_at_each_use_and_know_no_other_name(settings: Settings) -> None:
+    assert settings.OPERATIONS["PAGE_SIZE_MAX"] == bounds.PAGE_SIZE_MAX
+    settings.OPERATIONS = {**settings.OPERATIONS, "PAGE_SIZE_MAX": 7, "NEW_THING_MAX": 3}
+    assert (bounds.PAGE_SIZE_MAX, bounds["PAGE_SIZE_MAX"]) == (7, 7)
+    undeclared = "NEW_THING_MAX"  # in the settings, but no code may read a bound the typed bounds do not declare
+    with pytest.raises(AttributeError):
+        getattr(bounds, undeclared)
+    with pytest.raises(KeyError):
+        _ = bounds[undeclared]
 
 
 @pytest.mark.slow

@@ -103,7 +103,7 @@ def test_sign_in_and_sign_out(db: None, client: Client, alice: Person, mallory: 
 
 def test_repeated_failures_lock_the_address(db: None, client: Client, alice: Person, settings) -> None:
     _verified(alice)
-    for _ in range(settings.SIGN_IN_MAX_FAILURES):
+    for _ in range(settings.OPERATIONS["SIGN_IN_MAX_FAILURES"]):
         page = client.post("/accounts/sign-in", {"username": alice.user.email, "password": "wrong"}).content.decode()
         assert "Please enter a correct" in page
     locked = client.post("/accounts/sign-in", {"username": alice.user.email, "password": PASSWORD})
@@ -155,7 +155,7 @@ def test_a_completed_password_reset_lifts_the_sign_in_lock(
     _verified(alice)
     _verified(mallory)
     for who in (alice, mallory):
-        for _ in range(settings.SIGN_IN_MAX_FAILURES):
+        for _ in range(settings.OPERATIONS["SIGN_IN_MAX_FAILURES"]):
             client.post("/accounts/sign-in", {"username": who.user.email, "password": "wrong"})
     assert signin.locked(alice.user.email, "127.0.0.1") and signin.locked(mallory.user.email, "127.0.0.1")
     client.post("/accounts/password-reset", {"email": alice.user.email})
@@ -192,16 +192,16 @@ def test_reset_mail_is_bounded_per_address_with_the_same_answer(
     _verified(alice)
     answers = {client.post("/accounts/password-reset", {"email": alice.user.email})["Location"] for _ in range(15)}
     assert answers == {"/accounts/password-reset/sent"}
-    assert len(mailoutbox) == settings.ACCOUNT_MAIL_PER_ADDRESS  # 15 asked, the bound sent
+    assert len(mailoutbox) == settings.OPERATIONS["ACCOUNT_MAIL_PER_ADDRESS"]  # 15 asked, the bound sent
     # another address is not held back by alice's bound, from the same client
     client.post("/accounts/password-reset", {"email": mallory.user.email})
-    assert [m.to for m in mailoutbox[settings.ACCOUNT_MAIL_PER_ADDRESS :]] == [[mallory.user.email]]
+    assert [m.to for m in mailoutbox[settings.OPERATIONS["ACCOUNT_MAIL_PER_ADDRESS"] :]] == [[mallory.user.email]]
 
 
 def test_account_mail_is_bounded_per_client_address(
     db: None, client: Client, mailoutbox: list, alice: Person, settings
 ) -> None:
-    settings.ACCOUNT_MAIL_PER_CLIENT = 4
+    settings.OPERATIONS = {**settings.OPERATIONS, "ACCOUNT_MAIL_PER_CLIENT": 4}
     for i in range(6):
         response = _sign_up(client, email=f"someone{i}@example.test")
         assert response.status_code == 302 and response["Location"] == "/accounts/check-mail"

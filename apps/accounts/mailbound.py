@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 
 import redis
-from django.conf import settings
 from django.http import HttpRequest
 
 from apps.accounts.models import normalize_email
+from apps.core.bounds import bounds
 from apps.core.clients import client_address
 from apps.core.redis_client import count_hit
 
@@ -26,11 +26,11 @@ class MailUncountableError(Exception):
 def may_send(request: HttpRequest, email: str) -> bool:
     """Count one mail to `email` asked for by this request's client; whether both stay within their bounds."""
     address = hashlib.sha256(normalize_email(email).encode()).hexdigest()
-    window = settings.ACCOUNT_MAIL_WINDOW_SECONDS
+    window = bounds.ACCOUNT_MAIL_WINDOW_SECONDS
     try:
         # both are counted every time, so a flood spread over addresses still fills the client's bound
         per_address = count_hit(f"{KEY_PREFIX}address:{address}", window)
         per_client = count_hit(f"{KEY_PREFIX}client:{client_address(request)}", window)
     except redis.RedisError:
         raise MailUncountableError from None
-    return per_address <= settings.ACCOUNT_MAIL_PER_ADDRESS and per_client <= settings.ACCOUNT_MAIL_PER_CLIENT
+    return per_address <= bounds.ACCOUNT_MAIL_PER_ADDRESS and per_client <= bounds.ACCOUNT_MAIL_PER_CLIENT

@@ -22,9 +22,9 @@ from functools import cache
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.http import HttpRequest
 
+from apps.core.bounds import bounds
 from apps.core.clients import client_address
 from apps.core.redis_client import redis_client
 
@@ -80,10 +80,10 @@ def check(email: str, client: str) -> Verdict:
     address's one slot of the interval. Redis away: LOCKED (fail closed)."""
     try:
         pair, total = _client().hmget(_failures_key(email), [_client_field(client), "*"])
-        if pair is not None and int(pair) >= settings.SIGN_IN_MAX_FAILURES:
+        if pair is not None and int(pair) >= bounds.SIGN_IN_MAX_FAILURES:
             return Verdict.LOCKED
-        if total is not None and int(total) >= settings.SIGN_IN_ADDRESS_CEILING:
-            took = _client().set(_slow_key(email), 1, nx=True, ex=settings.SIGN_IN_SLOW_SECONDS)
+        if total is not None and int(total) >= bounds.SIGN_IN_ADDRESS_CEILING:
+            took = _client().set(_slow_key(email), 1, nx=True, ex=bounds.SIGN_IN_SLOW_SECONDS)
             return Verdict.ALLOWED if took else Verdict.SLOWED
     except redis.RedisError:
         return Verdict.LOCKED
@@ -96,14 +96,14 @@ def locked(email: str, client: str) -> bool:
         pair = _client().hget(_failures_key(email), _client_field(client))
     except redis.RedisError:
         return True
-    return pair is not None and int(pair) >= settings.SIGN_IN_MAX_FAILURES
+    return pair is not None and int(pair) >= bounds.SIGN_IN_MAX_FAILURES
 
 
 def record_failure(email: str, client: str) -> None:
     with contextlib.suppress(redis.RedisError):  # check() already refuses while Redis is away
         _record_script()(
             keys=[_failures_key(email)],
-            args=[_client_field(client), settings.SIGN_IN_WINDOW_SECONDS],
+            args=[_client_field(client), bounds.SIGN_IN_WINDOW_SECONDS],
             client=_client(),
         )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
@@ -22,6 +21,7 @@ from rest_framework.views import APIView
 from apps.api import schema
 from apps.api.parsers import UnreadBodyParser
 from apps.core import uploads
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
@@ -161,7 +161,7 @@ class ImportUploadView(APIView):
         except OakenError as error:
             return refused(error)
         fields = {name: request.query_params[name] for name in _UPLOAD_FIELDS if name in request.query_params}
-        limit = int(settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
+        limit = int(bounds.IMPORT_UPLOAD_MAX_BYTES)
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:

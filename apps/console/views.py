@@ -19,7 +19,6 @@ from urllib.parse import unquote
 
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
@@ -31,6 +30,7 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.console import assets
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal, Role, Scope
@@ -121,7 +121,7 @@ def page(request: HttpRequest, name: str) -> HttpResponse:
 @login_required
 def import_page(request: HttpRequest) -> HttpResponse:
     """Uploading a mail file to import (upload_import) and following its import (get_import, list_imports)."""
-    return _shell(request, "import", max_upload_bytes=settings.OPERATIONS["IMPORT_UPLOAD_MAX_BYTES"])
+    return _shell(request, "import", max_upload_bytes=bounds.IMPORT_UPLOAD_MAX_BYTES)
 
 
 # the folder the mailbox showed last in this browser, per tenant (set by its script: account id, "/", folder, each

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, ValidationError
 
 from apps.audit.log import append_event, input_digest
+from apps.core.bounds import bounds
 from apps.core.callers import Caller, DoorMismatchError
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -99,7 +99,7 @@ def dispatch(
             if stored is not None:
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
-        ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=settings.OPERATIONS)
+        ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=bounds)
         if op.targets is not None:
             ctx.targets = op.targets(ctx, data)
         _class(caller, op)
@@ -222,8 +222,8 @@ def _confirmation(
             caller=caller,
             operation=op.name,
             digest=digest,
-            ttl_seconds=ctx.bounds["CONFIRMATION_TTL_SECONDS"],
-            cap=ctx.bounds["CONFIRMATION_TOKENS_PER_CALLER"],
+            ttl_seconds=ctx.bounds.CONFIRMATION_TTL_SECONDS,
+            cap=ctx.bounds.CONFIRMATION_TOKENS_PER_CALLER,
         )
         _append(caller, ctx.door, op.name, "CONFIRMATION_REQUIRED", digest)
     offer = proposal(op, preview) | {"token": issued, "expires_in": ttl}
@@ -240,7 +240,7 @@ def _limits(op: Operation, data: BaseModel) -> None:
         if value is None:
             continue
         size = value if isinstance(value, int) else len(value)
-        maximum = settings.OPERATIONS[bound.setting]
+        maximum = bounds[bound.setting]
         if size > maximum:
             message = bound.message.format(field=bound.field, maximum=maximum)
             raise OakenError("LIMIT_EXCEEDED", message, field=bound.field)

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError, error_response
 from apps.core.links import MCP_PATH
 
@@ -160,9 +161,9 @@ class TooManyItemsError(OakenError):
     def __init__(self, path: Path, *, per_container: bool, document: Any = None) -> None:
         self.path, self.per_container, self.document = path, per_container, document
         if per_container:
-            what = f"at most {int(settings.OPERATIONS['INPUT_ARRAY_MAX'])} items in one array or object"
+            what = f"at most {int(bounds.INPUT_ARRAY_MAX)} items in one array or object"
         else:
-            what = f"at most {int(settings.OPERATIONS['INPUT_ITEMS_MAX'])} items (array items and object fields) in all"
+            what = f"at most {int(bounds.INPUT_ITEMS_MAX)} items (array items and object fields) in all"
         field = field_name(path)
         super().__init__("LIMIT_EXCEEDED", f"{field}: {what}" if field else what, field=field or None)
 
@@ -177,8 +178,7 @@ def check_items(value: Any, *, document: Any = None) -> None:
     """Refuse (TooManyItemsError) an array or object of more than INPUT_ARRAY_MAX items, or more than
     INPUT_ITEMS_MAX in all. The work is bounded by the bounds, not by the input: a container's length is read
     before its items are, and the walk stops as soon as the count passes."""
-    bounds = settings.OPERATIONS
-    per_max, total_max = int(bounds["INPUT_ARRAY_MAX"]), int(bounds["INPUT_ITEMS_MAX"])
+    per_max, total_max = int(bounds.INPUT_ARRAY_MAX), int(bounds.INPUT_ITEMS_MAX)
     document = value if document is None else document
     total = 0
     stack: list[tuple[Any, Path]] = [(value, ())]
@@ -201,7 +201,7 @@ def _scan_items(data: bytes, containers: int) -> None:
     bodies hold fewer commas than that in all and are not scanned further; a string is found by its quotes once
     its escapes are blanked (same length, so a place in the scan is that place in the body), and a body of more
     strings than twice the bound holds more items than the bound too (each is a key or an item)."""
-    total_max = int(settings.OPERATIONS["INPUT_ITEMS_MAX"])
+    total_max = int(bounds.INPUT_ITEMS_MAX)
     if data.count(b",") + containers <= total_max:
         return
     blank = data.replace(b"\\\\", b"__").replace(b'\\"', b"__") if b"\\" in data else data

@@ -21,6 +21,7 @@ from django.conf import settings
 from imapclient import IMAPClient
 from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
+from apps.core.bounds import bounds
 from apps.core.encryption import CredentialsUnreadableError
 from apps.mail.models import MailAccount
 from apps.mail.reasons import setting_problem
@@ -43,7 +44,7 @@ class MailServerError(Exception):
 
 
 def _timeout() -> float:
-    return float(settings.OPERATIONS["MAIL_SERVER_TIMEOUT_SECONDS"])
+    return float(bounds.MAIL_SERVER_TIMEOUT_SECONDS)
 
 
 def require_public_host(host: str, port: int, field: str) -> None:

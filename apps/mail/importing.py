@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core import uploads
+from apps.core.bounds import bounds
 from apps.mail.models import (
     STANDARD_FOLDERS,
     AccountKind,
@@ -169,7 +170,7 @@ def sweep_stale_imports(now: datetime | None = None) -> int:
     """Mark failed every import (of any tenant) queued or running that has not moved for IMPORT_STALE_SECONDS:
     its worker was lost or its task never came. How many were. Spooled uploads as old go too (their request
     never reached upload_import)."""
-    before = (now or timezone.now()) - timedelta(seconds=settings.OPERATIONS["IMPORT_STALE_SECONDS"])
+    before = (now or timezone.now()) - timedelta(seconds=bounds.IMPORT_STALE_SECONDS)
     stale = ImportRun.objects.unscoped().filter(
         state__in=[ImportState.QUEUED, ImportState.RUNNING], updated_at__lt=before
     )
@@ -177,7 +178,7 @@ def sweep_stale_imports(now: datetime | None = None) -> int:
     for run_id, state in list(stale.values_list("pk", "state")[:500]):
         fail_run(run_id, "worker_lost" if state == ImportState.RUNNING else "never_started")
         swept += 1
-    uploads.purge_spool(settings.OPERATIONS["IMPORT_STALE_SECONDS"])
+    uploads.purge_spool(bounds.IMPORT_STALE_SECONDS)
     return swept
 
 
@@ -230,9 +231,9 @@ def import_mail(
 
 def _run_import(run: ImportRun, account: MailAccount, path: Path, batch_size: int | None) -> ImportCounts:
     importer = _Importer(run, account)
-    size = batch_size or settings.OPERATIONS["IMPORT_BATCH_SIZE"]
+    size = batch_size or bounds.IMPORT_BATCH_SIZE
     try:
-        with long_lived_frozen(), parse_pool(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]) as start_parsing:
+        with long_lived_frozen(), parse_pool(bounds.IMPORT_MAX_MESSAGE_BYTES) as start_parsing:
             previous: tuple[list[RawItem], Callable[[], list[MessageRow | str]]] | None = None
             for batch in _batches(iter_source(path), size):
                 pending = (batch, start_parsing(batch))

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from imapclient import IMAPClient
 
 from apps.audit.log import append_internal_event
+from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.mail.models import Folder, FolderKind, MailAccount, Message, Thread
 from apps.mail.store import refresh_thread_stats
@@ -84,7 +84,7 @@ def settle_missing(
     was deleted on the server and is removed here too.
 
     A message without a Message-ID cannot be looked for, and is never removed."""
-    grace = timedelta(seconds=settings.OPERATIONS["SYNC_MISSING_GRACE_SECONDS"])
+    grace = timedelta(seconds=bounds.SYNC_MISSING_GRACE_SECONDS)
     candidates = list(
         Message.objects.for_tenant(account.tenant)
         .filter(account=account, imap_missing_since__isnull=False)

@@ -13,8 +13,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
 
-from django.conf import settings
-
+from apps.core.bounds import bounds
 from apps.mail.rows import MessageRow, row_or_reason
 from apps.mail.sources import RawItem
 
@@ -29,9 +28,7 @@ def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[]
     Parsing costs more than storing, so it runs in a pool of processes where it can: not inside a
     daemonic process (a Celery prefork child), which may not have children; there it runs inline.
     """
-    parse = partial(
-        row_or_reason, max_bytes=max_bytes, attachment_text_max=settings.OPERATIONS["ATTACHMENT_TEXT_MAX_CHARS"]
-    )
+    parse = partial(row_or_reason, max_bytes=max_bytes, attachment_text_max=bounds.ATTACHMENT_TEXT_MAX_CHARS)
     workers = min(os.cpu_count() or 1, 4)
     if workers < 2 or multiprocessing.current_process().daemon:
 
@@ -55,8 +52,7 @@ def parse_pool(max_bytes: int) -> Iterator[Callable[[list[RawItem]], Callable[[]
 
 def parse_batch(items: list[RawItem]) -> list[MessageRow | str]:
     """Each item parsed into its row, or the reason it cannot be stored."""
-    bounds = settings.OPERATIONS
-    max_bytes, text_max = bounds["IMPORT_MAX_MESSAGE_BYTES"], bounds["ATTACHMENT_TEXT_MAX_CHARS"]
+    max_bytes, text_max = bounds.IMPORT_MAX_MESSAGE_BYTES, bounds.ATTACHMENT_TEXT_MAX_CHARS
     return [row_or_reason(item.data, max_bytes, text_max) for item in items]
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from django.conf import settings
+from apps.core.bounds import bounds
 
 __all__ = ["RawItem", "SourceError", "SourceKind", "count_messages", "detect_kind", "iter_source"]
 
@@ -159,7 +159,7 @@ def _zip_members(archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str]]:
 
 
 def _iter_zip(path: Path) -> Iterator[RawItem]:
-    limit = int(settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"])
+    limit = int(bounds.IMPORT_MAX_MESSAGE_BYTES)
     try:
         with _open_zip(path) as archive:
             for info, refused in _zip_members(archive):

@@ -6,10 +6,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.bounds import bounds
 from apps.core.ids import new_id
 from apps.mail.bulk import copy_rows, text_array
 from apps.mail.models import Attachment, MailAccount, Message, RawMessage, Thread
@@ -42,8 +42,8 @@ class MessageStore:
     def __init__(self, account: MailAccount) -> None:
         self.account = account
         self.tenant = account.tenant
-        self.bounds = settings.OPERATIONS
-        self.threader = Threader(account, timedelta(days=self.bounds["THREAD_SUBJECT_WINDOW_DAYS"]))
+        self.bounds = bounds
+        self.threader = Threader(account, timedelta(days=self.bounds.THREAD_SUBJECT_WINDOW_DAYS))
         self._merged_done: set[uuid.UUID] = set()
 
     def run_batch(self, items: list[RawItem], outcomes: list[MessageRow | str]) -> None:

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Coalesce
@@ -40,6 +39,7 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 from imapclient.response_parser import parse_fetch_response
 
+from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.mail import readstate
 from apps.mail.imap import MailServerError, imap_session
@@ -338,7 +338,7 @@ def _fetched_batches(
     """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed.
     A message over the size bound is never fetched (nor held, should the server have understated its size):
     it is there with the reason it cannot be stored."""
-    max_bytes = settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]
+    max_bytes = bounds.IMPORT_MAX_MESSAGE_BYTES
     for uids in batches:
         fetched = fetch_messages(client, [uid for uid in uids if uid not in too_large], max_bytes)
         refused = [uid for uid in uids if uid in too_large or (uid in fetched and fetched[uid].too_large)]
@@ -363,8 +363,7 @@ def _fetched_batches(
 def _batched(uids: list[int], sizes: Mapping[int, int], too_large: set[int]) -> list[list[int]]:
     """The UIDs in batches of at most SYNC_BATCH_SIZE messages and, but for a single message, at most
     SYNC_BATCH_MAX_BYTES (sizes as the server gave them; one it did not give counts as one over the bound)."""
-    bounds = settings.OPERATIONS
-    count, max_bytes = bounds["SYNC_BATCH_SIZE"], bounds["SYNC_BATCH_MAX_BYTES"]
+    count, max_bytes = bounds.SYNC_BATCH_SIZE, bounds.SYNC_BATCH_MAX_BYTES
     batches: list[list[int]] = []
     batch: list[int] = []
     held = 0
@@ -431,7 +430,7 @@ def sync_folder(
     wanted = [uid for uid in new if uid not in held]
     # batches bounded in bytes too, so that the memory a sync holds does not grow with the mail's size
     sizes = fetch_sizes(client, wanted)
-    too_large = {uid for uid, octets in sizes.items() if octets > settings.OPERATIONS["IMPORT_MAX_MESSAGE_BYTES"]}
+    too_large = {uid for uid, octets in sizes.items() if octets > bounds.IMPORT_MAX_MESSAGE_BYTES}
     store = _FolderStore(account, folder, counts)
     # the next batch is fetched and parsed in a thread while this one is stored
     batches = _batched(wanted, sizes, too_large)
@@ -480,9 +479,7 @@ def sync_account(account: MailAccount) -> SyncCounts:
         counts.relocated += relocated
         counts.removed += removed
     forget_empty_gone_folders(account, folders)
-    repush_stale_flags(
-        account=account, older_than=started - timedelta(seconds=settings.OPERATIONS["SYNC_FLAGS_REPUSH_SECONDS"])
-    )
+    repush_stale_flags(account=account, older_than=started - timedelta(seconds=bounds.SYNC_FLAGS_REPUSH_SECONDS))
     return counts
 
 
@@ -492,8 +489,7 @@ def account_lock(account_id: uuid.UUID) -> AbstractContextManager[bool]:
 
 
 def backoff_seconds(failures: int) -> int:
-    bounds = settings.OPERATIONS
-    return int(min(bounds["SYNC_BACKOFF_BASE_SECONDS"] * 2 ** max(failures - 1, 0), bounds["SYNC_BACKOFF_MAX_SECONDS"]))
+    return int(min(bounds.SYNC_BACKOFF_BASE_SECONDS * 2 ** max(failures - 1, 0), bounds.SYNC_BACKOFF_MAX_SECONDS))
 
 
 def _record_failure(account: MailAccount, reason: str) -> None:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core import signing
 
 from apps.audit.log import input_digest
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.mcp import protocol as p
 from apps.operations.registry import Operation
@@ -104,9 +104,7 @@ def resumed_request(caller: Caller, name: str, arguments: dict[str, Any], params
     if not isinstance(token, str):
         raise p.RpcError(p.INVALID_PARAMS, "requestState must be a string")
     try:
-        state = signing.TimestampSigner(salt=_SALT).unsign_object(
-            token, max_age=settings.OPERATIONS["MCP_REQUEST_STATE_TTL_SECONDS"]
-        )
+        state = signing.TimestampSigner(salt=_SALT).unsign_object(token, max_age=bounds.MCP_REQUEST_STATE_TTL_SECONDS)
     except (signing.BadSignature, ValueError, TypeError):  # tampered, expired, not ours, not JSON
         raise p.RpcError(p.INVALID_PARAMS, _INVALID_STATE) from None
     expected = {"v": _VERSION, "tool": name, "args": _digest(arguments), "who": _principal(caller)}

@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
@@ -101,7 +102,7 @@ def _rate_limited(caller: Caller) -> int | None:
     Counted in Redis for every web process, a few requests at a time (apps.core.redis_client.SharedWindowLimit).
     While Redis is away the minute is counted in this process instead: reads keep working, still bounded, and
     whatever needs a send budget is refused by its own check (SERVICE_UNAVAILABLE)."""
-    limit = settings.OPERATIONS["MCP_REQUESTS_PER_MINUTE"]
+    limit = bounds.MCP_REQUESTS_PER_MINUTE
     key = f"mcp-requests:{caller.credential_kind}:{caller.credential_id}"
     try:
         return _SHARED_COUNTS.wait(key, limit, 60)

@@ -24,6 +24,7 @@ from oauth2_provider.views.dynamic_client_registration import (
 )
 from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.clients import client_address
 from apps.core.errors import OakenError
@@ -307,7 +308,7 @@ class RegistrationView(DynamicClientRegistrationView):
             everyone = count_hit("oauth-registrations-all", 3600)
         except redis.RedisError:
             return _registration_error("temporarily_unavailable", "registration is unavailable, retry later", 503)
-        if count > settings.OAUTH_REGISTRATIONS_PER_HOUR or everyone > settings.OAUTH_REGISTRATIONS_ALL_PER_HOUR:
+        if count > bounds.OAUTH_REGISTRATIONS_PER_HOUR or everyone > bounds.OAUTH_REGISTRATIONS_ALL_PER_HOUR:
             response = _registration_error("rate_limited", "too many registrations, retry later", 429)
             response["Retry-After"] = "3600"
             return response

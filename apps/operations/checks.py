@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
+from apps.core.bounds import Bounds
 from apps.operations.registry import Operation, registry
 from apps.workspaces.models import Role
 
@@ -23,7 +24,27 @@ def check_operations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         found.extend(_operation_errors(op, bounds))
     found.extend(_range_errors(bounds, getattr(settings, "OPERATIONS_RANGES", {})))
     found.extend(_order_errors(bounds, getattr(settings, "OPERATIONS_ORDERED", ())))
+    found.extend(_declared_errors(bounds))
     return found
+
+
+def _declared_errors(bounds: Mapping[str, Any]) -> Iterator[CheckMessage]:
+    """The typed bounds object (apps.core.bounds) names exactly the OPERATIONS block's bounds."""
+    declared = Bounds.names()
+    for name in sorted(set(bounds) - declared):
+        yield Error(
+            f"OPERATIONS[{name!r}] is not declared in apps.core.bounds.Bounds",
+            hint="Add it there, so code reads it as bounds.<NAME>.",
+            obj=name,
+            id="oaken.E008",
+        )
+    for name in sorted(declared - set(bounds)):
+        yield Error(
+            f"apps.core.bounds.Bounds declares {name!r}, which is not a key of OPERATIONS",
+            hint=_SETTINGS_HINT,
+            obj=name,
+            id="oaken.E008",
+        )
 
 
 def _operation_errors(op: Operation, bounds: Mapping[str, Any]) -> Iterator[CheckMessage]:

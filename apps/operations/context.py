@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-
 from apps.core.acts import Act
-
-
-def _bounds() -> Mapping[str, Any]:
-    return settings.OPERATIONS
+from apps.core.bounds import Bounds, bounds
 
 
 @dataclass
@@ -20,7 +14,7 @@ class Context(Act):
     """An Act (caller, door, clock, the changes recorded) with what only operations need: the bounds, and the
     targets the operation's input names, resolved by the gate (apps.operations.registry explains when)."""
 
-    bounds: Mapping[str, Any] = field(default_factory=_bounds)
+    bounds: Bounds = field(default_factory=lambda: bounds)
     targets: Any = None
     # what the operation's `gather` brought back from outside the database, before its transaction opened
     gathered: Any = None

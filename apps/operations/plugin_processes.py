@@ -25,8 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.operations.sandbox import Sandboxed
 
@@ -104,7 +103,7 @@ class PluginProcess:
         stdout = self.sandboxed.process.stdout
         assert stdout is not None
         fd = stdout.fileno()
-        most = settings.OPERATIONS["PLUGIN_ANSWER_MAX_BYTES"]
+        most = bounds.PLUGIN_ANSWER_MAX_BYTES
         deadline = deadline or time.monotonic() + timeout
         spent = self.cpu() if cpu_seconds is not None else 0.0
         while b"\n" not in self._buffer:
@@ -227,7 +226,7 @@ class Pools:
                 spare.append(candidate)
                 self._count -= 1
             if found is None:
-                if self._count >= settings.OPERATIONS["PLUGIN_PROCESSES_MAX"]:
+                if self._count >= bounds.PLUGIN_PROCESSES_MAX:
                     oldest = self._oldest_idle()
                     if oldest is None:
                         raise OakenError(
@@ -268,7 +267,7 @@ class Pools:
             process.freeze()
             with self._lock:
                 idle = self._idle.setdefault(process.key, [])
-                if len(idle) < settings.OPERATIONS["PLUGIN_POOL_SIZE"]:
+                if len(idle) < bounds.PLUGIN_POOL_SIZE:
                     idle.append(process)
                     self._start_reaper()
                     return
@@ -295,7 +294,7 @@ class Pools:
 
     def reap(self) -> None:
         """End the processes idle for longer than PLUGIN_IDLE_SECONDS."""
-        limit = time.monotonic() - settings.OPERATIONS["PLUGIN_IDLE_SECONDS"]
+        limit = time.monotonic() - bounds.PLUGIN_IDLE_SECONDS
         with self._lock:
             ended = []
             for idle in self._idle.values():
@@ -313,7 +312,7 @@ class Pools:
     def _reap_forever(self) -> None:
         owner = self._owner
         while owner == os.getpid() == self._owner:
-            time.sleep(min(5.0, settings.OPERATIONS["PLUGIN_IDLE_SECONDS"] / 2))
+            time.sleep(min(5.0, bounds.PLUGIN_IDLE_SECONDS / 2))
             try:
                 self.reap()
             except Exception:  # the reaper must outlive a bad moment; the next round tries again

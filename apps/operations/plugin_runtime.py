@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.operations import sandbox
 from apps.operations.plugin_processes import PluginFailure, PluginProcess, exception_name, pools
@@ -33,19 +34,18 @@ log = logging.getLogger("oaken.plugins")
 
 def limits() -> sandbox.Limits:
     """What the kernel allows each process of a plugin: memory, threads, open files, file size, CPU time."""
-    bounds = settings.OPERATIONS
     return sandbox.Limits(
-        memory_mb=bounds["PLUGIN_MEMORY_MAX_MB"],
-        tasks=bounds["PLUGIN_THREADS_MAX"],
-        files=bounds["PLUGIN_FILES_MAX"],
-        file_mb=bounds["PLUGIN_FILE_MAX_MB"],
+        memory_mb=bounds.PLUGIN_MEMORY_MAX_MB,
+        tasks=bounds.PLUGIN_THREADS_MAX,
+        files=bounds.PLUGIN_FILES_MAX,
+        file_mb=bounds.PLUGIN_FILE_MAX_MB,
         cpu_seconds=_life_cpu_seconds(),
     )
 
 
 def _life_cpu_seconds() -> int:
     # a process lives for many calls: the kernel ends it past this; the pool retires it at half, between calls
-    return 40 * settings.OPERATIONS["PLUGIN_CPU_SECONDS"]
+    return 40 * bounds.PLUGIN_CPU_SECONDS
 
 
 # ---------------------------------------------------------------- a plugin: its processes and health
@@ -74,7 +74,7 @@ class Runtime:
 
     def _start(self, key: tuple[str, str]) -> PluginProcess:
         """A new process of the plugin, in its sandbox, once it has imported the plugin."""
-        timeout = settings.OPERATIONS["PLUGIN_START_SECONDS"]
+        timeout = bounds.PLUGIN_START_SECONDS
         args = ["-m", "oaken_plugin.host", self.target]
         places = []
         if self.folder is not None:
@@ -93,7 +93,7 @@ class Runtime:
     ) -> Any:
         """The plugin's answer to one request, from one of its processes serving `tenant` ("" for the plugin's
         own work); PluginFailure, or OakenError for an exception the plugin raised (a built-in name only)."""
-        timeout = timeout or settings.OPERATIONS["PLUGIN_TIMEOUT_SECONDS"]
+        timeout = timeout or bounds.PLUGIN_TIMEOUT_SECONDS
         key = (self.name, tenant)
         try:
             process = pools.take(key, lambda: self._start(key))
@@ -102,7 +102,7 @@ class Runtime:
             reason = "the plugin's process could not be started" if isinstance(failure, OSError) else str(failure)
             raise PluginFailure(reason) from None
         try:
-            answer = process.ask(request, timeout, settings.OPERATIONS["PLUGIN_CPU_SECONDS"])
+            answer = process.ask(request, timeout, bounds.PLUGIN_CPU_SECONDS)
         except PluginFailure as failure:
             pools.discard(process)  # cut, gone or misbehaving: the next call gets a new process
             if failure.crashed:
@@ -125,7 +125,7 @@ class Runtime:
         """One of at most PLUGIN_CALLS_IN_FLIGHT calls of this plugin in this Oaken process; one more is refused
         at once (a slow plugin must not hold every web thread)."""
         with self._lock:
-            if self._in_flight >= settings.OPERATIONS["PLUGIN_CALLS_IN_FLIGHT"]:
+            if self._in_flight >= bounds.PLUGIN_CALLS_IN_FLIGHT:
                 raise OakenError(
                     "SERVICE_UNAVAILABLE", f"the plugin {self.name} is busy right now; try again shortly", retry_after=1
                 )
@@ -137,14 +137,14 @@ class Runtime:
                 self._in_flight -= 1
 
     def _crashed(self, tenant: str) -> None:
-        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+        window = bounds.PLUGIN_HEALTH_SECONDS
         now = time.monotonic()
         with self._lock:
             crashes = self._crashes.setdefault(tenant, deque())
             crashes.append(now)
             while crashes and crashes[0] < now - window:
                 crashes.popleft()
-            if len(crashes) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]:
+            if len(crashes) >= bounds.PLUGIN_CRASHES_MAX:
                 if tenant:
                     log.warning("plugin %s is unhealthy for one tenant: its processes keep ending", self.name)
                 else:
@@ -153,17 +153,17 @@ class Runtime:
 
     def crashing(self, tenant: str) -> bool:
         """Whether this tenant's processes of the plugin ended badly PLUGIN_CRASHES_MAX times lately."""
-        window = settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+        window = bounds.PLUGIN_HEALTH_SECONDS
         with self._lock:
             crashes = self._crashes.get(tenant, ())
             recent = [t for t in crashes if t >= time.monotonic() - window]
-            return len(recent) >= settings.OPERATIONS["PLUGIN_CRASHES_MAX"]
+            return len(recent) >= bounds.PLUGIN_CRASHES_MAX
 
     def healthy(self) -> bool:
         """Its health check's last answer, never waited for: once PLUGIN_HEALTH_SECONDS have passed, the next
         check starts in the background."""
         with self._lock:
-            stale = time.monotonic() - self._checked >= settings.OPERATIONS["PLUGIN_HEALTH_SECONDS"]
+            stale = time.monotonic() - self._checked >= bounds.PLUGIN_HEALTH_SECONDS
             if stale and not self._checking:
                 self._checking = True
                 threading.Thread(target=self.check_health, name=f"oaken-plugin-health-{self.name}", daemon=True).start()

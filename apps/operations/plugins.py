@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.operations import plugin_runtime, sandbox
@@ -179,7 +180,7 @@ def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Ru
     made = Runtime(name=found.name, target=found.target, env=env, folder=folder, package=found.package)
     try:
         said = _PluginSaid.model_validate(
-            made.ask({"kind": "describe"}, tenant="", timeout=settings.OPERATIONS["PLUGIN_START_SECONDS"])
+            made.ask({"kind": "describe"}, tenant="", timeout=bounds.PLUGIN_START_SECONDS)
         )
     except ValidationError:
         raise DefinitionError("it described itself wrongly") from None
@@ -193,7 +194,7 @@ def _describe(found: Found, env: sandbox.Environment, site_packages: Path) -> Ru
     validator(made.settings_schema)
     made.description = said.model_dump()
     # the first health check shares the start's bound: a plugin hanging in it delays the start by no more
-    made.check_health(timeout=max(0.1, began + settings.OPERATIONS["PLUGIN_START_SECONDS"] - time.monotonic()))
+    made.check_health(timeout=max(0.1, began + bounds.PLUGIN_START_SECONDS - time.monotonic()))
     return made
 
 

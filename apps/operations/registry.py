@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from apps.audit.events import INTERNAL_EVENTS
+from apps.core.bounds import Bounds
 from apps.core.changes import Change
 from apps.core.kinds import Scope
 
@@ -98,7 +99,7 @@ class ConfirmRule(Generic[In]):
     size: Callable[[Any], int] | None = None
     predicate: Callable[[Any], bool] | None = None
 
-    def needs_confirmation(self, data: Any, bounds: Mapping[str, Any]) -> bool:
+    def needs_confirmation(self, data: Any, bounds: Bounds) -> bool:
         if self.kind == "always":
             return True
         if self.kind == "never":
@@ -126,7 +127,7 @@ def when(predicate: Callable[[Any], bool]) -> ConfirmRule[Any]:
 
 @dataclass(frozen=True)
 class Bound:
-    """A count limit on one input field, read from settings.OPERATIONS[setting] at call time; published in the
+    """A count limit on one input field, read from bounds[setting] at call time; published in the
     operation's input schema (apps.operations.schema). `message`: the refusal's words, with {maximum}."""
 
     field: str

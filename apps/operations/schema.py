@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from pydantic.json_schema import DEFAULT_REF_TEMPLATE
 
+from apps.core.bounds import bounds
 from apps.operations.registry import Operation
 
 _KEYWORD = {"array": "maxItems", "integer": "maximum", "number": "maximum", "string": "maxLength"}
@@ -40,8 +40,8 @@ def input_json_schema(op: Operation, *, ref_template: str = DEFAULT_REF_TEMPLATE
     properties: dict[str, Any] = schema.get("properties", {})
     for bound in op.bounds:
         if bound.field in properties:
-            properties[bound.field] = bounded(properties[bound.field], int(settings.OPERATIONS[bound.setting]))
-    _hold_containers(schema, int(settings.OPERATIONS["INPUT_ARRAY_MAX"]))
+            properties[bound.field] = bounded(properties[bound.field], int(bounds[bound.setting]))
+    _hold_containers(schema, int(bounds.INPUT_ARRAY_MAX))
     return schema
 
 

@@ -9,16 +9,16 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime, getaddresses
-from typing import Any
 
 from apps.audit.log import canonical_json
+from apps.core.bounds import Bounds
 from apps.core.errors import OakenError
 from apps.mail.mediatypes import MEDIA_TYPE
 from apps.mail.parsing.headers import normalize_subject
@@ -137,12 +137,12 @@ def decode_base64(value: str, field: str, max_bytes: int) -> bytes:
         raise OakenError.invalid(field, "is not base64") from None
 
 
-def check_attachment_limits(bounds: Mapping[str, Any], sizes: Sequence[int], field: str) -> None:
+def check_attachment_limits(bounds: Bounds, sizes: Sequence[int], field: str) -> None:
     """Refuse (never cut) an e-mail with more files, or more bytes per file or in all, than the bounds allow."""
     count, per_file, total = (
-        bounds["SEND_ATTACHMENTS_MAX"],
-        bounds["SEND_ATTACHMENT_MAX_BYTES"],
-        bounds["SEND_ATTACHMENTS_TOTAL_MAX_BYTES"],
+        bounds.SEND_ATTACHMENTS_MAX,
+        bounds.SEND_ATTACHMENT_MAX_BYTES,
+        bounds.SEND_ATTACHMENTS_TOTAL_MAX_BYTES,
     )
     if len(sizes) > count:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {count} files per e-mail", field=field)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from apps.core.acts import Act
+from apps.core.bounds import Bounds
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.mail.models import Attachment, MailAccount, Message
@@ -274,7 +275,7 @@ def delete_draft(*, act: Act, draft: Draft) -> bool:
 
 
 def draft_content(
-    *, tenant: Tenant, draft: Draft, account: MailAccount, bounds: Mapping[str, Any], send_at: datetime | None = None
+    *, tenant: Tenant, draft: Draft, account: MailAccount, bounds: Bounds, send_at: datetime | None = None
 ) -> Content:
     """What sending the draft now would send (from `account`, the draft's own), held to the sending bounds."""
     files = draft_files(tenant=tenant, draft=draft)

@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from django.conf import settings
 from django.db.models import F, Q
 
 from apps.core.acts import Act
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.outbound import requests
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
@@ -51,7 +51,7 @@ def _held(request_id: Any, attempt: int, *, act: Act, or_given_up: bool = False)
 
 def retry_delay(attempt: int) -> timedelta:
     """The wait after a failed attempt: the base, doubling per attempt, capped."""
-    base, cap = settings.OPERATIONS["SEND_RETRY_BASE_SECONDS"], settings.OPERATIONS["SEND_RETRY_MAX_SECONDS"]
+    base, cap = bounds.SEND_RETRY_BASE_SECONDS, bounds.SEND_RETRY_MAX_SECONDS
     return timedelta(seconds=min(cap, base * 2 ** max(0, attempt - 1)))
 
 
@@ -138,7 +138,7 @@ def record_outcome(
     now = act.now
     extra: dict[str, Any] = {"attempt": attempt}
     fields: dict[str, Any]
-    if outcome == "temporary" and attempt < settings.OPERATIONS["SEND_ATTEMPTS_MAX"]:
+    if outcome == "temporary" and attempt < bounds.SEND_ATTEMPTS_MAX:
         new = State.QUEUED
         available = now + retry_delay(attempt)
         OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request.pk).update(
@@ -186,7 +186,7 @@ def recover(request_id: Any, attempt: int, silent_since: datetime, *, act: Act) 
     fields: dict[str, Any]
     if request.smtp_started_at is not None:
         new, fields = State.UNKNOWN, {"error": LOST_AFTER_DATA}
-    elif attempt < settings.OPERATIONS["SEND_ATTEMPTS_MAX"]:
+    elif attempt < bounds.SEND_ATTEMPTS_MAX:
         new, fields = State.QUEUED, {"error": "worker_lost"}
         OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request.pk).update(
             available_at=act.now, enqueued_at=act.now, enqueue_count=F("enqueue_count") + 1

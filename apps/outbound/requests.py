@@ -8,18 +8,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from celery import current_app
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.acts import Act
+from apps.core.bounds import Bounds, bounds
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.core.links import absolute_url
@@ -92,11 +92,11 @@ def check_can_send(account: MailAccount) -> MailAccount:
     return account
 
 
-def checked(content: Content, *, bounds: Mapping[str, Any], files_field: str = "attachments") -> Content:
+def checked(content: Content, *, bounds: Bounds, files_field: str = "attachments") -> Content:
     """The content, held to the sending bounds: recipients, the body's length, the files (named `files_field`)."""
-    check_recipient_limit(content.found, bounds["SEND_RECIPIENTS_MAX"])
-    if len(content.body) > bounds["SEND_BODY_MAX_CHARS"]:
-        raise OakenError("LIMIT_EXCEEDED", f"body: at most {bounds['SEND_BODY_MAX_CHARS']} characters", field="body")
+    check_recipient_limit(content.found, bounds.SEND_RECIPIENTS_MAX)
+    if len(content.body) > bounds.SEND_BODY_MAX_CHARS:
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {bounds.SEND_BODY_MAX_CHARS} characters", field="body")
     check_attachment_limits(bounds, [len(data) for _, _, data in content.attachments], files_field)
     return content
 
@@ -248,7 +248,7 @@ def create_request(
 
 
 def _spend(amount: int, *, act: Act) -> None:
-    limit = settings.OPERATIONS["SEND_RECIPIENTS_PER_HOUR"]
+    limit = bounds.SEND_RECIPIENTS_PER_HOUR
     now = time.time()
     if budget.take(budget_name(act=act), amount, limit, now) is None:
         raise OakenError(

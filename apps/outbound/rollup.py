@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from apps.core.bounds import bounds
 from apps.core.ids import new_id
 from apps.core.redis_client import redis_client
 from apps.outbound import budget
@@ -68,14 +68,13 @@ def roll_up(*, now: datetime | None = None) -> dict[str, Any]:
 
     With Redis away it copies nothing, logs that (never a key or a value) and says so in its answer."""
     moment = now or timezone.now()
-    bounds = settings.OPERATIONS
     current = int(moment.timestamp()) // budget.WINDOW_SECONDS
-    oldest = current - bounds["BUDGET_HISTORY_HOURS"]
+    oldest = current - bounds.BUDGET_HISTORY_HOURS
     done: dict[str, Any] = {"redis": "ok", "keys": 0, "rows": 0, "ignored": 0, "complete": False}
-    done["forgotten"] = _forget(before=window_start(oldest), limit=bounds["BUDGET_ROLLUP_MAX_KEYS"])
+    done["forgotten"] = _forget(before=window_start(oldest), limit=bounds.BUDGET_ROLLUP_MAX_KEYS)
     windows = list(range(current - _HOURS_BACK, current + 2))
     try:
-        _copy(done, windows, oldest=oldest, newest=current + 1, max_keys=bounds["BUDGET_ROLLUP_MAX_KEYS"])
+        _copy(done, windows, oldest=oldest, newest=current + 1, max_keys=bounds.BUDGET_ROLLUP_MAX_KEYS)
     except redis.RedisError as exc:
         log.warning(
             "send budgets were not rolled up: Redis is not answering (%s); the console shows the figures "

@@ -16,12 +16,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
+from apps.core.bounds import bounds
 from apps.core.ids import new_id
 from apps.mail.bulk import copy_rows
 from apps.mail.models import Attachment
@@ -42,7 +42,7 @@ def model_of(embedder: Embedder) -> EmbeddingModel:
 
 def texts_of(messages: list[tuple[Any, str, str]]) -> dict[Any, list[str]]:
     """The chunks to embed of each (id, subject, body), with the text of its attachments."""
-    size, most = settings.OPERATIONS["SEARCH_CHUNK_CHARS"], settings.OPERATIONS["SEARCH_CHUNKS_MAX"]
+    size, most = bounds.SEARCH_CHUNK_CHARS, bounds.SEARCH_CHUNKS_MAX
     attached: dict[Any, list[str]] = defaultdict(list)
     for message_id, text in (
         Attachment.objects.unscoped()
@@ -77,7 +77,7 @@ def enrich_batch(
     embedder's row (model_of), when the caller has it already."""
     embedder = embedder or current_embedder()
     model = model or model_of(embedder)
-    size = size or settings.OPERATIONS["SEARCH_EMBED_BATCH"]
+    size = size or bounds.SEARCH_EMBED_BATCH
     with transaction.atomic():
         with connection.cursor() as cursor:
             # a batch lost in a crash is all lost (chunks and marks alike) and simply waits again: its commit
@@ -144,7 +144,7 @@ def enrich_pending(
         if seconds is not None and time.monotonic() - started > seconds:
             more = True
             break
-        size = settings.OPERATIONS["SEARCH_EMBED_BATCH"]
+        size = bounds.SEARCH_EMBED_BATCH
         count = enrich_batch(embedder, size=min(size, limit - done) if limit is not None else size, model=model)
         done += count
         if count == 0:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
 from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, TextField, Value
 
+from apps.core.bounds import bounds
 from apps.mail.models import MailAccount
 from apps.search.embedders import EmbeddingsUnavailable, embedder_for
 from apps.search.models import Chunk, EmbeddingModel, SearchDocument
@@ -142,7 +142,7 @@ def semantic(scope: Scope, text: str, limit: int) -> tuple[list[Ranked], bool]:
     is re-embedded after a model change, the old model's chunks stay until every message has new ones
     (apps.search.indexing), so the old model still ranks all the mail it knows, as before the change; the
     new model ranks only what the old one never saw (mail that arrived since), merged by similarity."""
-    floor = settings.OPERATIONS["SEARCH_SEMANTIC_MIN_SIMILARITY"] / 100
+    floor = bounds.SEARCH_SEMANTIC_MIN_SIMILARITY / 100
     merged: list[Ranked] = []
     in_use, waits = meaning_state(scope.tenant)
     complete = not waits

@@ -16,13 +16,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import F, QuerySet
 from django.db.models.functions import Cast
 from pgvector import HalfVector
 from pgvector.django import CosineDistance, HalfVectorField
 
+from apps.core.bounds import bounds
 from apps.search.models import Chunk, EmbeddingModel
 from apps.workspaces.models import Tenant
 
@@ -41,7 +41,7 @@ def session_settings(*, sender: Any, connection: Any, **kwargs: Any) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false), set_config('hnsw.ef_search', %s, false)",
-            [str(settings.OPERATIONS["SEARCH_HNSW_EF_SEARCH"])],
+            [str(bounds.SEARCH_HNSW_EF_SEARCH)],
         )
 
 
@@ -61,7 +61,7 @@ def build_indexes(model: EmbeddingModel) -> list[str]:
 
     CREATE INDEX CONCURRENTLY: searches and the enricher go on while it builds (it cannot run in a
     transaction; the enricher calls it between batches)."""
-    threshold = settings.OPERATIONS["SEARCH_EXACT_MAX_CHUNKS"]
+    threshold = bounds.SEARCH_EXACT_MAX_CHUNKS
     built = []
     with connection.cursor() as cursor:
         cursor.execute(
@@ -106,7 +106,7 @@ def _by_message(rows: list[tuple[Any, float]], limit: int) -> list[Near]:
 def _row_counts(limit: int) -> list[int]:
     """How many chunk rows to ask for to find `limit` messages: a few more first (most messages bring one chunk
     near a query), then as many as SEARCH_CHUNKS_MAX (up to 4) a message, when the first rows fell short."""
-    per_message = min(settings.OPERATIONS["SEARCH_CHUNKS_MAX"], 4)
+    per_message = min(bounds.SEARCH_CHUNKS_MAX, 4)
     return sorted({min(limit + limit // 2, limit * per_message), limit * per_message})
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from apps.core.bounds import bounds
 from apps.core.redis_client import redis_client
 from apps.mail.models import MailAccount, Message
 from apps.summaries import services
@@ -51,7 +52,7 @@ def opt_in(*, account: MailAccount, enabled: bool) -> bool:
 
 
 def _take(tenant: Tenant, wanted: int) -> int:
-    limit = settings.OPERATIONS["SUMMARIES_NEW_MAIL_PER_HOUR"]
+    limit = bounds.SUMMARIES_NEW_MAIL_PER_HOUR
     key = _BUDGET_KEY.format(tenant=tenant.pk, hour=int(time.time() // 3600))
     return int(redis_client().eval(_TAKE, 1, key, wanted, limit))
 

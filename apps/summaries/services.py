@@ -27,11 +27,11 @@ from typing import Any
 from celery import current_app, group, signature
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult, ResultSet
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.mail.models import Message
 from apps.summaries.models import Scope, State, Summary, SummarySource
@@ -80,7 +80,7 @@ def thread_job(messages: Sequence[Message]) -> Job:
 
 
 def current_identity() -> Identity:
-    return current_summarizer().identity(settings.OPERATIONS["SUMMARY_MAX_CHARS"])
+    return current_summarizer().identity(bounds.SUMMARY_MAX_CHARS)
 
 
 def workers_away() -> OakenError:
@@ -214,7 +214,7 @@ def publish(signatures: list[Any]) -> None:
 
 def _claim_all(tenant: Tenant, identity: Identity, jobs: Sequence[Job]) -> tuple[list[Summary], list[Summary]]:
     """(the rows this call claimed, the pending rows other calls own) for the jobs the cache lacks."""
-    cutoff = timezone.now() - timedelta(seconds=settings.OPERATIONS["SUMMARY_PENDING_MAX_SECONDS"])
+    cutoff = timezone.now() - timedelta(seconds=bounds.SUMMARY_PENDING_MAX_SECONDS)
     rows = _rows(tenant, identity, jobs)
     mine: list[Summary] = []
     waited: list[Summary] = []
@@ -329,7 +329,7 @@ def run(summary_id: str, *, task_id: str | None) -> str:
     row = Summary.objects.unscoped().filter(pk=summary_id).select_related("tenant").first()
     if row is None or row.state != State.PENDING or row.task_id != task_id:
         return "skipped"
-    limit = settings.OPERATIONS["SUMMARY_MAX_CHARS"]
+    limit = bounds.SUMMARY_MAX_CHARS
     summarizer = current_summarizer()
     if summarizer.identity(limit) != Identity(row.kind, row.model, row.prompt_version):
         return _finish(row, State.FAILED, reason="the summarizer changed while this waited")

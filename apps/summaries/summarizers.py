@@ -10,6 +10,7 @@ from typing import Protocol
 
 from django.conf import settings
 
+from apps.core.bounds import bounds
 from apps.search.chunks import own_text
 from apps.summaries import llm, textrank
 
@@ -85,7 +86,7 @@ _lock = threading.Lock()
 def current_summarizer() -> Summarizer:
     """The summarizer the settings name, built once per process (and again when the settings change)."""
     with _lock:
-        return _build(tuple(sorted(settings.SUMMARIES.items())), settings.OPERATIONS["TEXT_MAX_CHARS"])
+        return _build(tuple(sorted(settings.SUMMARIES.items())), bounds.TEXT_MAX_CHARS)
 
 
 @lru_cache(maxsize=4)

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
+from apps.core.bounds import bounds
 from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
@@ -136,7 +136,7 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
     smtp: smtplib.SMTP | None = None
     data_begun = False
     try:
-        smtp = _smtp(credentials, settings.OPERATIONS["SMTP_TIMEOUT_SECONDS"])
+        smtp = _smtp(credentials, bounds.SMTP_TIMEOUT_SECONDS)
         code, _ = smtp.mail(request.sender)
         if code != 250:
             return Outcome("temporary", "sender_deferred") if _temporary(code) else Outcome("refused", "sender_refused")
@@ -345,9 +345,8 @@ def sweep(now: Any = None) -> dict[str, int]:
     """Hand a worker the queued requests that are available and not handed since (a retry whose time came, a
     task that was lost); take back claims of workers gone silent (before DATA: queued again; after: unknown)."""
     now = now or timezone.now()
-    bounds = settings.OPERATIONS
-    lost_before = now - timedelta(seconds=bounds["OUTBOX_REQUEUE_SECONDS"])
-    stale_before = now - timedelta(seconds=bounds["SENDING_STALE_SECONDS"])
+    lost_before = now - timedelta(seconds=bounds.OUTBOX_REQUEUE_SECONDS)
+    stale_before = now - timedelta(seconds=bounds.SENDING_STALE_SECONDS)
     counts = {"requeued": 0, "reclaimed": 0, "unknown": 0}
     waiting = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=lost_before)
     entries = OutboxEntry.objects.unscoped().filter(waiting, request__state=State.QUEUED, available_at__lte=now)

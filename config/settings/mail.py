@@ -20,19 +20,7 @@ MAIL_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_MAIL_ALLOW_PRIVATE_HOSTS", False)
 LOGIN_URL = "/accounts/sign-in"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/sign-in"
-# sign-in (apps/accounts/signin.py): this many failures for one address from one client within the window lock
-# that address for that client until the window ends; other clients are not held back
-SIGN_IN_MAX_FAILURES = env_int("OAKEN_SIGN_IN_MAX_FAILURES", 5, minimum=1)
-SIGN_IN_WINDOW_SECONDS = env_int("OAKEN_SIGN_IN_WINDOW_SECONDS", 900, minimum=60)
-# …and this many failures for one address from all clients together slow it, never lock it: one attempt per
-# SIGN_IN_SLOW_SECONDS, from any client, until the window ends
-SIGN_IN_ADDRESS_CEILING = env_int("OAKEN_SIGN_IN_ADDRESS_CEILING", 50, minimum=1)
-SIGN_IN_SLOW_SECONDS = env_int("OAKEN_SIGN_IN_SLOW_SECONDS", 30, minimum=1)
+# the sign-in and account-mail throttles are bounds: SIGN_IN_* and ACCOUNT_MAIL_* in OPERATIONS (operations.py)
 EMAIL_VERIFICATION_MAX_AGE_SECONDS = env_int("OAKEN_EMAIL_VERIFICATION_MAX_AGE", 3 * 24 * 3600, minimum=600)
-# mail sent on request (sign-up, password reset): at most this many per address, and per client address, within
-# the window; past either bound the page answers as usual and nothing is sent
-ACCOUNT_MAIL_PER_ADDRESS = env_int("OAKEN_ACCOUNT_MAIL_PER_ADDRESS", 3, minimum=1)
-ACCOUNT_MAIL_PER_CLIENT = env_int("OAKEN_ACCOUNT_MAIL_PER_CLIENT", 20, minimum=1)
-ACCOUNT_MAIL_WINDOW_SECONDS = env_int("OAKEN_ACCOUNT_MAIL_WINDOW_SECONDS", 3600, minimum=60)
 # mail files uploaded in the console for an import (upload_import), kept until their import ends
 IMPORT_UPLOAD_DIR = str(data_dir() / "imports")

@@ -17,10 +17,7 @@ OAUTH_CONNECTION_DEFAULT_HOURS = 24
 OAUTH_CONSENT_MAX_AGE_SECONDS = env_int("OAKEN_OAUTH_CONSENT_MAX_AGE_SECONDS", 1800, minimum=60)
 # a dynamically registered client that never completed a connection is removed after this long
 OAUTH_UNUSED_CLIENT_HOURS = env_int("OAKEN_OAUTH_UNUSED_CLIENT_HOURS", 24, minimum=1)
-# open registration: at most this many registrations per client address per hour
-OAUTH_REGISTRATIONS_PER_HOUR = env_int("OAKEN_OAUTH_REGISTRATIONS_PER_HOUR", 30, minimum=1)
-# …and at most this many in all per hour, so a flood spread over many addresses cannot grow the table unbounded
-OAUTH_REGISTRATIONS_ALL_PER_HOUR = env_int("OAKEN_OAUTH_REGISTRATIONS_ALL_PER_HOUR", 2000, minimum=1)
+# the open registration throttles are bounds: OAUTH_REGISTRATIONS_* in OPERATIONS (operations.py)
 # redirect URI schemes native clients use besides https and loopback http (RFC 8252 private-use schemes)
 OAUTH_NATIVE_REDIRECT_SCHEMES = env_list(
     "OAKEN_OAUTH_NATIVE_REDIRECT_SCHEMES", ["cursor", "vscode", "vscode-insiders", "windsurf", "zed"]

@@ -70,6 +70,23 @@ OPERATIONS = {
     "WORKSPACES_MAX": _tunable("WORKSPACES_MAX", 100, minimum=1),
     "INVITATIONS_OPEN_MAX": _tunable("INVITATIONS_OPEN_MAX", 100, minimum=1),
     "INVITATION_TTL_DAYS": _tunable("INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
+    # sign-in (apps/accounts/signin.py): this many failures for one address from one client within the window
+    # lock that address for that client until the window ends; other clients are not held back; and this many
+    # failures for one address from all clients together slow it, never lock it: one attempt per
+    # SIGN_IN_SLOW_SECONDS, from any client, until the window ends
+    "SIGN_IN_MAX_FAILURES": _tunable("SIGN_IN_MAX_FAILURES", 5, minimum=1),
+    "SIGN_IN_WINDOW_SECONDS": _tunable("SIGN_IN_WINDOW_SECONDS", 900, minimum=60),
+    "SIGN_IN_ADDRESS_CEILING": _tunable("SIGN_IN_ADDRESS_CEILING", 50, minimum=1),
+    "SIGN_IN_SLOW_SECONDS": _tunable("SIGN_IN_SLOW_SECONDS", 30, minimum=1),
+    # mail sent on request (sign-up, password reset): at most this many per address, and per client address,
+    # within the window; past either bound the page answers as usual and nothing is sent
+    "ACCOUNT_MAIL_PER_ADDRESS": _tunable("ACCOUNT_MAIL_PER_ADDRESS", 3, minimum=1),
+    "ACCOUNT_MAIL_PER_CLIENT": _tunable("ACCOUNT_MAIL_PER_CLIENT", 20, minimum=1),
+    "ACCOUNT_MAIL_WINDOW_SECONDS": _tunable("ACCOUNT_MAIL_WINDOW_SECONDS", 3600, minimum=60),
+    # OAuth open registration: at most this many registrations per client address per hour, and this many in
+    # all per hour, so a flood spread over many addresses cannot grow the table unbounded
+    "OAUTH_REGISTRATIONS_PER_HOUR": _tunable("OAUTH_REGISTRATIONS_PER_HOUR", 30, minimum=1),
+    "OAUTH_REGISTRATIONS_ALL_PER_HOUR": _tunable("OAUTH_REGISTRATIONS_ALL_PER_HOUR", 2000, minimum=1),
     # requests one agent credential (API key or connection) may make to /mcp per minute
     "MCP_REQUESTS_PER_MINUTE": _tunable("MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
     # how long the requestState of an MCP input_required answer (URL elicitation) may come back with the repeat

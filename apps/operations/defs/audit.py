@@ -330,7 +330,7 @@ def _position(after: object, upto: object) -> tuple[int, int]:
     bounds=(Bound("limit", "AUDIT_EXPORT_PAGE_MAX"),),
 )
 def export_audit_chain(ctx: Context, data: ExportIn) -> ExportOut:
-    size = data.limit or ctx.bounds["AUDIT_EXPORT_PAGE_MAX"]
+    size = data.limit or ctx.bounds.AUDIT_EXPORT_PAGE_MAX
     # the export is of the chain as it was at its first page: the export's own calls come after it
     after, upto = read_cursor(data.cursor or None, 2, _position) or (0, head_seq(ctx.tenant.pk))
     rows = list(AuditEvent.objects.for_tenant(ctx.tenant).filter(seq__gt=after, seq__lte=upto).order_by("seq")[:size])

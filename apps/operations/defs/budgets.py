@@ -123,7 +123,7 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
     ids: dict[str, list[uuid.UUID]] = defaultdict(list)
     for kind, bid in page:
         ids[kind].append(bid)
-    limit = ctx.bounds["SEND_RECIPIENTS_PER_HOUR"]
+    limit = ctx.bounds.SEND_RECIPIENTS_PER_HOUR
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for key in ApiKey.objects.for_tenant(ctx.tenant).filter(pk__in=ids["apikey"]).select_related("user"):
         found["apikey", str(key.pk)] = {

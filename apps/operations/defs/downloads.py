@@ -41,7 +41,7 @@ def _the_attachment(ctx: Context, data: AttachmentIn) -> Attachment:
 )
 def get_attachment(ctx: Context, data: AttachmentIn) -> AttachmentFileOut:
     found: Attachment = ctx.targets
-    if found.size > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
+    if found.size > ctx.bounds.RAW_MESSAGE_MAX_BYTES:
         raise OakenError("LIMIT_EXCEEDED", "the attachment is larger than the raw-message bound")
     file = attachment_file(tenant=ctx.tenant, attachment=found)
     return AttachmentFileOut.of(file, content_type=media_type(file.content_type), message_id=str(found.message_id))
@@ -69,7 +69,7 @@ class RawOut(Closed):
 def get_raw_message(ctx: Context, data: MessageIn) -> RawOut:
     message: Message = ctx.targets
     content = raw_message_bytes(tenant=ctx.tenant, message=message)
-    if len(content) > ctx.bounds["RAW_MESSAGE_MAX_BYTES"]:
+    if len(content) > ctx.bounds.RAW_MESSAGE_MAX_BYTES:
         raise OakenError("LIMIT_EXCEEDED", "the raw message is larger than the raw-message bound")
     return RawOut(
         message_id=str(message.pk),

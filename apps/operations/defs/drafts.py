@@ -57,7 +57,7 @@ class DraftOut(Closed):
 
 
 def draft_out(ctx: Context, draft: Draft) -> DraftOut:
-    body, truncated, length = cut(draft.body, ctx.bounds["TEXT_MAX_CHARS"])
+    body, truncated, length = cut(draft.body, ctx.bounds.TEXT_MAX_CHARS)
     files = draft_files(tenant=ctx.tenant, draft=draft)
     return DraftOut(
         id=str(draft.pk),
@@ -86,10 +86,8 @@ def draft_of(ctx: Context, draft_id: str) -> Draft:
 
 
 def _check_body(ctx: Context, body: str | None) -> None:
-    if body is not None and len(body) > ctx.bounds["SEND_BODY_MAX_CHARS"]:
-        raise OakenError(
-            "LIMIT_EXCEEDED", f"body: at most {ctx.bounds['SEND_BODY_MAX_CHARS']} characters", field="body"
-        )
+    if body is not None and len(body) > ctx.bounds.SEND_BODY_MAX_CHARS:
+        raise OakenError("LIMIT_EXCEEDED", f"body: at most {ctx.bounds.SEND_BODY_MAX_CHARS} characters", field="body")
 
 
 # ---------------------------------------------------------------- create_draft
@@ -280,7 +278,7 @@ def list_drafts(ctx: Context, data: ListDraftsIn) -> DraftsOut:
     drafts = drafts_in_reach(reach=reach(ctx))
     if account is not None:
         drafts = drafts.filter(account_id=account.pk)
-    limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    limit = data.limit or ctx.bounds.PAGE_SIZE_DEFAULT
     return DraftsOut(drafts=[draft_out(ctx, d) for d in drafts.order_by("-updated_at")[:limit]])
 
 

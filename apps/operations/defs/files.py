@@ -66,14 +66,14 @@ def _new_file(ctx: Context, item: AttachmentIn, field: str) -> tuple[str, str, b
     return (
         name,
         ctype,
-        decode_base64(item.content_base64, f"{field}.content_base64", ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]),
+        decode_base64(item.content_base64, f"{field}.content_base64", ctx.bounds.SEND_ATTACHMENT_MAX_BYTES),
     )
 
 
 def _stored_file(ctx: Context, attachment_id: str, field: str) -> tuple[str, str, bytes]:
     """An attachment of a message in the caller's reach, held to the sending bound per file."""
     found = access_attachment_by_id(attachment_id, reach=reach(ctx), field=field)
-    limit = ctx.bounds["SEND_ATTACHMENT_MAX_BYTES"]
+    limit = ctx.bounds.SEND_ATTACHMENT_MAX_BYTES
     if found.size > limit:
         raise OakenError("LIMIT_EXCEEDED", f"{field}: at most {limit} bytes per file", field=field)
     file = attachment_file(tenant=ctx.tenant, attachment=found)

@@ -320,7 +320,7 @@ def get_import(ctx: Context, data: GetImportIn) -> ImportDetailOut:
     """The failures name where each message was in the file and why it failed, never its content; at most
     PAGE_SIZE_MAX of them (failures_truncated says when there are more)."""
     run = access_import_by_id(data.import_id, tenant=ctx.tenant)
-    limit = ctx.bounds["PAGE_SIZE_MAX"]
+    limit = ctx.bounds.PAGE_SIZE_MAX
     rows = import_failures(tenant=ctx.tenant, run=run, limit=limit + 1)
     return ImportDetailOut.model_validate(
         {**_job(run), "failures": rows[:limit], "failures_truncated": len(rows) > limit}

@@ -281,8 +281,8 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
     return message_detail(
         data.message_id,
         reach=reach(ctx),
-        text_max=ctx.bounds["TEXT_MAX_CHARS"],
-        attachments_max=ctx.bounds["MESSAGE_ATTACHMENTS_MAX"],
+        text_max=ctx.bounds.TEXT_MAX_CHARS,
+        attachments_max=ctx.bounds.MESSAGE_ATTACHMENTS_MAX,
         extra=cached_text_column("m.tenant_id", "m.content_hash"),
     )
 
@@ -338,7 +338,7 @@ class MessageHtmlOut(Closed):
 def get_message_html(ctx: Context, data: MessageHtmlIn) -> MessageHtmlOut:
     """For a person's eyes (the console): an agent reads the text part with get_message."""
     message: Message = ctx.targets
-    source, truncated, length = cut(message.html_body, ctx.bounds["HTML_MAX_CHARS"])
+    source, truncated, length = cut(message.html_body, ctx.bounds.HTML_MAX_CHARS)
     safe = sanitize(source, remote_images=data.remote_images)
     return MessageHtmlOut(
         message_id=str(message.pk),
@@ -369,7 +369,7 @@ def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
     """The thread's messages, one more than the bound (to tell it was cut), read before the call's transaction
     opens (gather), as list_messages reads its page."""
     thread: Thread = ctx.targets
-    return summaries(reach(ctx), {"thread": thread.pk}, order="oldest", limit=ctx.bounds["THREAD_MAX_MESSAGES"] + 1)
+    return summaries(reach(ctx), {"thread": thread.pk}, order="oldest", limit=ctx.bounds.THREAD_MAX_MESSAGES + 1)
 
 
 @operation(
@@ -384,7 +384,7 @@ def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
-    limit = ctx.bounds["THREAD_MAX_MESSAGES"]
+    limit = ctx.bounds.THREAD_MAX_MESSAGES
     messages = ctx.gathered
     return ThreadMessagesOut.model_validate(
         {

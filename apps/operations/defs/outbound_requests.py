@@ -160,7 +160,7 @@ def _email_content(ctx: Context, data: SendEmailIn) -> requests.Content:
     account = _sending_account(ctx, data.account_id)
     in_reply_to, references = drafts.thread_of(account, data.in_reply_to)
     found = recipients(data.to, data.cc, data.bcc)
-    check_recipient_limit(found, ctx.bounds["SEND_RECIPIENTS_MAX"])
+    check_recipient_limit(found, ctx.bounds.SEND_RECIPIENTS_MAX)
     content = requests.checked(
         requests.Content(
             account=account,

@@ -75,7 +75,7 @@ class RejectIn(RequestIn):
 
 
 def _rejection(ctx: Context, data: RejectIn) -> OutboundRequest:
-    limit = ctx.bounds["REJECT_REASON_MAX_CHARS"]
+    limit = ctx.bounds.REJECT_REASON_MAX_CHARS
     if data.reason is not None and len(data.reason.strip()) > limit:
         raise OakenError("LIMIT_EXCEEDED", f"reason: at most {limit} characters", field="reason")
     return the_request(ctx, data)
@@ -194,7 +194,7 @@ def outbound_detail(
     ctx: Context, request: OutboundRequest, *, whole: bool = False, facts: PageFacts | None = None
 ) -> OutboundDetail:
     body, truncated, length = (
-        (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds["TEXT_MAX_CHARS"])
+        (request.body, False, len(request.body)) if whole else cut(request.body, ctx.bounds.TEXT_MAX_CHARS)
     )
     if facts is None:
         facts = page_facts(tenant=ctx.tenant, rows=[request])
@@ -245,7 +245,7 @@ def list_outbound(ctx: Context, data: ListOutboundIn) -> OutboundListOut:
     after = read_cursor(data.cursor, 2, _position)
     if after is not None:
         rows = rows.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], pk__lt=after[1]))
-    limit = data.limit or ctx.bounds["PAGE_SIZE_DEFAULT"]
+    limit = data.limit or ctx.bounds.PAGE_SIZE_DEFAULT
     page, next_cursor = cut_page(
         rows.order_by("-created_at", "-pk")[: limit + 1], limit, lambda r: (r.created_at.isoformat(), str(r.pk))
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from pydantic import BaseModel, Field
 
+from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
@@ -56,12 +56,11 @@ def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[s
     found = ctx.targets
     if not reads or not isinstance(found, Message | MailAccount):
         return []
-    bounds = settings.OPERATIONS
     limit = data.model_dump().get("limit")
-    most = bounds["PLUGIN_MAX_PARTS"]
+    most = bounds.PLUGIN_MAX_PARTS
     if isinstance(limit, int) and limit > 0:
         most = min(limit, most)
-    cut = bounds["PLUGIN_PART_MAX_BYTES"]
+    cut = bounds.PLUGIN_PART_MAX_BYTES
     own = {kind for kind in reads if kind in (MESSAGE_TEXT, MESSAGE_HEADERS)}
     types = [kind for kind in reads if kind not in own]
     # (date, message, kind, place): newest message first; in a message its headers, its text, its attachments

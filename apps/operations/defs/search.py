@@ -7,9 +7,9 @@ from datetime import date, datetime, time
 from functools import lru_cache
 from typing import Literal
 
-from django.conf import settings
 from pydantic import Field, field_validator
 
+from apps.core.bounds import bounds
 from apps.core.pages import encode_cursor, read_cursor
 from apps.mail.reads import summaries
 from apps.operations.context import Context
@@ -122,9 +122,8 @@ def search(ctx: Context, data: SearchIn) -> SearchOut:
         after=_day_start(data.after, data.tz),
         before=_day_start(data.before, data.tz),
     )
-    bounds = settings.OPERATIONS
-    deepest = bounds["SEARCH_MAX_RESULTS"]
-    wanted = min(max(bounds["SEARCH_CANDIDATES"], offset + size + 1), deepest)
+    deepest = bounds.SEARCH_MAX_RESULTS
+    wanted = min(max(bounds.SEARCH_CANDIDATES, offset + size + 1), deepest)
     complete = True
     ranking: list[queries.Fused] = []
     if offset < deepest:
@@ -135,10 +134,10 @@ def search(ctx: Context, data: SearchIn) -> SearchOut:
         if data.mode == "hybrid":
             ranking = queries.fuse(
                 [
-                    ("keyword", words, bounds["SEARCH_KEYWORD_WEIGHT"] / 100),
-                    ("semantic", meaning, bounds["SEARCH_SEMANTIC_WEIGHT"] / 100),
+                    ("keyword", words, bounds.SEARCH_KEYWORD_WEIGHT / 100),
+                    ("semantic", meaning, bounds.SEARCH_SEMANTIC_WEIGHT / 100),
                 ],
-                bounds["SEARCH_RRF_K"],
+                bounds.SEARCH_RRF_K,
             )
         else:
             ranking = queries.single(data.mode, words or meaning)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Self
+from typing import Annotated, Self
 
 from django.conf import settings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from apps.core.bidi import mark_bidi_controls
+from apps.core.bounds import Bounds, bounds
 from apps.mail.models import Folder
 from apps.mail.selectors import StoredFile
 
@@ -40,7 +40,7 @@ def _capped(value: str) -> str:
     """At most MAIL_FIELD_MAX_CHARS, the mark included (so a value checked twice is cut once)."""
     if len(value) <= _never_cut():
         return value
-    limit = settings.OPERATIONS["MAIL_FIELD_MAX_CHARS"]
+    limit = bounds.MAIL_FIELD_MAX_CHARS
     if len(value) <= limit:
         return value
     mark = CUT_MARK.format(length=len(value))
@@ -78,9 +78,9 @@ class Page(Closed):
     limit: int | None = Field(default=None, ge=1, description="page size (default and maximum are settings)")
     cursor: str | None = Field(default=None, max_length=500, description="from the previous page's next_cursor")
 
-    def size(self, bounds: Mapping[str, Any]) -> int:
+    def size(self, bounds: Bounds) -> int:
         """How many rows a page holds: the limit asked for (held to PAGE_SIZE_MAX by a Bound), or the default."""
-        return self.limit or bounds["PAGE_SIZE_DEFAULT"]
+        return self.limit or bounds.PAGE_SIZE_DEFAULT
 
 
 class MessageIds(Closed):

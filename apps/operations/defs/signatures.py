@@ -49,7 +49,7 @@ class SetSignatureIn(AccountIn):
 
 def _signed_account(ctx: Context, data: SetSignatureIn) -> MailAccount:
     account = account_of(ctx, data.account_id)
-    limit = ctx.bounds["SIGNATURE_MAX_CHARS"]
+    limit = ctx.bounds.SIGNATURE_MAX_CHARS
     if len(data.text) > limit:
         raise OakenError("LIMIT_EXCEEDED", f"text: a signature holds at most {limit} characters", field="text")
     return account

@@ -52,7 +52,7 @@ def state_fields(outcome: Outcome) -> dict[str, object]:
 
 
 def wait_seconds(ctx: Context) -> float:
-    return float(ctx.bounds["SUMMARY_WAIT_SECONDS"])
+    return float(ctx.bounds.SUMMARY_WAIT_SECONDS)
 
 
 def gather_jobs(ctx: Context, jobs: list[Job]) -> dict[tuple[str, str], Outcome]:
@@ -79,7 +79,7 @@ class ThreadWork(NamedTuple):
 
 def _thread_work(ctx: Context, data: ThreadIn) -> ThreadWork:
     thread = access_thread_by_id(data.thread_id, reach=reach(ctx))
-    limit = ctx.bounds["THREAD_MAX_MESSAGES"]
+    limit = ctx.bounds.THREAD_MAX_MESSAGES
     messages = list(
         Message.objects.for_tenant(ctx.tenant)
         .filter(thread=thread)

@@ -131,7 +131,7 @@ def _taken(ctx: Context, name: str) -> bool:
 
 
 def _check_room(ctx: Context) -> None:
-    most = ctx.bounds["WORKSPACES_MAX"]
+    most = ctx.bounds.WORKSPACES_MAX
     if Workspace.objects.for_tenant(ctx.tenant).count() >= most:
         raise OakenError("LIMIT_EXCEEDED", f"a tenant has at most {most} workspaces", field="name")
 
@@ -322,7 +322,7 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
     email = normalize_email(data.email)
     if Membership.objects.for_tenant(ctx.tenant).filter(user__email=email).exists():
         raise OakenError("CONFLICT", "email: this person is already a member of this tenant", field="email")
-    most = ctx.bounds["INVITATIONS_OPEN_MAX"]
+    most = ctx.bounds.INVITATIONS_OPEN_MAX
     others = [row for row in open_invitations(tenant=ctx.tenant) if row.email != email]
     if len(others) >= most:
         raise OakenError("LIMIT_EXCEEDED", f"a tenant has at most {most} open invitations", field="email")
@@ -330,7 +330,7 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
 
 def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
     email = normalize_email(data.email)
-    days = ctx.bounds["INVITATION_TTL_DAYS"]
+    days = ctx.bounds.INVITATION_TTL_DAYS
     changes = [Change("new invitation", None, {"email": email, "role": data.role, "expires_in_days": days})]
     changes += [
         Change(str(row.pk), {"open": True}, {"open": False})
@@ -367,7 +367,7 @@ def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, 
     callers=Callers.PERSONS,
 )
 def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
-    days = ctx.bounds["INVITATION_TTL_DAYS"]
+    days = ctx.bounds.INVITATION_TTL_DAYS
     issued = invite(
         tenant=ctx.tenant, actor=_user(ctx), email=data.email, role=data.role, now=ctx.now, ttl=timedelta(days=days)
     )
