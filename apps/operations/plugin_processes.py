@@ -6,7 +6,8 @@ tenant. Every request carries a random id; an answer with another id, a second l
 JSON answer end the process and fail the call, so nothing a process writes out of turn reaches a later caller.
 A process between calls is stopped (SIGSTOP), and one that has more threads after a call than when it was ready is
 not kept at all: a thread left running could write out of turn whenever the process runs again, and whether it
-does before or after the next answer is the scheduler's choice. The CPU time of each call
+does before or after the next answer is the scheduler's choice. Nor is one kept that does not answer a fence
+next (a line it was still to write for the call would otherwise meet the next caller). The CPU time of each call
 is measured from outside; a call past PLUGIN_CPU_SECONDS, PLUGIN_TIMEOUT_SECONDS or PLUGIN_ANSWER_MAX_BYTES
 ends its process. An Oaken process keeps at most PLUGIN_PROCESSES_MAX of them, PLUGIN_POOL_SIZE idle ones per
 plugin and tenant, and ends those idle for PLUGIN_IDLE_SECONDS.
@@ -34,6 +35,8 @@ log = logging.getLogger("oaken.plugins")
 Key = tuple[str, str]  # (plugin, tenant id; "" for the plugin's own work: describing, health)
 _TICKS = os.sysconf("SC_CLK_TCK")
 _ANSWER_KEYS = frozenset({"id", "ok", "result", "error"})
+# how long a process kept for later calls may take to answer the fence after a call (past it, it is not kept)
+FENCE_SECONDS = 1.0
 
 
 class PluginFailure(Exception):
@@ -136,6 +139,15 @@ class PluginProcess:
         ):
             raise PluginFailure("the plugin's answer was not the answer to its request", crashed=True)
         return answer
+
+    def fenced(self, timeout: float) -> bool:
+        """Whether it has finished its last turn: a fence asked now is the next thing it answers. A line it was
+        still to write for the call before (its own answer after a forged one, say) comes first and fails this,
+        rather than the next call."""
+        try:
+            return self.ask({"kind": "fence"}, timeout, cpu_seconds=timeout).get("result") == "fence"
+        except PluginFailure:
+            return False
 
     def cpu(self) -> float:
         """CPU seconds its interpreter has used (every thread's), read from outside."""
@@ -257,12 +269,14 @@ class Pools:
 
     def give(self, process: PluginProcess, *, cpu_seconds_life: float) -> None:
         """A process back after a good answer: kept, stopped, while its key has room, it has CPU time left and it
-        left no thread running that it did not have when it was ready."""
+        left no thread running that it did not have when it was ready, and it answers a fence next (it has written
+        everything it was to write for the call)."""
         self._forked()
         if (
             process.alive
             and process.cpu() < cpu_seconds_life / 2
             and 0 < process.threads() <= process.threads_when_ready
+            and process.fenced(FENCE_SECONDS)
         ):
             process.freeze()
             with self._lock:

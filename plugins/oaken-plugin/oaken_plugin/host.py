@@ -6,11 +6,13 @@ that holds no server address and no secret, one tenant's calls per process. Noth
 kernel does, and Oaken checks every answer. This module only speaks the protocol, JSON lines on stdin and
 stdout, every request and answer carrying the request's id:
 
-Requests: {"id", "kind": "describe"} | {"id", "kind": "health"} |
+Requests: {"id", "kind": "describe"} | {"id", "kind": "health"} | {"id", "kind": "fence"} |
           {"id", "kind": "preview", "operation", "input"} |
           {"id", "kind": "call", "operation", "input", "settings", "now", "parts"}
 Answers:  {"id", "ok": true, "result": ...} | {"id", "ok": false, "error": "<a built-in exception's name>"}
 
+A fence is answered at once ("fence"): Oaken asks one after each call, so that a line the process was still to
+write for that call comes before the fence's answer, never into the next call.
 The first line, once the plugin is imported, is {"id": "ready", "ok": true, "result": "ready"} (or the failure).
 What leaves the process for an exception is the name of the nearest built-in exception class it derives from,
 never its message (it could quote mail), nor a name of the plugin's choosing.
@@ -42,6 +44,8 @@ def _answer(plugin: Any, request: dict[str, Any]) -> Any:
     if not isinstance(plugin, Plugin):
         raise TypeError("the entry point does not name a Plugin")
     kind = request.get("kind")
+    if kind == "fence":
+        return "fence"
     if kind == "describe":
         return plugin.describe()
     if kind == "health":
