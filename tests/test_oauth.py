@@ -593,6 +593,32 @@ def test_a_person_no_longer_a_member_loses_the_connection(db: None, browser: Cli
     assert caller_for_token(tokens["access_token"], RESOURCE) is None
 
 
+def test_a_code_redeemed_by_another_request_while_this_one_checks_it_is_invalid_grant(
+    browser: Client, alice: Person, mallory: Person, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The toolkit reads the code's grant again after validating it: a concurrent redemption that used it in
+    between (here: right after validate_code) answers invalid_grant and voids the connection, never a 500."""
+    from oauth2_provider.models import Grant
+
+    from apps.oauth.validator import OakenValidator
+
+    auth = start(browser)
+    code = redirect_params(consent(browser, auth))["code"]
+    validate = OakenValidator.validate_code
+
+    def and_meanwhile_another_redeems(self: Any, client_id: str, code: str, *args: Any, **kwargs: Any) -> bool:
+        valid = validate(self, client_id, code, *args, **kwargs)
+        Grant.objects.filter(code=code).delete()
+        Connection.objects.for_tenant(alice.tenant).update(activated_at=timezone.now())
+        return valid
+
+    monkeypatch.setattr(OakenValidator, "validate_code", and_meanwhile_another_redeems)
+    response = exchange(Client(), auth, code)
+    assert (response.status_code, response.json()["error"]) == (400, "invalid_grant")
+    assert Connection.objects.for_tenant(alice.tenant).get().revoked_at is not None
+    assert not Connection.objects.for_tenant(mallory.tenant).exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_code_redeemed_concurrently_yields_one_token_and_then_revokes(alice: Person, mallory: Person) -> None:
     browser = Client()

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from oauth2_provider.models import AccessToken, RefreshToken
+from oauth2_provider.models import AccessToken, Grant, RefreshToken
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
@@ -48,6 +48,22 @@ def _revoke(connection: Connection, reason: str) -> None:
             append_internal_event("connection_revoked", tenant=connection.tenant, targets=[change])
 
 
+def _code_reused(code: str) -> None:
+    """A code redeemed before: whoever holds it now, what it issued is void."""
+    used = _connections().filter(code_hash=_digest(code), activated_at__isnull=False).first()
+    if used is not None:
+        _revoke(used, "code_reused")
+
+
+def _grant(code: str, client: Any, request: Any) -> Any:
+    """The code's grant; invalid_grant when it is gone (redeemed meanwhile)."""
+    grant = Grant.objects.filter(code=code, application=client).first()
+    if grant is None:
+        _code_reused(code)
+        raise errors.InvalidGrantError(request=request)
+    return grant
+
+
 class OakenValidator(OAuth2Validator):
     def save_authorization_code(
         self, client_id: str, code: dict[str, str], request: Any, *args: Any, **kwargs: Any
@@ -67,10 +83,23 @@ class OakenValidator(OAuth2Validator):
     def validate_code(self, client_id: str, code: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
         if super().validate_code(client_id, code, client, request, *args, **kwargs):
             return True
-        used = _connections().filter(code_hash=_digest(code), activated_at__isnull=False).first()
-        if used is not None:  # a code redeemed before: whoever holds it now, what it issued is void
-            _revoke(used, "code_reused")
+        _code_reused(code)
         return False
+
+    # The toolkit reads the code's grant again after validate_code (the redirect URI, the PKCE challenge): a
+    # concurrent redemption may have used and deleted it in between, which must answer invalid_grant (and void
+    # what the code issued), never a server error.
+
+    def confirm_redirect_uri(
+        self, client_id: str, code: str, redirect_uri: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        return _grant(code, client, request).redirect_uri_allowed(redirect_uri)
+
+    def get_code_challenge(self, code: str, request: Any) -> str | None:
+        return _grant(code, request.client, request).code_challenge or None
+
+    def get_code_challenge_method(self, code: str, request: Any) -> str | None:
+        return _grant(code, request.client, request).code_challenge_method or None
 
     def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
         valid = super().validate_refresh_token(refresh_token, client, request, *args, **kwargs)
