@@ -4,22 +4,18 @@ The membership rules (who may give which role, who may remove whom, that the las
 live in apps.workspaces.services: the handlers here call them, the data-scope checks call them
 before a proposal is made, and the lists report what they allow (`assignable_roles`, `can_remove`,
 `renamable`), so the console repeats none of them. What removing someone ends (their keys and
-connections) is the agents app's: remove_member calls it in the same transaction. Accepting an
-invitation is the one operation here for a person who is not a member yet (callers: invitees).
+connections) is the agents app's: remove_member calls it in the same transaction, so they end with the
+membership. Accepting an invitation is the one operation here for a person who is not a member yet
+(callers: invitees).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Annotated, Literal, cast
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
 from django.core.validators import validate_email
-from django.db import transaction
-from django.urls import reverse
 from pydantic import Field, StringConstraints
 
 from apps.accounts.models import User, normalize_email
@@ -29,7 +25,6 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Role
-from apps.core.links import absolute_url
 from apps.mail.selectors import account_count, account_counts_by_workspace
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
@@ -343,19 +338,6 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
     return Preview(tuple(changes), f"E-mail {email} a link to join this tenant as {data.role}, valid {days} days.")
 
 
-def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int) -> None:
-    link = absolute_url(reverse("invitation", args=[token]))
-    tenant = " ".join(tenant_name.split())  # one line, whatever the name holds
-    send_mail(
-        f"Invitation to join {tenant} on Oaken",
-        f"{inviter} invited you to join {tenant} on Oaken as {role}.\n\n"
-        f"Sign in (or sign up) with this address, then follow this link to accept:\n\n{link}\n\n"
-        f"It works once, for {days} days. If you did not expect this, ignore this message.",
-        settings.DEFAULT_FROM_EMAIL,
-        [email],
-    )
-
-
 @operation(
     name="invite_member",
     summary="Invite someone by e-mail as MEMBER, ADMIN or (by an OWNER) OWNER; the link works once, for 7 days.",
@@ -378,20 +360,6 @@ def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
         ctx.touch(old.pk, {"open": True}, {"open": False})
     row = issued.invitation
     ctx.touch(row.pk, None, {"email": row.email, "role": row.role})
-    # only once the invitation is committed; a mail server that fails is logged, and the
-    # invitation stays listed, so it can be sent again
-    transaction.on_commit(
-        partial(
-            _send_invitation,
-            email=row.email,
-            token=issued.token,
-            inviter=_user(ctx).email,
-            tenant_name=ctx.tenant.name,
-            role=row.role,
-            days=days,
-        ),
-        robust=True,
-    )
     return _invitation_out(ctx, row)
 
 
