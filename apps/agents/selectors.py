@@ -4,6 +4,7 @@ the tenant's for an ADMIN. Another tenant's id, or one hidden from the actor, is
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
@@ -60,3 +61,20 @@ def access_application_by_client_id(client_id: str, *, redirect_uri: str) -> App
     if app is None or not app.redirect_uri_allowed(redirect_uri):
         raise OakenError.not_found("client_id")
     return app
+
+
+def api_keys_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID], with_user: bool = False) -> QuerySet[ApiKey]:
+    """The tenant's API keys with these ids, revoked ones too (with each one's person when `with_user`)."""
+    rows = ApiKey.objects.for_tenant(tenant).filter(pk__in=ids)
+    return rows.select_related("user") if with_user else rows
+
+
+def connections_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID], with_user: bool = False) -> QuerySet[Connection]:
+    """The tenant's connections with these ids, revoked ones too (with each one's person when `with_user`)."""
+    rows = Connection.objects.for_tenant(tenant).filter(pk__in=ids)
+    return rows.select_related("user") if with_user else rows
+
+
+def unrevoked_keys_naming(*, tenant: Tenant, workspace: str) -> int:
+    """How many of the tenant's API keys not revoked list this workspace name."""
+    return ApiKey.objects.for_tenant(tenant).filter(revoked_at__isnull=True, workspaces__contains=[workspace]).count()

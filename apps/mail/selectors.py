@@ -8,11 +8,11 @@ exactly like an id that does not exist; an id in a workspace the caller was not 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -239,3 +239,54 @@ def account_names(*, reach: Reach, account: MailAccount | None = None) -> list[t
     if account is not None:
         accounts = accounts.filter(pk=account.pk)
     return list(accounts.values_list("id", "name"))
+
+
+def account_count(*, tenant: Tenant, workspace: Workspace) -> int:
+    """How many mail accounts the workspace holds."""
+    return MailAccount.objects.for_tenant(tenant).filter(workspace=workspace).count()
+
+
+def account_counts_by_workspace(*, tenant: Tenant) -> dict[uuid.UUID, int]:
+    """How many mail accounts each of the tenant's workspaces holds (those with none are left out)."""
+    accounts = MailAccount.objects.for_tenant(tenant).values_list("workspace_id").annotate(n=Count("pk"))
+    return dict(accounts.order_by())
+
+
+def newest_messages_of(*, tenant: Tenant, found: Message | MailAccount, limit: int) -> QuerySet[Message]:
+    """The message itself, or the account's messages, newest first, at most `limit`."""
+    messages = Message.objects.for_tenant(tenant)
+    messages = messages.filter(pk=found.pk) if isinstance(found, Message) else messages.filter(account=found)
+    return messages.order_by("-date", "-id")[:limit]
+
+
+def newest_attachments_of(
+    *, tenant: Tenant, found: Message | MailAccount, content_types: Sequence[str], limit: int
+) -> QuerySet[Attachment]:
+    """The attachments of these types of the message, or of the account's messages, newest message first, each
+    with its message, at most `limit`."""
+    rows = Attachment.objects.for_tenant(tenant).filter(content_type__in=content_types).select_related("message")
+    rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
+    return rows.order_by("-message__date", "-message_id", "id")[:limit]
+
+
+def thread_messages(*, tenant: Tenant, thread: Thread, limit: int) -> list[Message]:
+    """The thread's first messages, oldest first, at most `limit` (their id, content hash and date only)."""
+    return list(
+        Message.objects.for_tenant(tenant)
+        .filter(thread=thread)
+        .only("id", "content_hash", "date")
+        .order_by("date", "id")[:limit]
+    )
+
+
+def names_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
+    """What each of these ids is in the tenant's mail store: (kind, name). Only an account is named; a message,
+    thread or label is not, as its subject or name is a stranger's text."""
+    found: dict[uuid.UUID, tuple[str, str | None]] = {}
+    for pk, name in MailAccount.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", "name"):
+        found[pk] = ("account", name)
+    unnamed: tuple[tuple[str, Any], ...] = (("message", Message), ("thread", Thread), ("label", Label))
+    for kind, model in unnamed:
+        for pk in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
+            found[pk] = (kind, None)
+    return found

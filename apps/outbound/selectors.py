@@ -8,12 +8,12 @@ the tenant's); an agent sees only the requests made through its own credential, 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import QuerySet
-from django.db.models.functions import Length
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Cast, Length
 
 from apps.accounts.models import Signature
 from apps.agents.models import ApiKey, Connection
@@ -24,7 +24,7 @@ from apps.core.kinds import Principal
 from apps.mail.models import Attachment, MailAccount, Message
 from apps.mail.selectors import Reach, StoredFile, access_account_by_id, stored_file
 from apps.outbound.execution import retry_times
-from apps.outbound.models import Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
+from apps.outbound.models import BudgetUsage, Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
 from apps.workspaces.models import Tenant
 
 # the states of a request that is still to be sent (or being sent): its draft is not edited by an agent meanwhile
@@ -213,3 +213,39 @@ def access_draft_file_by_id(attachment_id: str, *, tenant: Tenant, draft: Draft,
     if found is None:
         raise OakenError.not_found(field)
     return StoredFile(found[0], found[1], found[2], bytes(found[3]))
+
+
+def send_policies_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> QuerySet[SendPolicy]:
+    """The tenant's send policies with these ids, each with who made it."""
+    return SendPolicy.objects.for_tenant(tenant).filter(pk__in=ids).select_related("created_by")
+
+
+def used_lately(*, tenant: Tenant, kind: str, since: datetime, column: str = "pk") -> Exists:
+    """A condition on an outer row: its budget (its `column`, of this kind) used something since `since`."""
+    return Exists(
+        BudgetUsage.objects.for_tenant(tenant).filter(
+            kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since
+        )
+    )
+
+
+def budget_usage_since(*, tenant: Tenant, budgets: Iterable[tuple[str, str]], since: datetime) -> QuerySet[BudgetUsage]:
+    """The rolled-up hours of these budgets, (kind, id) each, from `since` on."""
+    budgets = list(budgets)
+    which = Q()
+    for kind in {k for k, _ in budgets}:
+        which |= Q(kind=kind, budget_id__in=[b for k, b in budgets if k == kind])
+    return BudgetUsage.objects.for_tenant(tenant).filter(which, window_start__gte=since)
+
+
+def names_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
+    """What each of these ids is among the tenant's send policies, drafts and outbound requests: (kind, name).
+    Only a policy is named; a draft or request is not, as its subject is mail text."""
+    found: dict[uuid.UUID, tuple[str, str | None]] = {}
+    for pk, name in SendPolicy.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", "name"):
+        found[pk] = ("send policy", name)
+    unnamed: tuple[tuple[str, Any], ...] = (("draft", Draft), ("outbound request", OutboundRequest))
+    for kind, model in unnamed:
+        for pk in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
+            found[pk] = (kind, None)
+    return found

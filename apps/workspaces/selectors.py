@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from functools import cache
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from apps.accounts.models import User, normalize_email
+from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
+from apps.core.kinds import Role
 from apps.core.rows import binary_rows, fields_of
 from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 
@@ -141,3 +145,59 @@ def access_open_invitation_by_id(invitation_id: str, *, tenant: Tenant, lock: bo
     if row is None:
         raise OakenError.not_found("invitation_id")
     return row
+
+
+def workspaces_by_name(*, tenant: Tenant) -> QuerySet[Workspace]:
+    return Workspace.objects.for_tenant(tenant).order_by("name")
+
+
+def workspace_name_in_use(*, tenant: Tenant, name: str) -> bool:
+    return Workspace.objects.for_tenant(tenant).filter(name=name).exists()
+
+
+def workspace_count(*, tenant: Tenant) -> int:
+    return Workspace.objects.for_tenant(tenant).count()
+
+
+def members_in_order(*, tenant: Tenant) -> QuerySet[Membership]:
+    """The tenant's memberships with their people, oldest first."""
+    return Membership.objects.for_tenant(tenant).select_related("user").order_by("created_at", "pk")
+
+
+def members_by_user_ids(*, tenant: Tenant, user_ids: Collection[uuid.UUID]) -> QuerySet[Membership]:
+    """The tenant's memberships of these people, with each person."""
+    return Membership.objects.for_tenant(tenant).filter(user_id__in=user_ids).select_related("user")
+
+
+def is_member_by_email(*, tenant: Tenant, email: str) -> bool:
+    """Whether a person with this (normalized) address already belongs to the tenant."""
+    return Membership.objects.for_tenant(tenant).filter(user__email=email).exists()
+
+
+def owner_count(*, tenant: Tenant) -> int:
+    return Membership.objects.for_tenant(tenant).filter(role=Role.OWNER).count()
+
+
+def invitation_with_inviter(*, tenant: Tenant, invitation_id: uuid.UUID) -> Invitation:
+    """The tenant's invitation by an id already resolved, with who sent it."""
+    return Invitation.objects.for_tenant(tenant).select_related("invited_by").get(pk=invitation_id)
+
+
+def names_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
+    """What each of these ids is among the tenant's workspaces and invitations: (kind, name or address)."""
+    found: dict[uuid.UUID, tuple[str, str]] = {}
+    for pk, name in Workspace.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", "name"):
+        found[pk] = ("workspace", name)
+    for pk, email in Invitation.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", "email"):
+        found[pk] = ("invitation", email)
+    return found
+
+
+def visible_members(*, tenant: Tenant, actor: Caller) -> QuerySet[Membership]:
+    """The tenant's memberships as the actor sees them: their own, or every one for an ADMIN."""
+    return Membership.objects.for_tenant(tenant).visible_to(actor)
+
+
+def membership_of(*, tenant: Tenant, user: User) -> Membership:
+    """The person's membership in the tenant, with the tenant and the person."""
+    return Membership.objects.for_user(user).select_related("tenant", "user").get(tenant=tenant)

@@ -13,13 +13,18 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
+from django.conf import settings
+from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.urls import reverse
 
 from apps.accounts.models import User, normalize_email
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
+from apps.core.links import absolute_url
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
 from apps.workspaces.selectors import (
     InvitationRefusedError,
@@ -351,17 +356,48 @@ def issue_invitation(
 
 @transaction.atomic
 def invite(*, tenant: Tenant, actor: User, email: str, role: str, now: datetime, ttl: timedelta) -> IssuedInvitation:
-    """Invite `email` as `role` if the actor's role allows it (checked again under the lock on the memberships)."""
+    """Invite `email` as `role` if the actor's role allows it (checked again under the lock on the memberships),
+    and mail the link once the invitation is committed."""
     locked = lock_memberships(tenant=tenant, ids=[], person=actor)
     if locked.person is None:
         raise _no_longer_member()
     check_invitation(actor=locked.person, role=role)
     try:
-        return issue_invitation(tenant=tenant, email=email, role=role, invited_by=actor, now=now, ttl=ttl)
+        issued = issue_invitation(tenant=tenant, email=email, role=role, invited_by=actor, now=now, ttl=ttl)
     except InvitationTakenError:
         raise OakenError(
             "CONFLICT", "email: this address was invited by a call running at the same time", field="email"
         ) from None
+    # only once the invitation is committed; a mail server that fails is logged, and the
+    # invitation stays listed, so it can be sent again
+    row = issued.invitation
+    transaction.on_commit(
+        partial(
+            send_invitation,
+            email=row.email,
+            token=issued.token,
+            inviter=actor.email,
+            tenant_name=tenant.name,
+            role=row.role,
+            days=ttl.days,
+        ),
+        robust=True,
+    )
+    return issued
+
+
+def send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int) -> None:
+    """E-mail the invitation's link to the address invited."""
+    link = absolute_url(reverse("invitation", args=[token]))
+    tenant = " ".join(tenant_name.split())  # one line, whatever the name holds
+    send_mail(
+        f"Invitation to join {tenant} on Oaken",
+        f"{inviter} invited you to join {tenant} on Oaken as {role}.\n\n"
+        f"Sign in (or sign up) with this address, then follow this link to accept:\n\n{link}\n\n"
+        f"It works once, for {days} days. If you did not expect this, ignore this message.",
+        settings.DEFAULT_FROM_EMAIL,
+        [email],
+    )
 
 
 @transaction.atomic

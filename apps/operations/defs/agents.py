@@ -29,6 +29,7 @@ from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
 from apps.workspaces.models import DEFAULT_WORKSPACE, Membership
+from apps.workspaces.selectors import membership_of
 
 
 class ApiKeyOut(Closed):
@@ -113,7 +114,7 @@ def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
 
 def _membership(ctx: Context) -> Membership:
     assert ctx.caller.user is not None
-    return Membership.objects.for_user(ctx.caller.user).select_related("tenant", "user").get(tenant=ctx.tenant)
+    return membership_of(tenant=ctx.tenant, user=ctx.caller.user)
 
 
 @operation(

@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from django.db.models import Q
 from pydantic import AwareDatetime, Field
 
-from apps.agents.models import ApiKey, Connection
+from apps.agents.selectors import api_keys_by_ids, connections_by_ids
 from apps.audit.log import committed_chain_status, exported_line, head_seq
 from apps.audit.models import AuditEvent
+from apps.audit.selectors import event_by_id, events_between, events_page
 from apps.core.kinds import Role
 from apps.core.pages import cut_page, encode_cursor, read_cursor
-from apps.mail.models import Label, MailAccount, Message, Thread
+from apps.mail.selectors import names_by_ids as mail_names
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
-from apps.outbound.models import Draft, OutboundRequest, SendPolicy
-from apps.workspaces.models import Invitation, Membership, Workspace
+from apps.outbound.selectors import names_by_ids as outbound_names
+from apps.workspaces.selectors import members_by_user_ids
+from apps.workspaces.selectors import names_by_ids as workspace_names
 
 # ---------------------------------------------------------------- list_audit_events
 
@@ -131,36 +132,20 @@ class _Names:
         ids = {u for e in events for t in e.targets if (u := _uuid(t.get("id"))) is not None}
         keys = {c for e in events if e.credential_kind == "apikey" if (c := _uuid(e.credential_id))}
         connections = {c for e in events if e.credential_kind == "oauth" if (c := _uuid(e.credential_id))}
-        members = Membership.objects.for_tenant(tenant).filter(user_id__in=people | ids).select_related("user")
+        members = members_by_user_ids(tenant=tenant, user_ids=people | ids)
         self.people = {m.user_id: m.user.email for m in members}
         self.rows: dict[uuid.UUID, tuple[str, str | None]] = {}
         for m in members:
             self.rows[m.pk] = ("member", m.user.email)
             self.rows[m.user_id] = ("person", m.user.email)
-        for k in ApiKey.objects.for_tenant(tenant).filter(pk__in=keys | ids):
+        for k in api_keys_by_ids(tenant=tenant, ids=keys | ids):
             self.rows[k.pk] = ("API key", f"{k.name or 'unnamed'} ({k.prefix}_…)")
-        for c in Connection.objects.for_tenant(tenant).filter(pk__in=connections | ids):
-            self.rows[c.pk] = ("connection", c.client_name or "an assistant")
-        named: Iterable[tuple[str, Any, str]] = (
-            ("account", MailAccount, "name"),
-            ("workspace", Workspace, "name"),
-            ("send policy", SendPolicy, "name"),
-            ("invitation", Invitation, "email"),
-        )
-        for kind, model, field in named:
-            for pk, name in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", field):
-                self.rows[pk] = (kind, name)
+        for row in connections_by_ids(tenant=tenant, ids=connections | ids):
+            self.rows[row.pk] = ("connection", row.client_name or "an assistant")
         # mail is never named here: its subject or name is a stranger's text
-        unnamed: Iterable[tuple[str, Any]] = (
-            ("message", Message),
-            ("thread", Thread),
-            ("label", Label),
-            ("draft", Draft),
-            ("outbound request", OutboundRequest),
-        )
-        for kind, unnamed_model in unnamed:
-            for pk in unnamed_model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
-                self.rows[pk] = (kind, None)
+        self.rows.update(mail_names(tenant=tenant, ids=ids))
+        self.rows.update(workspace_names(tenant=tenant, ids=ids))
+        self.rows.update(outbound_names(tenant=tenant, ids=ids))
 
     def target(self, raw: dict[str, object]) -> TargetOut:
         key = _uuid(raw.get("id"))
@@ -225,11 +210,9 @@ def _description(event: AuditEvent, actor: str, targets: list[TargetOut]) -> str
 )
 def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
     size = data.size(ctx.bounds)
-    events = AuditEvent.objects.for_tenant(ctx.tenant).filter(_visible(ctx) & _filters(data))
     before = read_cursor(data.cursor or None, 1, _seq)
-    if before is not None:
-        events = events.filter(seq__lt=before)
-    page, next_cursor = cut_page(events.order_by("-seq")[: size + 1], size, lambda e: [e.seq])
+    events = events_page(tenant=ctx.tenant, where=_visible(ctx) & _filters(data), before=before, limit=size + 1)
+    page, next_cursor = cut_page(events, size, lambda e: [e.seq])
     names = _Names(ctx, page)
     rows = []
     for e in page:
@@ -288,7 +271,7 @@ def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
     broken = status.broken
     event = None
     if broken is not None and broken.event_id is not None:
-        event = AuditEvent.objects.for_tenant(ctx.tenant).filter(pk=broken.event_id).first()
+        event = event_by_id(tenant=ctx.tenant, event_id=broken.event_id)
     return VerifyOut(
         ok=broken is None,
         events_checked=status.checked,
@@ -333,7 +316,7 @@ def export_audit_chain(ctx: Context, data: ExportIn) -> ExportOut:
     size = data.limit or ctx.bounds.AUDIT_EXPORT_PAGE_MAX
     # the export is of the chain as it was at its first page: the export's own calls come after it
     after, upto = read_cursor(data.cursor or None, 2, _position) or (0, head_seq(ctx.tenant.pk))
-    rows = list(AuditEvent.objects.for_tenant(ctx.tenant).filter(seq__gt=after, seq__lte=upto).order_by("seq")[:size])
+    rows = events_between(tenant=ctx.tenant, after=after, upto=upto, limit=size)
     last = rows[-1].seq if rows else upto
     more = bool(rows) and last < upto
     return ExportOut(

@@ -16,21 +16,19 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import redis
-from django.db.models import CharField, Exists, F, OuterRef, Q, QuerySet, Value
-from django.db.models.functions import Cast
+from django.db.models import F, QuerySet, Value
 from pydantic import Field
 
-from apps.agents.models import ApiKey, Connection
-from apps.agents.selectors import visible_api_keys, visible_connections
+from apps.agents.selectors import api_keys_by_ids, connections_by_ids, visible_api_keys, visible_connections
 from apps.core.pages import cut_page, read_cursor
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.outbound import budget
-from apps.outbound.models import BudgetUsage, SendPolicy
+from apps.outbound.models import BudgetUsage
 from apps.outbound.rollup import window_start
-from apps.outbound.selectors import visible_send_policies
-from apps.workspaces.models import Membership
+from apps.outbound.selectors import budget_usage_since, send_policies_by_ids, used_lately, visible_send_policies
+from apps.workspaces.selectors import members_by_user_ids, visible_members
 
 Kind = Literal["apikey", "oauth", "person", "policy"]
 HISTORY_HOURS = 24
@@ -71,23 +69,17 @@ class BudgetsOut(Closed):
     next_cursor: str | None
 
 
-def _used_lately(ctx: Context, kind: str, since: datetime, column: str = "pk") -> Exists:
-    return Exists(
-        BudgetUsage.objects.for_tenant(ctx.tenant).filter(
-            kind=kind, budget_id=Cast(OuterRef(column), CharField()), window_start__gte=since
-        )
-    )
-
-
 def _spines(ctx: Context, since: datetime) -> dict[str, QuerySet[Any]]:
     """Per kind, the budgets this caller may see: (kind, id) rows in id order."""
     keys = visible_api_keys(tenant=ctx.tenant, actor=ctx.caller)
     connections = visible_connections(tenant=ctx.tenant, actor=ctx.caller)
     # a key or connection that can no longer be used is listed while it has used something lately
-    keys = keys.live(ctx.now) | keys.filter(_used_lately(ctx, "apikey", since))
-    connections = connections.live(ctx.now) | connections.filter(_used_lately(ctx, "oauth", since))
+    keys = keys.live(ctx.now) | keys.filter(used_lately(tenant=ctx.tenant, kind="apikey", since=since))
+    connections = connections.live(ctx.now) | connections.filter(
+        used_lately(tenant=ctx.tenant, kind="oauth", since=since)
+    )
     policies = visible_send_policies(tenant=ctx.tenant, actor=ctx.caller)
-    people = Membership.objects.for_tenant(ctx.tenant).visible_to(ctx.caller)
+    people = visible_members(tenant=ctx.tenant, actor=ctx.caller)
     return {
         "apikey": keys.annotate(kind=Value("apikey"), bid=F("pk")),
         "oauth": connections.annotate(kind=Value("oauth"), bid=F("pk")),
@@ -125,7 +117,7 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
         ids[kind].append(bid)
     limit = ctx.bounds.SEND_RECIPIENTS_PER_HOUR
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for key in ApiKey.objects.for_tenant(ctx.tenant).filter(pk__in=ids["apikey"]).select_related("user"):
+    for key in api_keys_by_ids(tenant=ctx.tenant, ids=ids["apikey"], with_user=True):
         found["apikey", str(key.pk)] = {
             "name": key.name,
             "prefix": key.prefix,
@@ -133,7 +125,7 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
             "active": key.is_live(ctx.now),
             "limit_per_hour": limit,
         }
-    for row in Connection.objects.for_tenant(ctx.tenant).filter(pk__in=ids["oauth"]).select_related("user"):
+    for row in connections_by_ids(tenant=ctx.tenant, ids=ids["oauth"], with_user=True):
         found["oauth", str(row.pk)] = {
             "name": row.client_name,
             "prefix": None,
@@ -141,7 +133,7 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
             "active": row.is_live(ctx.now),
             "limit_per_hour": limit,
         }
-    for policy in SendPolicy.objects.for_tenant(ctx.tenant).filter(pk__in=ids["policy"]).select_related("created_by"):
+    for policy in send_policies_by_ids(tenant=ctx.tenant, ids=ids["policy"]):
         found["policy", str(policy.pk)] = {
             "name": policy.name,
             "prefix": None,
@@ -149,7 +141,7 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
             "active": True,
             "limit_per_hour": policy.recipients_per_hour,
         }
-    members = Membership.objects.for_tenant(ctx.tenant).filter(user_id__in=ids["person"]).select_related("user")
+    members = members_by_user_ids(tenant=ctx.tenant, user_ids=ids["person"])
     for member in members:
         found["person", str(member.user_id)] = {
             "name": member.user.email,
@@ -162,11 +154,8 @@ def _describe(ctx: Context, page: list[tuple[str, uuid.UUID]]) -> dict[tuple[str
 
 
 def _rolled_up(ctx: Context, page: list[tuple[str, str]], since: datetime) -> dict[tuple[str, str], list[BudgetUsage]]:
-    which = Q()
-    for kind in {k for k, _ in page}:
-        which |= Q(kind=kind, budget_id__in=[b for k, b in page if k == kind])
     rows: dict[tuple[str, str], list[BudgetUsage]] = defaultdict(list)
-    for row in BudgetUsage.objects.for_tenant(ctx.tenant).filter(which, window_start__gte=since):
+    for row in budget_usage_since(tenant=ctx.tenant, budgets=page, since=since):
         rows[row.kind, row.budget_id].append(row)
     return rows
 

@@ -11,9 +11,15 @@ from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
-from apps.mail.models import Attachment, MailAccount, Message
+from apps.mail.models import MailAccount, Message
 from apps.mail.parsing.html_text import html_to_text
-from apps.mail.selectors import Reach, access_account_by_id, access_message_by_id
+from apps.mail.selectors import (
+    Reach,
+    access_account_by_id,
+    access_message_by_id,
+    newest_attachments_of,
+    newest_messages_of,
+)
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
 from apps.operations.exposure import level_for, tenant_settings
@@ -66,9 +72,7 @@ def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[s
     # (date, message, kind, place): newest message first; in a message its headers, its text, its attachments
     parts: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     if own:
-        messages = Message.objects.for_tenant(ctx.tenant)
-        messages = messages.filter(pk=found.pk) if isinstance(found, Message) else messages.filter(account=found)
-        for message in messages.order_by("-date", "-id")[:most]:
+        for message in newest_messages_of(tenant=ctx.tenant, found=found, limit=most):
             if MESSAGE_HEADERS in own:
                 headers = _part(message, "headers", "text/rfc822-headers", "", _header_lines(message))
                 parts.append(((message.date, str(message.pk), 0, 0), headers))
@@ -76,9 +80,8 @@ def _parts(ctx: Context, data: BaseModel, reads: tuple[str, ...]) -> list[dict[s
                 text = (message.text_body or html_to_text(message.html_body))[:cut]
                 parts.append(((message.date, str(message.pk), 1, 0), _part(message, "text", "text/plain", "", text)))
     if types:
-        rows = Attachment.objects.for_tenant(ctx.tenant).filter(content_type__in=types).select_related("message")
-        rows = rows.filter(message=found) if isinstance(found, Message) else rows.filter(message__account=found)
-        for place, row in enumerate(rows.order_by("-message__date", "-message_id", "id")[:most]):
+        rows = newest_attachments_of(tenant=ctx.tenant, found=found, content_types=types, limit=most)
+        for place, row in enumerate(rows):
             text = bytes(row.content[:cut]).decode("utf-8", errors="replace")
             attachment = _part(row.message, "attachment", row.content_type, row.filename, text)
             parts.append(((row.message.date, str(row.message.pk), 2, place), attachment))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from apps.accounts.models import Preferences
+from apps.accounts.selectors import saved_preferences
 from apps.accounts.services import preferences_of, set_mark_read_on_open
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
@@ -32,7 +33,7 @@ def _mine(ctx: Context) -> Preferences:
 )
 def get_preferences(ctx: Context, data: Empty) -> PreferencesOut:
     assert ctx.caller.user is not None
-    found = Preferences.objects.filter(user=ctx.caller.user).first()
+    found = saved_preferences(user=ctx.caller.user)
     return PreferencesOut(mark_read_on_open=found.mark_read_on_open if found else True)
 
 

@@ -15,13 +15,13 @@ from pydantic import Field
 from apps.core.changes import Change
 from apps.core.kinds import Scope
 from apps.mail.models import Message, Thread
-from apps.mail.selectors import access_thread_by_id
+from apps.mail.selectors import access_thread_by_id, thread_messages
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, MailBody
 from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import AccountIn, ThreadIn, account_of, reach
 from apps.summaries import newmail, services
-from apps.summaries.models import AutoSummaryAccount
+from apps.summaries.selectors import auto_summaries_enabled
 from apps.summaries.services import Job, Outcome
 
 
@@ -80,12 +80,7 @@ class ThreadWork(NamedTuple):
 def _thread_work(ctx: Context, data: ThreadIn) -> ThreadWork:
     thread = access_thread_by_id(data.thread_id, reach=reach(ctx))
     limit = ctx.bounds.THREAD_MAX_MESSAGES
-    messages = list(
-        Message.objects.for_tenant(ctx.tenant)
-        .filter(thread=thread)
-        .only("id", "content_hash", "date")
-        .order_by("date", "id")[: limit + 1]
-    )
+    messages = thread_messages(tenant=ctx.tenant, thread=thread, limit=limit + 1)
     return ThreadWork(thread=thread, messages=messages[:limit], truncated=len(messages) > limit)
 
 
@@ -141,7 +136,7 @@ def _the_account(ctx: Context, data: AutoSummariesIn) -> object:
 
 
 def _enabled(ctx: Context) -> bool:
-    return AutoSummaryAccount.objects.for_tenant(ctx.tenant).filter(account=ctx.targets).exists()
+    return auto_summaries_enabled(tenant=ctx.tenant, account=ctx.targets)
 
 
 def _auto_preview(ctx: Context, data: AutoSummariesIn) -> Preview:

@@ -4,36 +4,28 @@ The membership rules (who may give which role, who may remove whom, that the las
 live in apps.workspaces.services: the handlers here call them, the data-scope checks call them
 before a proposal is made, and the lists report what they allow (`assignable_roles`, `can_remove`,
 `renamable`), so the console repeats none of them. What removing someone ends (their keys and
-connections) is the agents app's: remove_member calls it in the same transaction. Accepting an
-invitation is the one operation here for a person who is not a member yet (callers: invitees).
+connections) is the agents app's: remove_member calls it in the same transaction, so they end with the
+membership. Accepting an invitation is the one operation here for a person who is not a member yet
+(callers: invitees).
 """
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Annotated, Literal, cast
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
 from django.core.validators import validate_email
-from django.db import transaction
-from django.db.models import Count
-from django.urls import reverse
 from pydantic import Field, StringConstraints
 
 from apps.accounts.models import User, normalize_email
-from apps.agents.models import ApiKey
-from apps.agents.selectors import live_credentials
+from apps.agents.selectors import live_credentials, unrevoked_keys_naming
 from apps.agents.services import revoke_credentials_of
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Role
-from apps.core.links import absolute_url
-from apps.mail.models import MailAccount
+from apps.mail.selectors import account_count, account_counts_by_workspace
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
@@ -44,6 +36,13 @@ from apps.workspaces.selectors import (
     access_membership_by_id,
     access_open_invitation_by_id,
     access_workspace_by_id,
+    invitation_with_inviter,
+    is_member_by_email,
+    members_in_order,
+    owner_count,
+    workspace_count,
+    workspace_name_in_use,
+    workspaces_by_name,
 )
 from apps.workspaces.services import (
     assignable_roles,
@@ -108,7 +107,7 @@ def _workspace_out(ctx: Context, row: Workspace, accounts: int) -> WorkspaceOut:
 
 
 def _accounts_in(ctx: Context, row: Workspace) -> int:
-    return MailAccount.objects.for_tenant(ctx.tenant).filter(workspace=row).count()
+    return account_count(tenant=ctx.tenant, workspace=row)
 
 
 @operation(
@@ -120,19 +119,18 @@ def _accounts_in(ctx: Context, row: Workspace) -> int:
     ceiling=Ceiling.NEVER,
 )
 def list_workspaces(ctx: Context, data: Empty) -> WorkspacesOut:
-    accounts = MailAccount.objects.for_tenant(ctx.tenant).values_list("workspace_id").annotate(n=Count("pk"))
-    counts: dict[uuid.UUID, int] = dict(accounts.order_by())
-    rows = Workspace.objects.for_tenant(ctx.tenant).order_by("name")
+    counts = account_counts_by_workspace(tenant=ctx.tenant)
+    rows = workspaces_by_name(tenant=ctx.tenant)
     return WorkspacesOut(workspaces=[_workspace_out(ctx, row, counts.get(row.pk, 0)) for row in rows])
 
 
 def _taken(ctx: Context, name: str) -> bool:
-    return Workspace.objects.for_tenant(ctx.tenant).filter(name=name).exists()
+    return workspace_name_in_use(tenant=ctx.tenant, name=name)
 
 
 def _check_room(ctx: Context) -> None:
     most = ctx.bounds.WORKSPACES_MAX
-    if Workspace.objects.for_tenant(ctx.tenant).count() >= most:
+    if workspace_count(tenant=ctx.tenant) >= most:
         raise OakenError("LIMIT_EXCEEDED", f"a tenant has at most {most} workspaces", field="name")
 
 
@@ -188,7 +186,7 @@ def _rename_scope(ctx: Context, data: RenameWorkspaceIn) -> None:
 
 
 def _keys_naming(ctx: Context, name: str) -> int:
-    return ApiKey.objects.for_tenant(ctx.tenant).filter(revoked_at__isnull=True, workspaces__contains=[name]).count()
+    return unrevoked_keys_naming(tenant=ctx.tenant, workspace=name)
 
 
 def _rename_preview(ctx: Context, data: RenameWorkspaceIn) -> Preview:
@@ -300,7 +298,7 @@ def _invitation_out(ctx: Context, row: Invitation) -> InvitationOut:
     ceiling=Ceiling.NEVER,
 )
 def list_members(ctx: Context, data: Empty) -> MembersOut:
-    members = Membership.objects.for_tenant(ctx.tenant).select_related("user").order_by("created_at", "pk")
+    members = members_in_order(tenant=ctx.tenant)
     invitations = None
     if _role(ctx).covers(Role.ADMIN):
         invitations = [_invitation_out(ctx, row) for row in open_invitations(tenant=ctx.tenant)]
@@ -320,7 +318,7 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
         raise OakenError.invalid("email", "is not an e-mail address") from None
     check_invitation(actor=_actor(ctx), role=data.role)
     email = normalize_email(data.email)
-    if Membership.objects.for_tenant(ctx.tenant).filter(user__email=email).exists():
+    if is_member_by_email(tenant=ctx.tenant, email=email):
         raise OakenError("CONFLICT", "email: this person is already a member of this tenant", field="email")
     most = ctx.bounds.INVITATIONS_OPEN_MAX
     others = [row for row in open_invitations(tenant=ctx.tenant) if row.email != email]
@@ -338,19 +336,6 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
         if row.email == email
     ]
     return Preview(tuple(changes), f"E-mail {email} a link to join this tenant as {data.role}, valid {days} days.")
-
-
-def _send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int) -> None:
-    link = absolute_url(reverse("invitation", args=[token]))
-    tenant = " ".join(tenant_name.split())  # one line, whatever the name holds
-    send_mail(
-        f"Invitation to join {tenant} on Oaken",
-        f"{inviter} invited you to join {tenant} on Oaken as {role}.\n\n"
-        f"Sign in (or sign up) with this address, then follow this link to accept:\n\n{link}\n\n"
-        f"It works once, for {days} days. If you did not expect this, ignore this message.",
-        settings.DEFAULT_FROM_EMAIL,
-        [email],
-    )
 
 
 @operation(
@@ -375,20 +360,6 @@ def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
         ctx.touch(old.pk, {"open": True}, {"open": False})
     row = issued.invitation
     ctx.touch(row.pk, None, {"email": row.email, "role": row.role})
-    # only once the invitation is committed; a mail server that fails is logged, and the
-    # invitation stays listed, so it can be sent again
-    transaction.on_commit(
-        partial(
-            _send_invitation,
-            email=row.email,
-            token=issued.token,
-            inviter=_user(ctx).email,
-            tenant_name=ctx.tenant.name,
-            role=row.role,
-            days=days,
-        ),
-        robust=True,
-    )
     return _invitation_out(ctx, row)
 
 
@@ -426,7 +397,7 @@ def cancel_invitation_op(ctx: Context, data: InvitationIdIn) -> InvitationOut:
     row = _invitation(ctx, data.invitation_id, lock=True)
     cancel_invitation(invitation=row, now=ctx.now)
     ctx.touch(row.pk, {"open": True}, {"open": False})
-    return _invitation_out(ctx, Invitation.objects.for_tenant(ctx.tenant).select_related("invited_by").get(pk=row.pk))
+    return _invitation_out(ctx, invitation_with_inviter(tenant=ctx.tenant, invitation_id=row.pk))
 
 
 def _member(ctx: Context, membership_id: str) -> Membership:
@@ -434,7 +405,7 @@ def _member(ctx: Context, membership_id: str) -> Membership:
 
 
 def _owner_count(ctx: Context) -> int:
-    return Membership.objects.for_tenant(ctx.tenant).filter(role=Role.OWNER).count()
+    return owner_count(tenant=ctx.tenant)
 
 
 class ChangeRoleIn(Closed):
