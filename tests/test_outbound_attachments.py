@@ -399,8 +399,11 @@ def test_a_draft_holds_files_an_agent_gave_and_sends_them_byte_for_byte(
         ("chart.png", "image/png", PICTURE),
         ("invoice.pdf", "application/pdf", b"%PDF-1.4 alice\n"),
     ]
-    # an empty list takes every file away
-    assert call(agent, "update_draft", {"draft_id": draft["id"], "attachments": []})["attachments"] == []
+    # sent, the draft left Drafts (its request keeps its own copies); on another, an empty list takes every file away
+    assert not Draft.objects.for_tenant(alice.tenant).filter(pk=draft["id"]).exists()
+    other = call(agent, "create_draft", {**data, "attachments": [notes]})
+    assert call(agent, "update_draft", {"draft_id": other["id"], "attachments": []})["attachments"] == []
+    assert _draft_files(alice, other["id"]) == []
     assert not Draft.objects.for_tenant(mallory.tenant).exists()
 
 

@@ -184,15 +184,20 @@ def _class(caller: Caller, op: Operation) -> None:
 
 
 def proposal(op: Operation, preview: Preview | None) -> dict[str, Any]:
-    """What a confirmation-required answer carries: ids with before/after values, a count, never mail text."""
+    """What a confirmation-required answer carries: ids with before/after values, a count, and what the person
+    must be shown. It is answered, never stored: the audit keeps the input's digest, so a send request's body
+    in its proposal is never written down."""
     if preview is None:
         return {"operation": op.name, "changes": [], "count": None, "summary": op.summary}
-    return {
+    offer: dict[str, Any] = {
         "operation": op.name,
         "changes": [{"id": c.id, "before": c.before, "after": c.after} for c in preview.changes],
         "count": preview.count,
         "summary": preview.summary or op.summary,
     }
+    if preview.shown:
+        offer["shown"] = preview.shown
+    return offer
 
 
 def _confirmation(

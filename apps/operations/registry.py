@@ -84,6 +84,9 @@ class Preview:
 
     changes: tuple[Change, ...]
     summary: str = ""
+    # for a proposal an agent shows a person: what that person must be shown, in Oaken's own words (never
+    # mail text, so the MCP door leaves it unfenced)
+    shown: str = ""
 
     @property
     def count(self) -> int:

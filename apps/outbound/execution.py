@@ -8,6 +8,9 @@ The rules that make delivery at most once live here, not in the worker that repo
 - DATA may begin once per claim, and only while that claim holds;
 - a temporary failure is retried (queued again, available after a backoff) only when DATA never began and
   attempts are left; once DATA began the outcome is sent, failed or unknown, never a retry.
+
+A request made from a draft takes that draft out of Drafts when it is recorded as sent, in the same
+transaction (as a mail client does); a request that fails, is rejected or cancelled leaves it where it was.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from apps.core.acts import Act
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.outbound import requests
-from apps.outbound.models import OutboundRequest, OutboxEntry, State
+from apps.outbound.models import Draft, OutboundRequest, OutboxEntry, State
 
 if TYPE_CHECKING:
     from apps.workspaces.models import Tenant
@@ -47,6 +50,16 @@ def _held(request_id: Any, attempt: int, *, act: Act, or_given_up: bool = False)
     if request is None:
         raise OakenError("CONFLICT", "this delivery's claim no longer holds the request", field="attempt")
     return request
+
+
+def _draft_sent(request: OutboundRequest, *, act: Act) -> None:
+    """The draft the sent request was made from leaves Drafts, audited in the event that records the send. A
+    draft changed after the request was made holds other mail than what went out: it stays."""
+    if request.draft_id is None:
+        return  # not made from a draft, or the draft is gone already (SET_NULL)
+    drafts = Draft.objects.for_tenant(act.tenant).filter(pk=request.draft_id, updated_at__lte=request.created_at)
+    if drafts.delete()[0]:
+        act.touch(request.draft_id, {"draft": "exists"}, {"draft": "deleted", "sent_as": str(request.pk)})
 
 
 def retry_delay(attempt: int) -> timedelta:
@@ -155,6 +168,8 @@ def record_outcome(
             extra["attempts_exhausted"] = True
         new, fields = State.FAILED, {"error": error, "finished_at": now, "refused_recipients": refused}
     requests.transition(act.tenant, request.pk, was, new, **fields)
+    if new == State.SENT:
+        _draft_sent(request, act=act)
     if error and new != State.SENT:
         extra["error"] = error
     if refused:
@@ -208,6 +223,7 @@ def reconcile_found(request_id: Any, *, act: Act) -> OutboundRequest:
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown", field="request_id")
     act.touch(request_id, {"state": State.UNKNOWN}, {"state": State.SENT, "found_in": "sent"})
+    _draft_sent(_rows(request_id, act=act).get(), act=act)
     return _rows(request_id, act=act).get()
 
 
@@ -227,3 +243,5 @@ def settle(request: OutboundRequest, sent: bool, *, act: Act) -> None:
     if moved is None:
         raise OakenError("CONFLICT", "this request's outcome is not unknown (any more)", field="request_id")
     act.touch(request.pk, {"state": State.UNKNOWN}, {"state": new, "settled": "sent" if sent else "not_sent"})
+    if sent:
+        _draft_sent(request, act=act)

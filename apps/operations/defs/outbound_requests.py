@@ -20,12 +20,12 @@ from pydantic import Field, StringConstraints
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
-from apps.core.kinds import Scope
+from apps.core.kinds import Principal, Scope
 from apps.mail.models import MailAccount
 from apps.operations.context import Context
 from apps.operations.defs.drafts import MAIL_BOUNDS, CreateDraftIn, draft_of
 from apps.operations.defs.files import attached_files
-from apps.operations.defs.shapes import Closed, Id, MailBody
+from apps.operations.defs.shapes import Closed, Id, MailBody, cut
 from apps.operations.registry import ALWAYS, NEVER, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
 from apps.outbound import drafts, execution, requests
@@ -121,28 +121,44 @@ def _sending_account(ctx: Context, account_id: str) -> MailAccount:
     return requests.check_can_send(account_of(ctx, account_id))
 
 
-def _request_preview(content: requests.Content, what: str) -> Preview:
-    return Preview(
-        (
-            Change(
-                "new outbound request",
-                None,
-                {
-                    "sender": content.sender,
-                    "from": from_header(content.sender_name, content.sender),
-                    "to": content.found.to,
-                    "cc": content.found.cc,
-                    "bcc": content.found.bcc,
-                    "subject": content.subject,
-                    "attachments": len(content.attachments),
-                    "attachment_names": [name for name, _, _ in content.attachments],
-                    "attachment_bytes": sum(len(data) for _, _, data in content.attachments),
-                    "send_at": content.send_at.isoformat() if content.send_at else None,
-                },
-            ),
-        ),
-        summary=what,
+def _shown(body_chars: int, cut_to: int | None) -> str:
+    """What an agent's proposal tells it to show the person, in Oaken's words (counts, never the mail's text)."""
+    body = (
+        f"the body as given in `body`, which holds only its first {cut_to} of {body_chars} characters here "
+        "(body_truncated): say so, since the person sees it whole only in the console"
+        if cut_to is not None
+        else "the whole body, exactly as given in `body`"
     )
+    return (
+        "Before the user agrees, show them this e-mail as it will be sent: the From header, every recipient "
+        f"(to, cc and bcc), the subject, {body}, the attached files' names, and when it is sent (send_at, or "
+        "at once). Agreeing only makes the request: nothing is sent until a person approves it in the console, "
+        "where the whole e-mail is shown again, or a send policy they made does."
+    )
+
+
+def _request_preview(ctx: Context, content: requests.Content, what: str) -> Preview:
+    after: dict[str, Any] = {
+        "sender": content.sender,
+        "from": from_header(content.sender_name, content.sender),
+        "to": content.found.to,
+        "cc": content.found.cc,
+        "bcc": content.found.bcc,
+        "subject": content.subject,
+        "attachments": len(content.attachments),
+        "attachment_names": [name for name, _, _ in content.attachments],
+        "attachment_bytes": sum(len(data) for _, _, data in content.attachments),
+        "send_at": content.send_at.isoformat() if content.send_at else None,
+    }
+    if ctx.caller.principal != Principal.AGENT:
+        # a person confirming their own request wrote it in front of them: the proposal names, as before
+        return Preview((Change("new outbound request", None, after),), summary=what)
+    # an agent's proposal is where the person first sees what the agent wrote: it carries the body, capped as
+    # a read of a message is (the MCP door fences it like every proposal value); it is answered, never stored
+    body, truncated, length = cut(content.body, ctx.bounds.TEXT_MAX_CHARS)
+    after |= {"body": body, "body_truncated": truncated, "body_chars": length}
+    shown = _shown(length, ctx.bounds.TEXT_MAX_CHARS if truncated else None)
+    return Preview((Change("new outbound request", None, after),), summary=what, shown=shown)
 
 
 # ---------------------------------------------------------------- send_email
@@ -192,7 +208,7 @@ def _made(content: requests.Content, operation: str, data: SendEmailIn | SendDra
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(ctx.targets, "request sending an e-mail"),
+    preview=lambda ctx, data: _request_preview(ctx, ctx.targets, "request sending an e-mail"),
     confirm=ALWAYS,
     targets=_email_content,
     idempotent_input=True,
@@ -268,7 +284,7 @@ def _send_draft(ctx: Context, data: SendDraftIn, operation: str) -> RequestOut:
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(ctx.targets.content, "request sending a draft"),
+    preview=lambda ctx, data: _request_preview(ctx, ctx.targets.content, "request sending a draft"),
     confirm=ALWAYS,
     targets=_draft_send,
     idempotent_input=True,
@@ -288,7 +304,7 @@ def send_draft(ctx: Context, data: SendDraftIn) -> RequestOut:
     op_class=OpClass.MUTATE,
     scope=Scope.SEND,
     ceiling=Ceiling.ON,
-    preview=lambda ctx, data: _request_preview(ctx.targets.content, "request a scheduled send"),
+    preview=lambda ctx, data: _request_preview(ctx, ctx.targets.content, "request a scheduled send"),
     confirm=ALWAYS,
     targets=_draft_send,
     idempotent_input=True,
