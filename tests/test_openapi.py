@@ -67,9 +67,9 @@ def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
 
 
 def _served() -> list[Operation]:
-    """What the REST door serves: every operation but the system's own (internal door only) and the server's own
-    side's (cli and internal doors only)."""
-    return [op for op in registry if op.callers not in (Callers.INTERNAL, Callers.SERVER)]
+    """What the REST door serves: every operation but the system's own (internal door only), the server's own
+    side's (cli and internal doors only) and the invitation page's own (accepting an invitation)."""
+    return [op for op in registry if op.callers not in (Callers.INTERNAL, Callers.SERVER, Callers.INVITEES)]
 
 
 def test_the_systems_own_operations_have_no_path(document: dict[str, Any]) -> None:
@@ -83,6 +83,13 @@ def test_the_server_sides_own_operations_have_no_path(document: dict[str, Any]) 
     server = [op.name for op in registry if op.callers == Callers.SERVER]
     assert "import_mail" in server
     assert not {f"{OPS_PREFIX}{name}" for name in server} & set(document["paths"])
+
+
+def test_accepting_an_invitation_has_no_path(document: dict[str, Any]) -> None:
+    """A person with no role yet accepts an invitation on its own console page, never over the REST door."""
+    invitees = [op.name for op in registry if op.callers == Callers.INVITEES]
+    assert invitees == ["accept_invitation"]
+    assert not {f"{OPS_PREFIX}{name}" for name in invitees} & set(document["paths"])
 
 
 def test_one_post_path_per_registered_operation(document: dict[str, Any]) -> None:
