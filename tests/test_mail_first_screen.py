@@ -232,3 +232,19 @@ def test_conversations_by_default_and_a_conversation_or_a_folder_by_its_address(
         assert screen["thread"] is None
         assert "Mallory" not in page
     assert events.filter(operation="get_thread").exclude(outcome="ok").count() == 2
+
+
+def test_a_folder_whose_name_holds_a_slash_has_an_address(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    personal = _mailbox(alice, tmp_path / "a", "Personal", ["Filed away", "Left in the inbox"])
+    _mailbox(mallory, tmp_path / "m", "Theirs", ["Mallory secret subject"])
+    Folder.objects.create(tenant=alice.tenant, account_id=personal, kind="custom", name="Projects/2026")
+    me = as_person(alice)
+    filed = [m["id"] for m in call(me, "list_messages", {"account_id": personal})["messages"]][1:]
+    call(me, "move_messages", {"message_ids": filed, "folder": "Projects/2026"})
+    client = _signed_in(alice)
+    for path in (f"/mail/{personal}/Projects/2026", f"/mail/{personal}/{quote('Projects/2026', safe='')}"):
+        page, screen = _screen(client, path)
+        assert screen is not None
+        assert (screen["listing"]["account_id"], screen["listing"]["folder"]) == (personal, "Projects/2026")
+        assert [m["subject"] for m in screen["listing"]["page"]["messages"]] == ["Filed away"]
+        assert "Mallory" not in page
