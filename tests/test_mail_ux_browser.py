@@ -4,6 +4,7 @@ new mail delivered to Dovecot appearing in the open list without a reload. Anoth
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -108,6 +109,32 @@ def test_conversations_have_addresses_back_and_the_keyboard_work_and_archive_can
     page.locator("#thread-title").focus()
     page.keyboard.press("Escape")
     expect(page.locator("#mail-list-view")).to_be_visible()
+
+    # marking read and labelling a conversation: Undo calls the reverse (mark_unread, remove_labels)
+    trip_ids = box.ids("trip-0", "trip-1", "trip-2")
+    page.locator(f'li[data-thread-id="{trip}"] input.select').check()
+    page.click('#bulk button[data-bulk="read"]')
+    expect(page.locator(".toast")).to_contain_text("Marked read.")
+    assert set(mine.filter(pk__in=trip_ids).values_list("read", flat=True)) == {True}
+    expect(page.locator(f'li[data-thread-id="{trip}"]')).not_to_have_class(re.compile(r"\bunread\b"))
+    page.click(".toast button.toast-action")
+    expect(page.locator(f'li[data-thread-id="{trip}"]')).to_have_class(re.compile(r"\bunread\b"))
+    assert set(mine.filter(pk__in=trip_ids).values_list("read", flat=True)) == {False}
+    zeppelin = box.threads["zeppelin"]
+    page.locator(f'li[data-thread-id="{zeppelin}"] input.select').check()
+    page.select_option("#bulk-label", label="Travel")
+    page.click('#bulk button[data-bulk="label"]')
+    expect(page.locator(f'li[data-thread-id="{zeppelin}"] .label-chip')).to_have_count(2)
+    page.click(".toast button.toast-action")
+    expect(page.locator(f'li[data-thread-id="{zeppelin}"] .label-chip')).to_have_count(1)
+    expect(page.locator(f'li[data-thread-id="{zeppelin}"] .label-chip')).to_have_text("Receipts")
+    labels = mine.get(pk=box.messages["zeppelin"]).labels.values_list("name", flat=True)
+    assert list(labels) == ["Receipts"]
+
+    # / goes to the search
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("/")
+    expect(page.locator("#search-query")).to_be_focused()
 
     # on a phone the folders are above the list: choosing one brings its list into view
     page.set_viewport_size({"width": 375, "height": 800})
