@@ -347,7 +347,9 @@ def test_the_web_servers_log_quotes_no_token_no_query_and_no_refused_request(liv
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / "web.log"
     with open(log, "w") as output:
-        server = subprocess.Popen(web_command(f"127.0.0.1:{port}", 1), stdout=output, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            web_command(f"127.0.0.1:{port}", 1), stdout=output, stderr=subprocess.STDOUT, text=True
+        )
     try:
         wait_until_serving(url, server, log=log)
         for path in (f"/accounts/verify/{secret}", f"/invitations/{secret}", f"/accounts/password-reset/MQ/{secret}"):
