@@ -273,3 +273,26 @@ def test_verify_and_export_agree_on_the_head(alice: Person, mallory: Person, tmp
     assert refusal(as_person(alice), "export_audit_chain", {"up_to": theirs}).code == "NOT_FOUND"
     assert refusal(as_person(alice), "export_audit_chain", {"up_to": 10_000}).code == "NOT_FOUND"
 
+
+def test_the_offline_verifier_downloads_and_verifies_an_export(
+    client: Any, alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    for _ in range(3):
+        call(as_person(alice), "list_accounts")
+    call(as_person(mallory), "list_accounts")
+    answer = client.get("/audit/verifier.py")  # signed in or not: it holds no secret
+    assert answer.status_code == 200
+    assert answer["Content-Disposition"] == 'attachment; filename="verifier.py"'
+    assert answer.content == Path(chainfile.__file__).read_bytes()
+    assert client.post("/audit/verifier.py").status_code == 405
+    verifier = tmp_path / "verifier.py"
+    verifier.write_bytes(answer.content)
+    verified = call(as_person(alice), "verify_audit")
+    lines = call(as_person(alice), "export_audit_chain", {"up_to": verified["head_hash"]})["lines"]
+    chain = tmp_path / "chain.jsonl"
+    chain.write_text("\n".join(lines) + "\n")
+    ran = subprocess.run(
+        [sys.executable, "-I", "verifier.py", "chain.jsonl"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == f"intact, 3 events, head hash {verified['head_hash']}"
+    assert str(mallory.tenant.pk) not in chain.read_text()
