@@ -28,7 +28,7 @@ function eventRow(e) {
     el("td", {}, when(e.created_at)),
     el("td", {}, by(e), by(e) ? " " : null, e.description),
     el("td", {}, outcome(e)),
-    el("td", {}, el("a", { href: `#event-${e.seq}`, "aria-label": `Event ${e.seq} in full`, title: `hash ${e.hash}` }, `#${e.seq}`)),
+    el("td", {}, el("a", { href: `#event-${e.seq}`, "aria-label": `#${e.seq}: the event in full`, title: `hash ${e.hash}` }, `#${e.seq}`)),
   );
 }
 
