@@ -29,6 +29,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.audit import chainfile
 from apps.console import assets
 from apps.core.bounds import bounds
 from apps.core.callers import Caller
@@ -315,4 +316,17 @@ def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpRe
     response["ETag"] = etag
     current = version is not None and version == assets.version()
     response["Cache-Control"] = "public, max-age=31536000, immutable" if current else "no-cache"
+    return response
+
+
+@require_GET
+def audit_verifier(request: HttpRequest) -> HttpResponse:
+    """The offline verifier of an exported audit chain (apps/audit/chainfile.py, standard library only), as a file to
+    save: `python3 verifier.py audit.jsonl`. Served to anyone, signed in or not: it is the code the chain is hashed
+    with and holds no secret, and whoever checks an export should not need an account to get it."""
+    with open(chainfile.__file__, "rb") as file:
+        response = HttpResponse(file.read(), content_type="text/x-python; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="verifier.py"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "no-cache"
     return response
