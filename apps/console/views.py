@@ -11,6 +11,8 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import os
 from pathlib import PurePosixPath
@@ -293,6 +295,16 @@ _STATIC_TYPES = {
 }
 
 
+_COMPRESSED = {".js", ".css", ".svg"}
+
+
+@functools.lru_cache(maxsize=64)
+def _gzip(path: str, etag: str) -> bytes:
+    """The file at `path` gzipped, once per process and version of the file (`etag` names it)."""
+    with open(path, "rb") as file:
+        return gzip.compress(file.read(), compresslevel=9, mtime=0)
+
+
 def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpResponse:
     """A static file (the console's, the favicon, the API docs' from drf-spectacular-sidecar), for servers that
     do not serve /static/ themselves (gunicorn); under /assets/<version>/ the console's own, kept for good by a
@@ -306,14 +318,21 @@ def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpRe
     # "no-cache" keeps a changed file from being used stale; the validator makes asking again cheap: a page's
     # shell, styles and script modules come back as a 304 while they have not changed
     stat = os.stat(found)
-    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    # a style sheet or script goes gzipped to a browser that takes it (a third of the bytes), under its own ETag
+    gzipped = suffix in _COMPRESSED and "gzip" in request.headers.get("Accept-Encoding", "")
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}{"-gz" if gzipped else ""}"'
     response: HttpResponse
     if etag in {tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")}:
         response = HttpResponseNotModified()
+    elif gzipped:
+        response = HttpResponse(_gzip(found, etag), content_type=_STATIC_TYPES[suffix])
+        response["Content-Encoding"] = "gzip"
     else:
         with open(found, "rb") as file:
             response = HttpResponse(file.read(), content_type=_STATIC_TYPES[suffix])
     response["ETag"] = etag
+    if suffix in _COMPRESSED:
+        response["Vary"] = "Accept-Encoding"
     current = version is not None and version == assets.version()
     response["Cache-Control"] = "public, max-age=31536000, immutable" if current else "no-cache"
     return response
