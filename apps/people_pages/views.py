@@ -118,8 +118,11 @@ def sign_up(request: HttpRequest) -> HttpResponse:
                 except PersonExistsError:  # signed up a moment ago, by another request
                     tasks.queue(tasks.send_already_signed_up_task, email=email)
                 else:
-                    user_id, origin = str(user.pk), public_origin(request)
-                    tasks.queue(tasks.send_verification_task, user_id=user_id, origin=origin, invitation_id=joining)
+                    # the invitation by id only, and only for an invitee: a task carries no token (apps.accounts.tasks)
+                    sent = {"user_id": str(user.pk), "origin": public_origin(request)}
+                    if joining:
+                        sent["invitation_id"] = joining
+                    tasks.queue(tasks.send_verification_task, **sent)
         except tasks.MailUnqueuedError:
             return _mail_unavailable(request)
         return redirect("check-mail")
