@@ -57,7 +57,8 @@ def test_a_page_renders_for_a_signed_in_person(path: str, alice: Person, mallory
     assert "<script>" not in page and " onclick=" not in page  # no inline scripts: a strict CSP can come
 
 
-@pytest.mark.parametrize("path", [*PAGES, "/invitations/some-token"])
+# an invitation link answers anonymous people itself (tests/test_invitations.py): it says what it invites to
+@pytest.mark.parametrize("path", PAGES)
 def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
     response = Client().get(path)
     assert response.status_code == 302

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import redis
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
 from django.contrib.auth.decorators import login_required
@@ -31,24 +32,31 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.accounts import services as account_services
 from apps.audit import chainfile
 from apps.console import assets
 from apps.core.bounds import bounds
 from apps.core.callers import Caller
+from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal, Role, Scope
 from apps.core.links import MCP_PATH, public_origin
+from apps.core.redis_client import count_hit
 from apps.gate.dispatch import dispatch
 from apps.gate.preflight import may_call
 from apps.operations.registry import registry
-from apps.workspaces.models import Membership
+from apps.workspaces.models import Invitation, Membership
 from apps.workspaces.selectors import (
+    SESSION_INVITATION_KEY,
     SESSION_TENANT_KEY,
     InvitationRefusedError,
     NotAMemberError,
     access_invitation_by_token,
     access_membership,
+    invitation_reference,
+    open_invitation_by_token,
 )
+from apps.workspaces.services import ROLE_IN_A_SENTENCE
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
@@ -219,6 +227,8 @@ def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
 def home(request: HttpRequest) -> HttpResponse:
     """The console's home: what needs the person now (its script asks the operations), the three steps to start
     for a new tenant with a client configuration naming this server's /mcp, and the tenants they belong to."""
+    if current_membership(request) is None:  # none left: the page that says so and offers a tenant of their own
+        return redirect("new-tenant")
     memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
     mcp_url = public_origin(request) + MCP_PATH
     client_config = json.dumps({"mcpServers": {"oaken": {"url": mcp_url}}}, indent=2)
@@ -237,12 +247,13 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
-    """Act in another of the person's tenants from now on (this session only)."""
+    """Act in another of the person's tenants from now on (and open there after the next sign-in)."""
     try:
         membership = access_membership(user=request.user, tenant_id=request.POST.get("tenant_id", ""))  # type: ignore[arg-type]
     except NotAMemberError:
         return render(request, "console/no_such_tenant.html", status=404)
     request.session[SESSION_TENANT_KEY] = str(membership.tenant_id)
+    account_services.remember_tenant(user=request.user, tenant_id=membership.tenant_id, now=timezone.now())  # type: ignore[arg-type]
     target = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
@@ -254,12 +265,56 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 _REFUSED_STATUS = {"unknown": 404, "wrong_person": 403, "unverified": 403}
 
 
-@login_required
+def _invitation_page(request: HttpRequest, template: str, row: Invitation, **extra: Any) -> HttpResponse:
+    """An invitation shown: who sent it (their address), to which tenant, as which role and what it allows."""
+    role = Role(row.role)
+    context = {
+        "invitation": row,
+        "inviter": row.invited_by.email if row.invited_by is not None else "",
+        "role": role.label,
+        "role_sentence": ROLE_IN_A_SENTENCE[role],
+        **extra,
+    }
+    return _private(render(request, template, context))
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    """A page whose address holds an invitation's token: never kept by a cache, never sent on as a referrer."""
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+INVITATION_PAGE_KEY = "invitation-page:client:"
+
+
+@require_GET
+def _invitation_for_stranger(request: HttpRequest, token: str) -> HttpResponse:
+    """An invitation link opened by someone not signed in: who invited them to which tenant, with which role, and
+    nothing more; a wrong, expired, used or cancelled link is one general answer. A good one leaves a signed
+    reference to the invitation (never the token) in the session, for the sign-up or sign-in that follows."""
+    try:
+        seen = count_hit(INVITATION_PAGE_KEY + client_address(request), bounds.INVITATION_PAGE_WINDOW_SECONDS)
+    except redis.RedisError:  # nothing can be counted, so nothing is looked up
+        seen = bounds.INVITATION_PAGE_PER_CLIENT + 1
+    if seen > bounds.INVITATION_PAGE_PER_CLIENT:
+        return _private(render(request, "console/invitation_busy.html", status=429))
+    row = open_invitation_by_token(token=token, now=timezone.now())
+    if row is None:
+        request.session.pop(SESSION_INVITATION_KEY, None)
+        return _private(render(request, "console/invitation_unusable.html", status=404))
+    request.session[SESSION_INVITATION_KEY] = invitation_reference(row.pk)
+    return _invitation_page(request, "console/invitation_welcome.html", row)
+
+
 @require_http_methods(["GET", "POST"])
 def invitation(request: HttpRequest, token: str) -> HttpResponse:
-    """An invitation link: GET shows it to the person it was sent to, POST accepts it (once) through the gate, as
-    the operation accept_invitation called in the invitation's tenant, where the person is not yet a member."""
-    user: User = request.user  # type: ignore[assignment]
+    """An invitation link: for someone not signed in, what it invites to (_invitation_for_stranger); for a signed-in
+    person, GET shows it to the person it was sent to, POST accepts it (once) through the gate, as the operation
+    accept_invitation called in the invitation's tenant, where the person is not yet a member."""
+    if not request.user.is_authenticated:
+        return _invitation_for_stranger(request, token)
+    user: User = request.user
     try:
         row = access_invitation_by_token(user=user, token=token, now=timezone.now())
         if request.method == "POST":
@@ -271,19 +326,21 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
                 access_invitation_by_token(user=user, token=token, now=timezone.now())
                 raise
             request.session[SESSION_TENANT_KEY] = str(row.tenant_id)
-            return render(
-                request,
-                "console/invitation_accepted.html",
-                {
-                    "tenant": row.tenant,
-                    "role": Role(accepted["role"]).label,
-                    "already_member": accepted["already_member"],
-                },
+            return _private(
+                render(
+                    request,
+                    "console/invitation_accepted.html",
+                    {
+                        "tenant": row.tenant,
+                        "role": Role(accepted["role"]).label,
+                        "already_member": accepted["already_member"],
+                    },
+                )
             )
     except InvitationRefusedError as refused:
         status = _REFUSED_STATUS.get(refused.reason, 410)
-        return render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status)
-    return render(request, "console/invitation.html", {"invitation": row, "role": row.get_role_display()})
+        return _private(render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status))
+    return _invitation_page(request, "console/invitation.html", row)
 
 
 # what may be served from the static folders, and as what; anything else is a 404

@@ -70,6 +70,14 @@ OPERATIONS = {
     "WORKSPACES_MAX": _tunable("WORKSPACES_MAX", 100, minimum=1),
     "INVITATIONS_OPEN_MAX": _tunable("INVITATIONS_OPEN_MAX", 100, minimum=1),
     "INVITATION_TTL_DAYS": _tunable("INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
+    # an invitation link opened by someone not signed in: the signed reference the sign-up or sign-in that follows
+    # carries (in the session, in the address confirmation link) works this long; and such a person may open at
+    # most this many invitation links per client address within the window (past it: the page says try later)
+    "INVITATION_REFERENCE_TTL_SECONDS": _tunable(
+        "INVITATION_REFERENCE_TTL_SECONDS", 3 * 24 * 3600, minimum=600, maximum=30 * 24 * 3600
+    ),
+    "INVITATION_PAGE_PER_CLIENT": _tunable("INVITATION_PAGE_PER_CLIENT", 30, minimum=1),
+    "INVITATION_PAGE_WINDOW_SECONDS": _tunable("INVITATION_PAGE_WINDOW_SECONDS", 600, minimum=60),
     # sign-in (apps/accounts/signin.py): this many failures for one address from one client within the window
     # lock that address for that client until the window ends; other clients are not held back; and this many
     # failures for one address from all clients together slow it, never lock it: one attempt per
