@@ -216,6 +216,23 @@ def test_the_consoles_own_reads_fold_into_one_line_per_person_and_day(alice: Per
     assert theirs["events"] == [] and [f["count"] for f in theirs["folded_reads"]] == [3]
 
 
+def test_the_fold_counts_a_bounded_stretch_and_says_when_it_stopped(
+    alice: Person, mallory: Person, settings: Any
+) -> None:
+    """However many reads lie between two changes, a page counts at most AUDIT_FOLD_SCAN_MAX of the newest events,
+    and says so: older reads are then neither listed nor counted, and the answer does not pretend otherwise."""
+    for _ in range(6):
+        call(as_person(alice), "list_accounts")
+    call(as_person(mallory), "list_accounts")
+    whole = call(as_person(alice), "list_audit_events", {"console_reads": "fold"})
+    assert whole["folded_reads_complete"] is True and [f["count"] for f in whole["folded_reads"]] == [6]
+    settings.OPERATIONS = {**settings.OPERATIONS, "AUDIT_FOLD_SCAN_MAX": 4}
+    cut = call(as_person(alice), "list_audit_events", {"console_reads": "fold"})
+    # the newest 4 events: the 7th listing read (whole's) is among them, and the first read of the 6 is not
+    assert cut["folded_reads_complete"] is False and [f["count"] for f in cut["folded_reads"]] == [4]
+    assert cut["events"] == []
+
+
 def test_one_event_in_full_with_its_neighbours(alice: Person, mallory: Person) -> None:
     bob = joined(alice, "bob@example.test")
     key, agent = _key(alice, "laptop script")

@@ -44,6 +44,7 @@ class Bounds:
     PAGE_SIZE_DEFAULT = Bound()
     PAGE_SIZE_MAX = Bound()
     AUDIT_EXPORT_PAGE_MAX = Bound()
+    AUDIT_FOLD_SCAN_MAX = Bound()
     BATCH_MAX = Bound()
     LABELS_PER_CALL_MAX = Bound()
     SUMMARIZE_MAX = Bound()

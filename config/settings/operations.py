@@ -33,6 +33,9 @@ OPERATIONS = {
     "PAGE_SIZE_MAX": _tunable("PAGE_SIZE_MAX", 200, minimum=1),
     # an audit chain's export: events per page (the default and the most a page may ask for)
     "AUDIT_EXPORT_PAGE_MAX": _tunable("AUDIT_EXPORT_PAGE_MAX", 2000, minimum=1, maximum=50_000),
+    # the audit log's folded console reads: how many of the newest events of a page's stretch are counted (the
+    # count is a scan of that stretch; older reads in it are said to be left uncounted)
+    "AUDIT_FOLD_SCAN_MAX": _tunable("AUDIT_FOLD_SCAN_MAX", 50_000, minimum=1, maximum=1_000_000),
     # batches: ids per call
     "BATCH_MAX": _tunable("BATCH_MAX", 500, minimum=1),
     "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),

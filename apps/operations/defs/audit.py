@@ -106,6 +106,11 @@ class AuditListOut(Closed):
         "event, or the newest, down to this page's last event, or the first when no page follows), per person "
         "and day, newest first; empty otherwise"
     )
+    folded_reads_complete: bool = Field(
+        default=True,
+        description="false when the stretch was too long to count whole: folded_reads count its newest "
+        "AUDIT_FOLD_SCAN_MAX events, and older console reads in it are neither listed nor counted",
+    )
 
 
 def _seq(seq: object) -> int:
@@ -325,8 +330,20 @@ def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
     events = events_page(tenant=ctx.tenant, where=shown, before=before, limit=size + 1)
     page, next_cursor = cut_page(events, size, lambda e: [e.seq])
     names = _Names(ctx, page)
-    folded = _folded(ctx, where, before, page[-1].seq if next_cursor else 0) if fold else []
-    return AuditListOut(events=[_row(names, e) for e in page], next_cursor=next_cursor, folded_reads=folded)
+    folded, complete = [], True
+    if fold:
+        # the stretch this page covers, from its newest end: at most AUDIT_FOLD_SCAN_MAX events are counted
+        after = page[-1].seq if next_cursor else 0
+        newest = before - 1 if before is not None else head_seq(ctx.tenant.pk)
+        counted_from = max(after, newest - ctx.bounds.AUDIT_FOLD_SCAN_MAX)
+        complete = counted_from == after
+        folded = _folded(ctx, where, before, counted_from)
+    return AuditListOut(
+        events=[_row(names, e) for e in page],
+        next_cursor=next_cursor,
+        folded_reads=folded,
+        folded_reads_complete=complete,
+    )
 
 
 def _row(names: _Names, e: AuditEvent) -> AuditEventOut:

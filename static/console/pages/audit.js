@@ -15,7 +15,7 @@ const summary = document.getElementById("audit-summary");
 const body = el("tbody");
 let cursor = null;
 let filters = {};
-let tally = { agent: 0, internal: 0, person: 0, reads: 0 };
+let tally = { agent: 0, internal: 0, person: 0, reads: 0, partial: false };
 
 const outcome = (e) => (e.outcome === "ok" ? "done" : el("span", { class: "status-revoked" }, `refused: ${e.outcome}`));
 // assistants (keys and connections) and automations (Oaken's own tasks and plugins) come first: marked on their row
@@ -70,7 +70,9 @@ function count(out) {
   said(tally.internal, "thing automations did", "things automations did");
   said(tally.person, "by people", "by people");
   said(tally.reads, "console read folded", "console reads folded");
-  summary.textContent = parts.length ? `Shown so far: ${parts.join(", ")}.` : "";
+  if (out.folded_reads_complete === false) tally.partial = true;
+  const partial = tally.partial ? " Older console reads in a long stretch are not counted." : "";
+  summary.textContent = parts.length ? `Shown so far: ${parts.join(", ")}.${partial}` : "";
 }
 
 function readForm() {
@@ -122,7 +124,7 @@ async function next() {
 function show() {
   filters = readForm();
   cursor = null;
-  tally = { agent: 0, internal: 0, person: 0, reads: 0 };
+  tally = { agent: 0, internal: 0, person: 0, reads: 0, partial: false };
   body.replaceChildren();
   const chosen = credentials.selectedOptions[0];
   title.textContent = filters.credential_id && chosen && chosen.value ? `What ${chosen.textContent} did` : "Audit log";
