@@ -17,6 +17,7 @@ urlpatterns = [
     path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("plugins", views.page, {"name": "plugins"}, name="console-plugins"),
     path("audit", views.page, {"name": "audit"}, name="console-audit"),
+    path("audit/verifier.py", views.audit_verifier, name="console-audit-verifier"),
     path("import", views.import_page, name="console-import"),
     path("mail", views.mail, name="console-mail"),
     path("mail/messages/<str:message_id>/html", views.message_html, name="console-message-html"),
