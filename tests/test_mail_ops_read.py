@@ -497,6 +497,11 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
             {"account_id": box.personal, "folder": "inbox", "unread_only": True, "limit": 3},
             {"label_id": box.labels["Travel"]},
         ],
+        "list_conversations": [
+            {"account_id": box.personal},
+            {"account_id": box.personal, "folder": "inbox", "unread_only": True, "pinned_only": True, "limit": 3},
+            {"label_id": box.labels["Travel"]},
+        ],
         "get_message": [{"message_id": m} for m in everyone],
         "get_thread": [{"thread_id": box.threads["trip-0"]}, {"thread_id": box.threads["newsletter"]}],
         "summarize_thread": [{"thread_id": box.threads["trip-0"]}],

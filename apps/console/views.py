@@ -11,6 +11,7 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import json
@@ -22,6 +23,7 @@ from urllib.parse import unquote
 import redis
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
@@ -138,10 +140,19 @@ def import_page(request: HttpRequest) -> HttpResponse:
 # the folder the mailbox showed last in this browser, per tenant (set by its script: account id, "/", folder, each
 # URI-encoded); read here only to choose the first list, which the operation then checks like any input
 LAST_LISTING_COOKIE = "oaken_mail_last_{tenant}"
+# whether the list shows conversations (the default) or messages, per tenant in this browser (set by its script)
+LIST_VIEW_COOKIE = "oaken_mail_view_{tenant}"
+# how often (seconds) the open mailbox asks whether its folder changed while the page is visible
+MAIL_POLL_SECONDS = 20
 
 
-def _asked_listing(request: HttpRequest, membership: Membership) -> tuple[str, str] | None:
-    """The listing the page opens on: the one its address names (?account=&folder=), else the last one shown."""
+def _asked_listing(
+    request: HttpRequest, membership: Membership, account_id: str | None = None, folder: str | None = None
+) -> tuple[str, str] | None:
+    """The listing the page opens on: the one its address names (/mail/<account>/<folder>, or ?account=&folder=),
+    else the last one shown."""
+    if account_id is not None:
+        return account_id, folder or "inbox"
     account = request.GET.get("account")
     if account is not None:
         return account, request.GET.get("folder") or "inbox"
@@ -150,11 +161,25 @@ def _asked_listing(request: HttpRequest, membership: Membership) -> tuple[str, s
     return (unquote(account), unquote(folder) or "inbox") if slash and account else None
 
 
-def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any] | None:
+def list_view(request: HttpRequest, membership: Membership) -> str:
+    """ "messages" when the person chose the list of messages in this browser, else "conversations"."""
+    chosen = request.COOKIES.get(LIST_VIEW_COOKIE.format(tenant=membership.tenant_id))
+    return "messages" if chosen == "messages" else "conversations"
+
+
+def first_screen(
+    request: HttpRequest,
+    membership: Membership,
+    *,
+    account_id: str | None = None,
+    folder: str | None = None,
+    thread_id: str | None = None,
+) -> dict[str, Any] | None:
     """What the mailbox shows first, read before the page is sent, so it renders without waiting for three calls
-    of its own: the operations its script would call first (list_accounts, list_labels, then list_messages of the
-    listing it opens on), each through the gate for the signed-in person, as the REST door calls them (audited,
-    limited, refused alike). Anything refused is left out, and the script asks again and shows the refusal as ever.
+    of its own: the operations its script would call first (list_accounts, list_labels, then list_conversations
+    or list_messages of the listing it opens on, and get_thread when the address names a conversation), each
+    through the gate for the signed-in person, as the REST door calls them (audited, limited, refused alike).
+    Anything refused is left out, and the script asks again and shows the refusal as ever.
     """
     caller = Caller.person(membership)
     try:
@@ -162,25 +187,44 @@ def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any]
         labels = dispatch(caller, Door.UI, "list_labels", {}).output
     except OakenError:
         return None
-    screen: dict[str, Any] = {"accounts": accounts, "labels": labels, "listing": None}
+    view = list_view(request, membership)
+    screen: dict[str, Any] = {"accounts": accounts, "labels": labels, "listing": None, "view": view, "thread": None}
     if not accounts["accounts"]:
         return screen
-    account, folder = _asked_listing(request, membership) or (accounts["accounts"][0]["id"], "inbox")
+    account, folder = _asked_listing(request, membership, account_id, folder) or (
+        accounts["accounts"][0]["id"],
+        "inbox",
+    )
+    operation = "list_conversations" if view == "conversations" else "list_messages"
     try:
-        listed = dispatch(caller, Door.UI, "list_messages", {"account_id": account, "folder": folder}).output
+        listed = dispatch(caller, Door.UI, operation, {"account_id": account, "folder": folder}).output
+        screen["listing"] = {"account_id": account, "folder": folder, "view": view, "page": listed}
     except OakenError:
-        return screen
-    screen["listing"] = {"account_id": account, "folder": folder, "page": listed}
+        pass
+    if thread_id is not None:
+        with contextlib.suppress(OakenError):  # the script asks again and says why
+            screen["thread"] = dispatch(caller, Door.UI, "get_thread", {"thread_id": thread_id}).output
     return screen
 
 
 @login_required
 @csp_update({"frame-src": [SELF]})  # a message's HTML part shows in a frame of Oaken's own (message_html)
-def mail(request: HttpRequest) -> HttpResponse:
-    """The mailbox: accounts and folders, the message list, search, and a thread with its messages; its first
-    screen comes with the page (first_screen)."""
+def mail(
+    request: HttpRequest, account_id: str | None = None, folder: str | None = None, thread_id: str | None = None
+) -> HttpResponse:
+    """The mailbox: accounts and folders, the list (conversations or messages), search, and a conversation with its
+    messages; its first screen comes with the page (first_screen). Its addresses: /mail, /mail/<account>/<folder>
+    (a folder's name may hold "/") and /mail/t/<thread> (a conversation), each the same page, so that Back,
+    Forward and reload show what the address names."""
     membership = current_membership(request)  # asked once per request: _shell's is the same
-    return _shell(request, "mail", first_screen=first_screen(request, membership) if membership else None)
+    screen = (
+        first_screen(request, membership, account_id=account_id, folder=folder, thread_id=thread_id)
+        if membership
+        else None
+    )
+    return _shell(
+        request, "mail", first_screen=screen, poll_seconds=getattr(settings, "MAIL_POLL_SECONDS", MAIL_POLL_SECONDS)
+    )
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail

@@ -367,3 +367,28 @@ export function onSubmit(formId, handler) {
 }
 
 export const names = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
+
+// ------------------------------------------------------------ a toast with one action (Undo)
+
+// Says `text` for a few seconds at the foot of the page (role=status), with a button `actionLabel` that runs
+// onAction and closes it; a new toast takes the place of the one shown. Returns a function that closes it.
+export function toast(text, actionLabel, onAction, seconds = 8) {
+  let box = document.getElementById("toast");
+  if (!box) {
+    box = el("div", { id: "toast", class: "toast", role: "status", "aria-live": "polite" });
+    document.body.append(box);
+  }
+  clearTimeout(Number(box.dataset.timer || 0));
+  const close = () => {
+    box.replaceChildren();
+    box.classList.remove("shown");
+  };
+  const parts = [el("span", {}, text)];
+  if (actionLabel && onAction) {
+    parts.push(el("button", { type: "button", class: "toast-action", onclick: () => { close(); onAction(); } }, actionLabel));
+  }
+  box.replaceChildren(...parts);
+  box.classList.add("shown");
+  box.dataset.timer = String(setTimeout(close, seconds * 1000));
+  return close;
+}
