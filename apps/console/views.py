@@ -142,8 +142,6 @@ def import_page(request: HttpRequest) -> HttpResponse:
 LAST_LISTING_COOKIE = "oaken_mail_last_{tenant}"
 # whether the list shows conversations (the default) or messages, per tenant in this browser (set by its script)
 LIST_VIEW_COOKIE = "oaken_mail_view_{tenant}"
-# how often (seconds) the open mailbox asks whether its folder changed while the page is visible
-MAIL_POLL_SECONDS = 20
 
 
 def _asked_listing(
@@ -222,9 +220,7 @@ def mail(
         if membership
         else None
     )
-    return _shell(
-        request, "mail", first_screen=screen, poll_seconds=getattr(settings, "MAIL_POLL_SECONDS", MAIL_POLL_SECONDS)
-    )
+    return _shell(request, "mail", first_screen=screen, poll_seconds=settings.MAIL_POLL_SECONDS)
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail

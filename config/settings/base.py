@@ -41,6 +41,8 @@ if PUBLIC_URL and not PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("OAKEN_PUBLIC_URL must start with http:// or https://")
 SERVE_BIND = env_str("OAKEN_BIND", "127.0.0.1")
 SERVE_PORT = env_int("OAKEN_PORT", 8000, minimum=1, maximum=65535)
+# how often (seconds) the console's open mailbox asks whether its folder changed, while the page is visible
+MAIL_POLL_SECONDS = env_int("OAKEN_MAIL_POLL_SECONDS", 20, minimum=1, maximum=3600)
 
 SECURE_COOKIES = env_bool("OAKEN_SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
