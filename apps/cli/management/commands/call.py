@@ -27,7 +27,7 @@ class Command(JsonCommand):
             # the doors' one parser: strict JSON (no repeated key, no NaN), bounded as every door bounds a body
             raw = payload.loads(options["input"])
         except OakenError as refused:  # more objects or items than any operation takes
-            self.fail(refused.code, refused.message, "input")
+            self.fail(refused.code, refused.message, refused.field)
         except (ValueError, RecursionError):
             self.fail("INVALID_INPUT", "input is not valid JSON", "input")
         self.call(
