@@ -105,6 +105,10 @@ def main() -> None:
                 [{"name": name, "value": str(value), "url": base} for name, value in rest.cookies.items()]
             )
             page = context.new_page()
+            # the list of messages (what REST list_messages answers), not the conversations the page shows by default
+            page.goto("/mail")
+            tenant = page.locator("main").get_attribute("data-tenant")
+            context.add_cookies([{"name": f"oaken_mail_view_{tenant}", "value": "messages", "url": base + "/mail"}])
 
             def load_page() -> float:
                 """From the navigation's start to the mark the page sets once its first list is rendered (the

@@ -104,7 +104,8 @@ def settled(page: Page) -> None:
 
 def look(page: Page, name: str) -> None:
     """What a person sees on this page, at 1280 and at 375 px: a screenshot of each into SCREENSHOTS, no serious
-    or critical accessibility violation, and nothing wider than a phone's screen (no sideways scrolling)."""
+    or critical accessibility violation, and nothing wider than a phone's screen (no sideways scrolling); then at
+    375 px in the dark scheme, its screenshot and the same accessibility check."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     try:
         for label, (width, height) in WIDTHS.items():
@@ -115,5 +116,12 @@ def look(page: Page, name: str) -> None:
             assert found == [], f"{name} at {width} px ({label}): {found}"
             overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert overflow <= 0, f"{name} is {overflow} px wider than a {width} px screen"
+        # the dark scheme (the system's choice, prefers-color-scheme): its colours pass the same check
+        page.emulate_media(color_scheme="dark")
+        settled(page)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-{WIDTHS['phone'][0]}-dark.png"), full_page=True)
+        found = accessibility_violations(page)
+        assert found == [], f"{name} in the dark scheme: {found}"
     finally:
+        page.emulate_media(color_scheme="light")
         page.set_viewport_size({"width": WIDTHS["desktop"][0], "height": WIDTHS["desktop"][1]})

@@ -85,6 +85,39 @@ def account_mail_here(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         monkeypatch.setattr(task, "apply_async", here)
 
 
+@pytest.fixture(autouse=True)
+def routes_follow_the_registry() -> None:
+    """A served process makes its REST paths (and so the OpenAPI document) once, from the registry as it stands
+    at start-up, plugins included. Tests load and unload plugins later, so before each test the paths are made
+    again if the registry changed since: a plugin unloaded by one module must not leave its paths in the
+    document another module checks, whatever order the modules run in."""
+    import sys
+
+    from django.conf import settings
+    from django.urls import clear_url_caches
+
+    from apps.operations.registry import registry
+
+    urls = sys.modules.get(settings.ROOT_URLCONF)
+    if urls is None:  # not made yet: it will be made from the registry as it is then
+        return
+    routed = {
+        p.name.removeprefix("op-") for p in urls.urlpatterns if getattr(p, "name", None) and p.name.startswith("op-")
+    }
+    routed.discard("unknown")
+    names = {op.name for op in registry}
+    plugin_ops = {op.name for op in registry if op.plugin}
+    if routed <= names and plugin_ops <= routed:
+        return
+    import importlib
+
+    from apps.api import schema
+
+    clear_url_caches()
+    importlib.reload(urls)
+    schema._documents.clear()
+
+
 @pytest.fixture
 def summaries_on_workers() -> None:
     """Summaries go to the broker for real workers, as in production (see summaries_here)."""

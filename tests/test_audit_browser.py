@@ -15,7 +15,7 @@ import pytest
 from apps.audit import chainfile
 from apps.audit.models import AuditEvent
 from tests.browser import look
-from tests.callers import as_agent, call, joined
+from tests.callers import as_agent, as_person, call, joined
 from tests.commands import run_json
 from tests.conftest import Person
 from tests.mailbox import build_mailbox
@@ -66,9 +66,10 @@ def test_a_person_reads_verifies_and_exports_the_audit_log(
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("connection Desk assistant for alice@example.test list accounts over MCP")
 
-    # the whole log, filtered and paged
+    # the whole log, filtered and paged (with the console's own reads shown, as the default view folds them)
     settings.OPERATIONS = {**settings.OPERATIONS, "PAGE_SIZE_DEFAULT": 5}
-    page.goto("/audit")
+    page.goto("/audit?console_reads=show")
+    expect(page.locator("#filter-reads")).to_be_checked()
     expect(rows).to_have_count(5)
     page.click("#audit-more")
     expect(rows).to_have_count(10)
@@ -101,7 +102,17 @@ def test_a_person_reads_verifies_and_exports_the_audit_log(
     assert found is not None
     head = AuditEvent.objects.for_tenant(alice.tenant).get(seq=int(found.group(1)))
     assert head.hash == found.group(2)
+    expect(page.locator("#verify-head")).to_contain_text(f"Checked up to event #{head.seq} (hash {head.hash}).")
     look(page, "audit")
+
+    # "Export up to this point": the export ends at the head Verify checked, though Verify's own event came after
+    with page.expect_download() as verified_download:
+        page.click("#export-verified")
+    upto = tmp_path / "verified.jsonl"
+    verified_download.value.save_as(upto)
+    assert verified_download.value.suggested_filename == f"audit-{alice.tenant.pk}-to-{head.seq}.jsonl"
+    upto_report = chainfile.verify_file(str(upto))
+    assert upto_report.ok and upto_report.events == head.seq and upto_report.head_hash == head.hash
 
     # export: the file verifies offline, and one edited byte is found at its row
     with page.expect_download() as download:
@@ -158,3 +169,93 @@ def test_a_member_sees_only_their_own_and_their_agents_events(
     expect(page.locator("#verify-chain")).to_have_count(0)  # the whole chain is an ADMIN's to verify
     expect(page.locator("#filter-credential option")).to_have_count(2)  # any, and bob's own key
     look(page, "audit-member")
+
+
+def _shown_seqs(page: Page) -> list[int]:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#audit-list table, #audit-list p.hint:not(:has-text('Loading'))").first).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    return [
+        int(s) for s in page.locator("#audit-list tr[data-seq]").evaluate_all("rows => rows.map(r => r.dataset.seq)")
+    ]
+
+
+@pytest.mark.slow
+def test_an_idle_console_tab_adds_nothing_to_the_default_view_and_an_event_opens_by_its_address(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    _, agent = _key(alice, "laptop script")
+    call(as_person(alice), "create_workspace", {"name": "ops"}, confirm=True)  # a person's change: shown
+    call(agent, "list_accounts")  # what an assistant read: shown by default too
+    _, their_agent = _key(mallory, "mallory's bot")
+    call(their_agent, "list_accounts")
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/audit")
+    before = _shown_seqs(page)
+    agents_read = AuditEvent.objects.for_tenant(alice.tenant).get(principal="agent", operation="list_accounts")
+    assert agents_read.seq in before
+
+    # an /outbound tab left open: it refreshes every 5 s (driven here by the page's clock), each refresh a read
+    chain = AuditEvent.objects.for_tenant(alice.tenant)
+    page.clock.install()
+    page.goto("/outbound")
+    page.wait_for_load_state("networkidle")
+    polled = chain.filter(operation="list_outbound").count()
+    for _ in range(4):
+        page.clock.run_for(5_000)
+        page.wait_for_load_state("networkidle")
+    deadline = 50
+    while chain.filter(operation="list_outbound").count() < polled + 4 and deadline:
+        page.wait_for_timeout(200)
+        deadline -= 1
+    refreshed = chain.filter(operation="list_outbound").count() - polled
+    assert refreshed >= 4  # the chain records every refresh
+
+    page.goto("/audit")
+    assert _shown_seqs(page) == before  # and the default view gains no row from them
+    folded = page.locator("#audit-list tr.folded")
+    expect(folded.first).to_contain_text("You looked at ")
+    expect(folded.first).to_contain_text("outbound mail")
+    expect(page.locator("#audit-summary")).to_contain_text("console reads folded")
+    look(page, "audit-folded")
+    folded.first.locator("[data-action=show-reads]").click()
+    expect(page.locator("#filter-reads")).to_be_checked()
+    expect(page.locator("#audit-list tr[data-operation=list_outbound]").first).to_be_visible()
+    assert "console_reads=show" in page.url
+
+    # one event in full, by its address: who, door, changes, digest, hashes linking its neighbours
+    page.goto(f"/audit#event-{agents_read.seq}")
+    dialog = page.locator("#audit-event")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#audit-event-title")).to_have_text(f"Event #{agents_read.seq}")
+    expect(dialog).to_contain_text("API key laptop script")
+    expect(dialog).to_contain_text("On behalf ofalice@example.test")
+    expect(dialog).to_contain_text("MCP")
+    expect(dialog).to_contain_text(agents_read.hash)
+    expect(dialog).to_contain_text(agents_read.prev_hash)
+    expect(dialog).to_contain_text(agents_read.input_digest or "none")
+    look(page, "audit-event")
+    dialog.locator(f'a[href="#event-{agents_read.seq - 1}"]').click()  # the previous hash is the event before
+    expect(page.locator("#audit-event-title")).to_have_text(f"Event #{agents_read.seq - 1}")
+    page.go_back()
+    expect(page.locator("#audit-event-title")).to_have_text(f"Event #{agents_read.seq}")
+    page.click("#audit-event-close")
+    expect(dialog).to_be_hidden()
+    expect(page).not_to_have_url(re.compile("#event-"))
+    # from the list: the row's link opens it, Back closes it
+    page.locator(f'#audit-list a[href="#event-{agents_read.seq}"]').click()
+    expect(dialog).to_be_visible()
+    page.go_back()
+    expect(dialog).to_be_hidden()
+    expect(page).not_to_have_url(re.compile("#event-"))
+    # another tenant's event is not reached by its number
+    theirs = AuditEvent.objects.for_tenant(mallory.tenant).order_by("-seq").first()
+    assert theirs is not None
+    page.goto(f"/audit#event-{theirs.seq + 1000}")
+    expect(dialog).to_contain_text("This event was not found")
+    html = page.content()
+    assert "mallory" not in html.lower() and str(mallory.tenant.pk) not in html

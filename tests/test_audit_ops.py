@@ -163,3 +163,153 @@ def test_an_export_verifies_offline_and_one_edited_byte_is_found_at_its_row(
     }  # fmt: skip
     settings.OPERATIONS = {**settings.OPERATIONS, "AUDIT_EXPORT_PAGE_MAX": 3}
     assert refusal(as_person(alice), "export_audit_chain", {"limit": 4}).code == "LIMIT_EXCEEDED"
+
+
+def test_the_consoles_own_reads_fold_into_one_line_per_person_and_day(alice: Person, mallory: Person) -> None:
+    bob = joined(alice, "bob@example.test")
+    _, agent = _key(alice, "laptop script")
+    call(as_person(alice), "create_workspace", {"name": "ops"}, confirm=True)
+    for _ in range(4):
+        call(as_person(alice), "list_accounts")  # what an idle page refreshes
+    call(as_person(alice), "list_api_keys")
+    call(agent, "list_accounts")  # what an assistant read: always shown
+    refusal(as_person(bob), "verify_audit")  # a refusal: always shown
+    call(as_person(bob), "list_accounts")
+    for _ in range(3):
+        call(as_person(mallory), "list_accounts")
+
+    everything = call(as_person(alice), "list_audit_events", {"limit": 100})
+    assert everything["folded_reads"] == [] and len(everything["events"]) == 9  # nothing folded unless asked
+    out = call(as_person(alice), "list_audit_events", {"console_reads": "fold", "limit": 100})
+    shown = [(r["operation"], r["principal"], r["outcome"]) for r in out["events"]]
+    assert shown == [
+        ("verify_audit", "person", "FORBIDDEN"),
+        ("list_accounts", "agent", "ok"),
+        ("create_workspace", "person", "ok"),
+    ]
+    folds = {f["person"]: f for f in out["folded_reads"]}
+    assert set(folds) == {"alice@example.test", "bob@example.test"}  # the listing's own read is folded too
+    mine = folds["alice@example.test"]
+    assert mine["count"] == 6 and mine["areas"] == ["mail", "assistants", "the audit log"]
+    assert mine["description"] == "You looked at mail, assistants and the audit log in the console 6 times"
+    assert folds["bob@example.test"]["description"].startswith("bob@example.test looked at mail in")
+    assert mine["first_seq"] < mine["last_seq"] and mine["first_at"] <= mine["last_at"]
+    # the reads are still in the chain, and verified with it
+    assert len(call(as_person(alice), "list_audit_events", {"limit": 100})["events"]) == 11
+    assert call(as_person(alice), "verify_audit")["ok"] is True
+
+    # paged: each page folds the reads between its events, and no read is counted twice
+    reads = AuditEvent.objects.for_tenant(alice.tenant).filter(principal="person", door="ui", outcome="ok")
+    folded = reads.exclude(operation="create_workspace").count()
+    first = call(as_person(alice), "list_audit_events", {"console_reads": "fold", "limit": 2})
+    second = call(
+        as_person(alice), "list_audit_events", {"console_reads": "fold", "limit": 2, "cursor": first["next_cursor"]}
+    )
+    assert second["next_cursor"] is None
+    assert sum(f["count"] for f in first["folded_reads"] + second["folded_reads"]) == folded
+
+    # a MEMBER folds only their own, and another tenant's reads never count
+    bobs = call(as_person(bob), "list_audit_events", {"console_reads": "fold"})
+    assert {f["person"] for f in bobs["folded_reads"]} == {"bob@example.test"}
+    assert {r["person"] for r in bobs["events"]} == {"bob@example.test"}
+    theirs = call(as_person(mallory), "list_audit_events", {"console_reads": "fold"})
+    assert theirs["events"] == [] and [f["count"] for f in theirs["folded_reads"]] == [3]
+
+
+def test_the_fold_counts_a_bounded_stretch_and_says_when_it_stopped(
+    alice: Person, mallory: Person, settings: Any
+) -> None:
+    """However many reads lie between two changes, a page counts at most AUDIT_FOLD_SCAN_MAX of the newest events,
+    and says so: older reads are then neither listed nor counted, and the answer does not pretend otherwise."""
+    for _ in range(6):
+        call(as_person(alice), "list_accounts")
+    call(as_person(mallory), "list_accounts")
+    whole = call(as_person(alice), "list_audit_events", {"console_reads": "fold"})
+    assert whole["folded_reads_complete"] is True and [f["count"] for f in whole["folded_reads"]] == [6]
+    settings.OPERATIONS = {**settings.OPERATIONS, "AUDIT_FOLD_SCAN_MAX": 4}
+    cut = call(as_person(alice), "list_audit_events", {"console_reads": "fold"})
+    # the newest 4 events: the 7th listing read (whole's) is among them, and the first read of the 6 is not
+    assert cut["folded_reads_complete"] is False and [f["count"] for f in cut["folded_reads"]] == [4]
+    assert cut["events"] == []
+
+
+def test_one_event_in_full_with_its_neighbours(alice: Person, mallory: Person) -> None:
+    bob = joined(alice, "bob@example.test")
+    key, agent = _key(alice, "laptop script")
+    call(as_person(alice), "list_accounts")  # 1
+    call(agent, "list_accounts")  # 2
+    call(as_person(bob), "list_accounts")  # 3
+    call(as_person(mallory), "list_accounts")
+    out = call(as_person(alice), "get_audit_event", {"seq": 2})
+    event = out["event"]
+    assert (event["seq"], event["operation"], event["door"]) == (2, "list_accounts", "mcp")
+    assert out["who"] == f"API key laptop script ({key.prefix}_…) for alice@example.test"
+    assert out["on_behalf_of"] == "alice@example.test" and out["door_words"].startswith("MCP")
+    stored = AuditEvent.objects.for_tenant(alice.tenant).get(seq=2)
+    assert (out["prev_hash"], event["hash"], event["input_digest"]) == (
+        stored.prev_hash, stored.hash, stored.input_digest,
+    )  # fmt: skip
+    assert out["prev_hash"] == AuditEvent.objects.for_tenant(alice.tenant).get(seq=1).hash
+    assert (out["previous_seq"], out["next_seq"]) == (1, 3)
+    # a MEMBER: their own events only, and only the neighbours they may see
+    assert refusal(as_person(bob), "get_audit_event", {"seq": 2}).code == "NOT_FOUND"
+    bobs = call(as_person(bob), "get_audit_event", {"seq": 3})
+    assert bobs["who"] == "bob@example.test" and (bobs["previous_seq"], bobs["next_seq"]) == (None, None)
+    # another tenant's chain is not reached by its sequence numbers
+    assert call(as_person(mallory), "get_audit_event", {"seq": 1})["event"]["person"] == "mallory@example.test"
+    assert refusal(as_person(mallory), "get_audit_event", {"seq": 3}).code == "NOT_FOUND"
+    assert refusal(agent, "get_audit_event", {"seq": 1}).code == "NOT_AVAILABLE"
+
+
+def test_verify_and_export_agree_on_the_head(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    for _ in range(3):
+        call(as_person(alice), "list_accounts")
+    call(as_person(mallory), "list_accounts")
+    verified = call(as_person(alice), "verify_audit")
+    assert verified["ok"] is True and verified["head_seq"] == 3 == verified["events_checked"]
+    call(as_person(alice), "list_accounts")  # the log moves on meanwhile
+    for up_to in (verified["head_seq"], verified["head_hash"]):
+        lines: list[str] = []
+        page = call(as_person(alice), "export_audit_chain", {"up_to": up_to, "limit": 2})
+        lines += page["lines"]
+        while page["next_cursor"]:
+            page = call(as_person(alice), "export_audit_chain", {"cursor": page["next_cursor"], "limit": 2})
+            lines += page["lines"]
+        assert page["head_seq"] == 3 and len(lines) == 3
+        assert json.loads(lines[-1])["hash"] == verified["head_hash"]
+        report = chainfile.verify_lines(lines)
+        assert report.ok and report.head_hash == verified["head_hash"]
+    path = tmp_path / "chain.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ran = subprocess.run([sys.executable, "-I", chainfile.__file__, str(path)], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == f"intact, 3 events, head hash {verified['head_hash']}"
+    # without up_to: the newest event when asked, as before
+    assert call(as_person(alice), "export_audit_chain")["head_seq"] > 3
+    # a head that is not this tenant's, or not yet written, is no end
+    theirs = AuditEvent.objects.for_tenant(mallory.tenant).get(seq=1).hash
+    assert refusal(as_person(alice), "export_audit_chain", {"up_to": theirs}).code == "NOT_FOUND"
+    assert refusal(as_person(alice), "export_audit_chain", {"up_to": 10_000}).code == "NOT_FOUND"
+
+
+def test_the_offline_verifier_downloads_and_verifies_an_export(
+    client: Any, alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    for _ in range(3):
+        call(as_person(alice), "list_accounts")
+    call(as_person(mallory), "list_accounts")
+    answer = client.get("/audit/verifier.py")  # signed in or not: it holds no secret
+    assert answer.status_code == 200
+    assert answer["Content-Disposition"] == 'attachment; filename="verifier.py"'
+    assert answer.content == Path(chainfile.__file__).read_bytes()
+    assert client.post("/audit/verifier.py").status_code == 405
+    verifier = tmp_path / "verifier.py"
+    verifier.write_bytes(answer.content)
+    verified = call(as_person(alice), "verify_audit")
+    lines = call(as_person(alice), "export_audit_chain", {"up_to": verified["head_hash"]})["lines"]
+    chain = tmp_path / "chain.jsonl"
+    chain.write_text("\n".join(lines) + "\n")
+    ran = subprocess.run(
+        [sys.executable, "-I", "verifier.py", "chain.jsonl"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == f"intact, 3 events, head hash {verified['head_hash']}"
+    assert str(mallory.tenant.pk) not in chain.read_text()

@@ -91,6 +91,11 @@ def test_call_errors_print_the_json_error_and_exit_1(
     assert code == 1
     assert out["error"]["code"] == "INVALID_INPUT"
 
+    # the doors' one parser: a key named twice is refused (the last one would win unseen), NaN is not JSON
+    for lenient in ('{"limit": 1, "limit": 50}', '{"limit": NaN}'):
+        code, out = oaken_call("list_messages", alice, input=lenient)
+        assert (code, out["error"]["code"], out["error"]["field"]) == (1, "INVALID_INPUT", "input"), lenient
+
     code, out = oaken_call("list_messages", alice, input={"limit": "zq-secret-value"})
     assert code == 1
     assert out["error"]["code"] == "INVALID_INPUT"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 from urllib.parse import urljoin
 
@@ -9,6 +10,7 @@ import pytest
 from django.test import Client
 
 from apps.console.assets import asset_url
+from apps.console.templatetags.console import nav_groups
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import SESSION_TENANT_KEY
 from tests.callers import joined
@@ -55,7 +57,8 @@ def test_a_page_renders_for_a_signed_in_person(path: str, alice: Person, mallory
     assert "<script>" not in page and " onclick=" not in page  # no inline scripts: a strict CSP can come
 
 
-@pytest.mark.parametrize("path", [*PAGES, "/invitations/some-token"])
+# an invitation link answers anonymous people itself (tests/test_invitations.py): it says what it invites to
+@pytest.mark.parametrize("path", PAGES)
 def test_a_page_sends_anonymous_people_to_sign_in(path: str, db: None) -> None:
     response = Client().get(path)
     assert response.status_code == 302
@@ -182,6 +185,34 @@ def test_the_console_files_are_kept_by_the_browser_until_they_change(db: None) -
     page = asset_url("console/pages/mail.js")
     assert 'from "../lib.js"' in Client().get(page).content.decode()
     assert urljoin(page, "../lib.js") == current
+
+
+def test_the_navigation_is_grouped_and_marks_the_current_page(alice: Person) -> None:
+    """Mail, then the Assistants and Workspace groups; the page shown (or one under it) is marked current."""
+    html = _signed_in(alice).get("/keys").content.decode()
+    assert html.count('aria-current="page"') == 1 and '<a href="/keys" aria-current="page">API keys</a>' in html
+    assert html.index(">Mail<") < html.index(">Assistants<") < html.index(">API keys<") < html.index(">Workspace<")
+    assert html.index(">Workspace<") < html.index(">Audit log<")
+    marked = [link["words"] for group in nav_groups("/mail/t/0123") for link in group["links"] if link["current"]]
+    assert marked == ["Mail"]
+    assert not any(link["current"] for group in nav_groups("/mailboxes-x") for link in group["links"])
+
+
+def test_the_console_files_go_gzipped_to_a_browser_that_takes_it(db: None) -> None:
+    """Style sheets and scripts travel gzipped when asked (Accept-Encoding), under an ETag of their own; the same
+    bytes once unpacked, and plain to a client that does not take gzip."""
+    plain = Client().get(asset_url("console/console.css"))
+    assert "Content-Encoding" not in plain and plain["Vary"] == "Accept-Encoding"
+    packed = Client().get(asset_url("console/console.css"), headers={"Accept-Encoding": "gzip, deflate, br"})
+    assert packed["Content-Encoding"] == "gzip" and packed["Vary"] == "Accept-Encoding"
+    assert gzip.decompress(packed.content) == plain.content and len(packed.content) < len(plain.content) / 2
+    assert packed["ETag"] != plain["ETag"]
+    again = Client().get(
+        asset_url("console/console.css"), headers={"Accept-Encoding": "gzip", "If-None-Match": packed["ETag"]}
+    )
+    assert again.status_code == 304
+    icon = Client().get("/static/favicon.svg", headers={"Accept-Encoding": "gzip"})
+    assert icon.status_code == 200 and gzip.decompress(icon.content).startswith(b"<svg")
 
 
 def test_a_member_sees_no_admin_forms(alice: Person) -> None:

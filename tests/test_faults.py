@@ -629,3 +629,49 @@ def test_a_server_that_refuses_a_new_connection_at_once_answers_and_only_a_silen
     finally:
         listener.close()
         shutil.rmtree(silent_dir, ignore_errors=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_copy_or_a_server_side_cursor_on_a_stalled_postgresql_ends_with_an_error_not_a_hang() -> None:
+    """Two waits happen outside any statement Django runs: a server-side cursor's fetches (QuerySet.iterator(),
+    the search index's scans) and a COPY (the importer's and the indexer's bulk writes). With the server stopped
+    (SIGSTOP) in the middle of each, each ends with OperationalError within the watchdog's deadline, not when the
+    server runs again."""
+    from django.conf import settings
+    from django.db import OperationalError
+
+    deadline = settings.DATABASE_WAITS["STALL"] + settings.DATABASE_WAITS["CONNECT"] + 5  # headroom under load
+    postmaster = _postmaster()
+
+    def _copy_some(cursor: Any) -> None:
+        with cursor.copy("COPY copied (n) FROM STDIN") as copy:
+            for n in range(10):
+                copy.write_row((n,))
+
+    def reconnected() -> None:
+        connection.close()
+        time.sleep(settings.DATABASE_WAITS["STALL"] + 0.5)  # a server found silent is not asked for that long
+
+    cursor = connection.chunked_cursor()  # autocommit: a cursor WITH HOLD
+    cursor.execute("SELECT n FROM generate_series(1, 1000) AS n")
+    assert [row[0] for row in cursor.fetchmany(10)] == list(range(1, 11))
+    with _stopped(postmaster, at_most=deadline + 30):
+        started = time.monotonic()
+        with pytest.raises(OperationalError):
+            cursor.fetchmany(10)
+        took = time.monotonic() - started
+    assert took < deadline, took
+    reconnected()
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE copied (n int)")
+        with _stopped(postmaster, at_most=deadline + 30):
+            started = time.monotonic()
+            with pytest.raises(OperationalError):
+                _copy_some(cursor)
+            took = time.monotonic() - started
+    assert took < deadline, took
+    reconnected()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)

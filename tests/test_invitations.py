@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,14 +16,32 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
+from apps.accounts import mailbound
+from apps.accounts.models import User
 from apps.audit.models import AuditEvent
+from apps.console.views import INVITATION_PAGE_KEY
 from apps.core.links import absolute_url
+from apps.core.redis_client import redis_client
 from apps.workspaces.models import Invitation, Membership
-from apps.workspaces.selectors import SESSION_TENANT_KEY, invitation_token_hash
+from apps.workspaces.selectors import (
+    SESSION_INVITATION_KEY,
+    SESSION_TENANT_KEY,
+    invitation_reference,
+    invitation_token_hash,
+    open_invitation_by_reference,
+)
 from tests.callers import as_person, call, joined, refusal
-from tests.conftest import Person, make_person
+from tests.conftest import PASSWORD, Person, make_person
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_bounds_left() -> None:
+    """The counts a test before left in Redis (invitation pages, sign-in failures, account mail)."""
+    for pattern in (INVITATION_PAGE_KEY + "*", "signin-failures:*", mailbound.KEY_PREFIX + "*"):
+        for key in redis_client().scan_iter(pattern):
+            redis_client().delete(key)
 
 
 @pytest.fixture
@@ -135,10 +154,72 @@ def test_expired_cancelled_unknown_and_unverified_links_are_refused(alice: Perso
     assert _in_alices(carol, alice) is None
 
 
-def test_a_link_needs_a_signed_in_person(alice: Person) -> None:
+def test_a_stranger_sees_who_invited_them_to_what_and_nothing_more(alice: Person, mallory: Person) -> None:
+    """Not signed in: the link shows the inviter, the tenant, the role and what it allows, and nothing else (no
+    member, not even the address invited); the session keeps a reference to the invitation, never its token."""
+    joined(alice, "bob@example.test", "ADMIN")
+    link = _invite(alice, role="ADMIN")
+    theirs = _invite(mallory, email="dave@example.test")
+    stranger = Client()
+    answer = stranger.get(link)
+    page = answer.content.decode()
+    assert answer.status_code == 200
+    assert "<strong>alice@example.test</strong> invited you to join <strong>Alice&#x27;s tenant</strong>" in page
+    assert "as <strong>Admin</strong>" in page and "An admin does what a member does" in page
+    assert "Create an account to join" in page and "I already have an account" in page
+    assert "bob@" not in page and "carol" not in page and "Mallory" not in page and "dave" not in page
+    assert answer["Cache-Control"] == "no-store" and answer["Referrer-Policy"] == "no-referrer"
+    token = link.removeprefix("/invitations/")
+    kept = dict(stranger.session.items())
+    assert token not in str(kept) and kept[SESSION_INVITATION_KEY]
+    assert _in_alices_count(alice) == 2  # looking joins no one
+    other = Client().get(theirs).content.decode()
+    assert "Mallory&#x27;s tenant" in other and "Alice" not in other and "alice@" not in other
+    assert stranger.post(link).status_code == 405  # nothing to do here without an account
+
+
+def _in_alices_count(alice: Person) -> int:
+    return Membership.objects.for_tenant(alice.tenant).count()
+
+
+def test_a_stranger_is_told_the_same_for_any_link_that_cannot_be_used(alice: Person, carol: Person) -> None:
+    expired = _invite(alice, email="e@example.test")
+    Invitation.objects.for_tenant(alice.tenant).filter(email="e@example.test").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    cancelled = _invite(alice, email="c@example.test")
+    row = Invitation.objects.for_tenant(alice.tenant).get(email="c@example.test")
+    call(as_person(alice), "cancel_invitation", {"invitation_id": str(row.pk)}, confirm=True)
+    used = _invite(alice)
+    assert _browser(carol).post(used).status_code == 200
+    pages = [Client().get(link) for link in (expired, cancelled, used, "/invitations/not-a-real-token")]
+    assert {p.status_code for p in pages} == {404}
+    assert len({p.content for p in pages}) == 1  # never which
+    assert "cannot be used" in pages[0].content.decode() and "Alice" not in pages[0].content.decode()
+
+
+def test_a_stranger_opening_many_links_is_bounded(alice: Person, settings) -> None:
+    settings.OPERATIONS = {**settings.OPERATIONS, "INVITATION_PAGE_PER_CLIENT": 3}
     link = _invite(alice)
-    answer = Client().get(link)
-    assert answer.status_code == 302 and answer["Location"].startswith("/accounts/sign-in?next=/invitations/")
+    assert [Client().get(link).status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert Client(REMOTE_ADDR="198.51.100.7").get(link).status_code == 200  # another client is not held back
+
+
+def test_a_forged_or_foreign_reference_accepts_nothing(alice: Person, carol: Person, mallory: Person) -> None:
+    link = _invite(alice)
+    row = Invitation.objects.for_tenant(alice.tenant).get()
+    reference = invitation_reference(row.pk)
+    assert open_invitation_by_reference(reference=reference + "x", now=timezone.now()) is None
+    assert open_invitation_by_reference(reference=reference, now=timezone.now()) is not None
+    # mallory's tenant is not the invitation's: the operation refuses it as unknown there
+    mallory.user.email_verified_at = timezone.now()
+    mallory.user.save()
+    refused = refusal(as_person(mallory), "accept_invitation", {"reference": reference})
+    assert (refused.code, refused.field) == ("NOT_FOUND", "reference")
+    refused = refusal(as_person(mallory), "accept_invitation", {"reference": reference, "token": "x"})
+    assert refused.code == "INVALID_INPUT"
+    assert _in_alices(carol, alice) is None and _in_alices(mallory, alice) is None
+    assert _browser(carol).post(link).status_code == 200
 
 
 def test_inviting_again_replaces_the_open_invitation(alice: Person, carol: Person) -> None:
@@ -181,3 +262,155 @@ def test_another_tenants_invitation_is_not_found(alice: Person, mallory: Person)
     refused = refusal(as_person(mallory), "cancel_invitation", {"invitation_id": str(row.pk)}, confirm=True)
     assert (refused.code, refused.field) == ("NOT_FOUND", "invitation_id")
     assert Invitation.objects.for_tenant(alice.tenant).get().revoked_at is None
+
+
+def _mailed_link(to: str) -> str:
+    """The path of the link in the last mail sent to `to`."""
+    sent = [m for m in mail.outbox if m.to == [to]]
+    assert sent
+    found = re.search(r"https?://\S+", str(sent[-1].body))
+    assert found is not None
+    return urlsplit(found.group(0)).path
+
+
+def test_an_invitee_signs_up_confirms_and_lands_in_the_inviting_tenant(alice: Person, mallory: Person) -> None:
+    link = _invite(alice, email="newbie@example.test", role="ADMIN")
+    token = link.removeprefix("/invitations/")
+    browser = Client()
+    browser.get(link)
+    form = browser.get("/accounts/sign-up").content.decode()
+    assert "Create your account to join Alice&#x27;s tenant" in form
+    assert 'value="newbie@example.test"' in form and "readonly" in form
+    assert 'name="tenant"' not in form and "Create my own tenant too" in form
+
+    other = browser.post("/accounts/sign-up", {"email": "someone@example.test", "password": PASSWORD})
+    assert other.status_code == 400 and "the address the invitation was sent to" in other.content.decode()
+    assert not User.objects.filter(email="someone@example.test").exists()
+
+    signed_up = browser.post("/accounts/sign-up", {"email": "newbie@example.test", "password": PASSWORD})
+    assert signed_up.status_code == 302 and signed_up["Location"] == "/accounts/check-mail"
+    newbie = User.objects.get(email="newbie@example.test")
+    assert not Membership.objects.for_user(newbie).exists()  # no tenant of their own, not a member yet
+
+    confirm = _mailed_link("newbie@example.test")
+    assert token not in confirm and token not in mail.outbox[-1].body  # the token went out once, in the invitation
+    elsewhere = Client()  # the mail may well be opened in another browser
+    landed = elsewhere.get(confirm)
+    assert landed.status_code == 302 and landed["Location"] == "/"
+    assert [(m.tenant_id, m.role) for m in Membership.objects.for_user(newbie)] == [(alice.tenant.pk, "ADMIN")]
+    assert elsewhere.session[SESSION_TENANT_KEY] == str(alice.tenant.pk)
+    home = elsewhere.get("/").content.decode()
+    assert "<h1>Alice&#x27;s tenant</h1>" in home and "Mallory" not in home
+    row = Invitation.objects.for_tenant(alice.tenant).get()
+    assert row.accepted_by == newbie
+    event = AuditEvent.objects.for_tenant(alice.tenant).get(operation="accept_invitation")
+    assert (event.person_id, event.door, event.outcome) == (newbie.pk, "ui", "ok")
+    assert elsewhere.get(confirm)["Location"] == "/"  # following it again changes nothing
+    assert not Membership.objects.for_tenant(mallory.tenant).filter(user=newbie).exists()
+    assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(person_id=newbie.pk).exists()
+
+
+def test_an_invitee_may_ask_for_a_tenant_of_their_own_too(alice: Person) -> None:
+    link = _invite(alice, email="newbie@example.test")
+    browser = Client()
+    browser.get(link)
+    browser.post(
+        "/accounts/sign-up",
+        {"email": "newbie@example.test", "password": PASSWORD, "own_tenant": "on", "own_tenant_name": "Newbie Co"},
+    )
+    newbie = User.objects.get(email="newbie@example.test")
+    assert [(m.tenant.name, m.role) for m in Membership.objects.for_user(newbie).select_related("tenant")] == [
+        ("Newbie Co", "OWNER")
+    ]
+    browser.get(_mailed_link("newbie@example.test"))
+    assert browser.session[SESSION_TENANT_KEY] == str(alice.tenant.pk)  # lands where they were invited
+    assert _in_alices(Person(newbie, alice.tenant, alice.workspace), alice) == "MEMBER"
+
+
+def _sign_in(client: Client, email: str) -> Any:
+    return client.post("/accounts/sign-in", {"username": email, "password": PASSWORD})
+
+
+def _acting_in(client: Client) -> str:
+    found = re.search(r'data-tenant="([^"]*)"', client.get("/").content.decode())
+    assert found is not None
+    return found.group(1)
+
+
+def test_an_existing_person_signs_in_from_the_link_and_joins(alice: Person, carol: Person, mallory: Person) -> None:
+    link = _invite(alice, role="ADMIN")
+    browser = Client()
+    browser.get(link)
+    page = browser.get("/accounts/sign-in").content.decode()
+    assert "Signing in accepts the invitation to join <strong>Alice&#x27;s tenant</strong>" in page
+    assert 'value="carol@example.test"' in page
+    signed_in = _sign_in(browser, "carol@example.test")
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/"
+    assert _in_alices(carol, alice) == "ADMIN"
+    assert _acting_in(browser) == str(alice.tenant.pk)
+    assert SESSION_INVITATION_KEY not in browser.session
+    assert not Membership.objects.for_tenant(mallory.tenant).filter(user=carol.user).exists()
+
+
+def test_signing_in_as_someone_else_from_the_link_joins_no_one(alice: Person, carol: Person, mallory: Person) -> None:
+    link = _invite(alice)
+    mallory.user.email_verified_at = timezone.now()
+    mallory.user.save()
+    browser = Client()
+    browser.get(link)
+    answer = _sign_in(browser, "mallory@example.test")
+    assert answer.status_code == 403 and "sent to another e-mail address" in answer.content.decode()
+    assert _in_alices(mallory, alice) is None
+    assert _browser(carol).post(link).status_code == 200  # still good for the person it was sent to
+
+
+def test_the_next_sign_in_opens_the_tenant_used_last(alice: Person, carol: Person, mallory: Person) -> None:
+    link = _invite(alice)
+    first = Client()
+    first.get(link)
+    _sign_in(first, "carol@example.test")
+    assert _in_alices(carol, alice) == "MEMBER"
+
+    later = Client()
+    _sign_in(later, "carol@example.test")
+    assert _acting_in(later) == str(alice.tenant.pk)  # joined last, though their own tenant is older
+    switched = later.post("/tenant", {"tenant_id": str(carol.tenant.pk)})
+    assert switched.status_code == 302
+    nav = later.get("/").content.decode()
+    assert "Alice&#x27;s tenant (Member)" in nav and "Mallory" not in nav  # the switch offers the other one
+
+    again = Client()
+    _sign_in(again, "carol@example.test")
+    assert _acting_in(again) == str(carol.tenant.pk)
+    # the one used last, once they no longer belong to it: their first one
+    again.post("/tenant", {"tenant_id": str(alice.tenant.pk)})
+    theirs = Membership.objects.for_tenant(alice.tenant).get(user=carol.user)
+    call(as_person(alice), "remove_member", {"membership_id": str(theirs.pk)}, confirm=True)
+    gone = Client()
+    _sign_in(gone, "carol@example.test")
+    assert _acting_in(gone) == str(carol.tenant.pk)
+
+
+def test_a_person_left_with_no_tenant_is_told_so_and_offered_one(alice: Person, mallory: Person) -> None:
+    link = _invite(alice, email="newbie@example.test")
+    browser = Client()
+    browser.get(link)
+    browser.post("/accounts/sign-up", {"email": "newbie@example.test", "password": PASSWORD})
+    row = Invitation.objects.for_tenant(alice.tenant).get()
+    call(as_person(alice), "cancel_invitation", {"invitation_id": str(row.pk)}, confirm=True)
+    confirmed = browser.get(_mailed_link("newbie@example.test"))
+    assert confirmed.status_code == 410 and "cancelled" in confirmed.content.decode()
+    newbie = User.objects.get(email="newbie@example.test")
+    assert newbie.email_verified_at is not None and not Membership.objects.for_user(newbie).exists()
+
+    home = browser.get("/")
+    assert home.status_code == 302 and home["Location"] == "/accounts/new-tenant"
+    page = browser.get("/accounts/new-tenant").content.decode()
+    assert "You do not belong to any tenant" in page and "Alice" not in page and "Mallory" not in page
+    assert "create a tenant of your own" in page
+    created = browser.post("/accounts/new-tenant", {"name": "Newbie Co"})
+    assert created.status_code == 302 and created["Location"] == "/"
+    assert [(m.tenant.name, m.role) for m in Membership.objects.for_user(newbie).select_related("tenant")] == [
+        ("Newbie Co", "OWNER")
+    ]
+    assert "<h1>Newbie Co</h1>" in browser.get("/").content.decode()

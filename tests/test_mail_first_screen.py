@@ -18,7 +18,7 @@ import pytest
 from django.test import Client
 
 from apps.audit.models import AuditEvent
-from apps.console.views import LAST_LISTING_COOKIE
+from apps.console.views import LAST_LISTING_COOKIE, LIST_VIEW_COOKIE
 from apps.mail.importing import import_mail
 from apps.mail.models import Folder, MailAccount
 from tests.callers import as_person, call
@@ -41,9 +41,11 @@ def _mailbox(p: Person, tmp: Path, name: str, subjects: list[str]) -> str:
     return str(counts.account_id)
 
 
-def _signed_in(p: Person) -> Client:
+def _signed_in(p: Person, view: str = "messages") -> Client:
+    """A signed-in client whose list shows `view` (these tests check the list of messages unless they say)."""
     client = Client()
     client.force_login(p.user)
+    client.cookies[LIST_VIEW_COOKIE.format(tenant=p.tenant.pk)] = view
     return client
 
 
@@ -143,7 +145,13 @@ def test_a_tenant_without_mail_gets_its_empty_screen(alice: Person, mallory: Per
     _mailbox(mallory, tmp_path / "m", "Theirs", ["Mallory secret subject"])
     assert not MailAccount.objects.for_tenant(alice.tenant).exists()
     page, screen = _screen(_signed_in(alice))
-    assert screen == {"accounts": {"accounts": []}, "labels": call(as_person(alice), "list_labels"), "listing": None}
+    assert screen == {
+        "accounts": {"accounts": []},
+        "labels": call(as_person(alice), "list_labels"),
+        "listing": None,
+        "view": "messages",
+        "thread": None,
+    }
     assert "Mallory" not in page
 
 
@@ -161,6 +169,8 @@ def test_the_browser_shows_the_brought_list_at_once_and_runs_none_of_it(
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url.split("/api/v1/ops/")[-1]) if "/api/v1/ops/" in r.url else None)
     _sign_in(page, alice, live_server.url)
+    cookie = LIST_VIEW_COOKIE.format(tenant=alice.tenant.pk)
+    page.context.add_cookies([{"name": cookie, "value": "messages", "url": live_server.url + "/mail"}])
     page.goto("/mail")
     rows = page.locator("#message-list li.message")
     expect(rows).to_have_count(2)
@@ -184,3 +194,57 @@ def test_the_browser_shows_the_brought_list_at_once_and_runs_none_of_it(
     expect(page.locator("#message-list")).to_contain_text("No messages here.")
     page.wait_for_load_state("networkidle")
     assert "list_messages" not in asked
+
+
+def test_conversations_by_default_and_a_conversation_or_a_folder_by_its_address(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    personal = _mailbox(alice, tmp_path / "a", "Personal", ["First", "Second"])
+    theirs = _mailbox(mallory, tmp_path / "m", "Theirs", ["Mallory secret subject"])
+    me = as_person(alice)
+    client = _signed_in(alice, view="conversations")
+    _, screen = _screen(client)
+    assert screen is not None and screen["view"] == "conversations" and screen["thread"] is None
+    listing = screen["listing"]
+    assert listing["view"] == "conversations"
+    assert listing["page"] == call(me, "list_conversations", {"account_id": personal, "folder": "inbox"})
+    assert [c["subject"] for c in listing["page"]["conversations"]] == ["Second", "First"]
+
+    thread = listing["page"]["conversations"][0]["thread_id"]
+    events = AuditEvent.objects.for_tenant(alice.tenant)
+    _, screen = _screen(client, f"/mail/t/{thread}")
+    # read through the gate, audited as the console's
+    assert events.filter(operation="get_thread", door="ui", outcome="ok").count() == 1
+    assert screen is not None and screen["thread"] == call(me, "get_thread", {"thread_id": thread})
+
+    _, screen = _screen(client, f"/mail/{personal}/archive")
+    assert screen is not None and (screen["listing"]["account_id"], screen["listing"]["folder"]) == (
+        personal,
+        "archive",
+    )
+    assert screen["listing"]["page"]["conversations"] == []
+
+    # mallory's conversation and account behave as ids that do not exist: nothing of hers on the page
+    hers = call(as_person(mallory), "list_conversations", {"account_id": theirs})["conversations"][0]["thread_id"]
+    for path in (f"/mail/t/{hers}", f"/mail/{theirs}/inbox", "/mail/t/not-an-id"):
+        page, screen = _screen(client, path)
+        assert screen is not None and screen["accounts"]["accounts"]
+        assert screen["thread"] is None
+        assert "Mallory" not in page
+    assert events.filter(operation="get_thread").exclude(outcome="ok").count() == 2
+
+
+def test_a_folder_whose_name_holds_a_slash_has_an_address(alice: Person, mallory: Person, tmp_path: Path) -> None:
+    personal = _mailbox(alice, tmp_path / "a", "Personal", ["Filed away", "Left in the inbox"])
+    _mailbox(mallory, tmp_path / "m", "Theirs", ["Mallory secret subject"])
+    Folder.objects.create(tenant=alice.tenant, account_id=personal, kind="custom", name="Projects/2026")
+    me = as_person(alice)
+    filed = [m["id"] for m in call(me, "list_messages", {"account_id": personal})["messages"]][1:]
+    call(me, "move_messages", {"message_ids": filed, "folder": "Projects/2026"})
+    client = _signed_in(alice)
+    for path in (f"/mail/{personal}/Projects/2026", f"/mail/{personal}/{quote('Projects/2026', safe='')}"):
+        page, screen = _screen(client, path)
+        assert screen is not None
+        assert (screen["listing"]["account_id"], screen["listing"]["folder"]) == (personal, "Projects/2026")
+        assert [m["subject"] for m in screen["listing"]["page"]["messages"]] == ["Filed away"]
+        assert "Mallory" not in page

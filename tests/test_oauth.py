@@ -128,6 +128,20 @@ def test_registration_refuses_unsafe_redirect_uris(db: None, client: Client, uri
     assert not Application.objects.exists()
 
 
+def test_a_registration_that_is_not_strict_json_is_refused(db: None, client: Client) -> None:
+    """Registration reads JSON as every door does: a key named twice (which one counts is up to the parser) or a
+    NaN is refused, and the answer quotes nothing of the body."""
+    uris = json.dumps([REDIRECT])
+    for body in (
+        f'{{"redirect_uris": {uris}, "client_name": "one", "client_name": "tw1ce-name"}}',
+        f'{{"redirect_uris": {uris}, "client_name": "nan", "logo_uri": NaN}}',
+    ):
+        response = client.post("/oauth/register/", body, content_type="application/json")
+        assert response.status_code == 400 and response.json()["error"] == "invalid_client_metadata", body
+        assert "tw1ce" not in response.content.decode()
+    assert register(client).status_code == 201
+
+
 def test_registration_sizes_are_bounded(db: None, client: Client) -> None:
     assert register(client, redirect_uris=[f"https://a.example/{i}" for i in range(11)]).status_code == 400
     assert register(client, name="n" * 201).status_code == 400

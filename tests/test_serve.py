@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -331,3 +332,37 @@ def test_what_the_web_server_refuses_before_django_is_in_the_error_shape_without
         assert secret not in body.decode() and "<html" not in body.decode(), case
     # and the server goes on serving
     assert _get(live_url + "/health") == (200, {"status": "ok"})
+
+
+def test_the_web_servers_log_quotes_no_token_no_query_and_no_refused_request(live_url: str, tmp_path: Path) -> None:
+    """What `oaken serve`'s web server logs (its access log and its warnings) leaves out what may be a secret: the
+    token of an address-confirmation, password-reset or invitation link (in the address or in the referrer), any
+    query, and the part of a request it refused (which quoted a header)."""
+    from apps.server.management.commands.serve import web_command
+    from tests.liveserver import wait_until_serving
+    from tests.loopback import stop
+
+    secret = "tok3n-" + uuid.uuid4().hex
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "web.log"
+    with open(log, "w") as output:
+        server = subprocess.Popen(
+            web_command(f"127.0.0.1:{port}", 1), stdout=output, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        wait_until_serving(url, server, log=log)
+        for path in (f"/accounts/verify/{secret}", f"/invitations/{secret}", f"/accounts/password-reset/MQ/{secret}"):
+            referrer = {"Referer": f"{url}/invitations/{secret}?q={secret}"}
+            request = urllib.request.Request(url + path, headers=referrer)  # noqa: S310 (loopback URL built here)
+            with contextlib.suppress(urllib.error.HTTPError):  # whatever the page answers: what it logged matters
+                urllib.request.urlopen(request, timeout=10).close()  # noqa: S310 (loopback URL built here)
+        assert _get(f"{url}/health?token={secret}")[0] == 200
+        _raw(url, b"GET /api/schema HTTP/1.1\r\nHost: 127.0.0.1\r\nX-" + secret.encode() + b": a\x00b\r\n\r\n")
+    finally:
+        stop(server)
+    logged = log.read_text()
+    assert secret not in logged, [line for line in logged.splitlines() if secret in line]
+    # and it still says what was asked, and that a request was refused
+    assert "GET /invitations/… HTTP/1.1" in logged and "GET /health?… HTTP/1.1" in logged, logged[-2000:]
+    assert "Invalid request from ip=127.0.0.1: refused before the application" in logged, logged[-2000:]

@@ -32,14 +32,19 @@ def send(email: str, subject: str, body: str) -> None:
     send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [email])
 
 
-def verification_token(user: User) -> str:
-    """A signed, expiring token naming the user and the address being confirmed."""
-    return signing.TimestampSigner(salt=VERIFY_SALT).sign_object({"user": str(user.pk), "email": user.email})
+def verification_token(user: User, invitation_id: str = "") -> str:
+    """A signed, expiring token naming the user and the address being confirmed, and the invitation they signed up
+    from (its id, which the page they signed up on checked: no secret), if any."""
+    claim = {"user": str(user.pk), "email": user.email}
+    if invitation_id:
+        claim["invitation"] = invitation_id
+    return signing.TimestampSigner(salt=VERIFY_SALT).sign_object(claim)
 
 
-def verification(user: User, origin: str | None = None) -> tuple[str, str]:
-    """Subject and body of the mail whose link (on `origin`, else public_origin()) confirms the user's address."""
-    link = (origin or public_origin()) + reverse("verify-email", args=[verification_token(user)])
+def verification(user: User, origin: str | None = None, invitation_id: str = "") -> tuple[str, str]:
+    """Subject and body of the mail whose link (on `origin`, else public_origin()) confirms the user's address (and,
+    for a person who signed up from an invitation, joins them to its tenant)."""
+    link = (origin or public_origin()) + reverse("verify-email", args=[verification_token(user, invitation_id)])
     return (
         "Confirm your e-mail address for Oaken",
         f"Follow this link to confirm your address and sign in:\n\n{link}\n\nIt works for three days.",

@@ -67,6 +67,9 @@ class Preferences(models.Model):
     user = models.OneToOneField(User, on_delete=models.CASCADE, primary_key=True, related_name="preferences")
     # opening a message in the console marks it read (mark_read, as the person's own act), as mail clients do
     mark_read_on_open = models.BooleanField(default=True)
+    # the tenant the person used last (remember_tenant): where the console opens after sign-in while they still
+    # belong to it (an id, checked against their memberships each time, so no tenant's row is held by it)
+    last_tenant_id = models.UUIDField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

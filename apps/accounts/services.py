@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from apps.accounts.models import Preferences, User
@@ -21,3 +22,9 @@ def set_mark_read_on_open(*, preferences: Preferences, value: bool, now: datetim
     preferences.updated_at = now
     preferences.save(update_fields=["mark_read_on_open", "updated_at"])
     return True
+
+
+def remember_tenant(*, user: User, tenant_id: uuid.UUID, now: datetime) -> None:
+    """The tenant the person used last (switched to, or joined by an invitation): where their console opens after
+    they next sign in, while they still belong to it."""
+    Preferences.objects.update_or_create(user=user, defaults={"last_tenant_id": tenant_id, "updated_at": now})

@@ -46,11 +46,12 @@ def send_password_reset_task(*, email: str, origin: str) -> None:
     name="accounts.send_verification",
     **_MAIL_TASK,
 )
-def send_verification_task(*, user_id: str, origin: str) -> None:
-    """Mail a new person the link that confirms their address (nothing once it is confirmed, or they are gone)."""
+def send_verification_task(*, user_id: str, origin: str, invitation_id: str = "") -> None:
+    """Mail a new person the link that confirms their address (nothing once it is confirmed, or they are gone);
+    `invitation_id`: the invitation they signed up from, which the link then accepts."""
     user = User.objects.filter(pk=user_id, is_active=True, email_verified_at__isnull=True).first()
     if user is not None:
-        mail.send(user.email, *mail.verification(user, origin))
+        mail.send(user.email, *mail.verification(user, origin, invitation_id))
 
 
 @shared_task(

@@ -442,13 +442,14 @@ class ChainStatus:
     checked: int
     broken: Break | None
     head_hash: str
+    head_seq: int = 0  # the sequence number of the last event the walk accepted
 
 
 def chain_status(tenant_id: uuid.UUID) -> ChainStatus:
     """verify_chain, with the hash of the last event the walk accepted (the head's, when the chain is intact)."""
     walker = _Walker(tenant_id)
     broken = _walk_to_head(walker, tenant_id)
-    return ChainStatus(walker.checked, broken, walker.hash)
+    return ChainStatus(walker.checked, broken, walker.hash, walker.seq)
 
 
 def committed_chain_status(tenant_id: uuid.UUID) -> ChainStatus:

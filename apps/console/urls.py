@@ -17,9 +17,13 @@ urlpatterns = [
     path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("plugins", views.page, {"name": "plugins"}, name="console-plugins"),
     path("audit", views.page, {"name": "audit"}, name="console-audit"),
+    path("audit/verifier.py", views.audit_verifier, name="console-audit-verifier"),
     path("import", views.import_page, name="console-import"),
     path("mail", views.mail, name="console-mail"),
     path("mail/messages/<str:message_id>/html", views.message_html, name="console-message-html"),
+    # a conversation, and a folder of an account (its name may hold "/"): the mailbox, opened on them
+    path("mail/t/<str:thread_id>", views.mail, name="console-mail-thread"),
+    path("mail/<str:account_id>/<path:folder>", views.mail, name="console-mail-folder"),
     path("tenant", views.switch_tenant, name="switch-tenant"),
     path("invitations/<str:token>", views.invitation, name="invitation"),
     # the same address {% static %} gives; runserver and the test server answer it before this route

@@ -11,14 +11,19 @@ be; it calls the operation get_message_html through the gate for the signed-in p
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gzip
 import json
 import os
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import redis
 from csp.constants import SELF
 from csp.decorators import csp_exempt, csp_update
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
@@ -29,23 +34,31 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.accounts import services as account_services
+from apps.audit import chainfile
 from apps.console import assets
 from apps.core.bounds import bounds
 from apps.core.callers import Caller
+from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal, Role, Scope
 from apps.core.links import MCP_PATH, public_origin
+from apps.core.redis_client import count_hit
 from apps.gate.dispatch import dispatch
 from apps.gate.preflight import may_call
 from apps.operations.registry import registry
-from apps.workspaces.models import Membership
+from apps.workspaces.models import Invitation, Membership
 from apps.workspaces.selectors import (
+    SESSION_INVITATION_KEY,
     SESSION_TENANT_KEY,
     InvitationRefusedError,
     NotAMemberError,
     access_invitation_by_token,
     access_membership,
+    invitation_reference,
+    open_invitation_by_token,
 )
+from apps.workspaces.services import ROLE_IN_A_SENTENCE
 
 if TYPE_CHECKING:
     from apps.accounts.models import User
@@ -127,10 +140,19 @@ def import_page(request: HttpRequest) -> HttpResponse:
 # the folder the mailbox showed last in this browser, per tenant (set by its script: account id, "/", folder, each
 # URI-encoded); read here only to choose the first list, which the operation then checks like any input
 LAST_LISTING_COOKIE = "oaken_mail_last_{tenant}"
+# whether the list shows conversations (the default) or messages, per tenant in this browser (set by its script)
+LIST_VIEW_COOKIE = "oaken_mail_view_{tenant}"
+# how often (seconds) the open mailbox asks whether its folder changed while the page is visible
+MAIL_POLL_SECONDS = 20
 
 
-def _asked_listing(request: HttpRequest, membership: Membership) -> tuple[str, str] | None:
-    """The listing the page opens on: the one its address names (?account=&folder=), else the last one shown."""
+def _asked_listing(
+    request: HttpRequest, membership: Membership, account_id: str | None = None, folder: str | None = None
+) -> tuple[str, str] | None:
+    """The listing the page opens on: the one its address names (/mail/<account>/<folder>, or ?account=&folder=),
+    else the last one shown."""
+    if account_id is not None:
+        return account_id, folder or "inbox"
     account = request.GET.get("account")
     if account is not None:
         return account, request.GET.get("folder") or "inbox"
@@ -139,11 +161,25 @@ def _asked_listing(request: HttpRequest, membership: Membership) -> tuple[str, s
     return (unquote(account), unquote(folder) or "inbox") if slash and account else None
 
 
-def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any] | None:
+def list_view(request: HttpRequest, membership: Membership) -> str:
+    """ "messages" when the person chose the list of messages in this browser, else "conversations"."""
+    chosen = request.COOKIES.get(LIST_VIEW_COOKIE.format(tenant=membership.tenant_id))
+    return "messages" if chosen == "messages" else "conversations"
+
+
+def first_screen(
+    request: HttpRequest,
+    membership: Membership,
+    *,
+    account_id: str | None = None,
+    folder: str | None = None,
+    thread_id: str | None = None,
+) -> dict[str, Any] | None:
     """What the mailbox shows first, read before the page is sent, so it renders without waiting for three calls
-    of its own: the operations its script would call first (list_accounts, list_labels, then list_messages of the
-    listing it opens on), each through the gate for the signed-in person, as the REST door calls them (audited,
-    limited, refused alike). Anything refused is left out, and the script asks again and shows the refusal as ever.
+    of its own: the operations its script would call first (list_accounts, list_labels, then list_conversations
+    or list_messages of the listing it opens on, and get_thread when the address names a conversation), each
+    through the gate for the signed-in person, as the REST door calls them (audited, limited, refused alike).
+    Anything refused is left out, and the script asks again and shows the refusal as ever.
     """
     caller = Caller.person(membership)
     try:
@@ -151,25 +187,44 @@ def first_screen(request: HttpRequest, membership: Membership) -> dict[str, Any]
         labels = dispatch(caller, Door.UI, "list_labels", {}).output
     except OakenError:
         return None
-    screen: dict[str, Any] = {"accounts": accounts, "labels": labels, "listing": None}
+    view = list_view(request, membership)
+    screen: dict[str, Any] = {"accounts": accounts, "labels": labels, "listing": None, "view": view, "thread": None}
     if not accounts["accounts"]:
         return screen
-    account, folder = _asked_listing(request, membership) or (accounts["accounts"][0]["id"], "inbox")
+    account, folder = _asked_listing(request, membership, account_id, folder) or (
+        accounts["accounts"][0]["id"],
+        "inbox",
+    )
+    operation = "list_conversations" if view == "conversations" else "list_messages"
     try:
-        listed = dispatch(caller, Door.UI, "list_messages", {"account_id": account, "folder": folder}).output
+        listed = dispatch(caller, Door.UI, operation, {"account_id": account, "folder": folder}).output
+        screen["listing"] = {"account_id": account, "folder": folder, "view": view, "page": listed}
     except OakenError:
-        return screen
-    screen["listing"] = {"account_id": account, "folder": folder, "page": listed}
+        pass
+    if thread_id is not None:
+        with contextlib.suppress(OakenError):  # the script asks again and says why
+            screen["thread"] = dispatch(caller, Door.UI, "get_thread", {"thread_id": thread_id}).output
     return screen
 
 
 @login_required
 @csp_update({"frame-src": [SELF]})  # a message's HTML part shows in a frame of Oaken's own (message_html)
-def mail(request: HttpRequest) -> HttpResponse:
-    """The mailbox: accounts and folders, the message list, search, and a thread with its messages; its first
-    screen comes with the page (first_screen)."""
+def mail(
+    request: HttpRequest, account_id: str | None = None, folder: str | None = None, thread_id: str | None = None
+) -> HttpResponse:
+    """The mailbox: accounts and folders, the list (conversations or messages), search, and a conversation with its
+    messages; its first screen comes with the page (first_screen). Its addresses: /mail, /mail/<account>/<folder>
+    (a folder's name may hold "/") and /mail/t/<thread> (a conversation), each the same page, so that Back,
+    Forward and reload show what the address names."""
     membership = current_membership(request)  # asked once per request: _shell's is the same
-    return _shell(request, "mail", first_screen=first_screen(request, membership) if membership else None)
+    screen = (
+        first_screen(request, membership, account_id=account_id, folder=folder, thread_id=thread_id)
+        if membership
+        else None
+    )
+    return _shell(
+        request, "mail", first_screen=screen, poll_seconds=getattr(settings, "MAIL_POLL_SECONDS", MAIL_POLL_SECONDS)
+    )
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail
@@ -216,6 +271,8 @@ def message_html(request: HttpRequest, message_id: str) -> HttpResponse:
 def home(request: HttpRequest) -> HttpResponse:
     """The console's home: what needs the person now (its script asks the operations), the three steps to start
     for a new tenant with a client configuration naming this server's /mcp, and the tenants they belong to."""
+    if current_membership(request) is None:  # none left: the page that says so and offers a tenant of their own
+        return redirect("new-tenant")
     memberships = Membership.objects.for_user(request.user).select_related("tenant").order_by("created_at")  # type: ignore[arg-type]
     mcp_url = public_origin(request) + MCP_PATH
     client_config = json.dumps({"mcpServers": {"oaken": {"url": mcp_url}}}, indent=2)
@@ -234,12 +291,13 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
-    """Act in another of the person's tenants from now on (this session only)."""
+    """Act in another of the person's tenants from now on (and open there after the next sign-in)."""
     try:
         membership = access_membership(user=request.user, tenant_id=request.POST.get("tenant_id", ""))  # type: ignore[arg-type]
     except NotAMemberError:
         return render(request, "console/no_such_tenant.html", status=404)
     request.session[SESSION_TENANT_KEY] = str(membership.tenant_id)
+    account_services.remember_tenant(user=request.user, tenant_id=membership.tenant_id, now=timezone.now())  # type: ignore[arg-type]
     target = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
@@ -251,12 +309,56 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 _REFUSED_STATUS = {"unknown": 404, "wrong_person": 403, "unverified": 403}
 
 
-@login_required
+def _invitation_page(request: HttpRequest, template: str, row: Invitation, **extra: Any) -> HttpResponse:
+    """An invitation shown: who sent it (their address), to which tenant, as which role and what it allows."""
+    role = Role(row.role)
+    context = {
+        "invitation": row,
+        "inviter": row.invited_by.email if row.invited_by is not None else "",
+        "role": role.label,
+        "role_sentence": ROLE_IN_A_SENTENCE[role],
+        **extra,
+    }
+    return _private(render(request, template, context))
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    """A page whose address holds an invitation's token: never kept by a cache, never sent on as a referrer."""
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+INVITATION_PAGE_KEY = "invitation-page:client:"
+
+
+@require_GET
+def _invitation_for_stranger(request: HttpRequest, token: str) -> HttpResponse:
+    """An invitation link opened by someone not signed in: who invited them to which tenant, with which role, and
+    nothing more; a wrong, expired, used or cancelled link is one general answer. A good one leaves a signed
+    reference to the invitation (never the token) in the session, for the sign-up or sign-in that follows."""
+    try:
+        seen = count_hit(INVITATION_PAGE_KEY + client_address(request), bounds.INVITATION_PAGE_WINDOW_SECONDS)
+    except redis.RedisError:  # nothing can be counted, so nothing is looked up
+        seen = bounds.INVITATION_PAGE_PER_CLIENT + 1
+    if seen > bounds.INVITATION_PAGE_PER_CLIENT:
+        return _private(render(request, "console/invitation_busy.html", status=429))
+    row = open_invitation_by_token(token=token, now=timezone.now())
+    if row is None:
+        request.session.pop(SESSION_INVITATION_KEY, None)
+        return _private(render(request, "console/invitation_unusable.html", status=404))
+    request.session[SESSION_INVITATION_KEY] = invitation_reference(row.pk)
+    return _invitation_page(request, "console/invitation_welcome.html", row)
+
+
 @require_http_methods(["GET", "POST"])
 def invitation(request: HttpRequest, token: str) -> HttpResponse:
-    """An invitation link: GET shows it to the person it was sent to, POST accepts it (once) through the gate, as
-    the operation accept_invitation called in the invitation's tenant, where the person is not yet a member."""
-    user: User = request.user  # type: ignore[assignment]
+    """An invitation link: for someone not signed in, what it invites to (_invitation_for_stranger); for a signed-in
+    person, GET shows it to the person it was sent to, POST accepts it (once) through the gate, as the operation
+    accept_invitation called in the invitation's tenant, where the person is not yet a member."""
+    if not request.user.is_authenticated:
+        return _invitation_for_stranger(request, token)
+    user: User = request.user
     try:
         row = access_invitation_by_token(user=user, token=token, now=timezone.now())
         if request.method == "POST":
@@ -268,19 +370,21 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
                 access_invitation_by_token(user=user, token=token, now=timezone.now())
                 raise
             request.session[SESSION_TENANT_KEY] = str(row.tenant_id)
-            return render(
-                request,
-                "console/invitation_accepted.html",
-                {
-                    "tenant": row.tenant,
-                    "role": Role(accepted["role"]).label,
-                    "already_member": accepted["already_member"],
-                },
+            return _private(
+                render(
+                    request,
+                    "console/invitation_accepted.html",
+                    {
+                        "tenant": row.tenant,
+                        "role": Role(accepted["role"]).label,
+                        "already_member": accepted["already_member"],
+                    },
+                )
             )
     except InvitationRefusedError as refused:
         status = _REFUSED_STATUS.get(refused.reason, 410)
-        return render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status)
-    return render(request, "console/invitation.html", {"invitation": row, "role": row.get_role_display()})
+        return _private(render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status))
+    return _invitation_page(request, "console/invitation.html", row)
 
 
 # what may be served from the static folders, and as what; anything else is a 404
@@ -290,6 +394,16 @@ _STATIC_TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
 }
+
+
+_COMPRESSED = {".js", ".css", ".svg"}
+
+
+@functools.lru_cache(maxsize=64)
+def _gzip(path: str, etag: str) -> bytes:
+    """The file at `path` gzipped, once per process and version of the file (`etag` names it)."""
+    with open(path, "rb") as file:
+        return gzip.compress(file.read(), compresslevel=9, mtime=0)
 
 
 def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpResponse:
@@ -305,14 +419,34 @@ def asset(request: HttpRequest, path: str, version: str | None = None) -> HttpRe
     # "no-cache" keeps a changed file from being used stale; the validator makes asking again cheap: a page's
     # shell, styles and script modules come back as a 304 while they have not changed
     stat = os.stat(found)
-    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    # a style sheet or script goes gzipped to a browser that takes it (a third of the bytes), under its own ETag
+    gzipped = suffix in _COMPRESSED and "gzip" in request.headers.get("Accept-Encoding", "")
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}{"-gz" if gzipped else ""}"'
     response: HttpResponse
     if etag in {tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")}:
         response = HttpResponseNotModified()
+    elif gzipped:
+        response = HttpResponse(_gzip(found, etag), content_type=_STATIC_TYPES[suffix])
+        response["Content-Encoding"] = "gzip"
     else:
         with open(found, "rb") as file:
             response = HttpResponse(file.read(), content_type=_STATIC_TYPES[suffix])
     response["ETag"] = etag
+    if suffix in _COMPRESSED:
+        response["Vary"] = "Accept-Encoding"
     current = version is not None and version == assets.version()
     response["Cache-Control"] = "public, max-age=31536000, immutable" if current else "no-cache"
+    return response
+
+
+@require_GET
+def audit_verifier(request: HttpRequest) -> HttpResponse:
+    """The offline verifier of an exported audit chain (apps/audit/chainfile.py, standard library only), as a file to
+    save: `python3 verifier.py audit.jsonl`. Served to anyone, signed in or not: it is the code the chain is hashed
+    with and holds no secret, and whoever checks an export should not need an account to get it."""
+    with open(chainfile.__file__, "rb") as file:
+        response = HttpResponse(file.read(), content_type="text/x-python; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="verifier.py"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "no-cache"
     return response

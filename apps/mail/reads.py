@@ -15,7 +15,7 @@ from django.db import connection
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.rows import binary_rows
-from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel
+from apps.mail.models import Attachment, Folder, Label, MailAccount, Message, MessageLabel, Thread
 from apps.mail.selectors import NAME_AN_ACCOUNT, Reach, in_reach
 from apps.workspaces.models import Workspace
 
@@ -109,6 +109,7 @@ _WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("label",),
     ),
     "unread": ("NOT m.read", ()),
+    "pinned": ("m.pinned", ()),
     "thread": ("m.thread_id = %(thread)s", ("thread",)),
     "ids": ("m.id = ANY(%(ids)s)", ("ids",)),
     # after a position of newest first, undated last: (date, id), or (None, id) among the undated
@@ -180,6 +181,114 @@ def _summary(row: Sequence[Any], keys: tuple[str, ...]) -> dict[str, Any]:
         "label_ids": labels,
         **dict(zip(keys, also, strict=True)),
     }
+
+
+# ---------------------------------------------------------------- conversations
+
+# how many of a conversation's senders a row names (the first ones to write, by date)
+CONVERSATION_PARTICIPANTS_MAX = 4
+
+# after a conversation's position (its latest date in the listing, newest first, undated last; then its thread id)
+_THREADS_AFTER = {
+    "older": "(h.latest < %(date)s OR (h.latest = %(date)s AND h.thread_id < %(pk)s) OR h.latest IS NULL)",
+    "older_undated": "(h.latest IS NULL AND h.thread_id < %(pk)s)",
+}
+
+
+@cache
+def _conversations_sql(where: tuple[str, ...], after: str | None) -> str:
+    m, a, w, ml, t = (x._meta.db_table for x in (Message, MailAccount, Workspace, MessageLabel, Thread))
+    conditions = "".join(f"\n     AND {_WHERE[name][0].format(a=a, w=w, ml=ml)}" for name in where)
+    position = f"WHERE {_THREADS_AFTER[after]}" if after else ""
+    return f"""
+WITH hit AS (
+  SELECT m.thread_id, max(m.date) AS latest
+    FROM {m} m
+   WHERE m.tenant_id = %(tenant)s{conditions}
+   GROUP BY m.thread_id
+), page AS (
+  SELECT h.thread_id, h.latest FROM hit h {position}
+   ORDER BY h.latest DESC NULLS LAST, h.thread_id DESC LIMIT %(limit)s
+)
+SELECT p.thread_id::text, t.account_id::text, t.subject, p.latest,
+       (SELECT json_agg(json_build_array(x.id::text, x.snippet) ORDER BY x.date DESC NULLS LAST, x.id DESC)::text
+          FROM (SELECT m.id, m.snippet, m.date FROM {m} m  -- the listing's own messages of the conversation
+                 WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s{conditions}
+                 ORDER BY m.date DESC NULLS LAST, m.id DESC LIMIT %(ids_max)s) x),
+       all_of.total, all_of.unread, all_of.attachments, all_of.pinned,
+       ARRAY(SELECT DISTINCT ml.label_id::text FROM {ml} ml JOIN {m} m ON m.id = ml.message_id
+              WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s AND ml.tenant_id = %(tenant)s),
+       (SELECT json_agg(json_build_array(s.name, s.address) ORDER BY s.first, s.address)::text
+          FROM (SELECT m.sender_address AS address, max(m.sender_name) AS name, min(m.date) AS first
+                  FROM {m} m WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s AND m.sender_address <> ''
+                 GROUP BY m.sender_address ORDER BY min(m.date) NULLS LAST, m.sender_address
+                 LIMIT %(participants)s) s)
+  FROM page p
+  JOIN {t} t ON t.id = p.thread_id AND t.tenant_id = %(tenant)s
+  CROSS JOIN LATERAL (SELECT count(*) AS total, count(*) FILTER (WHERE NOT m.read) AS unread,
+                             coalesce(bool_or(m.has_attachments), false) AS attachments,
+                             coalesce(bool_or(m.pinned), false) AS pinned
+                        FROM {m} m WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s) all_of
+ ORDER BY p.latest DESC NULLS LAST, p.thread_id DESC
+"""  # noqa: S608 (every name is the models' own or a fixed condition above; every value is a parameter)
+
+
+def conversations(
+    reach: Reach,
+    where: Mapping[str, Any],
+    *,
+    after: tuple[str, Any] | None,
+    limit: int,
+    ids_max: int,
+) -> list[dict[str, Any]]:
+    """The conversations (threads) with a message in the caller's reach meeting every condition of `where` (as
+    summaries reads them), newest first by the latest such message (undated last, then by thread id), after the
+    position `after` (("older", (date, thread id)) or ("older_undated", thread id)), at most `limit`; in one
+    statement. Each row: its subject, the listing's messages of it (newest first, at most ids_max; the snippet
+    is the newest's), its message and unread counts, whether any has attachments or is pinned, every label of
+    its messages, and its first senders (CONVERSATION_PARTICIPANTS_MAX)."""
+    params: dict[str, Any] = {
+        "tenant": reach.tenant.pk,
+        "limit": limit,
+        "ids_max": ids_max,
+        "participants": CONVERSATION_PARTICIPANTS_MAX,
+    }
+    names = list(where)
+    if reach.workspaces is not None:
+        names.insert(0, "reach")
+        params["workspaces"] = list(reach.workspaces)
+    for name, value in where.items():
+        wanted = _WHERE[name][1]
+        params.update(zip(wanted, value if len(wanted) > 1 else (value,), strict=False))
+    if after is not None:
+        if after[0] == "older":
+            params["date"], params["pk"] = after[1]
+        else:
+            params["pk"] = after[1]
+    with binary_rows() as cursor:
+        cursor.execute(_conversations_sql(tuple(names), after[0] if after else None), params)
+        rows = cursor.fetchall()
+    found = []
+    for thread, account, subject, latest, listed, total, unread, attachments, pinned, labels, senders in rows:
+        messages = json.loads(listed) if listed else []
+        found.append(
+            {
+                "thread_id": thread,
+                "account_id": account,
+                "subject": subject,
+                "date": latest,
+                "snippet": messages[0][1] if messages else "",
+                "latest_message_id": messages[0][0] if messages else None,
+                "message_ids": [pk for pk, _ in messages],
+                "message_count": total,
+                "unread_count": unread,
+                "has_attachments": attachments,
+                "pinned": pinned,
+                "label_ids": sorted(labels),
+                "participants": [{"name": n or "", "address": a} for n, a in json.loads(senders or "[]")],
+            }
+        )
+    return found
 
 
 # ---------------------------------------------------------------- folder counts

@@ -35,6 +35,40 @@ class SignUpForm(forms.Form):
         return data
 
 
+class InvitedSignUpForm(SignUpForm):
+    """Signing up from an invitation: the invited address (prefilled, and no other), and no tenant of one's own
+    unless asked for (the person joins the inviting tenant once their address is confirmed)."""
+
+    tenant = None  # type: ignore[assignment]
+    own_tenant = forms.BooleanField(label="Create my own tenant too", required=False)
+    own_tenant_name = forms.CharField(
+        label="Name of your own tenant (if you create one; your address otherwise)", max_length=200, required=False
+    )
+
+    def __init__(self, *args: Any, invited_email: str, **kwargs: Any) -> None:
+        kwargs["initial"] = {**kwargs.get("initial", {}), "email": invited_email}
+        super().__init__(*args, **kwargs)
+        self.invited_email = invited_email
+        self.fields["email"].widget.attrs.update({"readonly": True, "autocomplete": "email"})
+        self.fields["email"].help_text = "The address the invitation was sent to."
+
+    def clean_email(self) -> str:
+        email = super().clean_email()
+        if email != normalize_email(self.invited_email):
+            raise ValidationError("Sign up with the address the invitation was sent to.", code="not_invited")
+        return email
+
+    def tenant_name(self) -> str | None:
+        """The name of the person's own tenant, None when they asked for none."""
+        if not self.cleaned_data.get("own_tenant"):
+            return None
+        return self.cleaned_data.get("own_tenant_name", "").strip() or self.cleaned_data["email"]
+
+
+class NewTenantForm(forms.Form):
+    name = forms.CharField(label="Tenant name (your team or your own name)", max_length=200)
+
+
 class SignInForm(AuthenticationForm):
     """Django's sign-in, refusing locked or slowed attempts and unverified addresses, and counting failures per
     address and client (apps.accounts.signin). The answers are the same whether the address has an account."""

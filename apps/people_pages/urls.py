@@ -4,17 +4,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from apps.people_pages import views
-from apps.people_pages.forms import SignInForm
 
 urlpatterns = [
     path("accounts/sign-up", views.sign_up, name="sign-up"),
     path("accounts/check-mail", views.check_mail, name="check-mail"),
     path("accounts/verify/<str:token>", views.verify_email, name="verify-email"),
-    path(
-        "accounts/sign-in",
-        auth_views.LoginView.as_view(template_name="people_pages/sign_in.html", authentication_form=SignInForm),
-        name="sign-in",
-    ),
+    path("accounts/sign-in", views.SignInView.as_view(), name="sign-in"),
+    path("accounts/new-tenant", views.new_tenant, name="new-tenant"),
     path("accounts/sign-out", auth_views.LogoutView.as_view(), name="sign-out"),
     path(
         "accounts/password-reset",

@@ -8,10 +8,12 @@ from collections.abc import Collection
 from datetime import datetime
 from functools import cache
 
+from django.core import signing
 from django.db import connection
 from django.db.models import QuerySet
 
-from apps.accounts.models import User, normalize_email
+from apps.accounts.models import Preferences, User, normalize_email
+from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -22,6 +24,11 @@ from apps.workspaces.models import Invitation, Membership, Tenant, Workspace
 # The tenant a person chose in the console's switcher, kept in their session; the REST door
 # acts in it when a request names no tenant (it is checked against the memberships each time).
 SESSION_TENANT_KEY = "tenant_id"
+# An invitation link opened by someone not signed in: the console keeps a signed, short-lived reference to it in
+# their session (invitation_reference: the invitation's id, never the link's token) for the sign-up or sign-in
+# that follows; accept_invitation takes it in place of the token.
+SESSION_INVITATION_KEY = "pending_invitation"
+_REFERENCE_SALT = "oaken.workspaces.invitation-reference"
 
 
 class NotAMemberError(Exception):
@@ -34,18 +41,21 @@ def _membership_sql() -> tuple[str, list[str], list[str]]:
     request and REST call makes it, and compiling the same ORM query each time cost more than running it."""
     members, tenants = fields_of(Membership), fields_of(Tenant)
     select = [f"m.{f.column}" for f in members] + [f"t.{f.column}" for f in tenants]
+    last = Preferences._meta.get_field("last_tenant_id").column
     sql = f"""
 SELECT {", ".join(select)}
   FROM {Membership._meta.db_table} m JOIN {Tenant._meta.db_table} t ON t.id = m.tenant_id
+  LEFT JOIN {Preferences._meta.db_table} p ON p.user_id = m.user_id
  WHERE m.user_id = %(user)s AND (%(tenant)s::uuid IS NULL OR m.tenant_id = %(tenant)s::uuid)
- ORDER BY m.created_at, m.id LIMIT 1
+ ORDER BY (m.tenant_id = p.{last}) IS TRUE DESC, m.created_at, m.id LIMIT 1
 """  # noqa: S608 (every name is the models' own; every value is a parameter)
     return sql, [f.attname for f in members], [f.attname for f in tenants]
 
 
 def access_membership(*, user: User, tenant_id: str | None = None) -> Membership:
-    """The person's membership in tenant_id, or in their only/first tenant when none is named (with its tenant, and
-    this person as its user)."""
+    """The person's membership in tenant_id, or when none is named in the tenant they used last (Preferences.
+    last_tenant_id) while they still belong to it, else in their only/first one (with its tenant, and this person
+    as its user). Every door that falls back to it (the console, the REST door, OAuth consent) so agrees."""
     tenant: uuid.UUID | None = None
     if tenant_id is not None:
         try:
@@ -109,17 +119,9 @@ def invitation_token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: bool = False) -> Invitation:
-    """The invitation behind a link, if `user` may accept it now; else InvitationRefusedError.
-
-    The token's hash is what finds the tenant, so this lookup cannot be scoped to one. The
-    address is checked before anything else, so a person it was not sent to learns nothing
-    about it (not even whether it was used or has expired).
-    """
-    row = None
-    if 0 < len(token) <= 200:
-        rows = Invitation.objects.unscoped().filter(token_hash=invitation_token_hash(token)).select_related("tenant")
-        row = (rows.select_for_update(of=("self",)) if lock else rows).first()
+def _check_invitation_for(row: Invitation | None, *, user: User, now: datetime) -> Invitation:
+    """`row` if `user` may accept it now; else InvitationRefusedError. The address is checked before anything
+    else, so a person it was not sent to learns nothing about it (not even whether it was used or has expired)."""
     if row is None:
         raise InvitationRefusedError("unknown")
     if normalize_email(user.email) != row.email:
@@ -133,6 +135,67 @@ def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: b
     if row.expires_at <= now:
         raise InvitationRefusedError("expired")
     return row
+
+
+def _by_token(token: str) -> QuerySet[Invitation]:
+    """The invitation behind a link's token (none for a token no link could hold). The token's hash is what finds
+    the tenant, so this lookup cannot be scoped to one."""
+    if not 0 < len(token) <= 200:
+        return Invitation.objects.none()
+    return Invitation.objects.unscoped().filter(token_hash=invitation_token_hash(token))
+
+
+def _by_reference(reference: str) -> QuerySet[Invitation]:
+    """The invitation a reference names, while the reference is good (signed here, younger than
+    INVITATION_REFERENCE_TTL_SECONDS); none otherwise. Cannot be scoped to a tenant either."""
+    try:
+        claim = signing.TimestampSigner(salt=_REFERENCE_SALT).unsign_object(
+            reference[:500], max_age=bounds.INVITATION_REFERENCE_TTL_SECONDS
+        )
+        invitation_id = uuid.UUID(str(claim["invitation"]))
+    except (signing.BadSignature, KeyError, ValueError, TypeError):
+        return Invitation.objects.none()
+    return Invitation.objects.unscoped().filter(pk=invitation_id)
+
+
+def _one(rows: QuerySet[Invitation], *, lock: bool) -> Invitation | None:
+    if lock:
+        return rows.select_related("tenant").select_for_update(of=("self",)).first()
+    return rows.select_related("tenant", "invited_by").first()
+
+
+def access_invitation_by_token(*, user: User, token: str, now: datetime, lock: bool = False) -> Invitation:
+    """The invitation behind a link, if `user` may accept it now; else InvitationRefusedError."""
+    return _check_invitation_for(_one(_by_token(token), lock=lock), user=user, now=now)
+
+
+def access_invitation_by_reference(*, user: User, reference: str, now: datetime, lock: bool = False) -> Invitation:
+    """The invitation a reference (invitation_reference) names, if `user` may accept it now; else
+    InvitationRefusedError ("unknown" for a reference forged, altered or too old)."""
+    return _check_invitation_for(_one(_by_reference(reference), lock=lock), user=user, now=now)
+
+
+def invitation_reference(invitation_id: uuid.UUID) -> str:
+    """A signed, short-lived reference to an invitation, for a person who showed its link's token: it names the
+    invitation by id and holds no secret, so it may travel where the token must not (a session, a mailed link)."""
+    return signing.TimestampSigner(salt=_REFERENCE_SALT).sign_object({"invitation": str(invitation_id)})
+
+
+def _shown(row: Invitation | None, now: datetime) -> Invitation | None:
+    if row is None or not row.is_open or row.expires_at <= now:
+        return None
+    return row
+
+
+def open_invitation_by_token(*, token: str, now: datetime) -> Invitation | None:
+    """For anyone holding the link, signed in or not: the invitation while it can be accepted (open, not expired),
+    with its tenant and who sent it; None for a token wrong, used, cancelled or expired alike (never which)."""
+    return _shown(_by_token(token).select_related("tenant", "invited_by").first(), now)
+
+
+def open_invitation_by_reference(*, reference: str, now: datetime) -> Invitation | None:
+    """The same, for a reference (invitation_reference) kept while the person signs up or signs in."""
+    return _shown(_by_reference(reference).select_related("tenant", "invited_by").first(), now)
 
 
 def access_open_invitation_by_id(invitation_id: str, *, tenant: Tenant, lock: bool = False) -> Invitation:

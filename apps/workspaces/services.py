@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.urls import reverse
 
+from apps.accounts import services as account_services
 from apps.accounts.models import User, normalize_email
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
@@ -28,9 +29,18 @@ from apps.core.links import absolute_url
 from apps.workspaces.models import DEFAULT_WORKSPACE, Invitation, Membership, Tenant, Workspace
 from apps.workspaces.selectors import (
     InvitationRefusedError,
+    access_invitation_by_reference,
     access_invitation_by_token,
     invitation_token_hash,
 )
+
+# what each role may do, in one sentence, for a person deciding whether to join (the invitation page)
+ROLE_IN_A_SENTENCE = {
+    Role.MEMBER: "A member reads, sorts and writes the tenant's mail, and manages their own API keys and connections.",
+    Role.ADMIN: "An admin does what a member does, and also manages the tenant's workspaces, mailboxes, members "
+    "and invitations.",
+    Role.OWNER: "An owner does what an admin does, and also makes or removes the tenant's other owners.",
+}
 
 
 class PersonExistsError(Exception):
@@ -63,6 +73,18 @@ def create_person(*, email: str, password: str | None, tenant_name: str | None =
     user = User.objects.create_user(email=email, password=password)
     tenant, workspace, membership = create_tenant(owner=user, name=tenant_name or email)
     return NewPerson(user=user, tenant=tenant, workspace=workspace, membership=membership)
+
+
+@transaction.atomic
+def create_invitee(*, email: str, password: str | None, tenant_name: str | None = None) -> User:
+    """A person signing up from an invitation: no tenant of their own unless they ask for one (`tenant_name`);
+    they join the inviting tenant once their address is confirmed (accept_invitation)."""
+    if tenant_name is not None:
+        return create_person(email=email, password=password, tenant_name=tenant_name).user
+    email = normalize_email(email)
+    if User.objects.for_email(email).exists():
+        raise PersonExistsError
+    return User.objects.create_user(email=email, password=password)
 
 
 # ---------------------------------------------------------------- workspaces
@@ -401,10 +423,17 @@ def send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, r
 
 
 @transaction.atomic
-def accept_invitation(*, tenant: Tenant, user: User, token: str, now: datetime) -> AcceptedInvitation:
+def accept_invitation(
+    *, tenant: Tenant, user: User, now: datetime, token: str | None = None, reference: str | None = None
+) -> AcceptedInvitation:
     """Make `user` a member of `tenant` as its invitation says, once, if it was sent to their verified address
-    (InvitationRefusedError otherwise; an invitation to another tenant is "unknown" here)."""
-    row = access_invitation_by_token(user=user, token=token, now=now, lock=True)
+    (InvitationRefusedError otherwise; an invitation to another tenant is "unknown" here). The invitation is named
+    by its link's token, or by a reference made from it (selectors.invitation_reference). The tenant becomes the
+    one the person's console opens in next time."""
+    if token is not None:
+        row = access_invitation_by_token(user=user, token=token, now=now, lock=True)
+    else:
+        row = access_invitation_by_reference(user=user, reference=reference or "", now=now, lock=True)
     if row.tenant_id != tenant.pk:
         raise InvitationRefusedError("unknown")
     membership, created = Membership.objects.get_or_create(
@@ -412,4 +441,5 @@ def accept_invitation(*, tenant: Tenant, user: User, token: str, now: datetime) 
     )
     row.accepted_at, row.accepted_by = now, user
     row.save(update_fields=["accepted_at", "accepted_by"])
+    account_services.remember_tenant(user=user, tenant_id=row.tenant_id, now=now)
     return AcceptedInvitation(invitation=row, membership=membership, already_member=not created)

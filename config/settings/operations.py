@@ -33,6 +33,9 @@ OPERATIONS = {
     "PAGE_SIZE_MAX": _tunable("PAGE_SIZE_MAX", 200, minimum=1),
     # an audit chain's export: events per page (the default and the most a page may ask for)
     "AUDIT_EXPORT_PAGE_MAX": _tunable("AUDIT_EXPORT_PAGE_MAX", 2000, minimum=1, maximum=50_000),
+    # the audit log's folded console reads: how many of the newest events of a page's stretch are counted (the
+    # count is a scan of that stretch; older reads in it are said to be left uncounted)
+    "AUDIT_FOLD_SCAN_MAX": _tunable("AUDIT_FOLD_SCAN_MAX", 50_000, minimum=1, maximum=1_000_000),
     # batches: ids per call
     "BATCH_MAX": _tunable("BATCH_MAX", 500, minimum=1),
     "LABELS_PER_CALL_MAX": _tunable("LABELS_PER_CALL_MAX", 20, minimum=1),
@@ -70,6 +73,14 @@ OPERATIONS = {
     "WORKSPACES_MAX": _tunable("WORKSPACES_MAX", 100, minimum=1),
     "INVITATIONS_OPEN_MAX": _tunable("INVITATIONS_OPEN_MAX", 100, minimum=1),
     "INVITATION_TTL_DAYS": _tunable("INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
+    # an invitation link opened by someone not signed in: the signed reference the sign-up or sign-in that follows
+    # carries (in the session, in the address confirmation link) works this long; and such a person may open at
+    # most this many invitation links per client address within the window (past it: the page says try later)
+    "INVITATION_REFERENCE_TTL_SECONDS": _tunable(
+        "INVITATION_REFERENCE_TTL_SECONDS", 3 * 24 * 3600, minimum=600, maximum=30 * 24 * 3600
+    ),
+    "INVITATION_PAGE_PER_CLIENT": _tunable("INVITATION_PAGE_PER_CLIENT", 30, minimum=1),
+    "INVITATION_PAGE_WINDOW_SECONDS": _tunable("INVITATION_PAGE_WINDOW_SECONDS", 600, minimum=60),
     # sign-in (apps/accounts/signin.py): this many failures for one address from one client within the window
     # lock that address for that client until the window ends; other clients are not held back; and this many
     # failures for one address from all clients together slow it, never lock it: one attempt per

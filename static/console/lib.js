@@ -94,10 +94,37 @@ export function el(tag, attrs, ...children) {
 export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "—");
 export const list = (items, empty) => (items && items.length ? items.join(", ") : empty);
 
-// A table in a box of its own that scrolls sideways on a narrow screen, so the page itself never does.
+// A table in a box of its own that scrolls sideways on a narrow screen, so the page itself never does; at phone
+// width each row shows as a card, each cell labelled by its column's header (data-label, console.css).
 export function table(headers, rows) {
   const head = el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h))));
-  return el("div", { class: "table-wrap", tabindex: "0" }, el("table", {}, head, el("tbody", {}, rows)));
+  return el("div", { class: "table-wrap", tabindex: "0" }, labelCells(el("table", {}, head, el("tbody", {}, rows))));
+}
+
+// Gives each body cell of `tableNode` its column's header text as data-label (a cell that has one keeps it); an
+// empty header (an actions column) labels nothing. Rows a page builds or appends itself are labelled as they come.
+export function labelCells(tableNode) {
+  const headers = [...tableNode.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+  if (!headers.length) return tableNode;
+  for (const tr of tableNode.querySelectorAll("tbody tr")) {
+    [...tr.children].forEach((cell, i) => {
+      if (cell.tagName === "TD" && !cell.hasAttribute("data-label") && i < headers.length) cell.setAttribute("data-label", headers[i]);
+    });
+  }
+  return tableNode;
+}
+
+if (typeof MutationObserver !== "undefined" && document.body) {
+  new MutationObserver((changes) => {
+    const tables = new Set();
+    for (const change of changes) {
+      const node = change.target;
+      const found = node.closest ? node.closest("table") : null;
+      if (found) tables.add(found);
+      for (const added of change.addedNodes) if (added.querySelectorAll) for (const t of added.querySelectorAll("table")) tables.add(t);
+    }
+    tables.forEach(labelCells);
+  }).observe(document.body, { childList: true, subtree: true });
 }
 
 export function row(attrs, cells) {
@@ -332,3 +359,28 @@ export function onSubmit(formId, handler) {
 }
 
 export const names = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
+
+// ------------------------------------------------------------ a toast with one action (Undo)
+
+// Says `text` for a few seconds at the foot of the page (role=status), with a button `actionLabel` that runs
+// onAction and closes it; a new toast takes the place of the one shown. Returns a function that closes it.
+export function toast(text, actionLabel, onAction, seconds = 8) {
+  let box = document.getElementById("toast");
+  if (!box) {
+    box = el("div", { id: "toast", class: "toast", role: "status", "aria-live": "polite" });
+    document.body.append(box);
+  }
+  clearTimeout(Number(box.dataset.timer || 0));
+  const close = () => {
+    box.replaceChildren();
+    box.classList.remove("shown");
+  };
+  const parts = [el("span", {}, text)];
+  if (actionLabel && onAction) {
+    parts.push(el("button", { type: "button", class: "toast-action", onclick: () => { close(); onAction(); } }, actionLabel));
+  }
+  box.replaceChildren(...parts);
+  box.classList.add("shown");
+  box.dataset.timer = String(setTimeout(close, seconds * 1000));
+  return close;
+}

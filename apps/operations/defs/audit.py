@@ -10,21 +10,30 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from django.db.models import Q
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, StringConstraints
 
 from apps.agents.selectors import api_keys_by_ids, connections_by_ids
 from apps.audit.log import committed_chain_status, exported_line, head_seq
 from apps.audit.models import AuditEvent
-from apps.audit.selectors import event_by_id, events_between, events_page
+from apps.audit.selectors import (
+    event_by_hash,
+    event_by_id,
+    event_by_seq,
+    events_between,
+    events_page,
+    reads_by_person_day,
+    visible_seqs,
+)
+from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.core.pages import cut_page, encode_cursor, read_cursor
 from apps.mail.selectors import names_by_ids as mail_names
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id, Page
-from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.registry import Bound, Ceiling, OpClass, operation, registry
 from apps.outbound.selectors import names_by_ids as outbound_names
 from apps.workspaces.selectors import members_by_user_ids
 from apps.workspaces.selectors import names_by_ids as workspace_names
@@ -43,6 +52,12 @@ class AuditListIn(Page):
     )
     since: AwareDatetime | None = Field(default=None, description="events at or after this time")
     until: AwareDatetime | None = Field(default=None, description="events before this time")
+    console_reads: Literal["show", "fold"] = Field(
+        default="show",
+        description="show: every event; fold: a person's own successful reads in the console (what its pages load "
+        "and refresh) are left out of `events` and counted in `folded_reads`, one line per person and day. "
+        "Still recorded and verified; agents' reads, refusals and changes always show",
+    )
 
 
 class TargetOut(Closed):
@@ -71,9 +86,31 @@ class AuditEventOut(Closed):
     hash: str
 
 
+class FoldedReadsOut(Closed):
+    person_id: str | None
+    person: str | None = Field(description="the person's e-mail address ('a former member' once they left)")
+    count: int
+    first_seq: int
+    last_seq: int
+    first_at: datetime
+    last_at: datetime
+    areas: list[str] = Field(description="what the reads looked at, in words (mail, assistants, the audit log, ...)")
+    description: str = Field(description="the line in words, without its times")
+
+
 class AuditListOut(Closed):
     events: list[AuditEventOut]
     next_cursor: str | None
+    folded_reads: list[FoldedReadsOut] = Field(
+        description="with console_reads=fold: the reads left out between this page's events (from the cursor's "
+        "event, or the newest, down to this page's last event, or the first when no page follows), per person "
+        "and day, newest first; empty otherwise"
+    )
+    folded_reads_complete: bool = Field(
+        default=True,
+        description="false when the stretch was too long to count whole: folded_reads count its newest "
+        "AUDIT_FOLD_SCAN_MAX events, and older console reads in it are neither listed nor counted",
+    )
 
 
 def _seq(seq: object) -> int:
@@ -198,6 +235,82 @@ def _description(event: AuditEvent, actor: str, targets: list[TargetOut]) -> str
     return f"{actor} was refused {words}{where}: {event.outcome}"
 
 
+# what a person's reads looked at, by the module their operation is defined in
+_AREAS = {
+    "mail_read": "mail",
+    "mail_organize": "mail",
+    "search": "mail",
+    "summaries": "mail",
+    "drafts": "drafts",
+    "signatures": "signatures",
+    "files": "files",
+    "downloads": "files",
+    "outbound_requests": "outbound mail",
+    "outbound_review": "outbound mail",
+    "delivery": "outbound mail",
+    "budgets": "budgets",
+    "policies": "send policies",
+    "agents": "assistants",
+    "audit": "the audit log",
+    "mailboxes": "mailboxes",
+    "importing": "imports",
+    "tenancy": "members and workspaces",
+    "admin": "settings",
+    "plugins": "plugins",
+    "preferences": "preferences",
+    "reference": "the reference",
+}
+
+
+def _area(name: str) -> str:
+    op = registry.get(name)
+    if op is None:
+        return "an operation no longer offered"
+    if op.plugin:
+        return f"the {op.plugin} plugin"
+    module = op.handler.__module__.rsplit(".", 1)[-1]
+    return _AREAS.get(module, module.replace("_", " "))
+
+
+def _console_reads() -> Q:
+    """A person's own successful reads in the console: what its pages load and refresh, by the hundred an hour."""
+    reads = [op.name for op in registry if op.op_class == OpClass.READ]
+    return Q(principal="person", door="ui", outcome="ok", operation__in=reads)
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _folded(ctx: Context, where: Q, before: int | None, after: int) -> list[FoldedReadsOut]:
+    runs = reads_by_person_day(tenant=ctx.tenant, where=where & _console_reads(), after=after, before=before)
+    people = {
+        m.user_id: m.user.email
+        for m in members_by_user_ids(tenant=ctx.tenant, user_ids={r.person_id for r in runs if r.person_id})
+    }
+    me = ctx.caller.user.pk if ctx.caller.user is not None else None
+    out = []
+    for run in runs:
+        person = people.get(run.person_id, "a former member") if run.person_id else None
+        areas = list(dict.fromkeys(_area(name) for name in run.operations))
+        who = "You" if run.person_id == me else person or "Someone"
+        times = "once" if run.count == 1 else f"{run.count} times"
+        out.append(
+            FoldedReadsOut(
+                person_id=str(run.person_id) if run.person_id else None,
+                person=person,
+                count=run.count,
+                first_seq=run.first_seq,
+                last_seq=run.last_seq,
+                first_at=run.first_at,
+                last_at=run.last_at,
+                areas=areas,
+                description=f"{who} looked at {_listed(areas)} in the console {times}",
+            )
+        )
+    return out
+
+
 @operation(
     name="list_audit_events",
     summary="The audit log, newest first, filtered, each event in words (an ADMIN sees the tenant's; a MEMBER "
@@ -211,36 +324,110 @@ def _description(event: AuditEvent, actor: str, targets: list[TargetOut]) -> str
 def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
     size = data.size(ctx.bounds)
     before = read_cursor(data.cursor or None, 1, _seq)
-    events = events_page(tenant=ctx.tenant, where=_visible(ctx) & _filters(data), before=before, limit=size + 1)
+    where = _visible(ctx) & _filters(data)
+    fold = data.console_reads == "fold"
+    shown = where & ~_console_reads() if fold else where
+    events = events_page(tenant=ctx.tenant, where=shown, before=before, limit=size + 1)
     page, next_cursor = cut_page(events, size, lambda e: [e.seq])
     names = _Names(ctx, page)
-    rows = []
-    for e in page:
-        person = names.people.get(e.person_id) if e.person_id else None
-        if e.person_id and person is None:
-            person = "a former member"
-        credential = names.credential(e) if e.credential_id else None
-        targets = [names.target(t) for t in e.targets]
-        rows.append(
-            AuditEventOut(
-                seq=e.seq,
-                created_at=e.created_at,
-                principal=e.principal,
-                person_id=str(e.person_id) if e.person_id else None,
-                person=person,
-                credential_kind=e.credential_kind,
-                credential_id=e.credential_id,
-                credential=credential,
-                door=e.door,
-                operation=e.operation,
-                outcome=e.outcome,
-                targets=targets,
-                description=_description(e, _actor(e, person, credential), targets),
-                input_digest=e.input_digest,
-                hash=e.hash,
-            )
-        )
-    return AuditListOut(events=rows, next_cursor=next_cursor)
+    folded, complete = [], True
+    if fold:
+        # the stretch this page covers, from its newest end: at most AUDIT_FOLD_SCAN_MAX events are counted
+        after = page[-1].seq if next_cursor else 0
+        newest = before - 1 if before is not None else head_seq(ctx.tenant.pk)
+        counted_from = max(after, newest - ctx.bounds.AUDIT_FOLD_SCAN_MAX)
+        complete = counted_from == after
+        folded = _folded(ctx, where, before, counted_from)
+    return AuditListOut(
+        events=[_row(names, e) for e in page],
+        next_cursor=next_cursor,
+        folded_reads=folded,
+        folded_reads_complete=complete,
+    )
+
+
+def _row(names: _Names, e: AuditEvent) -> AuditEventOut:
+    person = names.people.get(e.person_id) if e.person_id else None
+    if e.person_id and person is None:
+        person = "a former member"
+    credential = names.credential(e) if e.credential_id else None
+    targets = [names.target(t) for t in e.targets]
+    return AuditEventOut(
+        seq=e.seq,
+        created_at=e.created_at,
+        principal=e.principal,
+        person_id=str(e.person_id) if e.person_id else None,
+        person=person,
+        credential_kind=e.credential_kind,
+        credential_id=e.credential_id,
+        credential=credential,
+        door=e.door,
+        operation=e.operation,
+        outcome=e.outcome,
+        targets=targets,
+        description=_description(e, _actor(e, person, credential), targets),
+        input_digest=e.input_digest,
+        hash=e.hash,
+    )
+
+
+# ---------------------------------------------------------------- get_audit_event
+
+
+class AuditEventIn(Closed):
+    seq: int = Field(ge=1, description="the event's sequence number in the tenant's chain")
+
+
+class AuditEventDetailOut(Closed):
+    event: AuditEventOut
+    who: str = Field(description="who called, in words: a person, or a key or connection and for whom, or Oaken")
+    on_behalf_of: str | None = Field(description="the person an agent's key or connection acts for")
+    door_words: str = Field(description="which door, in words")
+    operation_words: str
+    prev_hash: str = Field(description="the hash of the event before this one (64 zeros for the first)")
+    previous_seq: int | None = Field(description="the event before, when the caller may see it")
+    next_seq: int | None = Field(
+        description="the event after (whose prev_hash is this hash), when the caller may see it"
+    )
+
+
+_DOOR_NAMES = {
+    "ui": "the web console",
+    "cli": "the command line",
+    "mcp": "MCP (an assistant's door)",
+    "internal": "inside Oaken (tasks and plugins)",
+}
+
+
+@operation(
+    name="get_audit_event",
+    summary="One audit event in full: who (and for whom), which door, the operation and its outcome, what it changed "
+    "before and after, the input digest, its hash and the previous one (an ADMIN any of the tenant's; a MEMBER their "
+    "own calls and their agents'). Never offered to agents.",
+    input=AuditEventIn,
+    output=AuditEventDetailOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.NEVER,
+)
+def get_audit_event(ctx: Context, data: AuditEventIn) -> AuditEventDetailOut:
+    visible = _visible(ctx)
+    event = event_by_seq(tenant=ctx.tenant, seq=data.seq, where=visible)
+    if event is None:
+        raise OakenError.not_found("seq")
+    names = _Names(ctx, [event])
+    row = _row(names, event)
+    neighbours = visible_seqs(tenant=ctx.tenant, where=visible, seqs=[data.seq - 1, data.seq + 1])
+    on_behalf = row.person if event.principal == "agent" else None
+    return AuditEventDetailOut(
+        event=row,
+        who=_actor(event, row.person, row.credential),
+        on_behalf_of=on_behalf,
+        door_words=_DOOR_NAMES.get(event.door, event.door),
+        operation_words=event.operation.replace("_", " "),
+        prev_hash=event.prev_hash,
+        previous_seq=data.seq - 1 if data.seq - 1 in neighbours else None,
+        next_seq=data.seq + 1 if data.seq + 1 in neighbours else None,
+    )
 
 
 # ---------------------------------------------------------------- verify_audit
@@ -249,7 +436,11 @@ def list_audit_events(ctx: Context, data: AuditListIn) -> AuditListOut:
 class VerifyOut(Closed):
     ok: bool
     events_checked: int
-    head_hash: str = Field(description="the hash of the last event checked: the chain's head when it is intact")
+    head_seq: int = Field(
+        description="the sequence number of the last event accepted: the chain's head when it is intact, as committed "
+        "before this call (this call's own event comes after it); export_audit_chain's up_to ends an export there"
+    )
+    head_hash: str = Field(description="the hash of the last event accepted: the chain's head when it is intact")
     first_broken_seq: int | None
     reason: str | None
     broken_operation: str | None = Field(description="the first broken event's operation (None when it is missing)")
@@ -275,6 +466,7 @@ def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
     return VerifyOut(
         ok=broken is None,
         events_checked=status.checked,
+        head_seq=status.head_seq,
         head_hash=status.head_hash,
         first_broken_seq=broken.seq if broken else None,
         reason=broken.reason if broken else None,
@@ -289,6 +481,12 @@ def verify_audit(ctx: Context, data: Empty) -> VerifyOut:
 class ExportIn(Closed):
     limit: int | None = Field(default=None, ge=1, description="events per page (default and maximum: a setting)")
     cursor: str | None = Field(default=None, max_length=500, description="from the previous page's next_cursor")
+    up_to: int | Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = Field(
+        default=None,
+        description="end the export at this event, by sequence number or hash (verify_audit's head_seq or head_hash), "
+        "so its last line's hash is the one verified; default: the newest event when the first page is asked for. "
+        "Read on the first page only: the cursor carries it on",
+    )
 
 
 class ExportOut(Closed):
@@ -299,6 +497,21 @@ class ExportOut(Closed):
 
 def _position(after: object, upto: object) -> tuple[int, int]:
     return _seq(after), _seq(upto)
+
+
+def _end(ctx: Context, up_to: int | str | None) -> int:
+    """Where an export ends: the event `up_to` names (by sequence number or hash), else the chain's head now."""
+    head = head_seq(ctx.tenant.pk)
+    if up_to is None:
+        return head
+    if isinstance(up_to, int):
+        if not 0 <= up_to <= head:
+            raise OakenError.not_found("up_to")
+        return up_to
+    event = event_by_hash(tenant=ctx.tenant, digest=up_to)
+    if event is None or event.seq > head:
+        raise OakenError.not_found("up_to")
+    return event.seq
 
 
 @operation(
@@ -315,7 +528,7 @@ def _position(after: object, upto: object) -> tuple[int, int]:
 def export_audit_chain(ctx: Context, data: ExportIn) -> ExportOut:
     size = data.limit or ctx.bounds.AUDIT_EXPORT_PAGE_MAX
     # the export is of the chain as it was at its first page: the export's own calls come after it
-    after, upto = read_cursor(data.cursor or None, 2, _position) or (0, head_seq(ctx.tenant.pk))
+    after, upto = read_cursor(data.cursor or None, 2, _position) or (0, _end(ctx, data.up_to))
     rows = events_between(tenant=ctx.tenant, after=after, upto=upto, limit=size)
     last = rows[-1].seq if rows else upto
     more = bool(rows) and last < upto

@@ -13,7 +13,14 @@ from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
 from apps.mail.models import Label, MailAccount, Message, Thread
-from apps.mail.reads import Listing, folder_counts, message_detail, summaries
+from apps.mail.reads import (
+    CONVERSATION_PARTICIPANTS_MAX,
+    Listing,
+    conversations,
+    folder_counts,
+    message_detail,
+    summaries,
+)
 from apps.mail.reasons import sync_problem
 from apps.mail.selectors import account_names, accounts_listed, labels_in_reach
 from apps.operations.context import Context
@@ -240,6 +247,86 @@ def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str
 def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
     page, next_cursor = ctx.gathered
     return MessagesOut.model_validate({"messages": page, "next_cursor": next_cursor})
+
+
+# ---------------------------------------------------------------- list_conversations
+
+
+class ListConversationsIn(ListMessagesIn):
+    pinned_only: bool = Field(default=False, description="only conversations with a pinned message in the listing")
+
+
+class ConversationOut(Closed):
+    thread_id: str
+    account_id: str
+    subject: MailText
+    participants: list[AddressOut] = Field(
+        description=f"its first senders, by when they first wrote (at most {CONVERSATION_PARTICIPANTS_MAX})"
+    )
+    message_count: int = Field(description="messages in the conversation")
+    unread_count: int = Field(description="unread messages in the conversation")
+    date: datetime | None = Field(description="the date of its newest message in this listing")
+    snippet: MailText = Field(description="the start of its newest message in this listing")
+    latest_message_id: str | None = Field(description="its newest message in this listing")
+    message_ids: list[str] = Field(
+        description="its messages in this listing, newest first (at most the thread bound): what a change to the "
+        "conversation here changes"
+    )
+    has_attachments: bool
+    pinned: bool = Field(description="one of its messages is pinned")
+    label_ids: list[str] = Field(description="the labels of any of its messages")
+
+
+class ConversationsOut(Closed):
+    conversations: list[ConversationOut]
+    next_cursor: str | None
+
+
+def _conversation_position(row: dict[str, Any]) -> list[str | None]:
+    """Newest first, undated last: (latest date, thread id), as _after reads it back."""
+    return [row["date"].isoformat() if row["date"] else None, row["thread_id"]]
+
+
+def _conversation_page(ctx: Context, data: ListConversationsIn) -> tuple[list[dict[str, Any]], str | None]:
+    """The page of conversations and the cursor after it, read before the call's transaction opens, as _page."""
+    size = data.size(ctx.bounds)
+    named: Listing = ctx.targets
+    where: dict[str, Any] = {}
+    if named.account is not None:
+        where["account"] = named.account
+    if named.folder is not None:
+        where["folder"] = named.folder
+    if named.label is not None:
+        where["label"] = named.label
+    if data.unread_only:
+        where["unread"] = True
+    if data.pinned_only:
+        where["pinned"] = True
+    rows = conversations(
+        reach(ctx),
+        where,
+        after=read_cursor(data.cursor, 2, _after),
+        limit=size + 1,
+        ids_max=ctx.bounds.THREAD_MAX_MESSAGES,
+    )
+    return cut_page(rows, size, _conversation_position)
+
+
+@operation(
+    name="list_conversations",
+    summary="List conversations (one row per thread: participants, counts, the newest message's start) newest "
+    "first, by account, folder, label, unread or pinned state, a page at a time.",
+    input=ListConversationsIn,
+    output=ConversationsOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.ON,
+    targets=listing,
+    gather=_conversation_page,
+    bounds=(_PAGE_BOUND,),
+)
+def list_conversations(ctx: Context, data: ListConversationsIn) -> ConversationsOut:
+    page, next_cursor = ctx.gathered
+    return ConversationsOut.model_validate({"conversations": page, "next_cursor": next_cursor})
 
 
 # ---------------------------------------------------------------- get_message

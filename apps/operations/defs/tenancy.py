@@ -556,7 +556,16 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
 
 
 class AcceptInvitationIn(Closed):
-    token: str = Field(min_length=1, max_length=200, description="the token of the invitation's link")
+    token: str | None = Field(
+        default=None, min_length=1, max_length=200, description="the token of the invitation's link"
+    )
+    reference: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=500,
+        description="instead of the token: the signed, short-lived reference the invitation page made from it "
+        "for a person who signed up or signed in from there",
+    )
 
 
 class AcceptedInvitationOut(Closed):
@@ -580,10 +589,15 @@ def accept_invitation_op(ctx: Context, data: AcceptInvitationIn) -> AcceptedInvi
     (InvitationRefusedError: a link used, cancelled or expired meanwhile) is NOT_FOUND, and the console reads
     the link again to say why."""
     user = _user(ctx)
+    if (data.token is None) == (data.reference is None):
+        raise OakenError.invalid("token", "give the link's token or the page's reference, one of the two")
+    field = "token" if data.token is not None else "reference"
     try:
-        accepted = workspace_services.accept_invitation(tenant=ctx.tenant, user=user, token=data.token, now=ctx.now)
+        accepted = workspace_services.accept_invitation(
+            tenant=ctx.tenant, user=user, token=data.token, reference=data.reference, now=ctx.now
+        )
     except InvitationRefusedError:
-        raise OakenError.not_found("token") from None
+        raise OakenError.not_found(field) from None
     membership = accepted.membership
     ctx.touch(accepted.invitation.pk, {"accepted": False}, {"accepted": True})
     if not accepted.already_member:

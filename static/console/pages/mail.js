@@ -8,7 +8,12 @@
 // mark_read, because the person asked by opening it (unless they turned that off: get_preferences /
 // set_preferences); reading it (get_message) never does. Writing (compose, reply, forward, drafts, signatures) is
 // in mail-compose.js; a message's and a thread's summary in mail-summary.js.
-import { call, describeError, download, el, notice, perform, shown } from "../lib.js";
+// The list shows conversations (list_conversations: one row per thread) unless the person chose messages. Each
+// folder and conversation has an address (/mail/<account>/<folder>, /mail/t/<thread>) kept in the history, so Back,
+// Forward and reload work; while the page is visible it asks mailbox_counts every little while whether the open
+// folder changed, and puts what came at the top of the list. Keyboard: j/k, o/Enter, e, #, r, a, f, /, Esc, ?.
+// Archive, trash, move, label and read state offer Undo: the reverse operation, called when asked.
+import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 
@@ -30,6 +35,9 @@ const bulkFolder = document.getElementById("bulk-folder");
 const bulkLabel = document.getElementById("bulk-label");
 const searchForm = document.getElementById("mail-search");
 const searchClear = document.getElementById("search-clear");
+const mailBox = document.getElementById("mail");
+const keysDialog = document.getElementById("keys-dialog");
+const viewButtons = [...document.querySelectorAll(".view-toggle button[data-view]")];
 
 const state = {
   accounts: [],
@@ -39,8 +47,11 @@ const state = {
   folder: "inbox",
   query: null,
   cursor: null,
-  rows: new Map(), // message id -> summary shown
-  selected: new Set(),
+  view: "conversations", // or "messages"
+  rows: new Map(), // row key (a message's id, or a conversation's thread id) -> { kind, item }
+  selected: new Set(), // row keys
+  thread: null, // the conversation open in the reader: { id, messages } (messages as get_thread gave them)
+  current: null, // the message last opened in the reader (get_message's), for r, a and f
   markReadOnOpen: true,
   asked: 0,
 };
@@ -112,7 +123,7 @@ function renderAccounts() {
                 class: "folder",
                 "data-folder": folderValue(f),
                 "aria-current": current ? "true" : null,
-                onclick: () => openFolder(a.id, folderValue(f)),
+                onclick: () => openFolder(a.id, folderValue(f), { push: true, reveal: true }),
               },
               el("span", {}, folderName(f)),
               f.unread ? el("span", { class: "unread-count", "aria-label": `${f.unread} unread` }, String(f.unread)) : null),
@@ -138,21 +149,26 @@ async function refreshCounts() {
   }
 }
 
-// ------------------------------------------------------------ the message list
+// ------------------------------------------------------------ the list: conversations or messages
 
 function labelChips(m) {
   return m.label_ids.map((id) => state.labels[id]).filter(Boolean).map((l) => el("span", { class: "label-chip" }, l.name));
 }
 
-function messageRow(m, snippet) {
-  const select = el("input", { type: "checkbox", class: "select", "aria-label": `Select “${m.subject || "(no subject)"}” from ${senderOf(m)}` });
-  select.checked = state.selected.has(m.id);
+function selectBox(key, label) {
+  const select = el("input", { type: "checkbox", class: "select", "aria-label": label });
+  select.checked = state.selected.has(key);
   select.addEventListener("change", () => {
-    if (select.checked) state.selected.add(m.id);
-    else state.selected.delete(m.id);
+    if (select.checked) state.selected.add(key);
+    else state.selected.delete(key);
     showBulk();
   });
-  return el("li", { class: `message${m.read ? "" : " unread"}${m.pinned ? " pinned" : ""}`, "data-message-id": m.id },
+  return select;
+}
+
+function messageRow(m, snippet) {
+  const select = selectBox(m.id, `Select “${m.subject || "(no subject)"}” from ${senderOf(m)}`);
+  return el("li", { class: `message${m.read ? "" : " unread"}${m.pinned ? " pinned" : ""}`, "data-message-id": m.id, "data-key": m.id },
     select,
     el("button", { type: "button", class: "open", onclick: () => openMessage(m) },
       el("span", { class: "sender", dir: "auto" }, senderOf(m)),
@@ -169,7 +185,44 @@ function messageRow(m, snippet) {
   );
 }
 
+const participantsOf = (c) => c.participants.map((p) => p.name || p.address).join(", ") || "(no sender)";
+
+function conversationRow(c) {
+  const select = selectBox(c.thread_id, `Select the conversation “${c.subject || "(no subject)"}” with ${participantsOf(c)}`);
+  return el("li", { class: `conversation${c.unread_count ? " unread" : ""}${c.pinned ? " pinned" : ""}`, "data-thread-id": c.thread_id, "data-key": c.thread_id },
+    select,
+    el("button", { type: "button", class: "open", onclick: () => openThread(c.thread_id, { focus: c.latest_message_id, push: true }) },
+      el("span", { class: "sender", dir: "auto" }, participantsOf(c),
+        c.message_count > 1 ? el("span", { class: "count" }, ` ${c.message_count}`, el("span", { class: "visually-hidden" }, " messages")) : null),
+      el("span", { class: "subject", dir: "auto" }, c.subject || "(no subject)"),
+      el("span", { class: "snippet", dir: "auto" }, c.snippet),
+    ),
+    el("span", { class: "meta" },
+      c.pinned ? el("span", { class: "pin", title: "Pinned" }, "★", el("span", { class: "visually-hidden" }, " pinned")) : null,
+      c.has_attachments ? el("span", { class: "clip", title: "Has attachments" }, "attachment") : null,
+      c.unread_count ? el("span", { class: "visually-hidden" }, `${c.unread_count} unread `) : null,
+      ...labelChips(c),
+      el("time", { datetime: c.date || null }, shortDate(c.date)),
+    ),
+  );
+}
+
+const rowOf = (entry, snippet) => (entry.kind === "conversation" ? conversationRow(entry.item) : messageRow(entry.item, snippet));
+const keyOf = (entry) => (entry.kind === "conversation" ? entry.item.thread_id : entry.item.id);
+
 const list = el("ul", { class: "messages" });
+
+// a page of the open listing (search aside), from `cursor` or the first: [entries, next cursor]
+async function listingPage(cursor) {
+  const body = { account_id: state.account, folder: state.folder };
+  if (cursor) body.cursor = cursor;
+  if (state.view === "conversations") {
+    const out = await call("list_conversations", body);
+    return [out.conversations.map((c) => ({ kind: "conversation", item: c })), out.next_cursor];
+  }
+  const out = await call("list_messages", body);
+  return [out.messages.map((m) => ({ kind: "message", item: m })), out.next_cursor];
+}
 
 async function loadMessages() {
   more.disabled = true;
@@ -181,14 +234,12 @@ async function loadMessages() {
       const body = { ...state.query };
       if (state.cursor) body.cursor = state.cursor;
       const out = await call("search", body);
-      rows = out.hits.map((h) => [h.message, h.highlight]);
+      rows = out.hits.map((h) => [{ kind: "message", item: h.message }, h.highlight]);
       next = out.next_cursor;
     } else {
-      const body = { account_id: state.account, folder: state.folder };
-      if (state.cursor) body.cursor = state.cursor;
-      const out = await call("list_messages", body);
-      rows = out.messages.map((m) => [m, undefined]);
-      next = out.next_cursor;
+      const [entries, after] = await listingPage(state.cursor);
+      rows = entries.map((e) => [e, undefined]);
+      next = after;
     }
     if (asked !== state.asked) return;
     showRows(rows, next);
@@ -201,15 +252,15 @@ async function loadMessages() {
   }
 }
 
-// a page of rows ([summary, highlighted snippet or undefined]) after those shown, or in their place for a first page
+// a page of rows ([entry, highlighted snippet or undefined]) after those shown, or in their place for a first page
 function showRows(rows, next) {
   if (!state.cursor) {
     list.replaceChildren();
     listBox.replaceChildren(list);
   }
-  for (const [m, snippet] of rows) {
-    state.rows.set(m.id, m);
-    list.append(messageRow(m, snippet));
+  for (const [entry, snippet] of rows) {
+    state.rows.set(keyOf(entry), entry);
+    list.append(rowOf(entry, snippet));
   }
   if (!list.children.length) listBox.replaceChildren(el("p", { class: "hint" }, state.query ? "Nothing matches." : "No messages here."));
   // when the first list was on the screen, measured from the navigation (bench/console.py reads it)
@@ -238,18 +289,58 @@ function setTitle() {
   listTitle.textContent = `${name}${state.accounts.length > 1 && account ? ` · ${account.name}` : ""}`;
 }
 
-async function openFolder(accountId, folder) {
+// ------------------------------------------------------------ addresses: /mail/<account>/<folder>, /mail/t/<thread>
+
+const folderPath = (account, folder) => `/mail/${encodeURIComponent(account)}/${folder.split("/").map(encodeURIComponent).join("/")}`;
+const threadPath = (thread) => `/mail/t/${encodeURIComponent(thread)}`;
+
+// what the address names: { thread } or { account, folder } or null (/mail: the page chooses)
+function addressed() {
+  const parts = location.pathname.split("/").slice(2).filter((p, i, all) => p || i < all.length - 1);
+  try {
+    if (parts[0] === "t" && parts.length === 2) return { thread: decodeURIComponent(parts[1]) };
+    if (parts.length >= 2 && parts[0] !== "messages") return { account: decodeURIComponent(parts[0]), folder: parts.slice(1).map(decodeURIComponent).join("/") };
+  } catch (_) {
+    return null;
+  }
+  const asked = new URLSearchParams(location.search);
+  return asked.get("account") ? { account: asked.get("account"), folder: asked.get("folder") || "inbox" } : null;
+}
+
+function go(path, entry) {
+  if (location.pathname !== path) history.pushState(entry, "", path);
+  else history.replaceState(entry, "");
+}
+
+async function openFolder(accountId, folder, how = {}) {
   if (!(await composing.leave())) return;
   state.account = accountId;
   state.folder = folder;
   remember();
+  if (how.push) go(folderPath(accountId, folder), { account: accountId, folder });
   state.query = null;
   searchForm.reset();
   searchClear.hidden = true;
   setTitle();
   closeReader();
   renderAccounts();
+  // on a phone the folders are above the list: the list the person chose comes into view
+  if (how.reveal && window.matchMedia("(max-width: 50rem)").matches) listView.scrollIntoView({ block: "start" });
   return resetList();
+}
+
+function setView(view) {
+  state.view = view;
+  for (const b of viewButtons) b.setAttribute("aria-pressed", String(b.dataset.view === view));
+  const secure = location.protocol === "https:" ? "; Secure" : "";
+  document.cookie = `${VIEW}=${view}; Path=/mail; Max-Age=31536000; SameSite=Lax${secure}`;
+}
+for (const b of viewButtons) {
+  b.addEventListener("click", () => {
+    if (state.view === b.dataset.view) return;
+    setView(b.dataset.view);
+    if (!state.query) resetList();
+  });
 }
 
 // the search's words and the filters set (the search operation's own inputs; days in the person's time zone)
@@ -282,7 +373,7 @@ searchForm.addEventListener("submit", async (event) => {
 searchClear.addEventListener("click", () => openFolder(state.account, state.folder));
 more.addEventListener("click", loadMessages);
 
-// ------------------------------------------------------------ several messages at once
+// ------------------------------------------------------------ several messages at once, and Undo
 
 function showBulk() {
   const n = state.selected.size;
@@ -290,42 +381,120 @@ function showBulk() {
   bulkCount.textContent = n === 1 ? "1 selected" : `${n} selected`;
 }
 
+// the messages a change to these rows changes, each with what the reverse needs: its folder, read state, labels
+function messagesOf(keys) {
+  const found = [];
+  for (const key of keys) {
+    const entry = state.rows.get(key);
+    if (!entry) continue;
+    if (entry.kind === "message") {
+      const m = entry.item;
+      found.push({ id: m.id, folder: m.folder, read: m.read, labels: m.label_ids });
+    } else {
+      const c = entry.item;
+      for (const id of c.message_ids) {
+        found.push({ id, folder: state.folder, read: c.unread_count === 0 ? true : c.unread_count === c.message_count ? false : null, labels: c.label_ids });
+      }
+    }
+  }
+  return found;
+}
+
+// the reverse of a change to `before` (messagesOf's), as [operation, input] calls; [] when there is none
+function reverse(kind, before, extra) {
+  const ids = (pick) => before.filter(pick).map((m) => m.id);
+  const some = (op, message_ids, more) => (message_ids.length ? [[op, { message_ids, ...more }]] : []);
+  switch (kind) {
+    case "move": {
+      const back = new Map();
+      for (const m of before) back.set(m.folder, [...(back.get(m.folder) || []), m.id]);
+      return [...back].map(([folder, message_ids]) => ["move_messages", { message_ids, folder }]);
+    }
+    case "trash":
+      return some("restore_messages", ids(() => true));
+    case "restore":
+      return some("trash_messages", ids(() => true));
+    case "read":
+      return some("mark_unread", ids((m) => m.read !== true));
+    case "unread":
+      return some("mark_read", ids((m) => m.read !== false));
+    case "label":
+      return some("remove_labels", ids((m) => !m.labels.includes(extra)), { label_ids: [extra] });
+    case "unlabel":
+      return some("add_labels", ids((m) => m.labels.includes(extra)), { label_ids: [extra] });
+    default:
+      return [];
+  }
+}
+
+// A change to the messages of `keys` (or `before`, given): done, then a toast offering the reverse.
+async function change(kind, op, body, done, before) {
+  const out = await perform(op, body, done);
+  if (!out) return null;
+  const undo = reverse(kind, before, body.label_ids ? body.label_ids[0] : null);
+  if (undo.length) {
+    toast(done, "Undo", async () => {
+      for (const [undoOp, input] of undo) {
+        if (!(await perform(undoOp, input, "Undone."))) break;
+      }
+      await Promise.all([resetList(), refreshCounts()]);
+    });
+  }
+  return out;
+}
+
 const BULK = {
-  read: (ids) => ["mark_read", { message_ids: ids }, "Marked read."],
-  unread: (ids) => ["mark_unread", { message_ids: ids }, "Marked unread."],
-  pin: (ids) => ["set_pinned", { message_ids: ids, pinned: true }, "Pinned."],
-  unpin: (ids) => ["set_pinned", { message_ids: ids, pinned: false }, "Unpinned."],
-  label: (ids) => ["add_labels", { message_ids: ids, label_ids: [bulkLabel.value] }, "Labelled."],
-  move: (ids) => ["move_messages", { message_ids: ids, folder: bulkFolder.value }, "Moved."],
-  trash: (ids) => ["trash_messages", { message_ids: ids }, "Moved to the trash."],
-  restore: (ids) => ["restore_messages", { message_ids: ids }, "Restored."],
+  read: (ids) => ["read", "mark_read", { message_ids: ids }, "Marked read."],
+  unread: (ids) => ["unread", "mark_unread", { message_ids: ids }, "Marked unread."],
+  pin: (ids) => ["pin", "set_pinned", { message_ids: ids, pinned: true }, "Pinned."],
+  unpin: (ids) => ["unpin", "set_pinned", { message_ids: ids, pinned: false }, "Unpinned."],
+  label: (ids) => ["label", "add_labels", { message_ids: ids, label_ids: [bulkLabel.value] }, "Labelled."],
+  unlabel: (ids) => ["unlabel", "remove_labels", { message_ids: ids, label_ids: [bulkLabel.value] }, "Label removed."],
+  move: (ids) => ["move", "move_messages", { message_ids: ids, folder: bulkFolder.value }, "Moved."],
+  trash: (ids) => ["trash", "trash_messages", { message_ids: ids }, "Moved to the trash."],
+  restore: (ids) => ["restore", "restore_messages", { message_ids: ids }, "Restored."],
 };
 
+async function changeRows(name, keys) {
+  const before = messagesOf(keys);
+  if (!before.length) return;
+  const [kind, op, body, done] = BULK[name](before.map((m) => m.id));
+  if (await change(kind, op, body, done, before)) {
+    await Promise.all([resetList(), refreshCounts()]);
+  }
+}
+
 for (const button of bulk.querySelectorAll("button[data-bulk]")) {
-  button.addEventListener("click", async () => {
-    const ids = [...state.selected];
-    if (!ids.length) return;
-    const [op, body, done] = BULK[button.dataset.bulk](ids);
-    if (await perform(op, body, done)) {
-      await Promise.all([resetList(), refreshCounts()]);
-    }
-  });
+  button.addEventListener("click", () => changeRows(button.dataset.bulk, [...state.selected]));
 }
 
 // ------------------------------------------------------------ reading a thread
 
 function closeReader() {
+  const was = reader.hidden ? null : state.thread && state.thread.id;
   reader.hidden = true;
   listView.hidden = false;
   threadBox.replaceChildren();
   threadSummaryBox.replaceChildren();
+  state.thread = null;
+  state.current = null;
+  // the row the conversation was opened from has the focus again
+  const row = was && (list.querySelector(`li[data-thread-id="${CSS.escape(was)}"]`) ||
+    list.querySelector(`li[data-message-id="${CSS.escape(reader.dataset.opened || "")}"]`));
+  if (row) setCursor(row);
 }
 
-document.getElementById("reader-back").addEventListener("click", () => {
+// Back to the list: the history's own Back when the list is the entry before, else the list's address
+function backToList() {
+  if (reader.hidden) return;
+  if (history.state && history.state.thread && history.state.fromList) {
+    history.back();
+    return;
+  }
+  go(folderPath(state.account, state.folder), { account: state.account, folder: state.folder });
   closeReader();
-  const row = list.querySelector(`li[data-message-id="${CSS.escape(reader.dataset.opened || "")}"] button.open`);
-  if (row) row.focus();
-});
+}
+document.getElementById("reader-back").addEventListener("click", backToList);
 
 const downloadFile = (attachment) => download("get_attachment", { attachment_id: attachment.id });
 
@@ -403,6 +572,7 @@ async function expand(article, summary) {
     }
   }
   body.replaceChildren(...parts);
+  state.current = m;
 }
 
 function threadMessage(m, opened) {
@@ -423,51 +593,74 @@ function threadMessage(m, opened) {
   return article;
 }
 
-async function openMessage(m) {
+function openMessage(m) {
+  return openThread(m.thread_id, { focus: m.id, push: true, title: m.subject });
+}
+
+// Opens the conversation `threadId` in the reader (its message `focus`, else its newest, expanded), from the list
+// (push: a new entry in the history), from the history or the address (given: get_thread's answer, if brought).
+async function openThread(threadId, how = {}) {
   if (!(await composing.leave())) return;
+  if (how.push) go(threadPath(threadId), { thread: threadId, fromList: true, account: state.account, folder: state.folder });
   listView.hidden = true;
   reader.hidden = false;
-  reader.dataset.opened = m.id;
-  threadTitle.textContent = shown(m.subject || "(no subject)");
+  state.thread = { id: threadId, messages: [] };
+  state.current = null;
+  reader.dataset.opened = how.focus || "";
+  threadTitle.textContent = shown(how.title || "");
   threadTitle.dir = "auto";
-  threadSummaryBox.replaceChildren(threadSummary({ id: m.thread_id }));
+  threadSummaryBox.replaceChildren(threadSummary({ id: threadId }));
   threadBox.replaceChildren(el("p", { class: "hint" }, "Loading…"));
-  let thread;
-  try {
-    thread = await call("get_thread", { thread_id: m.thread_id });
-  } catch (err) {
-    threadBox.replaceChildren(el("p", { class: "errors" }, describeError(err)));
-    return;
+  let thread = how.given;
+  if (!thread) {
+    try {
+      thread = await call("get_thread", { thread_id: threadId });
+    } catch (err) {
+      threadBox.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+      return;
+    }
   }
-  const articles = thread.messages.map((t) => [t, threadMessage(t, t.id === m.id)]);
+  if (!state.thread || state.thread.id !== threadId) return; // another was opened meanwhile
+  state.thread.messages = thread.messages;
+  if (!how.title) threadTitle.textContent = shown(thread.thread.subject || "(no subject)");
+  const focus = how.focus || (thread.messages.length ? thread.messages[thread.messages.length - 1].id : null);
+  reader.dataset.opened = focus || "";
+  const articles = thread.messages.map((t) => [t, threadMessage(t, t.id === focus)]);
   threadBox.replaceChildren(
     ...articles.map(([, a]) => a),
     thread.truncated ? el("p", { class: "hint" }, `This thread holds ${thread.thread.message_count} messages; the first ${thread.messages.length} are shown.`) : "",
   );
-  const opened = articles.find(([t]) => t.id === m.id);
+  const opened = articles.find(([t]) => t.id === focus);
   if (opened) {
     await expand(opened[1], opened[0]);
     opened[1].scrollIntoView({ block: "nearest" });
   }
   threadTitle.focus?.();
-  if (m.read) return;
-  if (state.markReadOnOpen) await markRead(m);
-  else if (opened) {
+  // the message opened is read: the person asked by opening it
+  if (!opened || opened[0].read) return;
+  if (state.markReadOnOpen) await markRead([opened[0]]);
+  else {
     const button = el("button", { type: "button", class: "mark-read" }, "Mark read");
     button.addEventListener("click", async () => {
-      if (await markRead(m)) button.remove();
+      if (await markRead([opened[0]])) button.remove();
     });
     opened[1].querySelector(".message-body").prepend(button);
   }
 }
 
 // the person opened it (or asked): mark_read, audited as theirs
-async function markRead(m) {
-  const out = await perform("mark_read", { message_ids: [m.id] });
+async function markRead(messages) {
+  const out = await perform("mark_read", { message_ids: messages.map((m) => m.id) });
   if (!out) return false;
-  m.read = true;
-  const row = list.querySelector(`li[data-message-id="${CSS.escape(m.id)}"]`);
-  if (row) row.replaceWith(messageRow(m));
+  for (const m of messages) {
+    m.read = true;
+    const entry = state.rows.get(m.id) || state.rows.get(m.thread_id);
+    if (!entry) continue;
+    if (entry.kind === "message") entry.item.read = true;
+    else entry.item.unread_count = Math.max(0, entry.item.unread_count - 1);
+    const row = list.querySelector(`li[data-key="${CSS.escape(keyOf(entry))}"]`);
+    if (row) row.replaceWith(rowOf(entry));
+  }
   refreshCounts();
   return true;
 }
@@ -518,6 +711,196 @@ const remembered = () => {
   }
 };
 
+// the list's view chosen here (conversations or messages), for this tenant in this browser: a cookie the server
+// reads too (apps.console.views.list_view)
+const VIEW = `oaken_mail_view_${document.querySelector("main").dataset.tenant || ""}`;
+const chosenView = () => {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(`${VIEW}=`));
+  return found && found.slice(VIEW.length + 1) === "messages" ? "messages" : "conversations";
+};
+
+// ------------------------------------------------------------ the keyboard
+
+// the row j and k move to: marked, and focused (its open button), so Enter and o open it
+function setCursor(row) {
+  for (const r of list.querySelectorAll("li[data-cursor]")) r.removeAttribute("data-cursor");
+  if (!row) return;
+  row.dataset.cursor = "true";
+  const open = row.querySelector("button.open");
+  if (open) open.focus();
+}
+
+function moveCursor(step) {
+  const rows = [...list.querySelectorAll("li[data-key]")];
+  if (!rows.length) return;
+  const at = rows.findIndex((r) => r.dataset.cursor || r.contains(document.activeElement));
+  const next = at < 0 ? 0 : Math.min(rows.length - 1, Math.max(0, at + step));
+  setCursor(rows[next]);
+  rows[next].scrollIntoView({ block: "nearest" });
+}
+
+const cursorRow = () => list.querySelector("li[data-cursor]") || document.activeElement?.closest?.("#message-list li[data-key]");
+
+// archive (e) or trash (#): the conversation open, else the selected rows, else the row at the cursor
+async function putAway(kind) {
+  if (!reader.hidden && state.thread) {
+    const keep = kind === "archive" ? ["archive", "sent", "drafts", "trash"] : ["trash"];
+    const before = state.thread.messages.filter((m) => !keep.includes(m.folder)).map((m) => ({ id: m.id, folder: m.folder, read: m.read, labels: m.label_ids }));
+    if (!before.length) return;
+    const ids = before.map((m) => m.id);
+    const done = await (kind === "archive"
+      ? change("move", "move_messages", { message_ids: ids, folder: "archive" }, "Archived.", before)
+      : change("trash", "trash_messages", { message_ids: ids }, "Moved to the trash.", before));
+    if (done) {
+      backToList();
+      await Promise.all([resetList(), refreshCounts()]);
+    }
+    return;
+  }
+  const row = cursorRow();
+  const keys = state.selected.size ? [...state.selected] : row ? [row.dataset.key] : [];
+  if (!keys.length) return;
+  const before = messagesOf(keys);
+  if (!before.length) return;
+  const ids = before.map((m) => m.id);
+  const next = row && (row.nextElementSibling || row.previousElementSibling);
+  const nextKey = next && next.dataset.key;
+  const done = await (kind === "archive"
+    ? change("move", "move_messages", { message_ids: ids, folder: "archive" }, "Archived.", before)
+    : change("trash", "trash_messages", { message_ids: ids }, "Moved to the trash.", before));
+  if (!done) return;
+  await Promise.all([resetList(), refreshCounts()]);
+  const again = nextKey && list.querySelector(`li[data-key="${CSS.escape(nextKey)}"]`);
+  setCursor(again || list.querySelector("li[data-key]"));
+}
+
+function typing(target) {
+  if (!target || !target.closest) return false;
+  return Boolean(target.closest("input, textarea, select, [contenteditable=''], [contenteditable='true']"));
+}
+
+function showKeys() {
+  if (!keysDialog.open) keysDialog.showModal();
+}
+document.getElementById("keys-open").addEventListener("click", showKeys);
+document.getElementById("keys-close").addEventListener("click", () => keysDialog.close());
+
+document.addEventListener("keydown", (event) => {
+  if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target) || isAsking()) return;
+  const drafting = !document.getElementById("composer").hidden || !document.getElementById("drafts-view").hidden;
+  if (drafting) return;
+  const inList = !listView.hidden;
+  const key = event.key;
+  const act = (fn) => {
+    event.preventDefault();
+    fn();
+  };
+  if (key === "?") return act(showKeys);
+  if (key === "/") return act(() => document.getElementById("search-query").focus());
+  if (key === "Escape" && !reader.hidden) return act(backToList);
+  if (key === "e") return act(() => putAway("archive"));
+  if (key === "#") return act(() => putAway("trash"));
+  if (inList) {
+    if (key === "j") return act(() => moveCursor(1));
+    if (key === "k") return act(() => moveCursor(-1));
+    if (key === "o" || (key === "Enter" && event.target === document.body)) {
+      const row = cursorRow();
+      if (row) act(() => row.querySelector("button.open").click());
+    }
+    return;
+  }
+  if (state.current && (key === "r" || key === "a" || key === "f")) {
+    const m = state.current;
+    return act(() => (key === "f" ? composing.forward(m) : composing.reply(m, key === "a")));
+  }
+});
+
+// ------------------------------------------------------------ the history: Back, Forward
+
+window.addEventListener("popstate", async (event) => {
+  const entry = event.state || addressed() || { account: state.account, folder: state.folder };
+  if (entry.thread) {
+    await openThread(entry.thread, {});
+    return;
+  }
+  if (entry.list || (entry.account === state.account && entry.folder === state.folder && !state.query && state.rows.size)) {
+    closeReader();
+    return;
+  }
+  if (entry.account) await openFolder(entry.account, entry.folder || "inbox");
+});
+
+// ------------------------------------------------------------ new mail without a reload
+
+// While the page is visible, every little while: mailbox_counts of the open account (one cheap read, audited as
+// the console's own), and only when the open folder's counts moved, its first page again, whose new rows go on top
+// (what is selected, and where the list is scrolled, stay).
+const POLL_MS = Math.max(1, Number(mailBox.dataset.pollSeconds) || 20) * 1000;
+let polling = null;
+
+async function poll() {
+  if (document.visibilityState !== "visible" || state.query || !state.account) return;
+  let counts;
+  try {
+    counts = await call("mailbox_counts", { account_id: state.account });
+  } catch (_) {
+    return; // asked again next time
+  }
+  const account = counts.accounts.find((a) => a.account_id === state.account);
+  const open = account && account.folders.find((f) => f.folder === state.folder);
+  if (!open) return;
+  // the folder's counts as the page shows them (list_folders, read with the list and after each change): when they
+  // are the same, nothing came
+  const counted = currentFolder();
+  if (counted && counted.total === open.total && counted.unread === open.unread) return;
+  refreshCounts();
+  const asked = state.asked;
+  let entries;
+  try {
+    [entries] = await listingPage(null);
+  } catch (_) {
+    return;
+  }
+  if (asked !== state.asked || state.query) return; // the person moved on meanwhile
+  const height = document.documentElement.scrollHeight;
+  const fresh = [];
+  for (const entry of entries) {
+    const key = keyOf(entry);
+    const old = list.querySelector(`li[data-key="${CSS.escape(key)}"]`);
+    const known = state.rows.get(key);
+    state.rows.set(key, entry);
+    if (old && known && JSON.stringify(known.item) === JSON.stringify(entry.item)) continue;
+    // a row that changed in place (read, labelled) stays where it is; a new one, or a conversation with a newer
+    // message, goes on top
+    if (old && !(entry.kind === "conversation" && known && known.item.date !== entry.item.date)) {
+      old.replaceWith(rowOf(entry));
+      continue;
+    }
+    if (old) old.remove();
+    fresh.push(rowOf(entry));
+  }
+  if (!fresh.length) return;
+  if (!list.isConnected) listBox.replaceChildren(list);
+  list.prepend(...fresh);
+  if (window.scrollY > 0) window.scrollBy(0, document.documentElement.scrollHeight - height);
+}
+
+function startPolling() {
+  if (polling === null && document.visibilityState === "visible") polling = setInterval(poll, POLL_MS);
+}
+function stopPolling() {
+  if (polling !== null) clearInterval(polling);
+  polling = null;
+}
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") {
+    startPolling();
+    poll();
+  } else stopPolling();
+});
+
+// ------------------------------------------------------------ start
+
 // what the server read for the first screen (the same operations, through the gate), or null: then it is asked
 const given = (() => {
   const node = document.getElementById("mail-first");
@@ -528,18 +911,23 @@ const given = (() => {
   }
 })();
 
+const pageOf = (listing) =>
+  listing.view === "conversations" || listing.page.conversations
+    ? listing.page.conversations.map((c) => [{ kind: "conversation", item: c }, undefined])
+    : listing.page.messages.map((m) => [{ kind: "message", item: m }, undefined]);
+
 // That list goes first and alone: the server answers it before the side's accounts, labels, folder counts and
 // preferences, which follow at once (the rows' label chips are added when the labels are in).
 // When the server brought the list the page opens on, it shows at once, and the rest follows.
-(async () => {
-  const asked = new URLSearchParams(location.search);
-  const last = asked.get("account") ? { account: asked.get("account"), folder: asked.get("folder") || "inbox" } : remembered();
+async function listFirst() {
+  const named = addressed();
+  const last = named && named.account ? named : remembered();
   const listing = given && given.listing;
-  if (listing && (!last || (last.account === listing.account_id && last.folder === listing.folder))) {
+  if (listing && (listing.view || "messages") === state.view && (!last || (last.account === listing.account_id && last.folder === listing.folder))) {
     state.account = listing.account_id;
     state.folder = listing.folder;
     state.labels = Object.fromEntries(given.labels.labels.map((l) => [l.id, l]));
-    showRows(listing.page.messages.map((m) => [m, undefined]), listing.page.next_cursor);
+    showRows(pageOf(listing), listing.page.next_cursor);
     loadPreference();
     if (!(await loadAccounts(given))) return;
     composing.start(state.accounts);
@@ -555,14 +943,31 @@ const given = (() => {
   if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
   if (last && state.accounts.some((a) => a.id === state.account)) {
-    for (const row of list.querySelectorAll("li.message")) {
-      const m = state.rows.get(row.dataset.messageId);
-      if (m && m.label_ids.length) row.querySelector(".meta time").before(...labelChips(m));
+    for (const row of list.querySelectorAll("li[data-key]")) {
+      const entry = state.rows.get(row.dataset.key);
+      if (entry && entry.item.label_ids.length) row.querySelector(".meta time").before(...labelChips(entry.item));
     }
     await loadAllFolders();
     return;
   }
   state.account = state.accounts[0].id;
   state.folder = "inbox";
-  await Promise.all([openFolder(state.account, state.folder), loadAllFolders()]);
+  remember();
+  setTitle();
+  await Promise.all([resetList(), loadAllFolders()]);
+}
+
+(async () => {
+  setView(chosenView());
+  const named = addressed();
+  // this entry of the history: the conversation the address names, else the list (whichever folder it shows)
+  history.replaceState(named && named.thread ? { thread: named.thread } : { list: true }, "");
+  const listed = listFirst();
+  if (named && named.thread) {
+    const thread = given && given.thread && given.thread.thread.id === named.thread ? given.thread : null;
+    await openThread(named.thread, { given: thread });
+  }
+  await listed;
+  startPolling();
+
 })();

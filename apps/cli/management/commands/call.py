@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.core.management.base import CommandParser
 
 from apps.cli.command import JsonCommand
+from apps.core.errors import OakenError
+from apps.gate import payload
 
 
 class Command(JsonCommand):
@@ -23,8 +24,11 @@ class Command(JsonCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         membership = self.membership(options["user"], options["tenant"])
         try:
-            raw = json.loads(options["input"])
-        except ValueError:
+            # the doors' one parser: strict JSON (no repeated key, no NaN), bounded as every door bounds a body
+            raw = payload.loads(options["input"])
+        except OakenError as refused:  # more objects or items than any operation takes
+            self.fail(refused.code, refused.message, "input")
+        except (ValueError, RecursionError):
             self.fail("INVALID_INPUT", "input is not valid JSON", "input")
         self.call(
             membership,

@@ -37,12 +37,13 @@ def control_socket(bind: str) -> Path:
 
 
 def web_command(bind: str, workers: int, *, quiet: bool = False) -> list[str]:
-    """The web server as `oaken serve` runs it (gunicorn, threaded workers whose own refusals are in the error shape:
-    config.web_worker); quiet: warnings only, no access log
+    """The web server as `oaken serve` runs it (gunicorn, threaded workers whose own refusals are in the error shape,
+    and a log that quotes no token: config.web_worker); quiet: warnings only, no access log
     (the test suite's and the benchmarks' servers)."""
     return [
         sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", bind, "--workers", str(workers),
-        "--worker-class", "config.web_worker.ThreadWorker", "--threads", "4", "--graceful-timeout", "10",
+        "--worker-class", "config.web_worker.ThreadWorker", "--logger-class", "config.web_worker.WebLogger",
+        "--threads", "4", "--graceful-timeout", "10",
         "--control-socket", str(control_socket(bind)),
         *(["--log-level", "warning"] if quiet else ["--access-logfile", "-"]),
     ]  # fmt: skip
