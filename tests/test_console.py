@@ -188,11 +188,11 @@ def test_the_console_files_are_kept_by_the_browser_until_they_change(db: None) -
 
 
 def test_the_navigation_is_grouped_and_marks_the_current_page(alice: Person) -> None:
-    """Mail, then the Assistants and Workspace groups; the page shown (or one under it) is marked current."""
+    """Mail, then the Assistants and Tenant groups; the page shown (or one under it) is marked current."""
     html = _signed_in(alice).get("/keys").content.decode()
     assert html.count('aria-current="page"') == 1 and '<a href="/keys" aria-current="page">API keys</a>' in html
-    assert html.index(">Mail<") < html.index(">Assistants<") < html.index(">API keys<") < html.index(">Workspace<")
-    assert html.index(">Workspace<") < html.index(">Audit log<")
+    assert html.index(">Mail<") < html.index(">Assistants<") < html.index(">API keys<") < html.index(">Tenant<")
+    assert html.index(">Tenant<") < html.index(">Audit log<")
     marked = [link["words"] for group in nav_groups("/mail/t/0123") for link in group["links"] if link["current"]]
     assert marked == ["Mail"]
     assert not any(link["current"] for group in nav_groups("/mailboxes-x") for link in group["links"])

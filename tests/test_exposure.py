@@ -13,7 +13,7 @@ from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door
 from apps.gate.dispatch import dispatch
-from apps.operations.exposure import offered_operations
+from apps.operations.exposure import offered_operations, tenant_settings
 from apps.operations.models import ExposureSetting
 from apps.operations.registry import Callers, Ceiling, OpClass, operation, registry
 from apps.workspaces.models import Membership
@@ -105,11 +105,13 @@ def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> Non
     }
     assert rows["search"] == {
         "name": "search",
+        "summary": registry.get("search").summary,  # type: ignore[union-attr]
         "op_class": "read",
         "ceiling": "on",
         "plugin": None,
         "setting": "off",
         "offered_to_agents": False,
+        "group": "read",  # the groups the console shows (issue 37)
     }
     assert rows["get_raw_message"]["ceiling"] == "never" and not rows["get_raw_message"]["offered_to_agents"]
     # every operation a person or an agent can call; the system's own (claim_outbound_send…) are nobody's to offer
@@ -172,3 +174,32 @@ def test_an_api_key_brings_its_tenants_exposure_read_in_the_same_statement(alice
     _set(alice, "search", "on")
     again = caller_for_key(keys["alice"])
     assert again is not None and again.exposure == {"search": "on"} and "search" in _names(again)
+
+
+def test_operations_are_offered_a_group_at_a_time(alice: Person, mallory: Person) -> None:
+    """/exposure's groups come from the registry (plugin, ceiling, scope, domain), each switched as a whole."""
+    listed = dispatch(as_person(alice), Door.UI, "list_operation_exposure", {}).output
+    groups = {g["key"]: g for g in listed["groups"]}
+    assert [g["key"] for g in listed["groups"]][:4] == ["read", "organize", "draft", "send"]
+    assert groups["people"]["switch"] is None and groups["read"]["switch"] == "group:read"
+    assert all(g["title"] and g["explanation"].endswith(".") for g in listed["groups"])
+    rows = {r["name"]: r["group"] for r in listed["operations"]}
+    assert rows["search"] == "read" and rows["trash_messages"] == "organize" and rows["create_draft"] == "draft"
+    assert rows["send_email"] == "send" and rows["create_api_key"] == "people"
+    read = [name for name, group in rows.items() if group == "read"]
+    assert groups["read"]["operations"] == len(read) == groups["read"]["offered"]
+
+    _set(alice, "group:read", "off")
+    assert {name: tenant_settings(alice.tenant).get(name) for name in read} == dict.fromkeys(read, "off")
+    assert tenant_settings(mallory.tenant) == {}
+    again = dispatch(as_person(alice), Door.UI, "list_operation_exposure", {}).output
+    assert next(g for g in again["groups"] if g["key"] == "read")["offered"] == 0
+    _set(alice, "group:read", "on")
+    assert all(tenant_settings(alice.tenant)[name] == "on" for name in read)
+    # what is never offered cannot be switched as a group either, nor a group that does not exist
+    for target in ("group:people", "group:nothing"):
+        with pytest.raises(OakenError) as refused:
+            dispatch(
+                as_person(alice), Door.UI, "set_operation_exposure", {"operation": target, "level": "on"}, confirm=True
+            )
+        assert refused.value.code == "NOT_FOUND"

@@ -197,6 +197,10 @@ def proposal(op: Operation, preview: Preview | None) -> dict[str, Any]:
     }
     if preview.shown:
         offer["shown"] = preview.shown
+    # the person's dialog: a question, a verb and a short list in words (the changes stay for programs)
+    for key, value in (("title", preview.title), ("verb", preview.verb), ("lines", list(preview.lines))):
+        if value:
+            offer[key] = value
     return offer
 
 

@@ -296,6 +296,8 @@ def refusal(error: OakenError, op: Operation | None = None) -> dict[str, Any]:
             }
             for change in proposal.get("changes") or []
         ]
+        if proposal.get("lines"):  # words that may quote a mailbox's names, like the summary
+            proposal["lines"] = _fence_strings(proposal["lines"], marker, "error.proposal.lines", fields)
         if op is not None and isinstance(proposal.get("summary"), str) and proposal["summary"] != op.summary:
             proposal["summary"] = _fence(
                 proposal["summary"], {UNTRUSTED_KEY: True}, {}, marker, "error.proposal.summary", fields

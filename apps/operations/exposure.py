@@ -88,3 +88,54 @@ def offered_operations(caller: Caller, *, door: Door | None = None) -> list[Oper
     tool list or console shows)."""
     settings = dict(caller.exposure) if caller.exposure is not None else tenant_settings(caller.tenant)
     return [op for op in registry if is_offered(caller, op, settings, door=door) and is_permitted(caller, op)]
+
+
+# ---------------------------------------------------------------- groups of operations, by what they allow
+#
+# The console offers operations to agents a group at a time. A group comes from the operation's own definition:
+# its plugin, its ceiling, its scope and its domain (the module that defines it), never from a list kept elsewhere.
+
+GROUPS: dict[str, tuple[str, str]] = {
+    "read": ("Read mail", "Search, list and open messages, conversations, folders, labels and drafts."),
+    "organize": ("Organize", "Move, trash, restore, label, pin and mark messages read; sync a mailbox; summarize."),
+    "draft": ("Draft", "Write, change and delete drafts, replies and forwards. Nothing is sent."),
+    "send": (
+        "Send requests",
+        "Ask to send an e-mail or a draft. A person approves each one first, unless a send policy allows it.",
+    ),
+    "people": (
+        "Only for people",
+        "Keys, members, mailboxes, policies and this tenant's settings: never offered to agents.",
+    ),
+}
+_DRAFTING = {"drafts", "signatures"}
+
+
+def group_of(op: Operation) -> str:
+    """The group an operation is offered in: 'plugin:<name>', or one of GROUPS."""
+    if op.plugin is not None:
+        return plugin_target(op.plugin)
+    if op.ceiling == Ceiling.NEVER:
+        return "people"
+    if op.scope.value == "send":
+        return "send"
+    if op.handler.__module__.rsplit(".", 1)[-1] in _DRAFTING:
+        return "draft"
+    return "organize" if op.scope.value == "write" else "read"
+
+
+def group_words(group: str) -> tuple[str, str]:
+    """A group's title and its one line of explanation."""
+    if group.startswith("plugin:"):
+        name = group.removeprefix("plugin:")
+        return (f"Plugin: {name}", f"What the plugin “{name}” adds. A plugin starts off until it is offered here.")
+    return GROUPS[group]
+
+
+def group_members(group: str) -> list[Operation]:
+    """The operations of a group that agents could be offered (within their ceiling)."""
+    return [
+        op
+        for op in registry
+        if op.callers != Callers.INTERNAL and op.ceiling != Ceiling.NEVER and group_of(op) == group
+    ]

@@ -87,6 +87,11 @@ class Preview:
     # for a proposal an agent shows a person: what that person must be shown, in Oaken's own words (never
     # mail text, so the MCP door leaves it unfenced)
     shown: str = ""
+    # what a person's confirmation dialog says, in words (apps.operations.words): its title as a question ("Delete
+    # this key?"), the confirm button's verb, and a short list of what changes; never a field's name
+    title: str = ""
+    verb: str = ""
+    lines: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:

@@ -16,7 +16,7 @@ from apps.accounts.models import User, normalize_email
 class SignUpForm(forms.Form):
     email = forms.EmailField(max_length=254)
     password = forms.CharField(widget=forms.PasswordInput, strip=False, max_length=200)
-    tenant = forms.CharField(label="Workspace owner name (your team or your own name)", max_length=200)
+    tenant = forms.CharField(label="Tenant name (your organization, your team or your own name)", max_length=200)
 
     def clean_email(self) -> str:
         email = normalize_email(self.cleaned_data["email"])

@@ -252,22 +252,14 @@ export function formLabels(form) {
 // (every page's refusals go through plainError; the name stays for the pages that use it)
 export const describeError = (err) => plainError(err);
 
-function describeValue(value) {
-  if (value === null || value === undefined) return "—";
-  if (Array.isArray(value)) return value.map(describeValue).join(", ");
-  if (typeof value === "object") {
-    return Object.entries(value).map(([k, v]) => `${k}: ${describeValue(v)}`).join("; ");
-  }
-  return String(value);
-}
-
+// The confirmation dialog says what will happen in words: the proposal's question, its sentence, a short list
+// and the verb on the button (apps/core/words.py); never the changes' ids or fields, which are for programs.
 function ask(proposal) {
   const dialog = document.getElementById("confirm-dialog");
-  dialog.querySelector("[data-summary]").textContent = proposal.summary || "";
-  const changes = (proposal.changes || []).map((c) =>
-    el("li", {}, el("code", {}, c.id), ": ", describeValue(c.before), " → ", describeValue(c.after)),
-  );
-  dialog.querySelector("[data-changes]").replaceChildren(...changes);
+  dialog.querySelector("#confirm-title").textContent = shown(proposal.title || "Make this change?");
+  dialog.querySelector("#confirm-yes").textContent = shown(proposal.verb || "Confirm");
+  dialog.querySelector("[data-summary]").textContent = shown(proposal.summary || "");
+  dialog.querySelector("[data-changes]").replaceChildren(...(proposal.lines || []).map((line) => el("li", {}, line)));
   dialog.returnValue = "";
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });

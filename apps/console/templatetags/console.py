@@ -29,7 +29,9 @@ NAV_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         ],
     ),
     (
-        "Workspace",
+        # the tenant's own things (its mailboxes, people, workspaces, audit log): a workspace is a group of mailboxes
+        # inside it, listed under Workspaces (docs/console.md)
+        "Tenant",
         [
             ("Mailboxes", "console-mailboxes"),
             ("Import", "console-import"),

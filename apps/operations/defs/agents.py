@@ -22,6 +22,7 @@ from apps.agents.selectors import (
 )
 from apps.agents.services import grant_connection as grant
 from apps.agents.services import revoke_api_key as revoke_key
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.kinds import recorded_scopes
@@ -107,8 +108,16 @@ def _allow_list(ctx: Context, data: CreateKeyIn) -> list[str] | None:
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
+    name = f" {words.named(data.name)}" if data.name else ""
+    expiry = f"expires in {words.count(data.expires_in_days, 'day')}" if data.expires_in_days else "never expires"
+    reach = "every operation its permissions allow" if data.operations is None else "only the operations you chose"
     return Preview(
-        (Change("new api key", None, {"scopes": recorded_scopes(data.scopes), "workspaces": data.workspaces}),)
+        (Change("new api key", None, {"scopes": recorded_scopes(data.scopes), "workspaces": data.workspaces}),),
+        summary=f"Create the API key{name}: it may {words.scopes(recorded_scopes(data.scopes))} "
+        f"in {words.workspaces(data.workspaces)}. It is shown once.",
+        title="Create this key?",
+        verb="Create key",
+        lines=(f"It may call {reach}.", f"It {expiry}."),
     )
 
 
@@ -172,7 +181,22 @@ def _the_key(ctx: Context, data: RevokeKeyIn) -> ApiKey:
 
 def _revoke_preview(ctx: Context, data: RevokeKeyIn | RevokeConnectionIn) -> Preview:
     row: ApiKey | Connection = ctx.targets
-    return Preview((Change(str(row.pk), {"revoked": row.revoked_at is not None}, {"revoked": True}),))
+    change = (Change(str(row.pk), {"revoked": row.revoked_at is not None}, {"revoked": True}),)
+    if isinstance(row, ApiKey):
+        name = f"{words.named(row.name)} (prefix {row.prefix})" if row.name else f"with prefix {row.prefix}"
+        return Preview(
+            change,
+            summary=f"Revoke the API key {name}. It stops working at once.",
+            title="Revoke this key?",
+            verb="Revoke key",
+        )
+    return Preview(
+        change,
+        summary=f"Revoke the connection of {words.named(row.client_name)}. It and every token it issued stop "
+        "working at once.",
+        title="Revoke this connection?",
+        verb="Revoke connection",
+    )
 
 
 @operation(
@@ -254,7 +278,14 @@ def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
                     "workspaces": data.workspaces,
                 },
             ),
-        )
+        ),
+        summary=f"Let {words.named(ctx.targets.name)} {words.scopes(recorded_scopes(data.scopes))} for you in "
+        f"{words.workspaces(data.workspaces)}.",
+        title="Connect this app?",
+        verb="Allow",
+        lines=(
+            "It may act for you for 24 hours." if data.lifetime == "24h" else "It may act for you until you revoke it.",
+        ),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field, StringConstraints
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail.models import MailAccount, Message
@@ -232,7 +233,13 @@ def _the_draft(ctx: Context, data: DraftIn) -> Draft:
 
 def _delete_preview(ctx: Context, data: DraftIn) -> Preview:
     draft: Draft = ctx.targets
-    return Preview((Change(str(draft.pk), {"draft": "exists"}, {"draft": "deleted"}),), summary="delete a draft")
+    subject = words.named(draft.subject) if draft.subject else "with no subject"
+    return Preview(
+        (Change(str(draft.pk), {"draft": "exists"}, {"draft": "deleted"}),),
+        summary=f"Delete the draft {subject}. Requests already made from it keep their own copy.",
+        title="Delete this draft?",
+        verb="Delete draft",
+    )
 
 
 @operation(

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from pydantic import Field
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail import readstate, services
@@ -41,15 +42,28 @@ class ChangedOut(Closed):
     message_ids: list[str]
 
 
+def _folder_words(folder: Folder) -> str:
+    """A folder as a person reads it: Inbox, Archive, or a folder's own name in quotes."""
+    return folder.kind.capitalize() if folder.kind != FolderKind.CUSTOM else words.named(folder.name)
+
+
+def _messages(n: int) -> str:
+    return words.count(n, "message")
+
+
 # ---------------------------------------------------------------- read state
 
 
 def _read_preview(value: bool):
     def preview(ctx: Context, data: MessageIds) -> Preview:
         messages: list[Message] = ctx.targets
+        changes = tuple(Change(str(m.pk), {"read": m.read}, {"read": value}) for m in messages if m.read != value)
+        state = "read" if value else "unread"
         return Preview(
-            tuple(Change(str(m.pk), {"read": m.read}, {"read": value}) for m in messages if m.read != value),
-            summary=f"mark {'read' if value else 'unread'}",
+            changes,
+            summary=f"Mark {_messages(len(changes))} as {state}.",
+            title=f"Mark these messages {state}?",
+            verb=f"Mark {state}",
         )
 
     return preview
@@ -106,12 +120,14 @@ class PinIn(MessageIds):
 
 def _pin_preview(ctx: Context, data: PinIn) -> Preview:
     messages: list[Message] = ctx.targets
+    changes = tuple(
+        Change(str(m.pk), {"pinned": m.pinned}, {"pinned": data.pinned}) for m in messages if m.pinned != data.pinned
+    )
     return Preview(
-        tuple(
-            Change(str(m.pk), {"pinned": m.pinned}, {"pinned": data.pinned})
-            for m in messages
-            if m.pinned != data.pinned
-        )
+        changes,
+        summary=f"{'Pin' if data.pinned else 'Unpin'} {_messages(len(changes))}.",
+        title=f"{'Pin' if data.pinned else 'Unpin'} these messages?",
+        verb="Pin" if data.pinned else "Unpin",
     )
 
 
@@ -169,7 +185,14 @@ def _labels_preview(add: bool):
                             {"label_id": str(label.pk), "on": add},
                         )
                     )
-        return Preview(tuple(changes), summary="add labels" if add else "remove labels")
+        names = words.listed(words.named(label.name) for label in labels)
+        touched = _messages(len({c.id for c in changes}))
+        return Preview(
+            tuple(changes),
+            summary=f"Add the label {names} to {touched}." if add else f"Remove the label {names} from {touched}.",
+            title="Label these messages?" if add else "Remove this label?",
+            verb="Add label" if add else "Remove label",
+        )
 
     return preview
 
@@ -299,7 +322,12 @@ def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
     count = labelled_count(tenant=ctx.tenant, label=label)
     return Preview(
         (Change(str(label.pk), {"name": label.name, "messages": count}, None),),
-        summary=f"delete the label and remove it from {count} messages (the messages stay)",
+        summary=f"Delete the label {words.named(label.name)} and take it off {_messages(count)}. The messages "
+        "stay where they are."
+        if count
+        else f"Delete the label {words.named(label.name)}. No message carries it.",
+        title="Delete this label?",
+        verb="Delete label",
     )
 
 
@@ -358,7 +386,12 @@ def _trashing(ctx: Context, data: MessageIds) -> Moves:
 
 
 def _move_preview(ctx: Context, data: MoveIn) -> Preview:
-    return Preview(_move_changes(ctx.targets), summary=f"move to {data.folder}")
+    moves: Moves = ctx.targets
+    changes = _move_changes(moves)
+    where = words.listed(sorted({_folder_words(f) for f in moves.to.values()}))
+    return Preview(
+        changes, summary=f"Move {_messages(len(changes))} to {where}.", title="Move these messages?", verb="Move"
+    )
 
 
 def _apply_moves(ctx: Context, moves: Moves, trashing: bool) -> ChangedOut:
@@ -386,7 +419,13 @@ def move_messages(ctx: Context, data: MoveIn) -> ChangedOut:
 
 
 def _trash_preview(ctx: Context, data: MessageIds) -> Preview:
-    return Preview(_move_changes(ctx.targets), summary="move to trash (recoverable)")
+    changes = _move_changes(ctx.targets)
+    return Preview(
+        changes,
+        summary=f"Move {_messages(len(changes))} to the Trash. You can restore them from there.",
+        title="Move these messages to the Trash?",
+        verb="Move to Trash",
+    )
 
 
 @operation(
@@ -426,7 +465,14 @@ def _restore_changes(folders: dict[str, Folder]) -> tuple[Change, ...]:
 
 
 def _restore_preview(ctx: Context, data: MessageIds) -> Preview:
-    return Preview(_restore_changes(ctx.targets))
+    folders: dict[str, Folder] = ctx.targets
+    where = words.listed(sorted({_folder_words(f) for f in folders.values()}))
+    return Preview(
+        _restore_changes(folders),
+        summary=f"Bring {_messages(len(folders))} back from the Trash to {where}.",
+        title="Restore these messages?",
+        verb="Restore",
+    )
 
 
 @operation(
@@ -468,9 +514,16 @@ class SummariesOut(Closed):
 
 def _summarize_preview(ctx: Context, data: SummarizeIn) -> Preview:
     messages: list[Message] = ctx.targets
+    changes = tuple(
+        Change(str(m.pk), {"read": m.read}, {"read": True}) for m in messages if data.mark_read and not m.read
+    )
+    them = "them" if len(changes) == len(messages) else _messages(len(changes))
+    marked = f", then mark {them} as read" if data.mark_read else ""
     return Preview(
-        tuple(Change(str(m.pk), {"read": m.read}, {"read": True}) for m in messages if data.mark_read and not m.read),
-        summary="summarize" + (" and mark read" if data.mark_read else ""),
+        changes,
+        summary=f"Summarize {_messages(len(messages))}{marked}.",
+        title="Summarize and mark read?" if data.mark_read else "Summarize these messages?",
+        verb="Summarize",
     )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, Field, SecretStr, StringConstraints
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.kinds import Principal
@@ -260,7 +261,10 @@ def _remove_preview(ctx: Context, data: AccountIn) -> Preview:
     count = message_count(tenant=ctx.tenant, account=account)
     return Preview(
         (Change(str(account.pk), {"name": account.name, "kind": account.kind, "messages": count}, None),),
-        summary=f"remove the account and the {count} messages Oaken holds for it (a server keeps its own copy)",
+        summary=f"Remove the mailbox {words.named(account.name)} and the {words.count(count, 'message')} Oaken "
+        "holds for it. A mail server keeps its own copy.",
+        title="Remove this mailbox?",
+        verb="Remove mailbox",
     )
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field, StringConstraints
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
@@ -150,15 +151,49 @@ def _request_preview(ctx: Context, content: requests.Content, what: str) -> Prev
         "attachment_bytes": sum(len(data) for _, _, data in content.attachments),
         "send_at": content.send_at.isoformat() if content.send_at else None,
     }
+    said = _request_words(content, what, by_person=ctx.caller.principal != Principal.AGENT)
     if ctx.caller.principal != Principal.AGENT:
         # a person confirming their own request wrote it in front of them: the proposal names, as before
-        return Preview((Change("new outbound request", None, after),), summary=what)
+        return Preview((Change("new outbound request", None, after),), **said)
     # an agent's proposal is where the person first sees what the agent wrote: it carries the body, capped as
     # a read of a message is (the MCP door fences it like every proposal value); it is answered, never stored
     body, truncated, length = cut(content.body, ctx.bounds.TEXT_MAX_CHARS)
     after |= {"body": body, "body_truncated": truncated, "body_chars": length}
     shown = _shown(length, ctx.bounds.TEXT_MAX_CHARS if truncated else None)
-    return Preview((Change("new outbound request", None, after),), summary=what, shown=shown)
+    return Preview((Change("new outbound request", None, after),), shown=shown, **said)
+
+
+def _request_words(content: requests.Content, what: str, *, by_person: bool) -> dict[str, Any]:
+    """The dialog for a send request: the e-mail in one sentence, then who gets it and its files. A person's own
+    request is approved as it is made; an agent's waits for a person (or a send policy)."""
+    subject = f"the e-mail {words.named(content.subject)}" if content.subject else "an e-mail with no subject"
+    everyone = len(content.found.to) + len(content.found.cc) + len(content.found.bcc)
+    lines = [f"Sent to {words.listed(content.found.to)}." if content.found.to else ""]
+    lines.append(f"Copied to {words.listed(content.found.cc)}." if content.found.cc else "")
+    lines.append(f"Blind-copied to {words.listed(content.found.bcc)}." if content.found.bcc else "")
+    if content.attachments:
+        files = words.listed(words.named(name) for name, _, _ in content.attachments)
+        total = words.size(sum(len(data) for _, _, data in content.attachments))
+        lines.append(f"With {words.count(len(content.attachments), 'file')} ({total}): {files}.")
+    to = words.count(everyone, "recipient")
+    scheduled = what == "request a scheduled send"
+    lines = [line for line in lines if line]
+    if by_person:
+        when = f"on {words.moment(content.send_at)}" if content.send_at else "now"
+        return {
+            "summary": f"Send {subject} from {content.sender} to {to} {when}.",
+            "title": "Schedule this e-mail?" if scheduled else "Send this e-mail?",
+            "verb": "Schedule" if scheduled else "Send",
+            "lines": tuple(lines),
+        }
+    when = f"on {words.moment(content.send_at)}" if content.send_at else "as soon as it is approved"
+    return {
+        "summary": f"Ask to send {subject} from {content.sender} to {to}, {when}. Nothing is sent until a person "
+        "approves it or a send policy allows it.",
+        "title": "Ask to schedule this e-mail?" if scheduled else "Ask to send this e-mail?",
+        "verb": "Ask to send",
+        "lines": tuple(lines),
+    }
 
 
 # ---------------------------------------------------------------- send_email
@@ -349,7 +384,13 @@ class CancelIn(RequestIn):
 
 def _cancel_preview(ctx: Context, data: CancelIn) -> Preview:
     request: OutboundRequest = ctx.targets
-    return Preview((Change(str(request.pk), {"state": request.state}, {"state": State.CANCELLED}),))
+    return Preview(
+        (Change(str(request.pk), {"state": request.state}, {"state": State.CANCELLED}),),
+        summary=f"Cancel the e-mail to {words.count(request.recipient_count, 'recipient')} before it is sent. It is "
+        "never sent.",
+        title="Cancel this e-mail?",
+        verb="Cancel sending",
+    )
 
 
 @operation(

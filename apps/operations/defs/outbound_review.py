@@ -12,6 +12,7 @@ from typing import Literal
 from django.db.models import Q
 from pydantic import Field
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -116,8 +117,19 @@ def _settling(ctx: Context, data: SettleIn) -> OutboundRequest:
 def _settle_preview(ctx: Context, data: SettleIn) -> Preview:
     request: OutboundRequest = ctx.targets
     after = State.SENT if data.outcome == "sent" else State.FAILED
-    what = "record that this e-mail was sent" if data.outcome == "sent" else "record that this e-mail was not sent"
-    return Preview((Change(str(request.pk), {"state": request.state}, {"state": after}),), summary=what)
+    subject = f" {words.named(request.subject)}" if request.subject else ""
+    to = f"{subject} to {words.count(request.recipient_count, 'recipient')}"
+    what = (
+        f"Record that the e-mail{to} was sent after all. Nothing is sent again."
+        if data.outcome == "sent"
+        else f"Record that the e-mail{to} was not sent. Nothing is sent again."
+    )
+    return Preview(
+        (Change(str(request.pk), {"state": request.state}, {"state": after}),),
+        summary=what,
+        title="Record how this e-mail ended?",
+        verb="Record as sent" if data.outcome == "sent" else "Record as not sent",
+    )
 
 
 @operation(

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from apps.core import words
 from apps.core.bounds import bounds
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -268,7 +269,14 @@ def _merged(ctx: Context, data: PluginSettingsIn) -> tuple[dict[str, Any], list[
 
 def _settings_preview(ctx: Context, data: PluginSettingsIn) -> Preview:
     _, changed = _merged(ctx, data)
-    return Preview(tuple(Change(f"{data.plugin}.{name}") for name in changed))
+    said = words.listed(words.named(name.replace("_", " ").replace(".", " ")) for name in changed)
+    return Preview(
+        tuple(Change(f"{data.plugin}.{name}") for name in changed),
+        summary=f"Change {words.count(len(changed), 'setting')} of the plugin {words.named(data.plugin)}"
+        + (f": {said}." if changed else "."),
+        title="Save these plugin settings?",
+        verb="Save settings",
+    )
 
 
 @operation(

@@ -8,6 +8,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import ConfigDict, Field, StringConstraints
 
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail.models import MailAccount
@@ -107,7 +108,20 @@ def _policy_preview(ctx: Context, data: CreatePolicyIn) -> Preview:
                 None,
                 {**new.fields, "account_id": data.account_id, "recipients_per_hour": data.recipients_per_hour},
             ),
-        )
+        ),
+        summary=f"Create the send policy {words.named(data.name)}: requests to the people it allows are sent "
+        f"without waiting for a person, up to {words.count(data.recipients_per_hour, 'recipient')} an hour.",
+        title="Create this send policy?",
+        verb="Create policy",
+        lines=tuple(
+            line
+            for line in (
+                f"It allows {words.listed(new.addresses)}." if new.addresses else "",
+                f"It allows anyone at {words.listed(new.domains)}." if new.domains else "",
+                f"Only from the mailbox {words.named(new.account.name)}." if new.account else "From any mailbox.",
+            )
+            if line
+        ),
     )
 
 
@@ -174,7 +188,13 @@ def _the_policy(ctx: Context, data: PolicyIn) -> SendPolicy:
 
 def _delete_policy_preview(ctx: Context, data: PolicyIn) -> Preview:
     policy: SendPolicy = ctx.targets
-    return Preview((Change(str(policy.pk), {"policy": "exists"}, {"policy": "deleted"}),))
+    return Preview(
+        (Change(str(policy.pk), {"policy": "exists"}, {"policy": "deleted"}),),
+        summary=f"Delete the send policy {words.named(policy.name)}. Requests it would have sent wait for a person "
+        "again.",
+        title="Delete this send policy?",
+        verb="Delete policy",
+    )
 
 
 class PolicyDeletedOut(Closed):

@@ -21,6 +21,7 @@ from pydantic import Field, StringConstraints
 from apps.accounts.models import User, normalize_email
 from apps.agents.selectors import live_credentials, unrevoked_keys_naming
 from apps.agents.services import revoke_credentials_of
+from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -145,7 +146,12 @@ def _create_workspace_scope(ctx: Context, data: CreateWorkspaceIn) -> None:
 
 
 def _create_workspace_preview(ctx: Context, data: CreateWorkspaceIn) -> Preview:
-    return Preview((Change("new workspace", None, {"name": data.name}),))
+    return Preview(
+        (Change("new workspace", None, {"name": data.name}),),
+        summary=f"Create the workspace {words.named(data.name)}. It holds no mailbox yet.",
+        title="Create this workspace?",
+        verb="Create workspace",
+    )
 
 
 @operation(
@@ -192,11 +198,23 @@ def _keys_naming(ctx: Context, name: str) -> int:
 def _rename_preview(ctx: Context, data: RenameWorkspaceIn) -> Preview:
     row = _workspace(ctx, data.workspace_id)
     losing, gaining = _keys_naming(ctx, row.name), _keys_naming(ctx, data.name)
-    summary = (
-        "Rename a workspace. Keys and connections name workspaces by name: "
-        f"{losing} API key(s) listing the old name stop reaching it, {gaining} listing the new name start to."
+    summary = f"Rename the workspace {words.named(row.name)} to {words.named(data.name)}."
+    # keys and connections name workspaces by name: those naming the old one lose it, the new one's gain it
+    lines = (
+        f"{words.count(losing, 'API key')} listing the old name {'stops' if losing == 1 else 'stop'} reaching it."
+        if losing
+        else "",
+        f"{words.count(gaining, 'API key')} listing the new name {'starts' if gaining == 1 else 'start'} to reach it."
+        if gaining
+        else "",
     )
-    return Preview((Change(str(row.pk), {"name": row.name}, {"name": data.name}),), summary)
+    return Preview(
+        (Change(str(row.pk), {"name": row.name}, {"name": data.name}),),
+        summary,
+        title="Rename this workspace?",
+        verb="Rename",
+        lines=tuple(line for line in lines if line),
+    )
 
 
 @operation(
@@ -306,6 +324,13 @@ def list_members(ctx: Context, data: Empty) -> MembersOut:
     return MembersOut(members=[_member_row(ctx, actor, row) for row in members], invitations=invitations)
 
 
+_ROLE_WORDS = {"OWNER": "an owner", "ADMIN": "an admin", "MEMBER": "a member"}
+
+
+def _role_words(role: str) -> str:
+    return _ROLE_WORDS.get(role, role.lower())
+
+
 class InviteIn(Closed):
     email: str = Field(min_length=3, max_length=254, json_schema_extra={"format": "email"})
     role: RoleName = "MEMBER"
@@ -335,7 +360,14 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
         for row in open_invitations(tenant=ctx.tenant)
         if row.email == email
     ]
-    return Preview(tuple(changes), f"E-mail {email} a link to join this tenant as {data.role}, valid {days} days.")
+    replaced = " It replaces the invitation already sent there." if len(changes) > 1 else ""
+    return Preview(
+        tuple(changes),
+        f"E-mail {email} a link to join this tenant as {_role_words(data.role)}, valid for "
+        f"{words.count(days, 'day')}.{replaced}",
+        title="Send this invitation?",
+        verb="Send invitation",
+    )
 
 
 @operation(
@@ -377,7 +409,12 @@ def _cancel_scope(ctx: Context, data: InvitationIdIn) -> None:
 
 def _cancel_preview(ctx: Context, data: InvitationIdIn) -> Preview:
     row = _invitation(ctx, data.invitation_id)
-    return Preview((Change(str(row.pk), {"open": True, "email": row.email}, {"open": False}),))
+    return Preview(
+        (Change(str(row.pk), {"open": True, "email": row.email}, {"open": False}),),
+        summary=f"Cancel the invitation sent to {row.email}. Its link stops working.",
+        title="Cancel this invitation?",
+        verb="Cancel invitation",
+    )
 
 
 @operation(
@@ -422,7 +459,12 @@ def _change_role_scope(ctx: Context, data: ChangeRoleIn) -> None:
 def _change_role_preview(ctx: Context, data: ChangeRoleIn) -> Preview:
     row = _member(ctx, data.membership_id)
     change = Change(str(row.pk), {"person": row.user.email, "role": row.role}, {"role": data.role})
-    return Preview((change,), f"{row.user.email}: {row.role} becomes {data.role}.")
+    return Preview(
+        (change,),
+        f"Make {row.user.email} {_role_words(data.role)} of this tenant instead of {_role_words(row.role)}.",
+        title="Change this role?",
+        verb="Change role",
+    )
 
 
 @operation(
@@ -466,8 +508,17 @@ def _remove_preview(ctx: Context, data: RemoveMemberIn) -> Preview:
     live = live_credentials(tenant=ctx.tenant, user_id=row.user_id)
     changes += [Change(str(key.pk), {"revoked": False}, {"revoked": True}) for key in live.api_keys]
     changes += [Change(str(c.pk), {"revoked": False}, {"revoked": True}) for c in live.connections]
+    you = row.user_id == _user(ctx).pk
+    who = "Leave" if you else f"Remove {row.user.email} from"
+    held = [(len(live.api_keys), "API key"), (len(live.connections), "connection")]
+    lost = words.listed(words.count(n, what) for n, what in held if n)
+    revoked = f" {'Your' if you else 'Their'} {lost} here stop working at once." if lost != "none" else ""
+    access = "You lose" if you else "They lose"
     return Preview(
-        tuple(changes), f"{row.user.email} leaves this tenant; their API keys and connections here are revoked."
+        tuple(changes),
+        f"{who} this tenant. {access} access to its mail at once.{revoked}",
+        title="Leave this tenant?" if you else "Remove this member?",
+        verb="Leave" if you else "Remove member",
     )
 
 

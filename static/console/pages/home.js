@@ -42,6 +42,7 @@ function waiting(output) {
 
 function failing(output) {
   const bad = output.accounts.filter((a) => a.sync_error);
+  if (!output.accounts.some((a) => a.kind === "imap")) return el("p", { class: "hint" }, "No mailbox connected yet.");
   if (!bad.length) return el("p", { class: "hint" }, "Every connected mailbox syncs.");
   const rows = bad.map((a) =>
     el(

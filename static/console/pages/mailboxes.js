@@ -1,5 +1,5 @@
 // /mailboxes: the tenant's mail accounts, sync on demand, removal, and connecting an IMAP mailbox.
-import { button, call, el, formLabels, load, notice, onSubmit, perform, plainError, row, table, when } from "../lib.js";
+import { button, call, describeError, el, formLabels, load, notice, onSubmit, perform, plainError, row, table, when } from "../lib.js";
 
 // the page says whether this person may remove accounts (the server renders it, from their role)
 const mayRemove = document.getElementById("accounts-list").hasAttribute("data-can-remove");
@@ -13,25 +13,89 @@ const actions = (a) => {
   return el("span", {}, buttons.flatMap((b, i) => (i ? [" ", b] : [b])));
 };
 
-const refresh = () =>
-  load("list_accounts", "accounts-list", (out) =>
-    out.accounts.length
-      ? table(
-          ["Name", "Kind", "Address", "Workspace", "Last sync", "Sync error", ""],
-          out.accounts.map((a) =>
-            row({ "data-account-id": a.id }, [
-              a.name,
-              a.kind === "imap" ? "IMAP/SMTP" : "imported",
-              a.email_address || "—",
-              a.workspace,
-              lastSync(a),
-              a.sync_error ? el("span", { class: "errors", "data-sync-error": a.sync_error }, a.sync_problem) : "",
-              actions(a),
-            ]),
-          ),
-        )
-      : el("p", { class: "hint" }, "No mail accounts yet."),
-  );
+// messages and unread per account (mailbox_counts: every folder's, added up); none while they cannot be read
+const countsOf = async () => {
+  try {
+    const out = await call("mailbox_counts", {});
+    const sums = new Map();
+    for (const a of out.accounts) {
+      sums.set(a.account_id, a.folders.reduce((s, f) => ({ total: s.total + f.total, unread: s.unread + f.unread }), { total: 0, unread: 0 }));
+    }
+    return sums;
+  } catch (_) {
+    return new Map();
+  }
+};
+
+// While a sync is on its way (asked for here, or a new mailbox not synced yet) the list reloads every few seconds,
+// while the page is in view, and stops once each of those accounts has synced (or failed, or after two minutes).
+const POLL_MS = 3000;
+const POLL_FOR_MS = 120_000;
+const awaited = new Map(); // account id -> {since: the last sync seen when it was asked for, until: ms}
+let timer = null;
+
+const expect = (a) => awaited.set(a.id, { since: a.last_synced_at || "", error: a.sync_error || "", until: Date.now() + POLL_FOR_MS });
+
+const settle = (accounts) => {
+  const now = Date.now();
+  for (const a of accounts) {
+    if (a.kind === "imap" && !a.last_synced_at && !a.sync_error && !awaited.has(a.id)) expect(a); // connected, not synced yet
+    const wait = awaited.get(a.id);
+    if (wait && ((a.last_synced_at || "") !== wait.since || (a.sync_error || "") !== wait.error || now > wait.until)) awaited.delete(a.id);
+  }
+  for (const id of [...awaited.keys()]) if (!accounts.some((a) => a.id === id)) awaited.delete(id);
+  clearTimeout(timer);
+  timer = awaited.size ? setTimeout(poll, POLL_MS) : null;
+};
+
+const poll = () => {
+  if (document.hidden) {
+    timer = null; // picked up again when the page is shown
+    return;
+  }
+  refresh();
+};
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden && awaited.size && !timer) refresh();
+});
+
+const syncing = (a) => (awaited.has(a.id) ? el("span", { class: "hint", "data-syncing": "" }, "syncing…") : lastSync(a));
+
+const render = (listed, counts) =>
+  listed.accounts.length
+    ? table(
+        ["Name", "Kind", "Address", "Workspace", "Messages", "Unread", "Last sync", "Sync error", ""],
+        listed.accounts.map((a) => {
+          const count = counts.get(a.id) || { total: 0, unread: 0 };
+          return row({ "data-account-id": a.id }, [
+            a.name,
+            a.kind === "imap" ? "IMAP/SMTP" : "imported",
+            a.email_address || "—",
+            a.workspace,
+            el("span", { "data-count": "total" }, String(count.total)),
+            el("span", { "data-count": "unread" }, String(count.unread)),
+            syncing(a),
+            a.sync_error ? el("span", { class: "errors", "data-sync-error": a.sync_error }, a.sync_problem) : "",
+            actions(a),
+          ]);
+        }),
+      )
+    : el("p", { class: "hint" }, "No mail accounts yet.");
+
+const refresh = async () => {
+  const target = document.getElementById("accounts-list");
+  let listed;
+  let counts;
+  try {
+    [listed, counts] = await Promise.all([call("list_accounts", {}), countsOf()]);
+  } catch (err) {
+    target.replaceChildren(el("p", { class: "errors" }, describeError(err)));
+    return null;
+  }
+  settle(listed.accounts); // before rendering, so an account that just synced no longer says "syncing…"
+  target.replaceChildren(render(listed, counts));
+  return listed;
+};
 
 // how much of the mail search finds by meaning; new mail is found by its words at once, by meaning once embedded
 const indexState = () =>
@@ -50,7 +114,10 @@ const indexState = () =>
 indexState();
 
 const syncNow = async (a) => {
-  if (await perform("sync_mailbox", { account_id: a.id }, `${a.name}: a sync is on its way.`)) refresh();
+  const out = await perform("sync_mailbox", { account_id: a.id }, `${a.name}: a sync is on its way.`);
+  if (!out) return;
+  if (out.queued) expect(a);
+  refresh();
 };
 
 const remove = async (a) => {

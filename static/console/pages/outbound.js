@@ -19,7 +19,7 @@ const recipients = (r) => list([...r.to, ...r.cc.map((a) => `${a} (cc)`), ...r.b
 const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.ceil(n / 1024)} KB` : `${n} bytes`);
 const asker = (r) => (r.principal === "agent" ? `${r.credential || "an assistant"}, for ${r.requested_by}` : `${r.requested_by || "a person"} (in person)`);
 
-// every header that will be sent, as it is sent (the From header with its display name), and the content's hash
+// every header that will be sent, as it is sent (the From header with its display name)
 const headers = (r) => {
   const rows = [
     ["From", r.request.from_header],
@@ -29,10 +29,17 @@ const headers = (r) => {
     ["Subject", r.subject || "(no subject)"],
     ["In-Reply-To", r.in_reply_to ? `<${r.in_reply_to}>` : ""],
     ["References", r.references.map((m) => `<${m}>`).join(" ")],
-    ["Content hash", r.request.content_hash],
   ].filter(([, value]) => value);
   return el("dl", { class: "headers" }, rows.flatMap(([name, value]) => [el("dt", {}, name), el("dd", { dir: "auto" }, value)]));
 };
+
+// what an approval binds to, folded away: a person decides from the e-mail itself
+const technical = (r) =>
+  el("details", { class: "technical" },
+    el("summary", {}, "Technical details"),
+    el("dl", {}, el("dt", {}, "Content hash"), el("dd", {}, el("code", {}, r.request.content_hash))),
+    el("p", { class: "hint" }, "An approval holds for exactly this content: if anything in it changed, the approval would not apply."),
+  );
 
 const downloadFile = (file) => download("get_outbound_attachment", { attachment_id: file.id });
 
@@ -78,6 +85,7 @@ function waiting(r) {
     el("h3", {}, "Message"),
     body,
     ...parts,
+    technical(r),
     el("div", { class: "row-actions" }, approve, reject),
   );
 }
@@ -85,7 +93,7 @@ function waiting(r) {
 async function approveIt(r) {
   const asked = await askFirst("Send this e-mail?",
     `From ${r.request.from_header} to ${recipients(r)}, exactly as shown` +
-    (r.files.length ? `, with ${r.files.length} attachment(s)` : "") + ". Once approved it is delivered.",
+    (r.files.length ? `, with ${r.files.length === 1 ? "1 attachment" : `${r.files.length} attachments`}` : "") + ". Once approved it is delivered.",
     "Approve and send");
   if (!asked) return notice("Nothing was changed.");
   const body = { request_id: idOf(r), content_hash: r.request.content_hash }; // approve exactly what is shown
@@ -108,7 +116,9 @@ const unknown = (r) =>
   el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
     el("h3", { dir: "auto" }, r.subject || "(no subject)"),
     el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
-    el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; Message-ID ${r.request.message_id}; ${r.request.attempts} attempt(s), last: ${r.request.error || "—"}`),
+    el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; ${r.request.attempts === 1 ? "1 attempt" : `${r.request.attempts} attempts`} to send it.`),
+    el("details", { class: "technical" }, el("summary", {}, "Technical details"),
+      el("p", {}, `Message-ID ${r.request.message_id}; last error: ${r.request.error || "none"}.`)),
     el("div", { class: "row-actions" },
       button("It was sent", () => settle(r, "sent", "Recorded as sent."), { "data-action": "settle-sent" }),
       button("It was not sent", () => settle(r, "not_sent", "Recorded as not sent: it will not be sent again."), { "data-action": "settle-not-sent" }),
