@@ -289,3 +289,61 @@ def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
         wait = backoff(failures, 600)
         ceiling = min(600, 2 ** (failures - 1))
         assert ceiling / 2 <= wait <= ceiling
+
+
+@pytest.mark.usefixtures("clean_leases")
+def test_leases_follow_accounts_added_and_removed_and_watchers_share_them() -> None:
+    """The scan's arithmetic on the real Redis: removed accounts are let go, a second watcher gets its share,
+    a lease held by another is never taken, the cap holds."""
+    accounts = [f"acct-{n}" for n in range(6)]
+
+    async def scenario() -> None:
+        listed = list(accounts)
+        one = Watcher("w-one", login=lambda _a: None, accounts=lambda: list(listed))
+        two = Watcher("w-two", login=lambda _a: None, accounts=lambda: list(listed))
+        await one.redis.set("oaken:watch:alive:w-one", 1, px=30_000)
+        await one.scan()
+        assert set(one.held) == set(accounts)  # alone: all of them
+        listed.remove("acct-5")  # removed: let go, its lease gone
+        await one.scan()
+        assert "acct-5" not in one.held and not await one.redis.exists(lease_key("acct-5"))
+        await two.redis.set("oaken:watch:alive:w-two", 1, px=30_000)
+        await one.scan()  # two live watchers: one keeps its share (3 of 5), the rest freed for the other
+        await two.scan()
+        assert len(one.held) == 3 and len(two.held) == 2 and not set(one.held) & set(two.held)
+        for account_id in two.held:
+            assert await two.redis.get(lease_key(account_id)) == b"w-two"
+        await two.scan()
+        await one.scan()
+        assert len(one.held) + len(two.held) == 5 and not set(one.held) & set(two.held)
+        await one.release_all()
+        await two.release_all()
+
+    asyncio.run(scenario())
+
+
+def test_at_most_watch_accounts_max_accounts(settings: Any) -> None:
+    settings.OPERATIONS = {**settings.OPERATIONS, "WATCH_ACCOUNTS_MAX": 2}
+    taken: list[str] = []
+
+    class Redis:
+        def register_script(self, script: str) -> Any:
+            return None
+
+        async def scan_iter(self, match: str, count: int) -> Any:
+            yield "oaken:watch:alive:w"
+
+        async def mget(self, keys: list[str]) -> list[None]:
+            return [None] * len(keys)
+
+        async def set(self, key: str, value: str, **kw: Any) -> bool:
+            taken.append(key)
+            return True
+
+    async def scenario() -> int:
+        watcher = Watcher("w", redis=Redis(), login=lambda _a: None, accounts=lambda: ["a", "b", "c", "d"])
+        await watcher.scan()
+        await watcher.scan()
+        return len(watcher.held)
+
+    assert asyncio.run(scenario()) == 2 and len(taken) == 2
