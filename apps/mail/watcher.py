@@ -140,8 +140,8 @@ class Watcher:
             while not stop.is_set():
                 try:
                     await self.scan()
-                except Exception:  # Redis or the database away: look again at the next scan
-                    log.warning("watcher %s: a scan failed", self.watcher_id, exc_info=True)
+                except Exception as exc:  # Redis or the database away: look again at the next scan
+                    log.warning("watcher %s: a scan failed (%s)", self.watcher_id, type(exc).__name__)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), bounds.WATCH_SCAN_SECONDS)
         finally:

@@ -34,6 +34,7 @@ class Child:
     restart: bool = False
     restart_wait: float = 1.0
     restart_at: float | None = None
+    started_at: float = 0.0
 
 
 def control_socket(bind: str) -> Path:
@@ -123,6 +124,7 @@ class Command(BaseCommand):
             # Own sessions: a terminal's Ctrl-C reaches only this supervisor, which then stops
             # the children in order, before the embedded servers they use.
             child.process = subprocess.Popen(child.args, start_new_session=True)
+            child.started_at = time.monotonic()
         display_host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host  # noqa: S104
         self.stdout.write(f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n")
         self.stdout.flush()
@@ -147,6 +149,8 @@ class Command(BaseCommand):
         now = time.monotonic()
         if child.restart_at is None:
             assert child.process is not None
+            if now - child.started_at > RESTART_WAIT_MAX_SECONDS:
+                child.restart_wait = 1.0  # it had run a while: not one that keeps dying
             status, wait = child.process.returncode, child.restart_wait
             self.stderr.write(f"{child.name} exited with status {status}; starting it again in {wait:.0f} s")
             child.restart_at = now + child.restart_wait
@@ -156,6 +160,7 @@ class Command(BaseCommand):
             return
         child.restart_at = None
         child.process = subprocess.Popen(child.args, start_new_session=True)
+        child.started_at = now
 
     def _stop(self, children: list[Child]) -> None:
         for child in children:
