@@ -347,3 +347,29 @@ def test_at_most_watch_accounts_max_accounts(settings: Any) -> None:
         return len(watcher.held)
 
     assert asyncio.run(scenario()) == 2 and len(taken) == 2
+
+
+@pytest.mark.usefixtures("clean_leases")
+def test_a_sync_the_watcher_asked_for_waits_for_a_running_one_and_clears_its_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sync already running may have begun before the mail came: the watcher's is tried again, not dropped;
+    its pending mark is cleared as it starts, so the next change asks again."""
+    from apps.mail import tasks
+    from apps.mail.sync import SyncOutcome
+    from apps.mail.watcher import pending_key
+
+    states = iter(["busy", "busy", "synced"])
+    marks: list[bool] = []
+
+    def run_sync(account_id: str, *, force: bool = False) -> SyncOutcome:
+        marks.append(bool(redis_client().exists(pending_key(account_id))))
+        return SyncOutcome(next(states))
+
+    monkeypatch.setattr(tasks, "run_sync", run_sync)
+    redis_client().set(pending_key("acct-w"), "w", ex=60)
+    result = tasks.sync_account_task.apply(kwargs={"account_id": "acct-w", "watched": True})
+    assert result.get()["state"] == "synced" and marks == [False, False, False]
+    # asked by the poll (not watched), busy is the end of it, as before
+    states = iter(["busy"])
+    assert tasks.sync_account_task.apply(kwargs={"account_id": "acct-w"}).get()["state"] == "busy"
