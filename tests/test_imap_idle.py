@@ -373,3 +373,41 @@ def test_a_sync_the_watcher_asked_for_waits_for_a_running_one_and_clears_its_mar
     # asked by the poll (not watched), busy is the end of it, as before
     states = iter(["busy"])
     assert tasks.sync_account_task.apply(kwargs={"account_id": "acct-w"}).get()["state"] == "busy"
+
+
+def test_idle_over_starttls_checks_the_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync's TLS: the system's default context, the certificate checked against the host; a server whose
+    certificate is not trusted is refused."""
+    from tests.embeddings_server import _self_signed
+
+    cert, key = _self_signed("127.0.0.1", tmp_path)
+    tls = f"ssl = yes\nssl_cert = <{cert}\nssl_key = <{key}\n"
+    with dovecot(tls) as server:
+        user = server.add_user("tls@example.test")
+        login = ImapLogin(server.host, server.port, "starttls", user, PASSWORD)
+
+        async def watch() -> int:
+            conn = await IdleConnection.open(login, 10)
+            seen: list[int] = []
+            try:
+                await conn.examine_inbox()
+                loop = asyncio.get_running_loop()
+
+                def deliver() -> None:
+                    time.sleep(0.5)
+                    server.append(user, "INBOX", b"Subject: x\r\n\r\nx\r\n")
+
+                append = loop.run_in_executor(None, deliver)
+                await conn.idle(2.0, lambda: seen.append(1))
+                await append
+            finally:
+                conn.close()
+            return len(seen)
+
+        from apps.mail.idle import IdleError
+
+        with pytest.raises(IdleError) as refused:  # not trusted (yet): refused, the reason fixed
+            asyncio.run(watch())
+        assert refused.value.reason == "tls_failed"
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert asyncio.run(watch()) >= 1

@@ -86,6 +86,9 @@ class IdleConnection:
             if login.security == "starttls":
                 await conn.command(b"STARTTLS")
                 assert context is not None
+                if getattr(reader, "_buffer", b""):
+                    # bytes sent before the handshake would be read as if they came over TLS (an injection)
+                    raise IdleError("tls_failed")
                 try:
                     await asyncio.wait_for(writer.start_tls(context, server_hostname=login.host), timeout)
                 except (ssl.SSLError, OSError, TimeoutError):
