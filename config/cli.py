@@ -26,3 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(args)
+
+
+if __name__ == "__main__":  # `python -m config.cli <command>`: how `oaken serve` starts its own children
+    main()

@@ -146,7 +146,8 @@ def _run_as() -> tuple[str, int, int]:
     return entry.pw_name, entry.pw_uid, entry.pw_gid
 
 
-def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
+def start_dovecot(root: Path, extra: str = "") -> tuple[ImapServer, subprocess.Popen[Any]]:
+    """`extra`: configuration appended (a capability list without IDLE, limits for many connections)."""
     if not Path(DOVECOT).exists():
         pytest.skip("dovecot is missing: install Debian's dovecot-imapd (bin/system-packages does, as root)")
     user, uid, gid = _run_as()
@@ -159,7 +160,9 @@ def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
             os.chown(path, uid, gid)
     port = free_port()
     config = root / "dovecot.conf"
-    config.write_text(_CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid, gid=gid))
+    config.write_text(
+        _CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid, gid=gid) + extra
+    )
     proc = subprocess.Popen([DOVECOT, "-F", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     log = root / "dovecot.log"
     wait_for_port(port, proc, "dovecot", lambda: log.read_text() if log.exists() else "")
@@ -167,13 +170,13 @@ def start_dovecot(root: Path) -> tuple[ImapServer, subprocess.Popen[Any]]:
 
 
 @contextmanager
-def dovecot() -> Iterator[ImapServer]:
+def dovecot(extra: str = "") -> Iterator[ImapServer]:
     """A Dovecot in its own folder under /tmp (pytest's are private to root; Dovecot's processes run as
     another user and must read their configuration and homes), removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="oaken-dovecot-"))
     os.chmod(root, 0o755)  # noqa: S103 (test servers running as another user must read it)
     try:
-        server, proc = start_dovecot(root)
+        server, proc = start_dovecot(root, extra)
         try:
             yield server
         finally:

@@ -33,14 +33,15 @@ def test_compose_file_validates_and_has_the_production_services(tmp_path: Path) 
     assert result.returncode == 0, result.stderr[-2000:]
     config = yaml.safe_load(result.stdout)
     services = config["services"]
-    assert set(services) == {"postgres", "redis", "web", "worker", "beat"}
+    assert set(services) == {"postgres", "redis", "web", "worker", "beat", "watcher"}
     assert services["postgres"]["image"].startswith("pgvector/pgvector:")
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "beat", "watcher"):
         environment = services[name]["environment"]
         assert environment["DATABASE_URL"].startswith("postgresql://")
         assert environment["REDIS_URL"].startswith("redis://")
     assert "worker" in services["worker"]["command"]
     assert "beat" in services["beat"]["command"]
+    assert services["watcher"]["command"] == ["oaken", "watch-mail"]
 
 
 def test_every_role_is_told_where_people_reach_oaken() -> None:

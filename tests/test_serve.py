@@ -1,4 +1,5 @@
-"""`oaken serve` on a fresh data folder: embedded servers, migrations, web + worker + beat, clean stop."""
+"""`oaken serve` on a fresh data folder: embedded servers, migrations, web + worker + beat + IDLE watcher, clean
+stop."""
 
 from __future__ import annotations
 
@@ -67,6 +68,23 @@ def test_serve_brings_everything_up_and_stops_it_cleanly(tmp_path: Path) -> None
         assert any("gunicorn" in c for c in commands)
         assert any("celery" in c and " worker" in c for c in commands)
         assert any("celery" in c and " beat" in c for c in commands)
+        # the IMAP IDLE watcher is a child of its own, started again when it dies (serve itself carries on)
+        watchers = [c for c in children if "watch-mail" in " ".join(c.cmdline())]
+        assert len(watchers) == 1
+        watchers[0].kill()
+
+        def new_watcher() -> list[psutil.Process]:
+            found = []
+            for c in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "watch-mail" in " ".join(c.cmdline()) and c.pid != watchers[0].pid:
+                        found.append(c)
+            return found
+
+        restarted = _until(new_watcher, "the watcher started again", 30)
+        assert proc.poll() is None
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert restarted[0].pid in [c.pid for c in children]
         postmaster = int((tmp_path / "data" / "postgres" / "postmaster.pid").read_text().split()[0])
         redis_pid = int((tmp_path / "data" / "redis" / "redis.pid").read_text())
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import contextlib
+
+import redis
+from celery import Task, shared_task
 from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
@@ -13,11 +16,30 @@ from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant
 
 
-@shared_task(name=SYNC_ACCOUNT_TASK, ignore_result=True)
-def sync_account_task(*, account_id: str, force: bool = False) -> dict[str, object]:
-    """Sync one IMAP account (skipped while another worker syncs it, or while it backs off unless forced)."""
+@shared_task(name=SYNC_ACCOUNT_TASK, ignore_result=True, bind=True)
+def sync_account_task(self: Task, *, account_id: str, force: bool = False, watched: bool = False) -> dict[str, object]:
+    """Sync one IMAP account (skipped while another worker syncs it, or while it backs off unless forced).
+
+    `watched`: the IDLE watcher asked (apps.mail.watcher), as the server said new mail came. Its mark that a sync
+    waits is cleared as this one starts (a later change asks again), and a sync already running, which may
+    have begun before the mail came, is waited for (tried again each second) rather than skipped."""
+    if watched:
+        clear_pending(account_id)
     outcome = run_sync(account_id, force=force)
+    if watched and outcome.state == "busy" and self.request.retries < WATCHED_BUSY_RETRIES:
+        raise self.retry(countdown=1, max_retries=WATCHED_BUSY_RETRIES)
     return {"state": outcome.state, "stored": outcome.counts.stored, "reason": outcome.reason}
+
+
+WATCHED_BUSY_RETRIES = 120
+
+
+def clear_pending(account_id: str) -> None:
+    from apps.core.redis_client import redis_client
+    from apps.mail.watcher import pending_key
+
+    with contextlib.suppress(redis.RedisError):  # the mark lapses by itself within a minute
+        redis_client().delete(pending_key(account_id))
 
 
 @shared_task(name="mail.sync_due_accounts", ignore_result=True)

@@ -118,6 +118,16 @@ OPERATIONS = {
     # flags changed in Oaken whose push has not reached the server after this long are pushed again
     "SYNC_MISSING_GRACE_SECONDS": _tunable("SYNC_MISSING_GRACE_SECONDS", 3600, minimum=0),
     "SYNC_FLAGS_REPUSH_SECONDS": _tunable("SYNC_FLAGS_REPUSH_SECONDS", 900, minimum=60),
+    # the IMAP IDLE watcher (apps.mail.watcher, `oaken watch-mail`): IDLE is issued again this often (servers may
+    # drop an idle connection after 30 minutes, RFC 2177), a watcher's hold on an account (a lease in Redis)
+    # lapses this long after its last renewal (a dead watcher's accounts are free again then), accounts are
+    # looked for (added, removed, leases free) this often, one watcher holds at most this many accounts, and a
+    # connection that failed is tried again after a doubling wait up to this cap
+    "WATCH_REIDLE_SECONDS": _tunable("WATCH_REIDLE_SECONDS", 1500, minimum=5, maximum=1740),
+    "WATCH_LEASE_TTL_SECONDS": _tunable("WATCH_LEASE_TTL_SECONDS", 30, minimum=2, maximum=600),
+    "WATCH_SCAN_SECONDS": _tunable("WATCH_SCAN_SECONDS", 15, minimum=1, maximum=3600),
+    "WATCH_ACCOUNTS_MAX": _tunable("WATCH_ACCOUNTS_MAX", 5000, minimum=1, maximum=100_000),
+    "WATCH_BACKOFF_MAX_SECONDS": _tunable("WATCH_BACKOFF_MAX_SECONDS", 600, minimum=1, maximum=86_400),
     # idempotency keys are kept at least this long
     "IDEMPOTENCY_RETENTION_HOURS": _tunable("IDEMPOTENCY_RETENTION_HOURS", 48, minimum=24),
     # outbound mail (SPEC §10): recipients per e-mail (to + cc + bcc, de-duplicated), recipients an hour per

@@ -1,4 +1,6 @@
-"""`oaken serve`: migrate, then run the web server, a Celery worker and Celery beat until stopped."""
+"""`oaken serve`: migrate, then run the web server, a Celery worker, Celery beat and the IMAP IDLE watcher until
+stopped. The watcher, when it dies, is started again (after a wait that doubles while it keeps dying, up to a
+minute): polling covers its accounts meanwhile; any other child's end stops the whole."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from config.embedded import socket_path
 from config.env import env_int
 
 STOP_GRACE_SECONDS = 20
+RESTART_WAIT_MAX_SECONDS = 60.0
 
 
 @dataclass
@@ -27,6 +30,11 @@ class Child:
     name: str
     args: list[str]
     process: subprocess.Popen[bytes] | None = None
+    # started again when it ends (the others' end stops serve)
+    restart: bool = False
+    restart_wait: float = 1.0
+    restart_at: float | None = None
+    started_at: float = 0.0
 
 
 def control_socket(bind: str) -> Path:
@@ -50,7 +58,7 @@ def web_command(bind: str, workers: int, *, quiet: bool = False) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Serve the whole product: web (gunicorn), Celery worker and Celery beat."
+    help = "Serve the whole product: web (gunicorn), Celery worker, Celery beat and the IMAP IDLE watcher."
 
     def add_arguments(self, parser: CommandParser) -> None:
         # settings read OAKEN_PORT and OAKEN_BIND: links made outside a request point there (apps.core.links)
@@ -102,6 +110,7 @@ class Command(BaseCommand):
                     str(settings.DATA_DIR / "celerybeat-schedule"),
                 ],
             ),
+            Child("watcher", [python, "-m", "config.cli", "watch-mail", "--id", f"watcher@oaken-{port}"], restart=True),
         ]
         stopping = False
 
@@ -115,6 +124,7 @@ class Command(BaseCommand):
             # Own sessions: a terminal's Ctrl-C reaches only this supervisor, which then stops
             # the children in order, before the embedded servers they use.
             child.process = subprocess.Popen(child.args, start_new_session=True)
+            child.started_at = time.monotonic()
         display_host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host  # noqa: S104
         self.stdout.write(f"Oaken is serving at http://{display_host}:{port}/  (Ctrl-C stops it)", ending="\n")
         self.stdout.flush()
@@ -122,13 +132,35 @@ class Command(BaseCommand):
         while not stopping:
             for child in children:
                 assert child.process is not None
-                if child.process.poll() is not None:
-                    self.stderr.write(f"{child.name} exited with status {child.process.returncode}; stopping")
-                    exit_code, stopping = 1, True
+                if child.process.poll() is None:
+                    continue
+                if child.restart:
+                    self._restart(child)
+                    continue
+                self.stderr.write(f"{child.name} exited with status {child.process.returncode}; stopping")
+                exit_code, stopping = 1, True
             time.sleep(0.2)
         self._stop(children)
         if exit_code:
             sys.exit(exit_code)
+
+    def _restart(self, child: Child) -> None:
+        """Start a child that ended again, once its wait is over (the wait doubles while it keeps ending)."""
+        now = time.monotonic()
+        if child.restart_at is None:
+            assert child.process is not None
+            if now - child.started_at > RESTART_WAIT_MAX_SECONDS:
+                child.restart_wait = 1.0  # it had run a while: not one that keeps dying
+            status, wait = child.process.returncode, child.restart_wait
+            self.stderr.write(f"{child.name} exited with status {status}; starting it again in {wait:.0f} s")
+            child.restart_at = now + child.restart_wait
+            child.restart_wait = min(child.restart_wait * 2, RESTART_WAIT_MAX_SECONDS)
+            return
+        if now < child.restart_at:
+            return
+        child.restart_at = None
+        child.process = subprocess.Popen(child.args, start_new_session=True)
+        child.started_at = now
 
     def _stop(self, children: list[Child]) -> None:
         for child in children:
