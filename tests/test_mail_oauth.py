@@ -1,0 +1,125 @@
+"""Mailboxes connected by OAuth against real servers: Dovecot's oauth2 passdb asking the loopback provider whether a
+token is live, an SMTP server taking AUTH XOAUTH2, and the providers file. Mallory's tenant sees none of it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+
+from apps.mail.models import MailAccount
+from apps.mail.oauth import providers
+from apps.mail.oauth.tokens import stored_tokens
+from apps.mail.sync import run_sync
+from apps.outbound import requests as outbound_requests
+from apps.worker import delivery
+from tests.callers import as_person, call
+from tests.conftest import Person
+from tests.mail_oauth import OAuthWorld, oauth_account
+from tests.mailfactory import raw_message
+from tests.oauthprovider import use_providers_file
+from tests.outbound_accounts import request
+
+pytestmark = pytest.mark.django_db
+
+
+def _address(world: OAuthWorld, name: str) -> str:
+    return world.imap.add_user(f"{name}.{uuid.uuid4().hex[:8]}@example.test")
+
+
+# ---------------------------------------------------------------- the providers file
+
+
+def _errors(settings: Any, tmp_path: Path, text: str) -> list[str]:
+    use_providers_file(settings, tmp_path, text)
+    return [m.msg for m in run_checks() if m.id == "oaken.E009"]
+
+
+def test_a_providers_file_that_cannot_work_is_a_startup_error(settings: Any, tmp_path: Path) -> None:
+    assert _errors(settings, tmp_path, "[providers.x]\nscopes = ['s']\nauthorize_url = 'ftp://x'\n")[0].endswith(
+        "providers.x.authorize_url must be an http(s) URL without a user or fragment"
+    )
+    assert "not valid TOML" in _errors(settings, tmp_path, "[providers.x\n")[0]
+    entry = (
+        "[providers.x]\nauthorize_url='https://a/'\ntoken_url='https://a/t'\nscopes=['s']\nclient_id='c'\n"
+        "imap_host='i'\nsmtp_host='s'\n"
+    )
+    assert _errors(settings, tmp_path, entry) == []
+    assert _errors(settings, tmp_path, entry + "mechanism='PLAIN'\n")[0].endswith(
+        "providers.x.mechanism must be one of XOAUTH2, OAUTHBEARER"
+    )
+    assert "unknown key 'colour'" in _errors(settings, tmp_path, entry + "colour='red'\n")[0]
+    assert _errors(settings, tmp_path, entry + "address='userinfo'\n")[0].endswith("userinfo_url is missing")
+    settings.MAIL_OAUTH_PROVIDERS_FILE = str(tmp_path / "absent.toml")
+    providers.forget()
+    assert [m.msg for m in run_checks() if m.id == "oaken.E009"] == [
+        "OAKEN_MAIL_OAUTH_PROVIDERS: the file cannot be read"
+    ]
+
+
+def test_the_built_ins_are_enabled_by_their_client_settings(settings: Any) -> None:
+    settings.MAIL_OAUTH_PROVIDERS_FILE = ""
+    settings.MAIL_OAUTH_GOOGLE_CLIENT_ID, settings.MAIL_OAUTH_GOOGLE_CLIENT_SECRET = "g-id", ""
+    settings.MAIL_OAUTH_MICROSOFT_CLIENT_ID, settings.MAIL_OAUTH_MICROSOFT_CLIENT_SECRET = "m-id", "m-secret"
+    settings.MAIL_OAUTH_MICROSOFT_TENANT = "contoso.example"
+    providers.forget()
+    found = providers.providers()
+    assert list(found) == ["microsoft"]  # google lacks its secret
+    microsoft = found["microsoft"]
+    assert microsoft.token_url == "https://login.microsoftonline.com/contoso.example/oauth2/v2.0/token"
+    assert "https://outlook.office.com/IMAP.AccessAsUser.All" in microsoft.scopes
+    assert "offline_access" in microsoft.scopes
+    settings.MAIL_OAUTH_GOOGLE_CLIENT_SECRET = "g-secret"
+    providers.forget()
+    google = providers.providers()["google"]
+    assert ("https://mail.google.com/" in google.scopes, google.mechanism) == (True, "XOAUTH2")
+
+
+# ---------------------------------------------------------------- logging in with a bearer token
+
+
+def test_an_oauth_mailbox_syncs_and_sends_with_its_bearer_token(
+    alice: Person, mallory: Person, oauth: OAuthWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
+    me, bob = _address(oauth, "alice"), _address(oauth, "bob")
+    oauth.imap.append(me, "INBOX", raw_message(subject="Quarterly figures", to=me))
+    account = oauth_account(alice, oauth, me)
+    theirs = oauth_account(mallory, oauth, _address(oauth, "eve"))
+    looked = oauth.provider.introspections
+
+    assert run_sync(account.pk, force=True).state == "synced"
+    assert oauth.provider.introspections > looked  # Dovecot asked the provider about the token
+    listed = call(as_person(alice), "list_messages", {"account_id": str(account.pk)})
+    assert [m["subject"] for m in listed["messages"]] == ["Quarterly figures"]
+    assert call(as_person(mallory), "list_messages", {"account_id": str(theirs.pk)})["messages"] == []
+
+    made = request(
+        as_person(alice),
+        "send_email",
+        {"account_id": str(account.pk), "to": [bob], "subject": "Re: figures", "body": "Thanks.\n",
+         "idempotency_key": uuid.uuid4().hex},
+    )  # fmt: skip
+    sent_before = len(oauth.smtp.received)
+    assert delivery.deliver(made["request_id"]) == "sent"
+    assert len(oauth.smtp.received) == sent_before + 1
+    assert oauth.smtp.bearer_logins[-1] == me
+    assert oauth.smtp.received[-1].recipients == [bob]
+
+    # the tokens are stored encrypted, never returned by an operation
+    tokens = stored_tokens(MailAccount.objects.for_tenant(alice.tenant).get(pk=account.pk))
+    shown = json.dumps(call(as_person(alice), "list_accounts"))
+    assert tokens["refresh_token"] not in shown and tokens["access_token"] not in shown
+
+
+def test_a_dead_token_is_refused_by_the_servers(alice: Person, oauth: OAuthWorld) -> None:
+    me = _address(oauth, "alice")
+    account = oauth_account(alice, oauth, me)
+    account.oauth_tokens = {**stored_tokens(account), "access_token": "at-forged"}
+    account.save(update_fields=["oauth_tokens"])
+    outcome = run_sync(account.pk, force=True)
+    assert (outcome.state, outcome.reason) == ("failed", "oauth_login_failed")
