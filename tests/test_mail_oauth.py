@@ -4,20 +4,24 @@ token is live, an SMTP server taking AUTH XOAUTH2, and the providers file. Mallo
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.test import Client
 
+from apps.audit.models import AuditEvent
 from apps.mail.models import MailAccount
 from apps.mail.oauth import providers
 from apps.mail.oauth.tokens import stored_tokens
 from apps.mail.sync import run_sync
 from apps.outbound import requests as outbound_requests
 from apps.worker import delivery
-from tests.callers import as_person, call
+from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
 from tests.mail_oauth import OAuthWorld, oauth_account
 from tests.mailfactory import raw_message
@@ -123,3 +127,96 @@ def test_a_dead_token_is_refused_by_the_servers(alice: Person, oauth: OAuthWorld
     account.save(update_fields=["oauth_tokens"])
     outcome = run_sync(account.pk, force=True)
     assert (outcome.state, outcome.reason) == ("failed", "oauth_login_failed")
+
+
+# ---------------------------------------------------------------- the person's flow (the console's start and callback)
+
+
+def _follow_to_provider(client: Client, query: str) -> str:
+    """Start the flow in the console, let the provider answer; the callback URL the provider sends the browser to."""
+    started = client.get(f"/mailboxes/oauth/start?{query}")
+    assert started.status_code == 302
+    authorize = started["Location"]
+    assert authorize.startswith(oauth_url()) and "code_challenge_method=S256" in authorize
+    with urllib.request.build_opener(_NoRedirect).open(authorize) as answer:
+        assert answer.status == 302
+        return str(answer.headers["Location"])
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def http_error_302(self, req: Any, fp: Any, code: int, msg: str, headers: Any) -> Any:
+        return fp
+
+
+def oauth_url() -> str:
+    found = providers.provider("loopback")
+    assert found is not None
+    return found.authorize_url
+
+
+def _notices(client: Client) -> list[str]:
+    page = client.get("/mailboxes").content.decode()
+    return re.findall(r'data-oauth-notice="\w+">([^<]*)<', page)
+
+
+def test_connecting_through_the_flow_saves_syncs_and_audits_refusals(
+    alice: Person, mallory: Person, oauth: OAuthWorld
+) -> None:
+    me = _address(oauth, "alice")
+    oauth.imap.append(me, "INBOX", raw_message(subject="Welcome aboard", to=me))
+    client = Client()
+    client.force_login(alice.user)
+
+    # the person says no at the provider: a clear message, the refusal audited, nothing saved
+    oauth.provider.refuse_with = "access_denied"
+    try:
+        back = _follow_to_provider(client, "provider=loopback")
+    finally:
+        oauth.provider.refuse_with = ""
+    assert "error=access_denied" in back
+    assert client.get(back).status_code == 302
+    assert _notices(client) == ["Loopback Mail: you did not allow Oaken to use this mailbox at the provider"]
+    refused = AuditEvent.objects.for_tenant(alice.tenant).get(operation="connect_mailbox_oauth")
+    assert refused.outcome == "FORBIDDEN"
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+
+    # a state is bound to the person: mallory cannot finish alice's flow, and a state is used once
+    oauth.provider.next_address = me
+    back = _follow_to_provider(client, "provider=loopback")
+    other = Client()
+    other.force_login(mallory.user)
+    other.get(back)
+    assert "was not started here" in _notices(other)[0]
+    assert client.get(back).status_code == 302
+    assert "was not started here" in _notices(client)[0]  # mallory's try used the state up
+
+    back = _follow_to_provider(client, "provider=loopback")
+    assert "code=" in back and "access_token" not in back
+    client.get(back)
+    assert _notices(client) == [f"Connected {me} with Loopback Mail; its mail is syncing."]
+    account = MailAccount.objects.for_tenant(alice.tenant).get()
+    assert (account.oauth_provider, account.email_address, account.name) == ("loopback", me, me)
+    assert run_sync(account.pk).state == "synced"  # the sync queued once the connection commits
+    listed = call(as_person(alice), "list_messages", {"account_id": str(account.pk)})
+    assert [m["subject"] for m in listed["messages"]] == ["Welcome aboard"]
+    tokens = stored_tokens(account)
+    for event in AuditEvent.objects.for_tenant(alice.tenant):
+        text = json.dumps([event.targets, str(event.input_digest)])
+        assert tokens["access_token"] not in text and tokens["refresh_token"] not in text
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
+    assert call(as_person(mallory), "list_accounts")["accounts"] == []
+
+
+def test_a_grant_is_the_persons_own(alice: Person, mallory: Person, oauth: OAuthWorld) -> None:
+    """connect_mailbox_oauth takes a handle only its person in its tenant can use; agents cannot call it at all."""
+    from apps.mail.oauth import flow
+
+    grant = flow.keep_grant(
+        {"provider": "loopback", "account": "", "access_token": "x", "refresh_token": "y", "address": "a@b.test"},
+        user_id=str(alice.user.pk),
+        tenant_id=str(alice.tenant.pk),
+    )
+    error = refusal(as_person(mallory), "connect_mailbox_oauth", {"grant": grant})
+    assert (error.code, error.field) == ("INVALID_INPUT", "grant")
+    assert "x" not in error.message.split()
+    assert refusal(as_agent(alice), "connect_mailbox_oauth", {"grant": grant}).code == "NOT_AVAILABLE"

@@ -10,6 +10,7 @@ messages is mirrored to its server once the transaction commits (apps.mail.mirro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from celery import current_app
@@ -29,6 +30,7 @@ from apps.mail.models import (
     MailAccount,
     Message,
     MessageLabel,
+    OAuthState,
     RawMessage,
     Thread,
 )
@@ -218,3 +220,56 @@ def remove_account(*, act: Act, account: MailAccount) -> int:
     act.touch(account.pk, {"name": account.name, "kind": account.kind, "messages": count}, None)
     MailAccount.objects.for_tenant(tenant).filter(pk=account.pk).delete()
     return count
+
+
+# ---------------------------------------------------------------- mailboxes connected by OAuth
+
+
+def connect_mailbox_oauth(
+    *,
+    act: Act,
+    workspace: Workspace,
+    name: str,
+    email_address: str,
+    provider: str,
+    credentials: dict[str, dict[str, Any]],
+    tokens: dict[str, str],
+    expires_at: datetime | None,
+) -> MailAccount:
+    """Save a mailbox connected by OAuth whose token both servers took, and sync it. The tokens are stored
+    encrypted and recorded nowhere else: the audit event shows the provider and the server settings."""
+    account = MailAccount.objects.create(
+        tenant=act.tenant,
+        workspace=workspace,
+        name=name,
+        kind=AccountKind.IMAP,
+        email_address=email_address,
+        credentials=credentials,
+        oauth_provider=provider,
+        oauth_tokens=tokens,
+        oauth_expires_at=expires_at,
+        oauth_state=OAuthState.OK,
+        created_at=act.now,
+    )
+    shown = {"name": account.name, "workspace": workspace.name, "kind": "imap", "provider": provider}
+    act.touch(account.pk, None, shown | shown_settings(credentials))
+    queue_sync(account=account, force=True)
+    return account
+
+
+def reconnect_mailbox_oauth(
+    *, act: Act, account: MailAccount, tokens: dict[str, str], expires_at: datetime | None
+) -> MailAccount:
+    """New tokens for a mailbox connected by OAuth (the person connected it again): the account, its mail and its
+    sync state stay; it is no longer waiting to be reconnected, and syncs at once."""
+    before = {"connection": account.oauth_state}
+    account.oauth_tokens = tokens
+    account.oauth_expires_at = expires_at
+    account.oauth_state = OAuthState.OK
+    account.sync_failures, account.sync_error, account.sync_next_at = 0, "", None
+    account.save(
+        update_fields=["oauth_tokens", "oauth_expires_at", "oauth_state", "sync_failures", "sync_error", "sync_next_at"]
+    )
+    act.touch(account.pk, before, {"connection": OAuthState.OK.value})
+    queue_sync(account=account, force=True)
+    return account
