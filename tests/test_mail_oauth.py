@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import urllib.request
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import MailAccount
 from apps.mail.oauth import providers
-from apps.mail.oauth.tokens import stored_tokens
-from apps.mail.sync import run_sync
+from apps.mail.oauth.tokens import access_token, stored_tokens
+from apps.mail.sync import due_accounts, run_sync
 from apps.outbound import requests as outbound_requests
 from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
@@ -220,3 +224,130 @@ def test_a_grant_is_the_persons_own(alice: Person, mallory: Person, oauth: OAuth
     assert (error.code, error.field) == ("INVALID_INPUT", "grant")
     assert "x" not in error.message.split()
     assert refusal(as_agent(alice), "connect_mailbox_oauth", {"grant": grant}).code == "NOT_AVAILABLE"
+
+
+# ---------------------------------------------------------------- tokens over time
+
+
+def _expire(account: MailAccount, world: OAuthWorld) -> None:
+    """The access token's time is up, at the provider and in Oaken."""
+    world.provider.expire_access(account.email_address)
+    MailAccount.objects.unscoped().filter(pk=account.pk).update(oauth_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_expired_token_is_refreshed_once_across_two_workers(
+    alice: Person, mallory: Person, oauth: OAuthWorld
+) -> None:
+    me = _address(oauth, "alice")
+    oauth.imap.append(me, "INBOX", raw_message(subject="After the refresh", to=me))
+    account = oauth_account(alice, oauth, me)
+    oauth_account(mallory, oauth, _address(oauth, "eve"))
+    _expire(account, oauth)
+    before = oauth.provider.refresh_calls
+    oauth.provider.refresh_delay = 0.5  # the first refresh is still in flight when the second worker asks
+    start = threading.Barrier(2)
+    got: list[str] = []
+
+    def worker() -> None:
+        try:
+            start.wait()
+            got.append(access_token(MailAccount.objects.unscoped().get(pk=account.pk)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        oauth.provider.refresh_delay = 0.0
+    assert oauth.provider.refresh_calls == before + 1  # one refresh, though two workers needed one
+    assert len(got) == 2 and got[0] == got[1]
+    stored = MailAccount.objects.unscoped().get(pk=account.pk)
+    grant = next(g for g in oauth.provider.grants if g.address == me)
+    assert stored_tokens(stored)["refresh_token"] == grant.refresh_token  # the rotated one, stored at once
+    assert stored.oauth_expires_at is not None and stored.oauth_expires_at > timezone.now()
+    assert run_sync(account.pk, force=True).state == "synced"
+    assert oauth.provider.refresh_calls == before + 1  # the sync used the refreshed token
+    listed = call(as_person(alice), "list_messages", {"account_id": str(account.pk)})
+    assert [m["subject"] for m in listed["messages"]] == ["After the refresh"]
+
+
+def test_a_revoked_grant_needs_reconnecting_and_reconnect_keeps_the_mail(
+    alice: Person, mallory: Person, oauth: OAuthWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
+    me, bob = _address(oauth, "alice"), _address(oauth, "bob")
+    oauth.imap.append(me, "INBOX", raw_message(subject="Kept through it all", to=me))
+    account = oauth_account(alice, oauth, me)
+    assert run_sync(account.pk, force=True).state == "synced"
+
+    # the person withdraws consent at the provider; the access token runs out
+    oauth.provider.revoke_grants(me)
+    _expire(account, oauth)
+    outcome = run_sync(account.pk, force=True)
+    assert (outcome.state, outcome.reason) == ("failed", "needs_reconnect")
+    account.refresh_from_db()
+    assert account.oauth_state == "needs_reconnect"
+    assert account.pk not in due_accounts()  # sync stops trying
+    refreshes = oauth.provider.refresh_calls
+    assert run_sync(account.pk, force=True).reason == "needs_reconnect"
+    assert oauth.provider.refresh_calls == refreshes  # nor asks the provider again
+    listed = call(as_person(alice), "list_accounts")["accounts"]
+    assert [(a["needs_reconnect"], a["provider"]) for a in listed] == [(True, "loopback")]
+    assert "reconnect" in listed[0]["sync_problem"]
+    assert call(as_person(alice), "status")["accounts_needing_reconnect"] == 1
+    made = request(
+        as_person(alice),
+        "send_email",
+        {"account_id": str(account.pk), "to": [bob], "subject": "Later", "body": "Later.\n",
+         "idempotency_key": uuid.uuid4().hex},
+    )  # fmt: skip
+    sent = len(oauth.smtp.received)
+    assert delivery.deliver(made["request_id"]) == "failed"  # delivery does not retry a withdrawn grant
+    assert len(oauth.smtp.received) == sent
+    row = call(as_person(alice), "get_outbound_request", {"request_id": made["request_id"]})
+    assert row["error"] == "smtp_needs_reconnect"
+
+    # mallory cannot reconnect alice's mailbox, nor see it
+    other = Client()
+    other.force_login(mallory.user)
+    oauth.provider.next_address = me
+    other.get(_follow_to_provider(other, f"provider=loopback&account_id={account.pk}"))
+    assert _notices(other)[0].startswith("Loopback Mail: ")
+    assert call(as_person(mallory), "list_accounts")["accounts"] == []
+    assert call(as_person(mallory), "status")["accounts_needing_reconnect"] == 0
+
+    # Reconnect runs the flow again for the same account: its mail stays, sync resumes
+    client = Client()
+    client.force_login(alice.user)
+    client.get(_follow_to_provider(client, f"provider=loopback&account_id={account.pk}"))
+    assert _notices(client) == [f"Connected {me} with Loopback Mail; its mail is syncing."]
+    account.refresh_from_db()
+    assert (account.oauth_state, account.sync_error) == ("ok", "")
+    assert MailAccount.objects.for_tenant(alice.tenant).count() == 1
+    oauth.imap.append(me, "INBOX", raw_message(subject="After reconnecting", to=me, message_id="<m2@example.test>"))
+    assert run_sync(account.pk, force=True).state == "synced"
+    listed = call(as_person(alice), "list_messages", {"account_id": str(account.pk)})
+    assert sorted(m["subject"] for m in listed["messages"]) == ["After reconnecting", "Kept through it all"]
+    assert call(as_person(alice), "list_accounts")["accounts"][0]["needs_reconnect"] is False
+
+
+def test_removing_the_mailbox_revokes_its_token_at_the_provider(
+    alice: Person, mallory: Person, oauth: OAuthWorld, django_capture_on_commit_callbacks: Any
+) -> None:
+    me = _address(oauth, "alice")
+    account = oauth_account(alice, oauth, me)
+    theirs = oauth_account(mallory, oauth, _address(oauth, "eve"))
+    assert refusal(as_person(mallory), "remove_mailbox", {"account_id": str(account.pk)}, confirm=True).code == (
+        "NOT_FOUND"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        call(as_person(alice), "remove_mailbox", {"account_id": str(account.pk)}, confirm=True)
+    assert oauth.provider.revocations.count(me) == 1
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    assert theirs.email_address not in oauth.provider.revocations
+    assert MailAccount.objects.for_tenant(mallory.tenant).filter(pk=theirs.pk).exists()

@@ -1,15 +1,19 @@
 """Connecting a mailbox by OAuth in headless Chromium, as a person: "Connect with <provider>" on the Mailboxes page,
 the loopback provider consents, the callback connects and syncs it, the account is listed; a refusal at the provider
-comes back as a message on the page. Another tenant sees none of it."""
+comes back as a message on the page; a grant withdrawn at the provider shows "Reconnect", which keeps the account
+and its mail; removing the mailbox revokes its token at the provider. Another tenant sees none of it."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.utils import timezone
 
-from apps.mail.models import MailAccount
+from apps.mail.models import MailAccount, Message
+from apps.mail.sync import run_sync
 from tests.browser import look
 from tests.conftest import Person
 from tests.imapbox import eager  # noqa: F401 (a fixture)
@@ -60,6 +64,32 @@ def test_a_person_connects_a_mailbox_with_a_provider(
 
     page.goto(f"{live_server.url}/mail")
     expect(page.get_by_text("Hello from the provider").first).to_be_visible()
+    held = Message.objects.for_tenant(alice.tenant).count()
+
+    # the person withdraws consent at the provider; once the access token runs out, the next sync finds out
+    oauth.provider.revoke_grants(me)
+    oauth.provider.expire_access(me)
+    MailAccount.objects.for_tenant(alice.tenant).update(oauth_expires_at=timezone.now() - timedelta(seconds=1))
+    assert run_sync(account.pk, force=True).reason == "needs_reconnect"
+    page.goto(f"{live_server.url}/mailboxes")
+    waiting = page.locator(f"[data-reconnect='{account.pk}']")
+    expect(waiting).to_contain_text("the provider withdrew Oaken's access")
+    expect(row.locator("[data-sync-error=needs_reconnect]")).to_be_visible()
+    look(page, "mailboxes-oauth-reconnect")
+    waiting.get_by_role("button", name="Reconnect").click()
+    expect(page.locator("[data-oauth-notice=success]")).to_have_text(
+        f"Connected {me} with Loopback Mail; its mail is syncing."
+    )
+    expect(page.locator("[data-reconnect]")).to_have_count(0)
+    account.refresh_from_db()
+    assert (account.oauth_state, MailAccount.objects.for_tenant(alice.tenant).count()) == ("ok", 1)
+    assert Message.objects.for_tenant(alice.tenant).count() == held  # the account and its mail stayed
+
+    # removing it revokes the token at the provider
+    row.locator("button[data-action=remove]").click()
+    page.click("#confirm-yes")
+    expect(page.locator("#accounts-list tr[data-account-id]")).to_have_count(0)
+    assert oauth.provider.revocations.count(me) == 1
 
     # mallory, in her own tenant, sees no account and no mail of alice's
     page.context.clear_cookies()

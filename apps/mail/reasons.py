@@ -60,7 +60,8 @@ REASONS: dict[str, Wording] = {
     ),
     "needs_reconnect": Wording(
         "the provider no longer honours Oaken's access; connect again",
-        "the provider withdrew Oaken's access (revoked, password changed or consent withdrawn): reconnect it",
+        "the provider withdrew Oaken's access (revoked, password changed or consent withdrawn): a person reconnects "
+        "it on the Mailboxes page",
     ),
     "token_refresh_failed": Wording(
         "the provider could not renew the access now; try again later",

@@ -9,6 +9,7 @@ messages is mirrored to its server once the transaction commits (apps.mail.mirro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -18,6 +19,7 @@ from django.db import IntegrityError, transaction
 
 from apps.core.acts import Act
 from apps.core.changes import Change
+from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
 from apps.mail.mirror import mirror_flags, mirror_moves
 from apps.mail.models import (
@@ -34,7 +36,11 @@ from apps.mail.models import (
     RawMessage,
     Thread,
 )
+from apps.mail.oauth import client as oauth_client
+from apps.mail.oauth import providers as oauth_providers
 from apps.workspaces.models import Workspace
+
+log = logging.getLogger("oaken.mail")
 
 # the task that syncs one account (apps.mail.tasks), found by name: no service imports the task module
 SYNC_ACCOUNT_TASK = "mail.sync_account"
@@ -218,8 +224,33 @@ def remove_account(*, act: Act, account: MailAccount) -> int:
     Label.objects.for_tenant(tenant).filter(account=account).delete()
     Folder.objects.for_tenant(tenant).filter(account=account).delete()
     act.touch(account.pk, {"name": account.name, "kind": account.kind, "messages": count}, None)
+    revoke_on_commit(account)
     MailAccount.objects.for_tenant(tenant).filter(pk=account.pk).delete()
     return count
+
+
+def revoke_on_commit(account: MailAccount) -> None:
+    """Once the removal commits, ask the mailbox's OAuth provider to revoke its refresh token, where the provider
+    has a revocation endpoint (best effort: the grant is Oaken's no more either way, and the person can withdraw it
+    at the provider too). Nothing is said about the token; a failure is logged by the account's id only."""
+    if not account.oauth_provider:
+        return
+    provider = oauth_providers.provider(account.oauth_provider)
+    try:
+        stored = account.oauth_tokens
+    except CredentialsUnreadableError:
+        return
+    tokens: dict[str, Any] = stored if isinstance(stored, dict) else {}
+    token = str(tokens.get("refresh_token") or tokens.get("access_token") or "")
+    if provider is None or not provider.revoke_url or not token:
+        return
+    account_id = account.pk
+
+    def revoke() -> None:
+        if not oauth_client.revoke(provider, token=token):
+            log.warning("the provider did not confirm revoking the tokens of removed mail account %s", account_id)
+
+    transaction.on_commit(revoke)
 
 
 # ---------------------------------------------------------------- mailboxes connected by OAuth

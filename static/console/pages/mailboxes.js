@@ -108,6 +108,22 @@ const startFlow = (path) => window.location.assign(path);
 document.querySelectorAll("[data-oauth-start]").forEach((b) => b.addEventListener("click", () => startFlow(b.dataset.oauthStart)));
 const oauthNotice = document.querySelector("[data-oauth-notice]");
 if (oauthNotice) oauthNotice.scrollIntoView({ block: "center" });
+const reconnectList = document.getElementById("mail-oauth-reconnect");
+const startPath = document.querySelector("[data-oauth-start]")?.dataset.oauthStart.split("?")[0];
+// a mailbox whose provider withdrew Oaken's access: Reconnect runs the flow again for the same account (its mail stays)
+const showReconnects = () =>
+  call("list_accounts", {}).then(
+    (out) => {
+      const waiting = out.accounts.filter((a) => a.needs_reconnect);
+      reconnectList.replaceChildren(
+        ...waiting.map((a) =>
+          el("p", { "data-reconnect": a.id }, `${a.name} (${a.email_address}): the provider withdrew Oaken's access. `, button("Reconnect", () => startFlow(`${startPath}?${new URLSearchParams({ provider: a.provider, account_id: a.id })}`))),
+        ),
+      );
+    },
+    () => {}, // the accounts list above shows the refusal
+  );
+if (reconnectList && startPath) showReconnects();
 const askAddress = document.getElementById("mail-oauth-address");
 if (askAddress) {
   onSubmit("mail-oauth-address", async () => {
