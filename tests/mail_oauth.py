@@ -52,10 +52,12 @@ def oauth(oauth_world: OAuthWorld, settings: Any, tmp_path: Path) -> OAuthWorld:
     return oauth_world
 
 
-def oauth_account(p: Person, world: OAuthWorld, address: str, name: str = "Work mail") -> MailAccount:
+def oauth_account(
+    p: Person, world: OAuthWorld, address: str, name: str = "Work mail", provider_name: str = PROVIDER
+) -> MailAccount:
     """An OAuth mailbox of `address` in p's default workspace, holding a grant made without the browser."""
     tokens = world.provider.grant_for(address)
-    found = provider(PROVIDER)
+    found = provider(provider_name)
     assert found is not None
     account = MailAccount.objects.create(
         tenant=p.tenant,
@@ -64,7 +66,7 @@ def oauth_account(p: Person, world: OAuthWorld, address: str, name: str = "Work 
         kind=AccountKind.IMAP,
         email_address=address,
         credentials=found.servers(address),
-        oauth_provider=PROVIDER,
+        oauth_provider=provider_name,
         oauth_tokens={"access_token": tokens["access_token"], "refresh_token": tokens["refresh_token"]},
         oauth_expires_at=timezone.now() + timedelta(seconds=tokens["expires_in"]),
     )

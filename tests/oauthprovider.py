@@ -241,7 +241,9 @@ class OAuthProvider:
                 if grant.address == address:
                     grant.access_tokens = {token: 0.0 for token in grant.access_tokens}
 
-    def providers_toml(self, name: str, *, imap: Any, smtp: Any, mechanism: str = "XOAUTH2") -> str:
+    def providers_toml(
+        self, name: str, *, imap: Any, smtp: Any, mechanism: str = "XOAUTH2", address: str = "id_token"
+    ) -> str:
         return f"""
 [providers.{name}]
 label = "Loopback Mail"
@@ -259,7 +261,7 @@ smtp_host = "{smtp.host}"
 smtp_port = {smtp.port}
 smtp_security = "none"
 mechanism = "{mechanism}"
-address = "id_token"
+address = "{address}"
 """
 
     def start(self) -> OAuthProvider:

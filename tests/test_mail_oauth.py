@@ -3,6 +3,7 @@ token is live, an SMTP server taking AUTH XOAUTH2, and the providers file. Mallo
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -160,7 +161,7 @@ def oauth_url() -> str:
 
 def _notices(client: Client) -> list[str]:
     page = client.get("/mailboxes").content.decode()
-    return re.findall(r'data-oauth-notice="\w+">([^<]*)<', page)
+    return [html.unescape(text) for text in re.findall(r'data-oauth-notice="\w+">([^<]*)<', page)]
 
 
 def test_connecting_through_the_flow_saves_syncs_and_audits_refusals(
@@ -351,3 +352,76 @@ def test_removing_the_mailbox_revokes_its_token_at_the_provider(
     assert not MailAccount.objects.for_tenant(alice.tenant).exists()
     assert theirs.email_address not in oauth.provider.revocations
     assert MailAccount.objects.for_tenant(mallory.tenant).filter(pk=theirs.pk).exists()
+
+
+# ---------------------------------------------------------------- the other mechanism, addresses, refusals
+
+
+def test_oauthbearer_logs_in_to_both_servers(
+    alice: Person, oauth: OAuthWorld, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
+    text = oauth.provider.providers_toml("bearer", imap=oauth.imap, smtp=oauth.smtp, mechanism="OAUTHBEARER")
+    use_providers_file(settings, tmp_path, text)
+    me, bob = _address(oauth, "alice"), _address(oauth, "bob")
+    oauth.imap.append(me, "INBOX", raw_message(subject="By OAUTHBEARER", to=me))
+    account = oauth_account(alice, oauth, me, provider_name="bearer")
+    assert run_sync(account.pk, force=True).state == "synced"
+    made = request(
+        as_person(alice),
+        "send_email",
+        {"account_id": str(account.pk), "to": [bob], "subject": "Hi", "body": "Hi.\n",
+         "idempotency_key": uuid.uuid4().hex},
+    )  # fmt: skip
+    assert delivery.deliver(made["request_id"]) == "sent"
+    assert oauth.smtp.bearer_logins[-1] == me
+
+
+def test_the_person_gives_the_address_when_the_provider_does_not_say(
+    alice: Person, mallory: Person, oauth: OAuthWorld, settings: Any, tmp_path: Path
+) -> None:
+    text = oauth.provider.providers_toml("loopback", imap=oauth.imap, smtp=oauth.smtp, address="ask")
+    use_providers_file(settings, tmp_path, text)
+    me = _address(oauth, "alice")
+    oauth.provider.next_address = me
+    client = Client()
+    client.force_login(alice.user)
+    client.get(_follow_to_provider(client, "provider=loopback"))
+    assert _notices(client) == ["Loopback Mail does not say the mailbox's address: enter it below."]
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    grant = client.session["mail_oauth_grant"]
+    assert f'data-grant="{grant}"' in client.get("/mailboxes").content.decode()
+    # an address the token is not for: IMAP refuses it, nothing is saved
+    error = refusal(as_person(alice), "connect_mailbox_oauth", {"grant": grant, "email_address": "x@example.test"})
+    assert (error.code, error.field) == ("INVALID_INPUT", "imap.oauth")
+    assert refusal(as_person(mallory), "connect_mailbox_oauth", {"grant": grant, "email_address": me}).field == "grant"
+    out = call(as_person(alice), "connect_mailbox_oauth", {"grant": grant, "email_address": me})
+    assert (out["email_address"], out["name"]) == (me, me)
+
+
+@pytest.mark.parametrize(
+    ("arrange", "said"),
+    [
+        ({"granted_scope": "openid email"}, "the provider did not grant access to the mail"),
+        ({"client_secret": "wrong"}, "the provider does not know Oaken's client"),
+    ],
+)
+def test_a_refusal_at_the_token_endpoint_is_said_and_audited(
+    alice: Person, oauth: OAuthWorld, settings: Any, tmp_path: Path, arrange: dict[str, str], said: str
+) -> None:
+    text = oauth.provider.providers_toml("loopback", imap=oauth.imap, smtp=oauth.smtp)
+    if "client_secret" in arrange:
+        text = text.replace('client_secret = "oaken-test-secret"', 'client_secret = "wrong"')
+    use_providers_file(settings, tmp_path, text)
+    oauth.provider.next_address = _address(oauth, "alice")
+    oauth.provider.granted_scope = arrange.get("granted_scope", "")
+    client = Client()
+    client.force_login(alice.user)
+    try:
+        client.get(_follow_to_provider(client, "provider=loopback"))
+    finally:
+        oauth.provider.granted_scope = ""
+    assert _notices(client)[0].startswith(f"Loopback Mail: {said}")
+    event = AuditEvent.objects.for_tenant(alice.tenant).get(operation="connect_mailbox_oauth")
+    assert event.outcome == "FORBIDDEN"
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()

@@ -112,7 +112,8 @@ def _imap_login(client: IMAPClient, config: Mapping[str, Any]) -> None:
 def _bearer_response(mechanism: str, username: str, token: str) -> str:
     """The initial client response of XOAUTH2 (Google's and Microsoft's) or OAUTHBEARER (RFC 7628 §3.1)."""
     if mechanism == "OAUTHBEARER":
-        text = f"n,a={username},\x01auth=Bearer {token}\x01\x01"
+        identity = username.replace("=", "=3D").replace(",", "=2C")  # RFC 5801 §4's saslname
+        text = f"n,a={identity},\x01auth=Bearer {token}\x01\x01"
     else:
         text = f"user={username}\x01auth=Bearer {token}\x01\x01"
     return base64.b64encode(text.encode()).decode("ascii")
