@@ -9,6 +9,7 @@ a token, a code or the secret (they stay out of errors, logs and audit events).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -84,9 +85,9 @@ def _answer(request: urllib.request.Request) -> tuple[int, Any]:
         status = exc.code
         try:
             body = exc.read(_MOST + 1)
-        except OSError:
+        except (OSError, http.client.HTTPException):
             body = b""
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         raise ProviderError("provider_unreachable") from None
     if len(body) > _MOST:
         raise ProviderError("provider_error")
@@ -115,7 +116,11 @@ def _token_call(provider: Provider, form: dict[str, str], now: datetime) -> Toke
     if not isinstance(access, str) or not access or str(body.get("token_type", "bearer")).lower() != "bearer":
         raise ProviderError("provider_error")
     expires_in = body.get("expires_in")
-    expires_at = now + timedelta(seconds=int(expires_in)) if isinstance(expires_in, int | float) else None
+    if isinstance(expires_in, str) and expires_in.isdigit():  # some providers send the number as a string
+        expires_in = int(expires_in)
+    expires_at = None
+    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) and 0 < expires_in < 10**8:
+        expires_at = now + timedelta(seconds=int(expires_in))
     refresh = body.get("refresh_token")
     id_token = body.get("id_token")
     scope = body.get("scope")
