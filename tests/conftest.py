@@ -19,6 +19,7 @@ from apps.mail.models import Message
 from apps.workspaces.models import Tenant, Workspace
 from apps.workspaces.services import create_person
 from tests.liveserver import live_url  # noqa: F401 (a fixture for every module)
+from tests.mail_oauth import oauth, oauth_world  # noqa: F401 (fixtures)
 from tests.mailfactory import raw_message, write_mbox
 from tests.mailservers import imap_server, smtp_server  # noqa: F401 (fixtures)
 

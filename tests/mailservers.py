@@ -9,6 +9,8 @@ processes as the `dovecot` user (it refuses uid 0); as anyone else, as that user
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import pwd
 import shutil
@@ -41,7 +43,7 @@ protocols = imap
 listen = 127.0.0.1
 ssl = no
 disable_plaintext_auth = no
-auth_mechanisms = plain login
+auth_mechanisms = plain login{oauth_mechanisms}
 auth_failure_delay = 0
 default_login_user = {login_user}
 default_internal_user = {internal_user}
@@ -53,7 +55,7 @@ passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%u {root}/users
 }}
-userdb {{
+{oauth_passdb}userdb {{
   driver = static
   args = uid={uid} gid={gid} home={root}/home/%u
 }}
@@ -92,6 +94,23 @@ namespace inbox {{
     auto = subscribe
   }}
 }}
+"""
+
+# With an introspection URL, Dovecot also takes XOAUTH2 and OAUTHBEARER, asking that URL whether a token is live
+# and whose it is (RFC 7662): the loopback OAuth provider of tests/oauthprovider.py answers it.
+_OAUTH_PASSDB = """\
+passdb {{
+  driver = oauth2
+  mechanisms = xoauth2 oauthbearer
+  args = {root}/oauth2.conf.ext
+}}
+"""
+_OAUTH_CONF = """\
+introspection_url = {url}
+introspection_mode = post
+username_attribute = username
+active_attribute = active
+active_value = true
 """
 
 
@@ -146,8 +165,9 @@ def _run_as() -> tuple[str, int, int]:
     return entry.pw_name, entry.pw_uid, entry.pw_gid
 
 
-def start_dovecot(root: Path, extra: str = "") -> tuple[ImapServer, subprocess.Popen[Any]]:
-    """`extra`: configuration appended (a capability list without IDLE, limits for many connections)."""
+def start_dovecot(root: Path, extra: str = "", introspection_url: str = "") -> tuple[ImapServer, subprocess.Popen[Any]]:
+    """`extra`: configuration appended (a capability list without IDLE, limits for many connections);
+    `introspection_url`: bearer tokens that URL says are live log in too (XOAUTH2, OAUTHBEARER)."""
     if not Path(DOVECOT).exists():
         pytest.skip("dovecot is missing: install Debian's dovecot-imapd (bin/system-packages does, as root)")
     user, uid, gid = _run_as()
@@ -160,8 +180,22 @@ def start_dovecot(root: Path, extra: str = "") -> tuple[ImapServer, subprocess.P
             os.chown(path, uid, gid)
     port = free_port()
     config = root / "dovecot.conf"
+    oauth_passdb = ""
+    if introspection_url:
+        (root / "oauth2.conf.ext").write_text(_OAUTH_CONF.format(url=introspection_url))
+        oauth_passdb = _OAUTH_PASSDB.format(root=root)
     config.write_text(
-        _CONFIG.format(root=root, port=port, login_user=login_user, internal_user=user, uid=uid, gid=gid) + extra
+        _CONFIG.format(
+            root=root,
+            port=port,
+            login_user=login_user,
+            internal_user=user,
+            uid=uid,
+            gid=gid,
+            oauth_mechanisms=" xoauth2 oauthbearer" if introspection_url else "",
+            oauth_passdb=oauth_passdb,
+        )
+        + extra
     )
     proc = subprocess.Popen([DOVECOT, "-F", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     log = root / "dovecot.log"
@@ -170,13 +204,14 @@ def start_dovecot(root: Path, extra: str = "") -> tuple[ImapServer, subprocess.P
 
 
 @contextmanager
-def dovecot(extra: str = "") -> Iterator[ImapServer]:
+def dovecot(extra: str = "", introspection_url: str = "") -> Iterator[ImapServer]:
     """A Dovecot in its own folder under /tmp (pytest's are private to root; Dovecot's processes run as
-    another user and must read their configuration and homes), removed afterwards."""
+    another user and must read their configuration and homes), removed afterwards. With `introspection_url`, it
+    also logs in by OAuth bearer tokens that URL says are live."""
     root = Path(tempfile.mkdtemp(prefix="oaken-dovecot-"))
     os.chmod(root, 0o755)  # noqa: S103 (test servers running as another user must read it)
     try:
-        server, proc = start_dovecot(root, extra)
+        server, proc = start_dovecot(root, extra, introspection_url)
         try:
             yield server
         finally:
@@ -216,7 +251,7 @@ class SmtpServer:
     with 550; with `deliver_to` set to an ImapServer, each message is appended to every local recipient's
     INBOX there."""
 
-    def __init__(self, deliver_to: ImapServer | None = None) -> None:
+    def __init__(self, deliver_to: ImapServer | None = None, bearer_check: Any = None) -> None:
         from aiosmtpd.controller import Controller
 
         self.received: list[Received] = []
@@ -234,7 +269,15 @@ class SmtpServer:
         self._released = threading.Event()
         self.port = free_port()
         self.host = "127.0.0.1"
-        self.controller = Controller(self, hostname=self.host, port=self.port)
+        # with `bearer_check(address, token) -> bool`, AUTH XOAUTH2 and OAUTHBEARER are offered (and only they),
+        # `bearer_logins` keeps the addresses that logged in
+        self.bearer_check = bearer_check
+        self.bearer_logins: list[str] = []
+        self.bearer_refusals = 0
+        options: dict[str, Any] = {}
+        if bearer_check is not None:
+            options = {"auth_require_tls": False, "auth_exclude_mechanism": ["PLAIN", "LOGIN"]}
+        self.controller = Controller(self, hostname=self.host, port=self.port, **options)
 
     async def handle_EHLO(
         self, server: Any, session: Any, envelope: Any, hostname: str, responses: list[str]
@@ -281,6 +324,37 @@ class SmtpServer:
             # the message is taken; the client waits for an answer that comes only once released
             await asyncio.get_running_loop().run_in_executor(None, self._released.wait, 300)
         return "250 OK"
+
+    async def _bearer(self, server: Any, args: list[str], mechanism: str) -> Any:
+        from aiosmtpd.smtp import AuthResult
+
+        if self.bearer_check is None or len(args) != 2:
+            return AuthResult(success=False)
+        try:
+            text = base64.b64decode(args[1], validate=True).decode()
+        except ValueError:
+            return AuthResult(success=False)
+        fields = dict(part.split("=", 1) for part in text.split("\x01") if "=" in part)
+        address = fields.get("user", "")
+        if mechanism == "OAUTHBEARER":  # "n,a=<address>,": the GS2 header (RFC 7628)
+            header = text.split("\x01", 1)[0]
+            address = next((p[2:] for p in header.split(",") if p.startswith("a=")), "")
+        token = fields.get("auth", "").removeprefix("Bearer ")
+        if self.bearer_check(address, token):
+            with self._lock:
+                self.bearer_logins.append(address)
+            return AuthResult(success=True, auth_data=address)
+        with self._lock:
+            self.bearer_refusals += 1
+        # an error challenge, then 535 once the client answers it (what Gmail does)
+        await server.challenge_auth(json.dumps({"status": "401", "schemes": "bearer"}))
+        return AuthResult(success=False)
+
+    async def auth_XOAUTH2(self, server: Any, args: list[str]) -> Any:
+        return await self._bearer(server, args, "XOAUTH2")
+
+    async def auth_OAUTHBEARER(self, server: Any, args: list[str]) -> Any:
+        return await self._bearer(server, args, "OAUTHBEARER")
 
     def release(self) -> None:
         """Let a stalled DATA answer (its client may be long gone)."""

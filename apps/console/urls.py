@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.console import views
+from apps.console import mailoauth, views
 
 urlpatterns = [
     path("", views.home, name="console"),
@@ -14,6 +14,8 @@ urlpatterns = [
     path("outbound", views.page, {"name": "outbound"}, name="console-outbound"),
     path("policies", views.page, {"name": "policies"}, name="console-policies"),
     path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
+    path("mailboxes/oauth/start", mailoauth.start, name="console-mailbox-oauth-start"),
+    path("mailboxes/oauth/callback", mailoauth.callback, name="console-mailbox-oauth-callback"),
     path("budgets", views.page, {"name": "budgets"}, name="console-budgets"),
     path("plugins", views.page, {"name": "plugins"}, name="console-plugins"),
     path("audit", views.page, {"name": "audit"}, name="console-audit"),

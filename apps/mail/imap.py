@@ -2,8 +2,10 @@
 
 Credentials have exactly this shape (the outbound half relies on it):
 `{"imap": {"host", "port", "security", "username", "password"}, "smtp": {... the same keys}}`,
-security one of "ssl", "starttls", "none". Failures raise MailServerError with a fixed reason and
-the setting at fault: never the server's own words, which could quote the submitted secrets.
+security one of "ssl", "starttls", "none". A mailbox connected by OAuth stores no password: its login settings
+(apps.mail.oauth.tokens.login_config) carry a fresh access token as "bearer" and the SASL "mechanism" instead,
+and the one login function of each protocol below decides from them. Failures raise MailServerError with a fixed
+reason and the setting at fault: never the server's own words, which could quote the submitted secrets.
 """
 
 from __future__ import annotations
@@ -22,25 +24,13 @@ from imapclient import IMAPClient
 from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
 from apps.core.bounds import bounds
-from apps.core.encryption import CredentialsUnreadableError
 from apps.mail.models import MailAccount
-from apps.mail.reasons import setting_problem
+from apps.mail.oauth.tokens import login_config
+from apps.mail.reasons import MailServerError
+
+__all__ = ["MailServerError", "check_imap", "check_smtp", "imap_session", "open_imap", "smtp_authenticate"]
 
 SECURITY = ("ssl", "starttls", "none")
-
-
-class MailServerError(Exception):
-    """A mail server could not be used: `reason` is a key of apps.mail.reasons.REASONS, `field` the setting at
-    fault."""
-
-    def __init__(self, reason: str, field: str) -> None:
-        super().__init__(f"{field}: {setting_problem(reason)}")
-        self.reason = reason
-        self.field = field
-
-    @property
-    def message(self) -> str:
-        return f"{self.field}: {setting_problem(self.reason)}"
 
 
 def _timeout() -> float:
@@ -87,8 +77,10 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
             except (ssl.SSLError, CapabilityError, IMAPClientError):
                 raise MailServerError("tls_failed", "imap.security") from None
         try:
-            _imap_login(client, config["username"], config["password"])
+            _imap_login(client, config)
         except LoginError:
+            if config.get("bearer"):
+                raise MailServerError("oauth_login_failed", "imap.oauth") from None
             raise MailServerError("login_failed", "imap.password") from None
         except (OSError, UnicodeError, IMAPClientError):
             raise MailServerError("server_error", "imap.host") from None
@@ -98,14 +90,52 @@ def open_imap(config: Mapping[str, Any]) -> IMAPClient:
     return client
 
 
-def _imap_login(client: IMAPClient, username: str, password: str) -> None:
-    """LOGIN carries ASCII only; other characters go as UTF-8 in AUTHENTICATE PLAIN (RFC 4616) where offered."""
+def _imap_login(client: IMAPClient, config: Mapping[str, Any]) -> None:
+    """An OAuth mailbox's bearer token goes by AUTHENTICATE XOAUTH2 or OAUTHBEARER (RFC 7628); a password by LOGIN,
+    which carries ASCII only; other characters go as UTF-8 in AUTHENTICATE PLAIN (RFC 4616) where offered."""
+    username = config["username"]
+    if config.get("bearer"):
+        if config.get("mechanism") == "OAUTHBEARER":
+            client.oauthbearer_login(username, config["bearer"])
+        else:
+            client.oauth2_login(username, config["bearer"])
+        return
+    password = config["password"]
     if f"{username}{password}".isascii():
         client.login(username, password)
     elif client.has_capability("AUTH=PLAIN"):
         client.plain_login(username, password)
     else:
         raise MailServerError("unsupported_characters", "imap.password")
+
+
+def _bearer_response(mechanism: str, username: str, token: str) -> str:
+    """The initial client response of XOAUTH2 (Google's and Microsoft's) or OAUTHBEARER (RFC 7628 §3.1)."""
+    if mechanism == "OAUTHBEARER":
+        identity = username.replace("=", "=3D").replace(",", "=2C")  # RFC 5801 §4's saslname
+        text = f"n,a={identity},\x01auth=Bearer {token}\x01\x01"
+    else:
+        text = f"user={username}\x01auth=Bearer {token}\x01\x01"
+    return base64.b64encode(text.encode()).decode("ascii")
+
+
+def smtp_authenticate(smtp: smtplib.SMTP, config: Mapping[str, Any]) -> None:
+    """The one SMTP login: a bearer token by its SASL mechanism, or a password (smtp_login). Raises smtplib's
+    exceptions (SMTPAuthenticationError when refused), or MailServerError."""
+    username = config.get("username", "")
+    token = config.get("bearer")
+    if not token:
+        smtp_login(smtp, username, config.get("password", ""))
+        return
+    if not smtp.has_extn("auth"):
+        return
+    mechanism = config.get("mechanism", "XOAUTH2")
+    code, _ = smtp.docmd("AUTH", f"{mechanism} {_bearer_response(mechanism, username, token)}")
+    if code == 334:
+        # the server's error challenge (JSON): an empty answer (XOAUTH2) or ^A (OAUTHBEARER) ends the exchange
+        code, _ = smtp.docmd("AQ==" if mechanism == "OAUTHBEARER" else "")
+    if code != 235:
+        raise smtplib.SMTPAuthenticationError(code, b"")
 
 
 def smtp_login(smtp: smtplib.SMTP, username: str, password: str) -> None:
@@ -135,13 +165,7 @@ def _close(client: IMAPClient) -> None:
 
 
 def imap_config(account: MailAccount) -> Mapping[str, Any]:
-    try:
-        credentials = account.credentials
-    except CredentialsUnreadableError:
-        raise MailServerError("credentials_unreadable", "imap.password") from None
-    if not isinstance(credentials, dict) or "imap" not in credentials:
-        raise MailServerError("not_connected", "imap.host")
-    return credentials["imap"]
+    return login_config(account, "imap")
 
 
 @contextmanager
@@ -184,8 +208,10 @@ def check_smtp(config: Mapping[str, Any]) -> None:
                     raise MailServerError("tls_failed", "smtp.security") from None
                 smtp.ehlo()
             try:
-                smtp_login(smtp, config["username"], config["password"])
+                smtp_authenticate(smtp, config)
             except smtplib.SMTPAuthenticationError:
+                if config.get("bearer"):
+                    raise MailServerError("oauth_login_failed", "smtp.oauth") from None
                 raise MailServerError("login_failed", "smtp.password") from None
         except (OSError, smtplib.SMTPException):
             raise MailServerError("server_error", "smtp.host") from None

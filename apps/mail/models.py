@@ -17,6 +17,11 @@ class AccountKind(models.TextChoices):
     IMAP = "imap", "IMAP/SMTP"
 
 
+class OAuthState(models.TextChoices):
+    OK = "ok", "Connected"
+    NEEDS_RECONNECT = "needs_reconnect", "Needs reconnecting"
+
+
 class MailAccount(TenantOwned):
     workspace = models.ForeignKey("workspaces.Workspace", on_delete=models.PROTECT, related_name="accounts")
     name = models.CharField(max_length=200)
@@ -31,6 +36,13 @@ class MailAccount(TenantOwned):
     sync_failures = models.PositiveIntegerField(default=0)
     sync_error = models.CharField(max_length=40, blank=True)
     sync_next_at = models.DateTimeField(null=True, blank=True)
+    # A mailbox connected by OAuth (apps.mail.oauth): the provider's name ('' for a password login), its access and
+    # refresh tokens (encrypted like passwords, never returned), when the access token expires, and whether the
+    # provider still honours the grant (needs_reconnect: it refused a refresh; sync and delivery stop trying)
+    oauth_provider = models.CharField(max_length=40, blank=True)
+    oauth_tokens = EncryptedJSONField(null=True, default=None)
+    oauth_expires_at = models.DateTimeField(null=True, blank=True)
+    oauth_state = models.CharField(max_length=20, choices=OAuthState.choices, default=OAuthState.OK)
 
     class Meta:
         constraints = [

@@ -53,7 +53,38 @@ REASONS: dict[str, Wording] = {
         "this server cannot log in with characters outside ASCII; use an app password",
         "the login holds characters the mail server cannot take",
     ),
+    # mailboxes connected by OAuth (apps.mail.oauth)
+    "oauth_login_failed": Wording(
+        "the server refused the access the provider granted",
+        "the mail server refused Oaken's access: reconnect the mailbox",
+    ),
+    "needs_reconnect": Wording(
+        "the provider no longer honours Oaken's access; connect again",
+        "the provider withdrew Oaken's access (revoked, password changed or consent withdrawn): a person reconnects "
+        "it on the Mailboxes page",
+    ),
+    "token_refresh_failed": Wording(
+        "the provider could not renew the access now; try again later",
+        "the provider could not renew Oaken's access for now; it is tried again later",
+    ),
+    "provider_unavailable": Wording(
+        "this provider is not enabled on this Oaken",
+        "the provider this mailbox was connected with is no longer enabled here",
+    ),
 }
+
+
+class MailServerError(Exception):
+    """A mail server could not be used: `reason` is a key of REASONS, `field` the setting at fault."""
+
+    def __init__(self, reason: str, field: str) -> None:
+        super().__init__(f"{field}: {setting_problem(reason)}")
+        self.reason = reason
+        self.field = field
+
+    @property
+    def message(self) -> str:
+        return f"{self.field}: {setting_problem(self.reason)}"
 
 
 def setting_problem(reason: str) -> str:

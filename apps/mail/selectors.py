@@ -227,9 +227,11 @@ def labels_in_reach(*, reach: Reach, account: MailAccount | None) -> QuerySet[La
 
 
 def accounts_listed(*, reach: Reach) -> list[tuple[Any, ...]]:
-    """The accounts in reach by workspace and name: (id, name, kind, address, workspace, synced_at, sync_error)."""
+    """The accounts in reach by workspace and name: (id, name, kind, address, workspace, synced_at, sync_error,
+    oauth_provider, oauth_state)."""
     accounts = reach.accounts().order_by("workspace__name", "name")
-    fields = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    fields: tuple[str, ...] = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
+    fields += ("oauth_provider", "oauth_state")
     return list(accounts.values_list(*fields))
 
 

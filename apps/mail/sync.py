@@ -47,7 +47,16 @@ from apps.mail.imapfetch import fetch_messages, fetch_sizes
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.missing import forget_empty_gone_folders, record_sync_changes, relocation, settle_missing
-from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message
+from apps.mail.models import (
+    FLAG_FLAGGED,
+    FLAG_SEEN,
+    AccountKind,
+    Folder,
+    FolderKind,
+    MailAccount,
+    Message,
+    OAuthState,
+)
 from apps.mail.parsing.message import TOO_LARGE
 from apps.mail.pipeline import long_lived_frozen, parse_batch, read_ahead
 from apps.mail.rows import MessageRow
@@ -544,4 +553,6 @@ def run_sync(account_id: uuid.UUID | str, *, force: bool = False) -> SyncOutcome
 def due_accounts() -> list[uuid.UUID]:
     """IMAP accounts of every tenant whose next sync is due (system work for the beat task)."""
     due = Q(sync_next_at__isnull=True) | Q(sync_next_at__lte=timezone.now())
-    return list(MailAccount.objects.unscoped().filter(due, kind=AccountKind.IMAP).values_list("pk", flat=True))
+    # a mailbox whose provider withdrew Oaken's access is not tried again until a person reconnects it
+    due_imap = MailAccount.objects.unscoped().filter(due, kind=AccountKind.IMAP)
+    return list(due_imap.exclude(oauth_state=OAuthState.NEEDS_RECONNECT).values_list("pk", flat=True))

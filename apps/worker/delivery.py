@@ -31,10 +31,10 @@ from imapclient import IMAPClient
 from imapclient.imapclient import SENT
 
 from apps.core.bounds import bounds
-from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
-from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_login
+from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_authenticate
+from apps.mail.oauth.tokens import login_config
 from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime
 from apps.outbound.models import OutboundRequest, OutboxEntry, State
@@ -58,15 +58,18 @@ class _PrivateHost(Exception):
 
 
 def _credentials(account: Any, kind: str) -> dict[str, Any] | None:
-    """The account's "imap" or "smtp" settings (decrypted in memory only, never logged); None when there are
-    none, or they cannot be decrypted (the person enters them again: the console says so after the next sync)."""
+    """The account's "imap" or "smtp" login settings (decrypted in memory only, never logged; for an OAuth mailbox
+    with a fresh access token); None when there are none, or they cannot be decrypted (the person enters them
+    again: the console says so after the next sync). MailServerError when an OAuth mailbox's token cannot be had:
+    "needs_reconnect" (the provider refused the grant) or "token_refresh_failed" (the provider is away for now)."""
     try:
-        stored = account.credentials
-    except CredentialsUnreadableError:
-        log.warning("the credentials of mail account %s cannot be decrypted", account.pk)
-        return None
-    value = stored.get(kind) if isinstance(stored, dict) else None
-    return value if isinstance(value, dict) else None
+        return login_config(account, kind)
+    except MailServerError as exc:
+        if exc.reason in ("credentials_unreadable", "not_connected"):
+            if exc.reason == "credentials_unreadable":
+                log.warning("the credentials of mail account %s cannot be decrypted", account.pk)
+            return None
+        raise
 
 
 def _step(request: OutboundRequest, name: str, **fields: Any) -> dict[str, Any]:
@@ -107,7 +110,7 @@ def _smtp(credentials: dict[str, Any], timeout: int) -> smtplib.SMTP:
         if security == "starttls":
             smtp.starttls(context=ssl.create_default_context())
             _ehlo(smtp)
-        smtp_login(smtp, credentials.get("username", ""), credentials.get("password", ""))
+        smtp_authenticate(smtp, credentials)
     except BaseException:
         smtp.close()
         raise
@@ -129,8 +132,14 @@ def _temporary(code: int) -> bool:
 
 def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | None:
     """One SMTP transaction; None when DATA could not be recorded as begun (nothing was sent)."""
-    credentials = _credentials(request.account, "smtp")
-    if request.account.kind != "imap" or not credentials:
+    try:
+        credentials = _credentials(request.account, "smtp") if request.account.kind == "imap" else None
+    except MailServerError as exc:
+        # a withdrawn grant is not retried (the person reconnects and sends again); a provider away for now is
+        if exc.reason == "token_refresh_failed":
+            return Outcome("temporary", "smtp_token_refresh_failed")
+        return Outcome("refused", f"smtp_{exc.reason}")
+    if not credentials:
         return Outcome("refused", "account_cannot_send")
     envelope = [*request.to, *request.cc, *request.bcc]
     smtp: smtplib.SMTP | None = None
@@ -280,10 +289,10 @@ def _in_sent(client: IMAPClient, folder: str, message_id: str) -> bool:
 
 def copy_to_sent(request: OutboundRequest, raw: bytes) -> bool:
     """Put the sent copy in Sent unless the server already did (best effort: the mail is sent either way)."""
-    credentials = _credentials(request.account, "imap")
-    if not credentials:
-        return False
     try:
+        credentials = _credentials(request.account, "imap")
+        if not credentials:
+            return False
         with open_imap(credentials) as client:
             folder = _sent_folder(client)
             if folder is None:
@@ -303,15 +312,15 @@ def reconcile(request_id: Any) -> str:
     request = load(request_id)
     if request is None or request.state != State.UNKNOWN:
         return "not unknown"
-    credentials = _credentials(request.account, "imap")
     found = False
-    if credentials:
-        try:
+    try:
+        credentials = _credentials(request.account, "imap")
+        if credentials:
             with open_imap(credentials) as client:
                 folder = _sent_folder(client)
                 found = folder is not None and _in_sent(client, folder, request.message_id)
-        except Exception as exc:
-            log.warning("could not reconcile outbound request %s: %s", request.pk, type(exc).__name__)
+    except Exception as exc:
+        log.warning("could not reconcile outbound request %s: %s", request.pk, type(exc).__name__)
     if not found:
         # no state moves: a count of looks, not an event
         OutboundRequest.objects.for_tenant(request.tenant).filter(pk=request.pk, state=State.UNKNOWN).update(

@@ -24,3 +24,12 @@ LOGOUT_REDIRECT_URL = "/accounts/sign-in"
 EMAIL_VERIFICATION_MAX_AGE_SECONDS = env_int("OAKEN_EMAIL_VERIFICATION_MAX_AGE", 3 * 24 * 3600, minimum=600)
 # mail files uploaded in the console for an import (upload_import), kept until their import ends
 IMPORT_UPLOAD_DIR = str(data_dir() / "imports")
+
+# Mailboxes connected by OAuth (apps.mail.oauth.providers): the built-in providers are enabled when their client
+# id and secret are set; any other provider is described in the TOML file OAKEN_MAIL_OAUTH_PROVIDERS names
+MAIL_OAUTH_GOOGLE_CLIENT_ID = env_str("OAKEN_GOOGLE_CLIENT_ID")
+MAIL_OAUTH_GOOGLE_CLIENT_SECRET = env_str("OAKEN_GOOGLE_CLIENT_SECRET")
+MAIL_OAUTH_MICROSOFT_CLIENT_ID = env_str("OAKEN_MICROSOFT_CLIENT_ID")
+MAIL_OAUTH_MICROSOFT_CLIENT_SECRET = env_str("OAKEN_MICROSOFT_CLIENT_SECRET")
+MAIL_OAUTH_MICROSOFT_TENANT = env_str("OAKEN_MICROSOFT_TENANT", "common") or "common"
+MAIL_OAUTH_PROVIDERS_FILE = env_str("OAKEN_MAIL_OAUTH_PROVIDERS")

@@ -12,7 +12,7 @@ from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
 from apps.mail.mediatypes import media_type
-from apps.mail.models import Label, MailAccount, Message, Thread
+from apps.mail.models import Label, MailAccount, Message, OAuthState, Thread
 from apps.mail.reads import (
     CONVERSATION_PARTICIPANTS_MAX,
     Listing,
@@ -65,6 +65,10 @@ class AccountOut(Closed):
     last_synced_at: datetime | None = Field(description="connected mailboxes: when the last sync succeeded")
     sync_error: str = Field(description="connected mailboxes: why syncing fails ('' when it does not)")
     sync_problem: str = Field(description="connected mailboxes: why syncing fails, in words ('' when it does not)")
+    provider: str = Field(description="the OAuth provider a mailbox is connected with ('' for a password login)")
+    needs_reconnect: bool = Field(
+        description="the provider withdrew Oaken's access: sync and sending stop until a person reconnects it"
+    )
 
 
 class AccountsOut(Closed):
@@ -92,8 +96,12 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                     "last_synced_at": synced,
                     "sync_error": error,
                     "sync_problem": sync_problem(error),
+                    "provider": provider,
+                    "needs_reconnect": state == OAuthState.NEEDS_RECONNECT,
                 }
-                for pk, name, kind, address, workspace, synced, error in accounts_listed(reach=reach(ctx))
+                for pk, name, kind, address, workspace, synced, error, provider, state in accounts_listed(
+                    reach=reach(ctx)
+                )
             ]
         }
     )

@@ -9,9 +9,11 @@ stored encrypted and never returned: outputs show host, port, security and usern
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
+from django.db import transaction
 from pydantic import AfterValidator, Field, SecretStr, StringConstraints
 
 from apps.core import words
@@ -21,6 +23,9 @@ from apps.core.kinds import Principal
 from apps.mail import services
 from apps.mail.imap import MailServerError, check_imap, check_smtp
 from apps.mail.models import AccountKind, MailAccount
+from apps.mail.oauth import flow as oauth_flow
+from apps.mail.oauth.providers import Provider
+from apps.mail.oauth.providers import provider as oauth_provider
 from apps.mail.selectors import account_name_taken, message_count
 from apps.mail.services import shown_settings
 from apps.operations.context import Context
@@ -169,9 +174,13 @@ class ConnectIn(Closed):
 
 
 def _home(ctx: Context, data: ConnectIn) -> Workspace:
+    return _home_named(ctx, data.workspace, data.account_name)
+
+
+def _home_named(ctx: Context, workspace_name: str, account_name: str) -> Workspace:
     """The workspace the new mailbox goes to, where its name is not yet taken."""
-    workspace = access_workspace_by_name(tenant=ctx.tenant, name=data.workspace)
-    if account_name_taken(tenant=ctx.tenant, workspace=workspace, name=data.account_name):
+    workspace = access_workspace_by_name(tenant=ctx.tenant, name=workspace_name)
+    if account_name_taken(tenant=ctx.tenant, workspace=workspace, name=account_name):
         raise OakenError(
             "CONFLICT", "account_name: this workspace already has an account with this name", field="account_name"
         )
@@ -336,3 +345,147 @@ def sync_mailbox(ctx: Context, data: AccountIn) -> SyncOut:
         sync_error=account.sync_error,
         next_sync_at=account.sync_next_at,
     )
+
+
+# ---------------------------------------------------------------- connect_mailbox_oauth
+
+# what a person is told when the provider refused (the provider's own words are never shown)
+PROVIDER_REFUSALS = {
+    "access_denied": "you did not allow Oaken to use this mailbox at the provider",
+    "invalid_client": "the provider does not know Oaken's client: the operator's registration is wrong",
+    "unauthorized_client": "the provider does not let Oaken's client use this flow: the operator's registration",
+    "invalid_scope": "the provider refused the access Oaken asks for",
+    "scope_not_granted": "the provider did not grant access to the mail: allow all the access asked for",
+    "no_refresh_token": "the provider gave no lasting access (no refresh token): connect again",
+    "consent_required": "the provider asks for consent that was not given",
+    "interaction_required": "the provider needs you to sign in again",
+    "login_required": "the provider needs you to sign in again",
+    "invalid_grant": "the provider's answer was already used or has expired: connect again",
+    "provider_unreachable": "the provider could not be reached: try again",
+}
+_PROVIDER_REFUSED = "the provider refused: try again"
+
+
+def provider_refusal(code: str) -> str:
+    return PROVIDER_REFUSALS.get(code, _PROVIDER_REFUSED)
+
+
+class ConnectOAuthIn(Closed):
+    grant: str = Field(
+        min_length=1, max_length=200, description="the handle Oaken's OAuth callback made for this person (no token)"
+    )
+    account_name: Name | None = Field(default=None, description="default: the mailbox's address")
+    workspace: str = Field(default=DEFAULT_WORKSPACE, min_length=1, max_length=100)
+    email_address: str = Field(default="", max_length=320, description="asked only when the provider does not say it")
+
+
+@dataclass
+class _OAuthTarget:
+    grant: dict[str, Any]
+    provider: Provider
+    address: str
+    workspace: Workspace | None  # a new mailbox goes here
+    account: MailAccount | None  # or the mailbox being reconnected
+
+
+def _grant_of(ctx: Context, data: ConnectOAuthIn) -> dict[str, Any]:
+    user = ctx.caller.user
+    grant = None
+    if user is not None:
+        grant = oauth_flow.read_grant(data.grant, user_id=str(user.pk), tenant_id=str(ctx.tenant.pk))
+    if grant is None:
+        raise OakenError.invalid("grant", "this connection has expired or is not yours: connect again")
+    if grant.get("error"):
+        raise OakenError("FORBIDDEN", provider_refusal(str(grant["error"])), field="grant")
+    return grant
+
+
+def _oauth_target(ctx: Context, data: ConnectOAuthIn) -> _OAuthTarget:
+    grant = _grant_of(ctx, data)
+    provider = oauth_provider(str(grant.get("provider", "")))
+    if provider is None:
+        raise OakenError.invalid("grant", "this provider is not enabled here")
+    address = str(grant.get("address") or data.email_address).strip()
+    if "@" not in address:
+        raise OakenError.invalid("email_address", "the provider does not say the mailbox's address: enter it")
+    if grant.get("account"):
+        account = _the_mailbox(ctx, AccountIn(account_id=grant["account"]))
+        if account.oauth_provider != provider.name or account.email_address.lower() != address.lower():
+            raise OakenError.invalid("grant", f"reconnect with the same mailbox ({account.email_address})")
+        return _OAuthTarget(grant, provider, address, None, account)
+    name = data.account_name or address
+    workspace = _home_named(ctx, data.workspace, name)
+    return _OAuthTarget(grant, provider, address, workspace, None)
+
+
+def _bearer_config(target: _OAuthTarget, part: str) -> dict[str, Any]:
+    return target.provider.servers(target.address)[part] | {
+        "bearer": target.grant["access_token"],
+        "mechanism": target.provider.mechanism,
+    }
+
+
+def _try_with_token(ctx: Context, data: ConnectOAuthIn) -> None:
+    """Log in to both servers with the access token before anything is saved."""
+    target: _OAuthTarget = ctx.targets
+    try:
+        check_imap(_bearer_config(target, "imap"))
+        check_smtp(_bearer_config(target, "smtp"))
+    except MailServerError as exc:
+        raise OakenError("INVALID_INPUT", exc.message, field=exc.field) from None
+
+
+def _connect_oauth_preview(ctx: Context, data: ConnectOAuthIn) -> Preview:
+    target: _OAuthTarget = ctx.targets
+    if target.account is not None:
+        return Preview(
+            (Change(str(target.account.pk), {"connection": target.account.oauth_state}, {"connection": "ok"}),)
+        )
+    settings = shown_settings(target.provider.servers(target.address))
+    shown = {"name": data.account_name or target.address, "workspace": data.workspace, "provider": target.provider.name}
+    return Preview((Change("new mailbox", None, shown | settings),))
+
+
+def _expiry(grant: dict[str, Any]) -> datetime | None:
+    value = grant.get("expires_at")
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+@operation(
+    name="connect_mailbox_oauth",
+    summary="Connect (or reconnect) a mailbox by OAuth once its provider said yes: the access token is tried on "
+    "IMAP and SMTP, then the mailbox is saved and synced; the tokens are stored encrypted and never returned.",
+    input=ConnectOAuthIn,
+    output=MailboxOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_connect_oauth_preview,
+    confirm=NEVER,
+    targets=_oauth_target,
+    verify=_try_with_token,
+    callers=Callers.PERSONS,
+)
+def connect_mailbox_oauth(ctx: Context, data: ConnectOAuthIn) -> MailboxOut:
+    """The person's consent at the provider is the confirmation; the grant is used once."""
+    target: _OAuthTarget = ctx.targets
+    tokens = {"access_token": target.grant["access_token"], "refresh_token": target.grant["refresh_token"]}
+    if target.account is not None:
+        account = services.reconnect_mailbox_oauth(
+            act=ctx, account=target.account, tokens=tokens, expires_at=_expiry(target.grant)
+        )
+    else:
+        assert target.workspace is not None
+        account = services.connect_mailbox_oauth(
+            act=ctx,
+            workspace=target.workspace,
+            name=data.account_name or target.address,
+            email_address=target.address,
+            provider=target.provider.name,
+            credentials=target.provider.servers(target.address),
+            tokens=tokens,
+            expires_at=_expiry(target.grant),
+        )
+    handle = data.grant
+    transaction.on_commit(lambda: oauth_flow.drop_grant(handle))
+    return mailbox_out(account)

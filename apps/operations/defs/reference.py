@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from apps.mail.models import OAuthState
 from apps.mail.selectors import Reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty
@@ -77,6 +78,9 @@ class StatusOut(Closed):
     tenant: str
     workspaces: list[str]
     accounts: int
+    accounts_needing_reconnect: int = Field(
+        description="mailboxes whose provider withdrew Oaken's access (list_accounts names them; a person reconnects)"
+    )
     operations_registered: int
     search: SearchIndexOut
 
@@ -97,6 +101,7 @@ def status(ctx: Context, data: Empty) -> StatusOut:
         tenant=ctx.tenant.name,
         workspaces=listed,
         accounts=reach.accounts().count(),
+        accounts_needing_reconnect=reach.accounts().filter(oauth_state=OAuthState.NEEDS_RECONNECT).count(),
         operations_registered=sum(1 for _ in registry),
         search=SearchIndexOut(**asdict(index_state(tenant=ctx.tenant, accounts=reach.accounts()))),
     )

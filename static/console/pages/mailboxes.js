@@ -167,3 +167,38 @@ if (form) {
 }
 
 refresh();
+
+// connecting by OAuth (apps/console/mailoauth.py): a provider's button goes to the start of the flow (a navigation:
+// the console's CSP lets no form post on to the provider); a provider that does not say the mailbox's address leaves
+// a form asking for it, which finishes through connect_mailbox_oauth
+const startFlow = (path) => window.location.assign(path);
+document.querySelectorAll("[data-oauth-start]").forEach((b) => b.addEventListener("click", () => startFlow(b.dataset.oauthStart)));
+const oauthNotice = document.querySelector("[data-oauth-notice]");
+if (oauthNotice) oauthNotice.scrollIntoView({ block: "center" });
+const reconnectList = document.getElementById("mail-oauth-reconnect");
+const startPath = document.querySelector("[data-oauth-start]")?.dataset.oauthStart.split("?")[0];
+// a mailbox whose provider withdrew Oaken's access: Reconnect runs the flow again for the same account (its mail stays)
+const showReconnects = () =>
+  call("list_accounts", {}).then(
+    (out) => {
+      const waiting = out.accounts.filter((a) => a.needs_reconnect);
+      reconnectList.replaceChildren(
+        ...waiting.map((a) =>
+          el("p", { "data-reconnect": a.id }, `${a.name} (${a.email_address}): the provider withdrew Oaken's access. `, button("Reconnect", () => startFlow(`${startPath}?${new URLSearchParams({ provider: a.provider, account_id: a.id })}`))),
+        ),
+      );
+    },
+    () => {}, // the accounts list above shows the refusal
+  );
+if (reconnectList && startPath) showReconnects();
+const askAddress = document.getElementById("mail-oauth-address");
+if (askAddress) {
+  onSubmit("mail-oauth-address", async () => {
+    const body = { grant: askAddress.dataset.grant, email_address: askAddress.elements.namedItem("email_address").value.trim() };
+    const out = await perform("connect_mailbox_oauth", body);
+    if (!out) return;
+    askAddress.remove();
+    notice(`${out.email_address} is connected; its mail is syncing.`);
+    refresh();
+  });
+}
