@@ -425,3 +425,66 @@ def test_a_refusal_at_the_token_endpoint_is_said_and_audited(
     event = AuditEvent.objects.for_tenant(alice.tenant).get(operation="connect_mailbox_oauth")
     assert event.outcome == "FORBIDDEN"
     assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+
+
+# ---------------------------------------------------------------- the IDLE watcher
+
+
+@pytest.mark.django_db(transaction=True)  # the watcher's thread closes old connections, as a long process must
+def test_the_idle_watcher_logs_in_by_the_mailboxs_token_and_leaves_one_that_needs_reconnecting(
+    alice: Person, mallory: Person, oauth: OAuthWorld
+) -> None:
+    """The watcher obtains an OAuth mailbox's login where the sync does (login_config: a fresh access token and the
+    provider's mechanism), logs in to Dovecot by it and hears new mail; a mailbox that needs reconnecting is not
+    watched at all. Another tenant's mailbox on the same server is watched with its own token only."""
+    import asyncio
+    import time
+
+    from apps.mail.idle import IdleConnection
+    from apps.mail.watcher import watch_login, watchable_accounts
+
+    me, theirs = _address(oauth, "alice"), _address(oauth, "mallory")
+    account, other = oauth_account(alice, oauth, me), oauth_account(mallory, oauth, theirs)
+    assert {str(account.pk), str(other.pk)} <= set(watchable_accounts())
+    login = watch_login(str(account.pk))
+    assert login is not None and login.bearer and login.mechanism == "XOAUTH2" and login.password == ""
+    assert login.bearer not in repr(login)
+    assert login.bearer != (watch_login(str(other.pk)) or login).bearer
+
+    async def hears_new_mail() -> int:
+        conn = await IdleConnection.open(login, 10)
+        seen: list[int] = []
+        try:
+            await conn.examine_inbox()
+
+            def deliver() -> None:
+                time.sleep(0.5)
+                oauth.imap.append(me, "INBOX", raw_message(subject="Heard by IDLE", to=me))
+
+            delivered = asyncio.get_running_loop().run_in_executor(None, deliver)
+            for _ in range(3):
+                await conn.idle(1.0, lambda: seen.append(1))
+            await delivered
+        finally:
+            conn.close()
+        return len(seen)
+
+    assert asyncio.run(hears_new_mail()) >= 1
+
+    # a dead token is refused by the server, as a login refusal
+    async def refused() -> str:
+        dead = type(login)(login.host, login.port, login.security, login.username, "", bearer="not-a-token")
+        try:
+            (await IdleConnection.open(dead, 10)).close()
+        except Exception as exc:
+            return str(exc)
+        return "logged in"
+
+    assert asyncio.run(refused()) == "login_failed"
+
+    oauth.provider.revoke_grants(me)
+    _expire(account, oauth)
+    assert watch_login(str(account.pk)) is None  # the refresh was refused: needs reconnecting
+    account.refresh_from_db()
+    assert account.oauth_state == "needs_reconnect"
+    assert str(account.pk) not in watchable_accounts() and str(other.pk) in watchable_accounts()

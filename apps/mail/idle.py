@@ -47,6 +47,9 @@ class ImapLogin:
     security: str  # "ssl" | "starttls" | "none"
     username: str
     password: str = field(repr=False)
+    # an OAuth mailbox: an access token and the provider's SASL mechanism (XOAUTH2 or OAUTHBEARER) instead
+    bearer: str = field(default="", repr=False)
+    mechanism: str = ""
 
 
 def _quoted(value: str) -> bytes:
@@ -103,6 +106,9 @@ class IdleConnection:
         return conn
 
     async def _login(self, login: ImapLogin) -> None:
+        if login.bearer:
+            await self._bearer_login(login)
+            return
         if f"{login.username}{login.password}".isascii():
             await self.command(b"LOGIN " + _quoted(login.username) + b" " + _quoted(login.password), refusal="login")
             return
@@ -113,6 +119,22 @@ class IdleConnection:
         secret = b"\x00" + login.username.encode() + b"\x00" + login.password.encode()
         self.writer.write(base64.b64encode(secret) + b"\r\n")
         await self._complete(tag, refusal="login")
+
+    async def _bearer_login(self, login: ImapLogin) -> None:
+        """AUTHENTICATE with the access token (the same initial response the sync sends); a refusal comes as a
+        challenge (the server's error, JSON) that an empty line answers before the tagged NO."""
+        from apps.mail.imap import bearer_response
+
+        mechanism = login.mechanism or "XOAUTH2"
+        if mechanism not in ("XOAUTH2", "OAUTHBEARER"):
+            raise IdleError("unsupported_mechanism")
+        tag = self._send(b"AUTHENTICATE " + mechanism.encode())
+        await self.writer.drain()
+        if not (await self._line(self.timeout)).startswith(b"+"):
+            raise IdleError("login_failed")
+        self.writer.write(bearer_response(mechanism, login.username, login.bearer).encode() + b"\r\n")
+        await self.writer.drain()
+        await self._complete(tag, refusal="login", challenged=True)
 
     def _send(self, command: bytes) -> bytes:
         self._tag += 1
@@ -138,11 +160,20 @@ class IdleConnection:
         return line
 
     async def _complete(
-        self, tag: bytes, *, refusal: str = "server_error", on_line: Callable[[bytes], None] | None = None
+        self,
+        tag: bytes,
+        *,
+        refusal: str = "server_error",
+        on_line: Callable[[bytes], None] | None = None,
+        challenged: bool = False,
     ) -> list[bytes]:
         untagged: list[bytes] = []
         while True:
             line = await self._line(self.timeout)
+            if challenged and line.startswith(b"+"):  # a SASL challenge: the empty answer ends the exchange
+                self.writer.write(b"\r\n")
+                await self.writer.drain()
+                continue
             if line.startswith(tag + b" "):
                 if line[len(tag) + 1 :].upper().startswith(b"OK"):
                     return untagged

@@ -109,7 +109,7 @@ def _imap_login(client: IMAPClient, config: Mapping[str, Any]) -> None:
         raise MailServerError("unsupported_characters", "imap.password")
 
 
-def _bearer_response(mechanism: str, username: str, token: str) -> str:
+def bearer_response(mechanism: str, username: str, token: str) -> str:
     """The initial client response of XOAUTH2 (Google's and Microsoft's) or OAUTHBEARER (RFC 7628 §3.1)."""
     if mechanism == "OAUTHBEARER":
         identity = username.replace("=", "=3D").replace(",", "=2C")  # RFC 5801 §4's saslname
@@ -130,7 +130,7 @@ def smtp_authenticate(smtp: smtplib.SMTP, config: Mapping[str, Any]) -> None:
     if not smtp.has_extn("auth"):
         return
     mechanism = config.get("mechanism", "XOAUTH2")
-    code, _ = smtp.docmd("AUTH", f"{mechanism} {_bearer_response(mechanism, username, token)}")
+    code, _ = smtp.docmd("AUTH", f"{mechanism} {bearer_response(mechanism, username, token)}")
     if code == 334:
         # the server's error challenge (JSON): an empty answer (XOAUTH2) or ^A (OAUTHBEARER) ends the exchange
         code, _ = smtp.docmd("AQ==" if mechanism == "OAUTHBEARER" else "")

@@ -42,7 +42,9 @@ from django.db import close_old_connections
 
 from apps.core.bounds import bounds
 from apps.mail.idle import IdleConnection, IdleError, ImapLogin, NoIdleError
-from apps.mail.models import AccountKind, MailAccount
+from apps.mail.models import AccountKind, MailAccount, OAuthState
+from apps.mail.oauth.tokens import login_config
+from apps.mail.reasons import MailServerError
 
 log = logging.getLogger("oaken.mail.watcher")
 
@@ -68,7 +70,9 @@ def _alive_key(watcher_id: str) -> str:
 def watchable_accounts() -> list[str]:
     """Every account a watcher should watch, all tenants (system work). An account state that stops syncing
     (a mailbox that needs reconnecting) leaves the list here."""
-    return [str(pk) for pk in MailAccount.objects.unscoped().filter(kind=AccountKind.IMAP).values_list("pk", flat=True)]
+    accounts = MailAccount.objects.unscoped().filter(kind=AccountKind.IMAP)
+    accounts = accounts.exclude(oauth_state=OAuthState.NEEDS_RECONNECT)
+    return [str(pk) for pk in accounts.values_list("pk", flat=True)]
 
 
 def watch_login(account_id: str) -> ImapLogin | None:
@@ -80,9 +84,22 @@ def watch_login(account_id: str) -> ImapLogin | None:
     account = MailAccount.objects.unscoped().filter(pk=account_id, kind=AccountKind.IMAP).first()
     if account is None:
         return None
-    imap = account.credentials["imap"]
+    try:
+        # the sync's own login settings: for an OAuth mailbox a fresh access token (refreshed under the account's
+        # lock when it expires soon) and the provider's SASL mechanism
+        imap = login_config(account, "imap")
+    except MailServerError:
+        return None  # needs reconnecting, or unreadable: the next scan looks again, the poll reports it
     require_public_host(imap["host"], int(imap["port"]), "imap.host")
-    return ImapLogin(imap["host"], int(imap["port"]), imap["security"], imap["username"], imap["password"])
+    return ImapLogin(
+        imap["host"],
+        int(imap["port"]),
+        imap["security"],
+        imap["username"],
+        imap.get("password", ""),
+        bearer=imap.get("bearer", ""),
+        mechanism=imap.get("mechanism", ""),
+    )
 
 
 def request_sync(account_id: str) -> None:
