@@ -215,11 +215,9 @@ def _position(row: dict[str, Any]) -> list[str | None]:
     return [row["date"].isoformat() if row["date"] else None, row["id"]]
 
 
-def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str | None]:
-    """The page and the cursor after it, read after every check and before the call's transaction opens (gather),
-    which then holds the call's event alone (apps.gate.dispatch)."""
-    size = data.size(ctx.bounds)
-    named: Listing = ctx.targets
+def _listing_filters(named: Listing, *, unread_only: bool, pinned_only: bool = False) -> dict[str, Any]:
+    """What a listing (of messages or of conversations) is limited to: the account, folder and label it named,
+    and the flags asked for."""
     where: dict[str, Any] = {}
     if named.account is not None:
         where["account"] = named.account
@@ -227,8 +225,18 @@ def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str
         where["folder"] = named.folder
     if named.label is not None:
         where["label"] = named.label
-    if data.unread_only:
+    if unread_only:
         where["unread"] = True
+    if pinned_only:
+        where["pinned"] = True
+    return where
+
+
+def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str | None]:
+    """The page and the cursor after it, read after every check and before the call's transaction opens (gather),
+    which then holds the call's event alone (apps.gate.dispatch)."""
+    size = data.size(ctx.bounds)
+    where = _listing_filters(ctx.targets, unread_only=data.unread_only)
     after = read_cursor(data.cursor, 2, _after)
     if after is not None:
         where[after[0]] = after[1]
@@ -298,18 +306,7 @@ def _conversation_position(row: dict[str, Any]) -> list[str | None]:
 def _conversation_page(ctx: Context, data: ListConversationsIn) -> tuple[list[dict[str, Any]], str | None]:
     """The page of conversations and the cursor after it, read before the call's transaction opens, as _page."""
     size = data.size(ctx.bounds)
-    named: Listing = ctx.targets
-    where: dict[str, Any] = {}
-    if named.account is not None:
-        where["account"] = named.account
-    if named.folder is not None:
-        where["folder"] = named.folder
-    if named.label is not None:
-        where["label"] = named.label
-    if data.unread_only:
-        where["unread"] = True
-    if data.pinned_only:
-        where["pinned"] = True
+    where = _listing_filters(ctx.targets, unread_only=data.unread_only, pinned_only=data.pinned_only)
     rows = conversations(
         reach(ctx),
         where,
