@@ -143,6 +143,12 @@ def test_the_mail_page_shows_the_controls_as_markers_in_chromium(
     page = browser_page
     _sign_in(page, alice, live_server.url)
     page.goto("/mail")
+    # the conversations' list (the default) and the messages' list alike
+    conversation = page.locator(f'li.conversation[data-thread-id="{spoofed.thread_id}"]')
+    expect(conversation.locator(".sender")).to_contain_text("Your [U+202E]knaB[U+2069] Team")
+    expect(conversation.locator(".subject")).to_have_text("Invoice [U+2067]diap[U+2069] [U+202A]now")
+    assert not RAW_CONTROLS.search(_rendered(page))
+    page.click("#view-messages")
     row = page.locator(f'li.message[data-message-id="{spoofed.pk}"]')
     expect(row.locator(".sender")).to_have_text("Your [U+202E]knaB[U+2069] Team")
     expect(row.locator(".subject")).to_have_text("Invoice [U+2067]diap[U+2069] [U+202A]now")
