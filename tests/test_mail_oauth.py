@@ -139,9 +139,9 @@ def test_a_dead_token_is_refused_by_the_servers(alice: Person, oauth: OAuthWorld
 
 def _follow_to_provider(client: Client, query: str) -> str:
     """Start the flow in the console, let the provider answer; the callback URL the provider sends the browser to."""
-    started = client.get(f"/mailboxes/oauth/start?{query}")
-    assert started.status_code == 302
-    authorize = started["Location"]
+    started = client.post("/mailboxes/oauth/start", query, content_type="application/x-www-form-urlencoded")
+    assert started.status_code == 200 and started["Cache-Control"] == "no-store"
+    authorize = started.json()["url"]
     assert authorize.startswith(oauth_url()) and "code_challenge_method=S256" in authorize
     with urllib.request.build_opener(_NoRedirect).open(authorize) as answer:
         assert answer.status == 302
@@ -157,6 +157,19 @@ def oauth_url() -> str:
     found = providers.provider("loopback")
     assert found is not None
     return found.authorize_url
+
+
+def test_no_other_site_can_start_a_flow_in_a_signed_in_browser(alice: Person, mallory: Person) -> None:
+    """Starting the flow is a POST under the CSRF check: a link or a form of another site (which has no token) starts
+    nothing, so it cannot have a signed-in person's mailbox connected into a tenant their console is in."""
+    victim = Client(enforce_csrf_checks=True)
+    victim.force_login(alice.user)
+    assert victim.get("/mailboxes/oauth/start?provider=loopback").status_code == 405
+    form = "application/x-www-form-urlencoded"
+    forged = victim.post("/mailboxes/oauth/start", "provider=loopback", content_type=form)
+    assert forged.status_code == 403 and "code_challenge" not in forged.content.decode()
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
 
 
 def _notices(client: Client) -> list[str]:

@@ -1,11 +1,12 @@
 """Connecting a mailbox by OAuth from the Mailboxes page: the start of the flow and the provider's callback.
 
-Start (GET /mailboxes/oauth/start?provider=<name>[&account_id=<id> to reconnect]) sends the signed-in person to the
-provider with PKCE and a `state` kept server-side, bound to the person and the tenant the console acts in, single
-use and short lived (apps.mail.oauth.flow). The callback takes the state back, turns the provider's answer into a
-grant and calls connect_mailbox_oauth through the gate for the person, so a refusal (the person said no, a wrong
-client, a scope not granted) is audited like any refused call; then it goes back to the Mailboxes page, which
-says what happened. No token, code or verifier is logged or put in a URL of Oaken's.
+Start (POST /mailboxes/oauth/start, provider=<name>[&account_id=<id> to reconnect], under the CSRF check) answers
+the provider's address the page then sends the signed-in person to, with PKCE and a `state` kept server-side,
+bound to the person and the tenant the console acts in, single use and short lived (apps.mail.oauth.flow). The
+callback takes the state back, turns the provider's answer into a grant and calls connect_mailbox_oauth through
+the gate for the person, so a refusal (the person said no, a wrong client, a scope not granted) is audited like
+any refused call; then it goes back to the Mailboxes page, which says what happened. No token, code or verifier
+is logged or put in a URL of Oaken's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from apps.console.views import current_membership
 from apps.core.callers import Caller
@@ -39,23 +40,27 @@ def _back(request: HttpRequest, text: str, *, ok: bool = False) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_POST
 def start(request: HttpRequest) -> HttpResponse:
+    """A POST under the CSRF check, answered with the provider's address for the page to go to: a GET any site could
+    link to would start a flow in a signed-in victim's browser, connecting their mailbox into whichever tenant their
+    console is in (one the linker may read). (A form cannot post on to the provider: the console's policy keeps forms
+    to Oaken, redirects included; the page navigates to the address instead.)"""
     request.session.pop("mail_oauth_grant", None)  # a new flow: an address asked for an older one is not
     membership = current_membership(request)
-    provider = find_provider(request.GET.get("provider", ""))
+    provider = find_provider(request.POST.get("provider", ""))
     if membership is None or provider is None:
-        return _back(request, "This provider is not enabled here.")
+        refused = {"code": "NOT_FOUND", "message": "This provider is not enabled here.", "field": "provider"}
+        return JsonResponse({"error": refused}, status=404)
     url = flow.begin(
         provider,
         user_id=str(request.user.pk),
         tenant_id=str(membership.tenant_id),
         redirect_uri=public_origin(request) + flow.CALLBACK_PATH,
-        account_id=request.GET.get("account_id", "")[:64],
+        account_id=request.POST.get("account_id", "")[:64],
     )
-    response = redirect(url)
+    response = JsonResponse({"url": url})
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"
     return response
 
 

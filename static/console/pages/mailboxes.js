@@ -1,5 +1,5 @@
 // /mailboxes: the tenant's mail accounts, sync on demand, removal, and connecting an IMAP mailbox.
-import { button, call, describeError, el, formLabels, load, notice, onSubmit, perform, plainError, row, table, when } from "../lib.js";
+import { button, call, describeError, el, formLabels, load, notice, onSubmit, perform, plainError, post, row, table, when } from "../lib.js";
 
 // the page says whether this person may remove accounts (the server renders it, from their role)
 const mayRemove = document.getElementById("accounts-list").hasAttribute("data-can-remove");
@@ -168,15 +168,23 @@ if (form) {
 
 refresh();
 
-// connecting by OAuth (apps/console/mailoauth.py): a provider's button goes to the start of the flow (a navigation:
-// the console's CSP lets no form post on to the provider); a provider that does not say the mailbox's address leaves
-// a form asking for it, which finishes through connect_mailbox_oauth
-const startFlow = (path) => window.location.assign(path);
-document.querySelectorAll("[data-oauth-start]").forEach((b) => b.addEventListener("click", () => startFlow(b.dataset.oauthStart)));
+// connecting by OAuth (apps/console/mailoauth.py): a provider's button posts the start of the flow (under the CSRF
+// check, so no other site can start one) and goes to the provider's address it answers (a navigation: the console's
+// CSP lets no form post on to the provider); a provider that does not say the mailbox's address leaves a form asking
+// for it, which finishes through connect_mailbox_oauth
+const startPath = document.getElementById("mail-oauth-providers")?.dataset.oauthStart;
+async function startFlow(fields) {
+  try {
+    const out = await post(startPath, "application/x-www-form-urlencoded", new URLSearchParams(fields).toString());
+    window.location.assign(out.url);
+  } catch (err) {
+    notice(describeError(err), true);
+  }
+}
+document.querySelectorAll("[data-oauth-provider]").forEach((b) => b.addEventListener("click", () => startFlow({ provider: b.dataset.oauthProvider })));
 const oauthNotice = document.querySelector("[data-oauth-notice]");
 if (oauthNotice) oauthNotice.scrollIntoView({ block: "center" });
 const reconnectList = document.getElementById("mail-oauth-reconnect");
-const startPath = document.querySelector("[data-oauth-start]")?.dataset.oauthStart.split("?")[0];
 // a mailbox whose provider withdrew Oaken's access: Reconnect runs the flow again for the same account (its mail stays)
 const showReconnects = () =>
   call("list_accounts", {}).then(
@@ -184,7 +192,7 @@ const showReconnects = () =>
       const waiting = out.accounts.filter((a) => a.needs_reconnect);
       reconnectList.replaceChildren(
         ...waiting.map((a) =>
-          el("p", { "data-reconnect": a.id }, `${a.name} (${a.email_address}): the provider withdrew Oaken's access. `, button("Reconnect", () => startFlow(`${startPath}?${new URLSearchParams({ provider: a.provider, account_id: a.id })}`))),
+          el("p", { "data-reconnect": a.id }, `${a.name} (${a.email_address}): the provider withdrew Oaken's access. `, button("Reconnect", () => startFlow({ provider: a.provider, account_id: a.id }))),
         ),
       );
     },
