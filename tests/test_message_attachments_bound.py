@@ -91,6 +91,7 @@ def test_mail_shows_the_first_attachments_and_says_how_many_there_are(
     page = browser_page
     _sign_in(page, alice, live_server.url)
     page.goto("/mail")
+    page.click("#view-messages")  # conversations are the default (issue 37): this opens one message's row
     page.locator(f'li.message[data-message-id="{mine.message_ids[0]}"] button.open').click()
     opened = page.locator("#thread article.thread-message").first
     listed = opened.locator("ul.attachments li")
