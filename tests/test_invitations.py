@@ -294,20 +294,39 @@ def test_an_invitee_signs_up_confirms_and_lands_in_the_inviting_tenant(alice: Pe
 
     confirm = _mailed_link("newbie@example.test")
     assert token not in confirm and token not in mail.outbox[-1].body  # the token went out once, in the invitation
-    elsewhere = Client()  # the mail may well be opened in another browser
+    elsewhere = Client()  # the mail may well be opened in another browser: it joins there, then asks to sign in
     landed = elsewhere.get(confirm)
-    assert landed.status_code == 302 and landed["Location"] == "/"
+    assert landed.status_code == 302 and landed["Location"] == "/accounts/sign-in?confirmed=1"
     assert [(m.tenant_id, m.role) for m in Membership.objects.for_user(newbie)] == [(alice.tenant.pk, "ADMIN")]
-    assert elsewhere.session[SESSION_TENANT_KEY] == str(alice.tenant.pk)
+    assert "_auth_user_id" not in elsewhere.session  # a link signs in only the browser that signed up
+    signed_in = elsewhere.post("/accounts/sign-in", {"username": "newbie@example.test", "password": PASSWORD})
+    assert signed_in["Location"] == "/"
     home = elsewhere.get("/").content.decode()
     assert "<h1>Alice&#x27;s tenant</h1>" in home and "Mallory" not in home
     row = Invitation.objects.for_tenant(alice.tenant).get()
     assert row.accepted_by == newbie
     event = AuditEvent.objects.for_tenant(alice.tenant).get(operation="accept_invitation")
     assert (event.person_id, event.door, event.outcome) == (newbie.pk, "ui", "ok")
-    assert elsewhere.get(confirm)["Location"] == "/"  # following it again changes nothing
+    assert elsewhere.get(confirm)["Location"] == "/accounts/sign-in?confirmed=1"  # again: changes nothing
     assert not Membership.objects.for_tenant(mallory.tenant).filter(user=newbie).exists()
     assert not AuditEvent.objects.for_tenant(mallory.tenant).filter(person_id=newbie.pk).exists()
+
+
+def test_a_confirmation_link_signs_in_only_the_browser_that_signed_up_and_only_once(
+    alice: Person, mallory: Person
+) -> None:
+    """A link that signed in whoever followed it, for days, let its owner sign a victim into the owner's account
+    (then whatever the victim connected or wrote went to the owner's tenant). It confirms the address anywhere, but
+    signs in only the browser that signed up, the first time."""
+    owner = Client()
+    owner.post("/accounts/sign-up", {"email": "owner@example.test", "password": PASSWORD, "tenant": "Owner Co"})
+    link = _mailed_link("owner@example.test")
+    victim = Client()
+    assert victim.get(link)["Location"] == "/accounts/sign-in?confirmed=1"
+    assert "_auth_user_id" not in victim.session
+    assert User.objects.get(email="owner@example.test").email_verified_at is not None
+    assert owner.get(link)["Location"] == "/accounts/sign-in?confirmed=1"  # no longer the first time
+    assert "_auth_user_id" not in owner.session
 
 
 def test_an_invitee_may_ask_for_a_tenant_of_their_own_too(alice: Person) -> None:

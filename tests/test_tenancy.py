@@ -73,7 +73,9 @@ def test_user_create_can_mail_the_confirmation_link_instead(db: None, mailoutbox
     form = {"username": "carol@example.test", "password": "a long enough secret 1"}
     refused = browser.post("/accounts/sign-in", form)
     assert "Confirm your e-mail address" in refused.content.decode()
-    assert browser.get(link.group(1))["Location"] == "/"
+    # the link confirms; it signs in only the browser that signed up, and this person signed up at the command line
+    assert browser.get(link.group(1))["Location"] == "/accounts/sign-in?confirmed=1"
+    assert browser.post("/accounts/sign-in", form)["Location"] == "/"
     assert User.objects.get(pk=data["user_id"]).email_verified_at is not None
 
 

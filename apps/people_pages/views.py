@@ -17,13 +17,13 @@ from django.contrib.auth.hashers import make_password
 from django.core import signing
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse_lazy
+from django.urls import reverse, reverse_lazy
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from apps.accounts import mail, mailbound, signin, tasks
 from apps.accounts import services as account_services
-from apps.accounts.models import User
+from apps.accounts.models import User, normalize_email
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal
@@ -92,6 +92,8 @@ def sign_up(request: HttpRequest) -> HttpResponse:
         form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         email, password = form.cleaned_data["email"], form.cleaned_data["password"]
+        # whatever the address: the confirmation link signs in only the browser that signed up (verify_email)
+        request.session[SIGNED_UP_KEY] = normalize_email(email)
         try:
             allowed = mailbound.may_send(request, email)
         except mailbound.MailUncountableError:
@@ -193,6 +195,10 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
         return response
 
 
+# the address this browser signed up with (the confirmation link signs in only here)
+SIGNED_UP_KEY = "signed_up_as"
+
+
 def check_mail(request: HttpRequest) -> HttpResponse:
     return render(request, "people_pages/check_mail.html")
 
@@ -212,11 +218,19 @@ def verify_email(request: HttpRequest, token: str) -> HttpResponse:
     if first_time:
         user.email_verified_at = timezone.now()
         user.save(update_fields=["email_verified_at"])
-    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    # signed in only by the first use, in the browser that signed up: a link that signs in whoever follows it
+    # would let its owner sign a victim into the owner's account (whose tenant then receives what the victim does)
+    here = first_time and request.session.get(SIGNED_UP_KEY) == normalize_email(user.email)
+    if here:
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     if invitation_id is not None and first_time:
         request.session.pop(SESSION_INVITATION_KEY, None)
-        return _join(request, user, invitation_reference(invitation_id))
-    return redirect("console")
+        joined = _join(request, user, invitation_reference(invitation_id))
+        if here or joined.status_code != 302:
+            return joined
+    if here:
+        return redirect("console")
+    return redirect(f"{reverse('sign-in')}?confirmed=1")
 
 
 @login_required
