@@ -240,6 +240,39 @@ def test_a_grant_is_the_persons_own(alice: Person, mallory: Person, oauth: OAuth
     assert refusal(as_agent(alice), "connect_mailbox_oauth", {"grant": grant}).code == "NOT_AVAILABLE"
 
 
+def test_a_grant_connects_one_mailbox_however_many_calls_race_with_it(
+    alice: Person, mallory: Person, oauth: OAuthWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls with one grant (a form sent twice) both pass the server checks, which take seconds; the grant is
+    claimed inside the call's transaction, so one saves the mailbox and the other is refused: never two mailboxes
+    holding one refresh token (rotation would strand one, and removing either would revoke both)."""
+    from apps.mail.oauth import flow
+    from apps.operations.defs import mailboxes
+
+    me = _address(oauth, "alice")
+    tokens = oauth.provider.grant_for(me)
+    grant = flow.keep_grant(
+        {"provider": "loopback", "account": "", "access_token": tokens["access_token"],
+         "refresh_token": tokens["refresh_token"], "address": me},
+        user_id=str(alice.user.pk),
+        tenant_id=str(alice.tenant.pk),
+    )  # fmt: skip
+    real_check, raced = mailboxes.check_smtp, []
+
+    def check_while_another_call_runs(config: Any) -> None:
+        real_check(config)
+        if not raced:  # the first call's check: the second call runs to its end meanwhile
+            raced.append("second")
+            call(as_person(alice), "connect_mailbox_oauth", {"grant": grant, "account_name": "second"})
+
+    monkeypatch.setattr(mailboxes, "check_smtp", check_while_another_call_runs)
+    first = refusal(as_person(alice), "connect_mailbox_oauth", {"grant": grant, "account_name": "first"})
+    # refused as used up: when it looks for the grant again, or (a moment later) when it claims it
+    assert first.code in ("CONFLICT", "INVALID_INPUT") and first.field == "grant"
+    assert [a.name for a in MailAccount.objects.for_tenant(alice.tenant)] == ["second"]
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
+
+
 # ---------------------------------------------------------------- tokens over time
 
 

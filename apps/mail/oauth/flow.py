@@ -127,3 +127,9 @@ def read_grant(handle: str, *, user_id: str, tenant_id: str) -> dict[str, Any] |
 
 def drop_grant(handle: str) -> None:
     redis_client().delete(_GRANT_KEY + handle)
+
+
+def claim_grant(handle: str) -> bool:
+    """Use the grant up: True for the one call that removed it (Redis's DEL is atomic), False for any other, which
+    must not save a second mailbox holding the same refresh token."""
+    return bool(redis_client().delete(_GRANT_KEY + handle))

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
-from django.db import transaction
 from pydantic import AfterValidator, Field, SecretStr, StringConstraints
 
 from apps.core import words
@@ -467,8 +466,11 @@ def _expiry(grant: dict[str, Any]) -> datetime | None:
     callers=Callers.PERSONS,
 )
 def connect_mailbox_oauth(ctx: Context, data: ConnectOAuthIn) -> MailboxOut:
-    """The person's consent at the provider is the confirmation; the grant is used once."""
+    """The person's consent at the provider is the confirmation; the grant is used once: claimed here, inside the
+    call's transaction, so of two calls with one grant (a form sent twice) one saves and the other is refused."""
     target: _OAuthTarget = ctx.targets
+    if not oauth_flow.claim_grant(data.grant):
+        raise OakenError("CONFLICT", "this connection was used already: connect again", field="grant")
     tokens = {"access_token": target.grant["access_token"], "refresh_token": target.grant["refresh_token"]}
     if target.account is not None:
         account = services.reconnect_mailbox_oauth(
@@ -486,6 +488,4 @@ def connect_mailbox_oauth(ctx: Context, data: ConnectOAuthIn) -> MailboxOut:
             tokens=tokens,
             expires_at=_expiry(target.grant),
         )
-    handle = data.grant
-    transaction.on_commit(lambda: oauth_flow.drop_grant(handle))
     return mailbox_out(account)
