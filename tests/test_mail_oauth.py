@@ -257,7 +257,8 @@ def test_a_grant_connects_one_mailbox_however_many_calls_race_with_it(
         user_id=str(alice.user.pk),
         tenant_id=str(alice.tenant.pk),
     )  # fmt: skip
-    real_check, raced = mailboxes.check_smtp, []
+    real_check = mailboxes.check_smtp
+    raced: list[str] = []
 
     def check_while_another_call_runs(config: Any) -> None:
         real_check(config)
