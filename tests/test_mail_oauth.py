@@ -50,7 +50,7 @@ def _errors(settings: Any, tmp_path: Path, text: str) -> list[str]:
 
 def test_a_providers_file_that_cannot_work_is_a_startup_error(settings: Any, tmp_path: Path) -> None:
     assert _errors(settings, tmp_path, "[providers.x]\nscopes = ['s']\nauthorize_url = 'ftp://x'\n")[0].endswith(
-        "providers.x.authorize_url must be an http(s) URL without a user or fragment"
+        "providers.x.authorize_url must be an https URL without a user or fragment"
     )
     assert "not valid TOML" in _errors(settings, tmp_path, "[providers.x\n")[0]
     entry = (
@@ -63,6 +63,17 @@ def test_a_providers_file_that_cannot_work_is_a_startup_error(settings: Any, tmp
     )
     assert "unknown key 'colour'" in _errors(settings, tmp_path, entry + "colour='red'\n")[0]
     assert _errors(settings, tmp_path, entry + "address='userinfo'\n")[0].endswith("userinfo_url is missing")
+    # outside tests on loopback (private hosts allowed), nothing of a provider's goes in clear
+    settings.MAIL_ALLOW_PRIVATE_HOSTS = False
+    plain = entry.replace("token_url='https://a/t'", "token_url='http://a/t'")
+    assert _errors(settings, tmp_path, plain)[0].endswith(
+        "providers.x.token_url must be an https URL without a user or fragment"
+    )
+    assert _errors(settings, tmp_path, entry + "imap_security='none'\n")[0].endswith(
+        "providers.x.imap_security must be one of ssl, starttls"
+    )
+    assert _errors(settings, tmp_path, entry) == []
+    settings.MAIL_ALLOW_PRIVATE_HOSTS = True
     settings.MAIL_OAUTH_PROVIDERS_FILE = str(tmp_path / "absent.toml")
     providers.forget()
     assert [m.msg for m in run_checks() if m.id == "oaken.E009"] == [
@@ -238,6 +249,27 @@ def test_a_grant_is_the_persons_own(alice: Person, mallory: Person, oauth: OAuth
     assert (error.code, error.field) == ("INVALID_INPUT", "grant")
     assert "x" not in error.message.split()
     assert refusal(as_agent(alice), "connect_mailbox_oauth", {"grant": grant}).code == "NOT_AVAILABLE"
+
+
+def test_an_address_the_provider_gives_is_held_to_what_a_person_may_type(
+    alice: Person, mallory: Person, oauth: OAuthWorld
+) -> None:
+    """An ID token's claim or a userinfo answer is the provider's word: an address with a line break, a space, two
+    @ or 400 characters is refused (it would become the account's address, its name and a From header)."""
+    from apps.mail.oauth import flow
+
+    for address in ("a@b.test\r\nBcc: x@y.test", "a b@c.test", "a@b@c.test", "a@" + "b" * 400 + ".test", "@b.test"):
+        grant = flow.keep_grant(
+            {"provider": "loopback", "account": "", "access_token": "x", "refresh_token": "y", "address": address},
+            user_id=str(alice.user.pk),
+            tenant_id=str(alice.tenant.pk),
+        )
+        error = refusal(as_person(alice), "connect_mailbox_oauth", {"grant": grant})
+        assert (error.code, error.field) == ("INVALID_INPUT", "grant"), address
+        assert "not a plain e-mail address" in error.message
+        assert "Bcc" not in error.message and "bbbb" not in error.message
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
 
 
 def test_a_grant_connects_one_mailbox_however_many_calls_race_with_it(

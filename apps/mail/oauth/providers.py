@@ -145,9 +145,19 @@ def _url(entry: str, key: str, value: Any, *, required: bool) -> str:
     if not isinstance(value, str):
         raise ProviderFileError(f"providers.{entry}.{key} must be a URL")
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.fragment:
-        raise ProviderFileError(f"providers.{entry}.{key} must be an http(s) URL without a user or fragment")
+    schemes = ("http", "https") if settings.MAIL_ALLOW_PRIVATE_HOSTS else ("https",)
+    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.fragment:
+        # in clear, the client secret, the codes and the tokens could be read or changed on the way (and the ID
+        # token, whose address Oaken reads, is trusted for coming over TLS from the token endpoint)
+        raise ProviderFileError(f"providers.{entry}.{key} must be an https URL without a user or fragment")
     return value
+
+
+def _security(entry: str, key: str, value: Any) -> str:
+    """A mail server's security: ssl or starttls (a bearer token never goes in clear), "none" only where private
+    hosts are allowed (tests on loopback)."""
+    choices = SECURITY if settings.MAIL_ALLOW_PRIVATE_HOSTS else tuple(c for c in SECURITY if c != "none")
+    return _text(entry, key, value, default="ssl", choices=choices)
 
 
 def _text(entry: str, key: str, value: Any, *, default: str | None = None, choices: tuple[str, ...] = ()) -> str:
@@ -215,10 +225,10 @@ def _entry(name: str, raw: Any) -> Provider:
         client_secret=_text(name, "client_secret", raw.get("client_secret"), default=""),
         imap_host=_text(name, "imap_host", raw.get("imap_host")),
         imap_port=_port(name, "imap_port", raw.get("imap_port", 993)),
-        imap_security=_text(name, "imap_security", raw.get("imap_security"), default="ssl", choices=SECURITY),
+        imap_security=_security(name, "imap_security", raw.get("imap_security")),
         smtp_host=_text(name, "smtp_host", raw.get("smtp_host")),
         smtp_port=_port(name, "smtp_port", raw.get("smtp_port", 465)),
-        smtp_security=_text(name, "smtp_security", raw.get("smtp_security"), default="ssl", choices=SECURITY),
+        smtp_security=_security(name, "smtp_security", raw.get("smtp_security")),
         mechanism=_text(name, "mechanism", raw.get("mechanism"), default="XOAUTH2", choices=MECHANISMS),
         address=address,
         authorize_params=tuple(sorted(params.items())),
@@ -273,6 +283,7 @@ def _key() -> tuple[str, ...]:
         settings.MAIL_OAUTH_MICROSOFT_CLIENT_ID,
         settings.MAIL_OAUTH_MICROSOFT_TENANT,
         settings.MAIL_OAUTH_PROVIDERS_FILE,
+        str(settings.MAIL_ALLOW_PRIVATE_HOSTS),
     )
 
 

@@ -407,14 +407,34 @@ def _oauth_target(ctx: Context, data: ConnectOAuthIn) -> _OAuthTarget:
     address = str(grant.get("address") or data.email_address).strip()
     if "@" not in address:
         raise OakenError.invalid("email_address", "the provider does not say the mailbox's address: enter it")
+    if not _plain_address(address):
+        # the provider's own word (an ID token's claim, its userinfo) is held to what a person may type
+        field = "grant" if grant.get("address") else "email_address"
+        raise OakenError.invalid(field, "the mailbox's address is not a plain e-mail address")
     if grant.get("account"):
         account = _the_mailbox(ctx, AccountIn(account_id=grant["account"]))
         if account.oauth_provider != provider.name or account.email_address.lower() != address.lower():
             raise OakenError.invalid("grant", f"reconnect with the same mailbox ({account.email_address})")
         return _OAuthTarget(grant, provider, address, None, account)
-    name = data.account_name or address
+    name = data.account_name or _default_name(address)
     workspace = _home_named(ctx, data.workspace, name)
     return _OAuthTarget(grant, provider, address, workspace, None)
+
+
+def _plain_address(address: str) -> bool:
+    """One @, no space or control character, at most 320 characters (what the account's column holds)."""
+    return (
+        len(address) <= 320
+        and address.count("@") == 1
+        and address.isprintable()
+        and not any(c.isspace() for c in address)
+        and all(address.split("@"))
+    )
+
+
+def _default_name(address: str) -> str:
+    """A new mailbox's name when none is given: its address, cut to what a name may hold."""
+    return address[:200]
 
 
 def _bearer_config(target: _OAuthTarget, part: str) -> dict[str, Any]:
@@ -481,7 +501,7 @@ def connect_mailbox_oauth(ctx: Context, data: ConnectOAuthIn) -> MailboxOut:
         account = services.connect_mailbox_oauth(
             act=ctx,
             workspace=target.workspace,
-            name=data.account_name or target.address,
+            name=data.account_name or _default_name(target.address),
             email_address=target.address,
             provider=target.provider.name,
             credentials=target.provider.servers(target.address),
