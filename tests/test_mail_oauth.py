@@ -246,7 +246,7 @@ def test_a_grant_is_the_persons_own(alice: Person, mallory: Person, oauth: OAuth
         tenant_id=str(alice.tenant.pk),
     )
     error = refusal(as_person(mallory), "connect_mailbox_oauth", {"grant": grant})
-    assert (error.code, error.field) == ("INVALID_INPUT", "grant")
+    assert (error.code, error.field) == ("NOT_FOUND", "grant")  # as any id out of reach
     assert "x" not in error.message.split()
     assert refusal(as_agent(alice), "connect_mailbox_oauth", {"grant": grant}).code == "NOT_AVAILABLE"
 
@@ -301,7 +301,7 @@ def test_a_grant_connects_one_mailbox_however_many_calls_race_with_it(
     monkeypatch.setattr(mailboxes, "check_smtp", check_while_another_call_runs)
     first = refusal(as_person(alice), "connect_mailbox_oauth", {"grant": grant, "account_name": "first"})
     # refused as used up: when it looks for the grant again, or (a moment later) when it claims it
-    assert first.code in ("CONFLICT", "INVALID_INPUT") and first.field == "grant"
+    assert first.code in ("CONFLICT", "NOT_FOUND") and first.field == "grant"
     assert [a.name for a in MailAccount.objects.for_tenant(alice.tenant)] == ["second"]
     assert not MailAccount.objects.for_tenant(mallory.tenant).exists()
 

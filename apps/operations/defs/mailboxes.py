@@ -392,8 +392,9 @@ def _grant_of(ctx: Context, data: ConnectOAuthIn) -> dict[str, Any]:
     grant = None
     if user is not None:
         grant = oauth_flow.read_grant(data.grant, user_id=str(user.pk), tenant_id=str(ctx.tenant.pk))
-    if grant is None:
-        raise OakenError.invalid("grant", "this connection has expired or is not yours: connect again")
+    if grant is None:  # as any id out of the caller's reach: no such thing here
+        gone = "grant: this connection has expired or is not yours: connect again"
+        raise OakenError("NOT_FOUND", gone, field="grant")
     if grant.get("error"):
         raise OakenError("FORBIDDEN", provider_refusal(str(grant["error"])), field="grant")
     return grant
