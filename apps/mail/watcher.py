@@ -103,10 +103,13 @@ def watch_login(account_id: str) -> ImapLogin | None:
 
 
 def request_sync(account_id: str) -> None:
-    """Queue the account's sync as the product does (the task clears the pending mark when it starts)."""
-    from apps.mail.tasks import sync_account_task
+    """Queue the account's sync as the product does (the task clears the pending mark when it starts), by the
+    task's name as services.queue_sync does: the task module imports this one (pending_key), never the reverse."""
+    from celery import current_app
 
-    sync_account_task.apply_async(kwargs={"account_id": account_id, "watched": True})
+    from apps.mail.services import SYNC_ACCOUNT_TASK
+
+    current_app.tasks[SYNC_ACCOUNT_TASK].apply_async(kwargs={"account_id": account_id, "watched": True})
 
 
 def backoff(failures: int, cap: float) -> float:
