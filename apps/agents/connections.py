@@ -11,7 +11,7 @@ from oauth2_provider.models import AccessToken, RefreshToken
 
 from apps.agents.models import Connection, ConnectionToken
 from apps.core.callers import Caller
-from apps.workspaces.models import Membership, current_role
+from apps.workspaces.models import Membership, current_role, current_workspace_ids
 
 # last-use times are kept to the minute, as for API keys
 _LAST_USED_GRANULARITY = timedelta(minutes=1)
@@ -25,11 +25,11 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
         return None
     checksum = hashlib.sha256(token.encode()).hexdigest()
     # Authentication itself: the token's hash is what finds the tenant, so this lookup cannot be scoped.
-    # One statement: the token, its connection, tenant and person, and the person's role there now.
+    # One statement: the token, its connection, tenant and person, and the person's role and workspaces there now.
     link = (
         ConnectionToken.objects.filter(access_token__token_checksum=checksum)
         .select_related("access_token", "connection", "connection__tenant", "connection__user")
-        .annotate(role=current_role(via="connection__"))
+        .annotate(role=current_role(via="connection__"), given=current_workspace_ids(via="connection__"))
         .first()
     )
     now = timezone.now()
@@ -40,7 +40,7 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
     connection = link.connection
     if not connection.is_live(now) or not connection.user.is_active:
         return None
-    membership = Membership(tenant=connection.tenant, user=connection.user, role=link.role)
+    membership = Membership(tenant=connection.tenant, user=connection.user, role=link.role, workspace_ids=link.given)
     if connection.last_used_at is None or now - connection.last_used_at > _LAST_USED_GRANULARITY:
         Connection.objects.for_tenant(connection.tenant).filter(pk=connection.pk).update(last_used_at=now)
     granted = set(connection.scopes) & set(link.access_token.scope.split())

@@ -72,18 +72,19 @@ def _columns(model: type[Model], only: set[str] | None = None) -> list[str]:
 
 @cache
 def _lookup() -> tuple[str, list[str], list[str], list[str]]:
-    """The key lookup in plain SQL, built once from the models: the key's columns, its tenant's and person's, and
-    the person's role in that tenant now (NULL when no longer a member), and the tenant's exposure settings (what
-    the gate checks first, so one round trip fewer per call). Compiling the same ORM query on every
-    agent call cost more than running it."""
+    """The key lookup in plain SQL, built once from the models: the key's columns, its tenant's and person's, the
+    person's role in that tenant now (NULL when no longer a member) and the workspaces they are given, and the
+    tenant's exposure settings (what the gate checks first, so one round trip fewer per call). Compiling the same
+    ORM query on every agent call cost more than running it."""
     key, tenant, user = _columns(ApiKey, _KEY_NEEDS), _columns(Tenant), _columns(User)
     select = [f"k.{c}" for c in key] + [f"t.{c}" for c in tenant] + [f"u.{c}" for c in user]
     members, keys, tenants, users = (m._meta.db_table for m in (Membership, ApiKey, Tenant, User))
     sql = f"""
 SELECT {", ".join(select)},
-       (SELECT m.role FROM {members} m WHERE m.tenant_id = k.tenant_id AND m.user_id = k.user_id LIMIT 1),
+       m.role, m.workspace_ids,
        (SELECT json_object_agg(e.target, e.level)::text FROM {EXPOSURE_TABLE} e WHERE e.tenant_id = k.tenant_id)
   FROM {keys} k JOIN {tenants} t ON t.id = k.tenant_id JOIN {users} u ON u.id = k.user_id
+  LEFT JOIN {members} m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id
  WHERE k.key_hash = %s
 """  # noqa: S608 (every name is the models' own; the one value is a parameter)
     return sql, key, tenant, user
@@ -94,7 +95,7 @@ def caller_for_key(key: str) -> Caller | None:
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     # Authentication itself: the secret's hash is what finds the tenant, so this lookup cannot be scoped.
-    # One statement: the key, its tenant and person, and the person's role there now.
+    # One statement: the key, its tenant and person, and the person's role and workspaces there now.
     sql, key_columns, tenant_columns, user_columns = _lookup()
     with binary_rows() as cursor:
         cursor.execute(sql, [_hash(key)])
@@ -104,12 +105,12 @@ def caller_for_key(key: str) -> Caller | None:
     found = ApiKey.from_db(connection.alias, key_columns, row[: len(key_columns)])
     rest = row[len(key_columns) :]
     tenant = Tenant.from_db(connection.alias, tenant_columns, rest[: len(tenant_columns)])
-    user = User.from_db(connection.alias, user_columns, rest[len(tenant_columns) : -2])
-    role, exposure = rest[-2], rest[-1]
+    user = User.from_db(connection.alias, user_columns, rest[len(tenant_columns) : -3])
+    role, workspace_ids, exposure = rest[-3:]
     now = timezone.now()
     if not found.is_live(now) or not user.is_active or role is None:
         return None
-    membership = Membership(tenant=tenant, user=user, role=role)
+    membership = Membership(tenant=tenant, user=user, role=role, workspace_ids=workspace_ids)
     if found.last_used_at is None or now - found.last_used_at > _LAST_USED_GRANULARITY:
         ApiKey.objects.for_tenant(tenant).filter(pk=found.pk).update(last_used_at=now)
     return Caller.agent(

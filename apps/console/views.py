@@ -46,6 +46,7 @@ from apps.core.links import MCP_PATH, public_origin
 from apps.core.redis_client import count_hit
 from apps.gate.dispatch import dispatch
 from apps.gate.preflight import may_call
+from apps.mail.selectors import reached_in_words
 from apps.operations.registry import registry
 from apps.workspaces.models import Invitation, Membership
 from apps.workspaces.selectors import (
@@ -380,7 +381,8 @@ def invitation(request: HttpRequest, token: str) -> HttpResponse:
     except InvitationRefusedError as refused:
         status = _REFUSED_STATUS.get(refused.reason, 410)
         return _private(render(request, "console/invitation_refused.html", {"reason": refused.reason}, status=status))
-    return _invitation_page(request, "console/invitation.html", row)
+    reach = reached_in_words(tenant=row.tenant, who="You", role=row.role, workspace_ids=row.workspace_ids)
+    return _invitation_page(request, "console/invitation.html", row, reach_sentence=reach)
 
 
 # what may be served from the static folders, and as what; anything else is a 404

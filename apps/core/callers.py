@@ -27,6 +27,8 @@ class Caller:
     # agents only: granted scopes, workspace names (empty: every workspace), operation allow-list
     scopes: frozenset[str] = frozenset()
     workspaces: tuple[str, ...] | None = None
+    # persons and their agents: the workspaces the person is given (a limited MEMBER); None: every workspace
+    member_workspaces: tuple[str, ...] | None = None
     allow_list: frozenset[str] | None = None
     credential_id: str = ""
     credential_kind: str = CredentialKind.NONE
@@ -40,7 +42,15 @@ class Caller:
 
     @classmethod
     def person(cls, membership: Membership) -> Caller:
-        return cls(Principal.PERSON, membership.tenant, user=membership.user, role=Role(membership.role))
+        """The person of `membership`, reaching the workspaces it gives them now (its workspace_ids, read with
+        it: a door that builds the membership itself copies them, or the person would reach every workspace)."""
+        return cls(
+            Principal.PERSON,
+            membership.tenant,
+            user=membership.user,
+            role=Role(membership.role),
+            member_workspaces=membership.workspace_names(),
+        )
 
     @classmethod
     def agent(
@@ -59,6 +69,7 @@ class Caller:
             membership.tenant,
             user=membership.user,
             role=Role(membership.role),
+            member_workspaces=membership.workspace_names(),
             scopes=granted_scopes(scopes),
             workspaces=tuple(workspaces),
             allow_list=frozenset(allow_list) if allow_list is not None else None,
@@ -79,7 +90,19 @@ class Caller:
 
     @property
     def workspace_filter(self) -> tuple[str, ...] | None:
-        """Workspace names this caller's mail is limited to; None: every workspace (SPEC §8)."""
-        if self.principal != Principal.AGENT or not self.workspaces:
-            return None
-        return self.workspaces
+        """Workspace names this caller's mail is limited to; None: every workspace (SPEC §8). A person: the
+        workspaces they are given. An agent: those its credential lists (empty: every one) that its person is
+        given now, so it never reaches further than its person; an empty tuple reaches nothing."""
+        granted = self.workspaces if self.principal == Principal.AGENT and self.workspaces else None
+        given = self.member_workspaces if self.principal in (Principal.PERSON, Principal.AGENT) else None
+        if given is None:
+            return granted
+        if granted is None:
+            return given
+        return tuple(name for name in granted if name in given)
+
+    @property
+    def names_an_account(self) -> bool:
+        """Whether a read across every account is refused when some lie outside its reach, asking to name one
+        (SPEC §8: agents); a person's reads across accounts are narrowed to their workspaces instead."""
+        return self.principal == Principal.AGENT

@@ -44,6 +44,25 @@ def workspaces(names: Iterable[str]) -> str:
     return f"the {label} {listed(named(n) for n in names)}"
 
 
+MAILBOXES_NAMED_MAX = 10
+
+
+def mailboxes_reached(who: str, mailboxes: list[tuple[str, str]], *, every: bool) -> str:
+    """What a person will reach, for an invitation or a change of workspaces: "You will be able to read and send
+    as every mailbox of this tenant (now Work <a@x>)", or as those listed, or as none. `who` is "You" or "They";
+    `mailboxes` are (name, address), at most MAILBOXES_NAMED_MAX named."""
+    shown = [f"{name} <{address}>" if address else name for name, address in mailboxes[:MAILBOXES_NAMED_MAX]]
+    if len(mailboxes) > MAILBOXES_NAMED_MAX:
+        shown.append(count(len(mailboxes) - MAILBOXES_NAMED_MAX, "more"))
+    if every:
+        now = f" (now {listed(shown)})" if shown else " (none is connected yet)"
+        return f"{who} will be able to read and send as every mailbox of this tenant{now}."
+    if not shown:
+        them = "you" if who == "You" else "them"
+        return f"{who} will not be able to read or send as any mailbox until an admin gives {them} a workspace."
+    return f"{who} will be able to read and send as {listed(shown)}, and no other mailbox of this tenant."
+
+
 def moment(when: datetime) -> str:
     """A time as a person reads it, in UTC: '7 December 2026 at 09:30 UTC'."""
     at = when.astimezone(UTC)

@@ -381,7 +381,7 @@ def listing_of(reach: Reach, *, account_id: str | None, label_id: str | None, fo
         "label": label,
     }
     with connection.cursor() as cursor:
-        ask = reach.workspaces is not None and account_id is None and label_id is None
+        ask = reach.names_an_account and reach.workspaces is not None and account_id is None and label_id is None
         cursor.execute(_listing_sql(ask), params)
         account_workspace, folder_pk, label_account, label_workspace, restricted = cursor.fetchone()
     if label_id is not None:

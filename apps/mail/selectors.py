@@ -1,4 +1,5 @@
-"""Reads of the mail store, always within a tenant and, for agents, within granted workspaces (SPEC §8).
+"""Reads of the mail store, always within a tenant and within the caller's workspaces (SPEC §8: an agent's
+granted ones that its person is given; a person's given ones, for a MEMBER limited to some).
 
 Every access_<thing>_by_<key> function takes the caller's reach (tenant + workspace names or None) as a
 keyword and raises the one domain error: an id of another tenant, or one that is malformed, is NOT_FOUND
@@ -14,8 +15,11 @@ from typing import Any, TypeVar
 
 from django.db.models import Count, Q, QuerySet
 
+from apps.core import words
+from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
+from apps.core.kinds import Role
 from apps.mail.models import (
     Attachment,
     Folder,
@@ -38,7 +42,14 @@ NAME_AN_ACCOUNT = "this connection may only reach some workspaces: name an accou
 @dataclass(frozen=True)
 class Reach:
     tenant: Tenant
-    workspaces: tuple[str, ...] | None  # None: every workspace
+    workspaces: tuple[str, ...] | None  # None: every workspace; empty: none
+    # a read across every account is refused while some lie outside `workspaces` (agents, SPEC §8); when
+    # False (persons), such a read is narrowed to the accounts in reach
+    names_an_account: bool = True
+
+    @classmethod
+    def of(cls, caller: Caller) -> Reach:
+        return cls(caller.tenant, caller.workspace_filter, caller.names_an_account)
 
     def accounts(self) -> QuerySet[MailAccount]:
         accounts = MailAccount.objects.for_tenant(self.tenant)
@@ -55,8 +66,8 @@ class Reach:
         return every.exclude(workspace__name__in=self.workspaces).exists()
 
     def require_account(self, account_id: str | None) -> None:
-        """A call across every account is refused when the reach is restricted."""
-        if account_id is None and self.restricted:
+        """A call across every account is refused when the reach is restricted (for those who must name one)."""
+        if account_id is None and self.names_an_account and self.restricted:
             raise OakenError("OUT_OF_SCOPE", NAME_AN_ACCOUNT, field="account_id")
 
 
@@ -241,6 +252,22 @@ def account_names(*, reach: Reach, account: MailAccount | None = None) -> list[t
     if account is not None:
         accounts = accounts.filter(pk=account.pk)
     return list(accounts.values_list("id", "name"))
+
+
+def mailboxes_in(*, tenant: Tenant, workspace_ids: Collection[uuid.UUID] | None) -> list[tuple[str, str]]:
+    """(name, address) of the tenant's mailboxes in these workspaces (None: every one), by name."""
+    accounts = MailAccount.objects.for_tenant(tenant)
+    if workspace_ids is not None:
+        accounts = accounts.filter(workspace_id__in=list(workspace_ids))
+    return list(accounts.order_by("name", "id").values_list("name", "email_address"))
+
+
+def reached_in_words(*, tenant: Tenant, who: str, role: str, workspace_ids: Collection[uuid.UUID] | None) -> str:
+    """The mailboxes a person with this role and these workspaces (None: every one) reads and sends as, in a
+    sentence for `who` ("You", "They"): an invitation's page and mail, a change of workspaces."""
+    every = workspace_ids is None or Role(role).covers(Role.ADMIN)
+    found = mailboxes_in(tenant=tenant, workspace_ids=None if every else workspace_ids)
+    return words.mailboxes_reached(who, found, every=every)
 
 
 def account_count(*, tenant: Tenant, workspace: Workspace) -> int:

@@ -78,10 +78,14 @@ class ConsentForm(AllowForm):
     seal = forms.CharField(widget=forms.HiddenInput(), required=False)  # missing or bad: refused in form_valid
     forged = False
 
-    def __init__(self, *args: Any, workspace_names: list[str], request: HttpRequest, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, workspace_names: list[str], limited: bool, request: HttpRequest, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.request = request
         self.fields["workspaces"].choices = [(name, name) for name in workspace_names]
+        if limited:  # a MEMBER given some workspaces: "every" is every one of theirs, now and later
+            self.fields["all_workspaces"].label = "Every workspace given to you, also ones given later"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -150,11 +154,17 @@ class ConsentView(dot.AuthorizationView):
             return access_membership(user=self.request.user)
 
     def _workspace_names(self) -> list[str]:
-        tenant = self._membership().tenant
-        return list(Workspace.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+        """The workspaces the person may grant: those they reach (a connection never reaches further than its
+        person, whatever it lists: apps.core.callers)."""
+        membership = self._membership()
+        names = Workspace.objects.for_tenant(membership.tenant).order_by("name").values_list("name", flat=True)
+        given = membership.workspace_names()
+        return [name for name in names if given is None or name in given]
 
     def get_form_kwargs(self) -> dict[str, Any]:
-        return {**super().get_form_kwargs(), "workspace_names": self._workspace_names(), "request": self.request}
+        limited = self._membership().limited
+        names = self._workspace_names()
+        return {**super().get_form_kwargs(), "workspace_names": names, "limited": limited, "request": self.request}
 
     def get_initial(self) -> dict[str, Any]:
         names = self._workspace_names()

@@ -69,7 +69,7 @@ FOLDER_NEEDS_ACCOUNT = ConfigDict(
 
 
 def reach(ctx: Context) -> Reach:
-    return Reach(ctx.tenant, ctx.workspaces)
+    return Reach.of(ctx.caller)
 
 
 def account_of(ctx: Context, account_id: str) -> MailAccount:

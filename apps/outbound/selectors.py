@@ -72,8 +72,9 @@ def message_by_message_id(*, account: MailAccount, message_id: str) -> Message |
 
 
 def visible_outbound_requests(*, actor: Caller, reach: Reach) -> QuerySet[OutboundRequest]:
-    """Persons: requests made for them (an ADMIN: the tenant's). Agents: those made through their own
-    credential, in accounts they reach. The system: the tenant's. Another tenant's request is simply not there."""
+    """Persons: requests made for them (an ADMIN: the tenant's), in accounts they reach. Agents: those made
+    through their own credential, in accounts they reach. The system: the tenant's. Another tenant's request is
+    simply not there."""
     rows = OutboundRequest.objects.for_tenant(reach.tenant)
     if actor.principal == Principal.AGENT:
         return rows.filter(
@@ -83,7 +84,9 @@ def visible_outbound_requests(*, actor: Caller, reach: Reach) -> QuerySet[Outbou
             account__in=reach.accounts(),
         )
     if actor.principal == Principal.PERSON:
-        return rows.visible_to(actor)
+        rows = rows.visible_to(actor)
+        # a MEMBER given some workspaces: not even their own requests from a mailbox no longer theirs to use
+        return rows if reach.workspaces is None else rows.filter(account__in=reach.accounts())
     return rows
 
 

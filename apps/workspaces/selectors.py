@@ -94,6 +94,15 @@ def access_workspace_by_id(
     return row
 
 
+def access_workspaces_by_ids(ids: Collection[str], *, tenant: Tenant, field: str = "workspace_ids") -> list[Workspace]:
+    """The tenant's workspaces with these ids, by name; NOT_FOUND (on `field`) when any is not one of them."""
+    wanted = {parse_id(value, field) for value in ids}
+    rows = list(Workspace.objects.for_tenant(tenant).filter(pk__in=wanted).order_by("name"))
+    if len(rows) != len(wanted):
+        raise OakenError.not_found(field)
+    return rows
+
+
 def access_membership_by_id(membership_id: str, *, tenant: Tenant) -> Membership:
     """The tenant's membership with this id, with its person; NOT_FOUND otherwise."""
     row = (

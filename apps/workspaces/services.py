@@ -177,6 +177,14 @@ def check_invitation(*, actor: Membership, role: str) -> None:
         raise _only_owners("role", "invite an OWNER")
 
 
+def check_workspaces_change(*, actor: Membership, target: Membership) -> None:
+    """Only an ADMIN or OWNER gives members their workspaces (an ADMIN not an OWNER's: OWNERs are beyond them)."""
+    if not Role(actor.role).covers(Role.ADMIN):
+        raise _needs_admin(" to choose a member's workspaces")
+    if target.role == Role.OWNER and actor.role != Role.OWNER:
+        raise _only_owners("membership_id", "choose an OWNER's workspaces")
+
+
 def check_an_owner_stays(*, target: Membership, role: str | None, owners: int) -> None:
     """Refuse (LAST_OWNER) leaving the tenant without an OWNER: `role` is target's new role, None when removed."""
     if target.role == Role.OWNER and role != Role.OWNER and owners <= 1:
@@ -287,6 +295,29 @@ def change_role(*, tenant: Tenant, actor: User, membership_id: uuid.UUID, role: 
 
 
 @dataclass(frozen=True)
+class WorkspacesChange:
+    membership: Membership
+    before: list[uuid.UUID] | None
+
+
+@transaction.atomic
+def set_member_workspaces(
+    *, tenant: Tenant, actor: User, membership_id: uuid.UUID, workspace_ids: list[uuid.UUID] | None
+) -> WorkspacesChange:
+    """Give a member these workspaces (None: every one), the actor an ADMIN still (under the lock). The ids are
+    the tenant's (the caller resolved them); their agents reach no further from their next call on."""
+    locked = _lock_target(tenant=tenant, actor=actor, membership_id=membership_id)
+    check_workspaces_change(actor=locked.actor, target=locked.target)
+    target = locked.target
+    before = target.workspace_ids
+    wanted = sorted(set(workspace_ids)) if workspace_ids is not None else None
+    if before != wanted:
+        target.workspace_ids = wanted
+        target.save(update_fields=["workspace_ids"])
+    return WorkspacesChange(membership=target, before=before)
+
+
+@dataclass(frozen=True)
 class RemovedMember:
     """A membership that was removed (its row is gone)."""
 
@@ -294,6 +325,7 @@ class RemovedMember:
     user: User
     role: str
     joined: datetime
+    workspace_ids: list[uuid.UUID] | None
 
 
 @transaction.atomic
@@ -304,7 +336,13 @@ def remove_membership(*, tenant: Tenant, actor: User, membership_id: uuid.UUID) 
     target = locked.target
     check_removal(actor=locked.actor, target=target)
     check_an_owner_stays(target=target, role=None, owners=locked.owners)
-    removed = RemovedMember(membership_id=target.pk, user=target.user, role=target.role, joined=target.created_at)
+    removed = RemovedMember(
+        membership_id=target.pk,
+        user=target.user,
+        role=target.role,
+        joined=target.created_at,
+        workspace_ids=target.workspace_ids,
+    )
     target.delete()
     return removed
 
@@ -348,7 +386,14 @@ def cancel_invitation(*, invitation: Invitation, now: datetime) -> None:
 
 @transaction.atomic
 def issue_invitation(
-    *, tenant: Tenant, email: str, role: str, invited_by: User, now: datetime, ttl: timedelta
+    *,
+    tenant: Tenant,
+    email: str,
+    role: str,
+    invited_by: User,
+    now: datetime,
+    ttl: timedelta,
+    workspace_ids: list[uuid.UUID] | None = None,
 ) -> IssuedInvitation:
     """A new invitation for `email`, replacing (cancelling) any open one for the same address."""
     email = normalize_email(email)
@@ -366,6 +411,7 @@ def issue_invitation(
                 tenant=tenant,
                 email=email,
                 role=role,
+                workspace_ids=workspace_ids,
                 token_hash=invitation_token_hash(token),
                 invited_by=invited_by,
                 created_at=now,
@@ -377,15 +423,28 @@ def issue_invitation(
 
 
 @transaction.atomic
-def invite(*, tenant: Tenant, actor: User, email: str, role: str, now: datetime, ttl: timedelta) -> IssuedInvitation:
-    """Invite `email` as `role` if the actor's role allows it (checked again under the lock on the memberships),
-    and mail the link once the invitation is committed."""
+def invite(
+    *,
+    tenant: Tenant,
+    actor: User,
+    email: str,
+    role: str,
+    now: datetime,
+    ttl: timedelta,
+    workspace_ids: list[uuid.UUID] | None = None,
+    reach: str = "",
+) -> IssuedInvitation:
+    """Invite `email` as `role` (a MEMBER given `workspace_ids`; None: every workspace) if the actor's role allows
+    it (checked again under the lock on the memberships), and mail the link once the invitation is committed;
+    `reach` is the sentence the mail gives on what the invitee will be able to read and send as."""
     locked = lock_memberships(tenant=tenant, ids=[], person=actor)
     if locked.person is None:
         raise _no_longer_member()
     check_invitation(actor=locked.person, role=role)
     try:
-        issued = issue_invitation(tenant=tenant, email=email, role=role, invited_by=actor, now=now, ttl=ttl)
+        issued = issue_invitation(
+            tenant=tenant, email=email, role=role, invited_by=actor, now=now, ttl=ttl, workspace_ids=workspace_ids
+        )
     except InvitationTakenError:
         raise OakenError(
             "CONFLICT", "email: this address was invited by a call running at the same time", field="email"
@@ -402,19 +461,23 @@ def invite(*, tenant: Tenant, actor: User, email: str, role: str, now: datetime,
             tenant_name=tenant.name,
             role=row.role,
             days=ttl.days,
+            reach=reach,
         ),
         robust=True,
     )
     return issued
 
 
-def send_invitation(*, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int) -> None:
+def send_invitation(
+    *, email: str, token: str, inviter: str, tenant_name: str, role: str, days: int, reach: str = ""
+) -> None:
     """E-mail the invitation's link to the address invited."""
     link = absolute_url(reverse("invitation", args=[token]))
     tenant = " ".join(tenant_name.split())  # one line, whatever the name holds
+    said = f"{reach}\n\n" if reach else ""
     send_mail(
         f"Invitation to join {tenant} on Oaken",
-        f"{inviter} invited you to join {tenant} on Oaken as {role}.\n\n"
+        f"{inviter} invited you to join {tenant} on Oaken as {role}.\n\n{said}"
         f"Sign in (or sign up) with this address, then follow this link to accept:\n\n{link}\n\n"
         f"It works once, for {days} days. If you did not expect this, ignore this message.",
         settings.DEFAULT_FROM_EMAIL,
@@ -437,7 +500,9 @@ def accept_invitation(
     if row.tenant_id != tenant.pk:
         raise InvitationRefusedError("unknown")
     membership, created = Membership.objects.get_or_create(
-        tenant=row.tenant, user=user, defaults={"role": row.role, "created_at": now}
+        tenant=row.tenant,
+        user=user,
+        defaults={"role": row.role, "created_at": now, "workspace_ids": row.workspace_ids},
     )
     row.accepted_at, row.accepted_by = now, user
     row.save(update_fields=["accepted_at", "accepted_by"])

@@ -36,7 +36,7 @@ from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview,
 
 def _targets(ctx: Context, data: BaseModel) -> Message | MailAccount | None:
     """The message or account the input names, in the caller's reach (a restricted agent names an account)."""
-    reach = Reach(ctx.tenant, ctx.workspaces)
+    reach = Reach.of(ctx.caller)
     values = data.model_dump()
     if values.get("message_id"):
         return access_message_by_id(str(values["message_id"]), reach=reach)

@@ -94,7 +94,7 @@ class StatusOut(Closed):
     ceiling=Ceiling.ON,
 )
 def status(ctx: Context, data: Empty) -> StatusOut:
-    reach = Reach(ctx.tenant, ctx.workspaces)
+    reach = Reach.of(ctx.caller)
     names = sorted(reach.accounts().values_list("workspace__name", flat=True).distinct())
     listed = list(ctx.workspaces) if ctx.workspaces is not None else names
     return StatusOut(

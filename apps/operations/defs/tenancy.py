@@ -11,6 +11,7 @@ membership. Accepting an invitation is the one operation here for a person who i
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 from typing import Annotated, Literal, cast
 
@@ -26,7 +27,7 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.kinds import Role
-from apps.mail.selectors import account_count, account_counts_by_workspace
+from apps.mail.selectors import account_count, account_counts_by_workspace, reached_in_words
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
@@ -37,6 +38,7 @@ from apps.workspaces.selectors import (
     access_membership_by_id,
     access_open_invitation_by_id,
     access_workspace_by_id,
+    access_workspaces_by_ids,
     invitation_with_inviter,
     is_member_by_email,
     members_in_order,
@@ -55,10 +57,12 @@ from apps.workspaces.services import (
     check_removal,
     check_renamable,
     check_role_change,
+    check_workspaces_change,
     invite,
     is_renamable,
     open_invitations,
     remove_membership,
+    set_member_workspaces,
     workspace_name_taken,
 )
 
@@ -113,7 +117,8 @@ def _accounts_in(ctx: Context, row: Workspace) -> int:
 
 @operation(
     name="list_workspaces",
-    summary="The tenant's workspaces, with how many mail accounts each holds and whether you may rename it.",
+    summary="The tenant's workspaces you reach (a MEMBER: those given to them), with how many mail accounts each "
+    "holds and whether you may rename it.",
     input=Empty,
     output=WorkspacesOut,
     op_class=OpClass.READ,
@@ -122,7 +127,9 @@ def _accounts_in(ctx: Context, row: Workspace) -> int:
 def list_workspaces(ctx: Context, data: Empty) -> WorkspacesOut:
     counts = account_counts_by_workspace(tenant=ctx.tenant)
     rows = workspaces_by_name(tenant=ctx.tenant)
-    return WorkspacesOut(workspaces=[_workspace_out(ctx, row, counts.get(row.pk, 0)) for row in rows])
+    given = ctx.caller.member_workspaces  # a MEMBER given some sees only those
+    shown = [row for row in rows if given is None or row.name in given]
+    return WorkspacesOut(workspaces=[_workspace_out(ctx, row, counts.get(row.pk, 0)) for row in shown])
 
 
 def _taken(ctx: Context, name: str) -> bool:
@@ -241,18 +248,27 @@ def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
 # ---------------------------------------------------------------- members and invitations
 
 
+_GIVEN = (
+    "the workspaces given to this person, by name (ids in workspace_ids); null: every workspace. Only a MEMBER is "
+    "held to them: OWNERs and ADMINs reach every workspace"
+)
+
+
 class MemberOut(Closed):
     membership_id: str
     email: str
     role: str
     joined: datetime
     you: bool
+    workspaces: list[str] | None = Field(description=_GIVEN)
+    workspace_ids: list[str] | None
 
 
 class InvitationOut(Closed):
     id: str
     email: str
     role: str
+    workspaces: list[str] | None = Field(description="what the membership will be given: " + _GIVEN)
     invited_by: str | None
     created_at: datetime
     expires_at: datetime
@@ -276,19 +292,34 @@ class MembersOut(Closed):
     )
 
 
-def _member_out(ctx: Context, row: Membership) -> MemberOut:
+def _names(ctx: Context, ids: list[uuid.UUID] | None) -> list[str] | None:
+    """The names of these workspaces of the tenant (those since gone left out), or None for every workspace."""
+    if ids is None:
+        return None
+    return [row.name for row in workspaces_by_name(tenant=ctx.tenant) if row.pk in set(ids)]
+
+
+def _member_out(ctx: Context, row: Membership, names: dict[uuid.UUID, str] | None = None) -> MemberOut:
+    ids = row.workspace_ids
+    given = None if ids is None else sorted(str(pk) for pk in ids)
+    if names is not None and ids is not None:
+        shown: list[str] | None = sorted(names[pk] for pk in ids if pk in names)
+    else:
+        shown = _names(ctx, ids)
     return MemberOut(
         membership_id=str(row.pk),
         email=row.user.email,
         role=row.role,
         joined=row.created_at,
         you=row.user_id == _user(ctx).pk,
+        workspaces=shown,
+        workspace_ids=given,
     )
 
 
-def _member_row(ctx: Context, actor: Membership, row: Membership) -> MemberRow:
+def _member_row(ctx: Context, actor: Membership, row: Membership, names: dict[uuid.UUID, str]) -> MemberRow:
     return MemberRow(
-        **_member_out(ctx, row).model_dump(),
+        **_member_out(ctx, row, names).model_dump(),
         assignable_roles=[cast(RoleName, role.value) for role in assignable_roles(actor=actor, target=row)],
         can_remove=can_remove(actor=actor, target=row),
     )
@@ -299,6 +330,7 @@ def _invitation_out(ctx: Context, row: Invitation) -> InvitationOut:
         id=str(row.pk),
         email=row.email,
         role=row.role,
+        workspaces=_names(ctx, row.workspace_ids),
         invited_by=row.invited_by.email if row.invited_by is not None else None,
         created_at=row.created_at,
         expires_at=row.expires_at,
@@ -321,7 +353,9 @@ def list_members(ctx: Context, data: Empty) -> MembersOut:
     if _role(ctx).covers(Role.ADMIN):
         invitations = [_invitation_out(ctx, row) for row in open_invitations(tenant=ctx.tenant)]
     actor = _actor(ctx)
-    return MembersOut(members=[_member_row(ctx, actor, row) for row in members], invitations=invitations)
+    names = {row.pk: row.name for row in workspaces_by_name(tenant=ctx.tenant)}
+    rows = [_member_row(ctx, actor, row, names) for row in members]
+    return MembersOut(members=rows, invitations=invitations)
 
 
 _ROLE_WORDS = {"OWNER": "an owner", "ADMIN": "an admin", "MEMBER": "a member"}
@@ -331,9 +365,27 @@ def _role_words(role: str) -> str:
     return _ROLE_WORDS.get(role, role.lower())
 
 
+_GIVE = (
+    "for a MEMBER: the workspaces (ids, see list_workspaces) whose mailboxes they may read and send as; null: every "
+    "workspace. OWNERs and ADMINs reach every workspace whatever this holds (it applies should they become a MEMBER)"
+)
+
+
 class InviteIn(Closed):
     email: str = Field(min_length=3, max_length=254, json_schema_extra={"format": "email"})
     role: RoleName = "MEMBER"
+    workspace_ids: list[Id] | None = Field(default=None, max_length=50, description=_GIVE)
+
+
+def _given(ctx: Context, ids: list[str] | None) -> list[uuid.UUID] | None:
+    """The tenant's workspaces these ids name (NOT_FOUND on workspace_ids otherwise); None: every workspace."""
+    if ids is None:
+        return None
+    return [row.pk for row in access_workspaces_by_ids(ids, tenant=ctx.tenant)]
+
+
+def _reach_words(ctx: Context, who: str, role: str, ids: list[uuid.UUID] | None) -> str:
+    return reached_in_words(tenant=ctx.tenant, who=who, role=role, workspace_ids=ids)
 
 
 def _invite_scope(ctx: Context, data: InviteIn) -> None:
@@ -342,6 +394,7 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
     except ValidationError:
         raise OakenError.invalid("email", "is not an e-mail address") from None
     check_invitation(actor=_actor(ctx), role=data.role)
+    _given(ctx, data.workspace_ids)
     email = normalize_email(data.email)
     if is_member_by_email(tenant=ctx.tenant, email=email):
         raise OakenError("CONFLICT", "email: this person is already a member of this tenant", field="email")
@@ -354,7 +407,9 @@ def _invite_scope(ctx: Context, data: InviteIn) -> None:
 def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
     email = normalize_email(data.email)
     days = ctx.bounds.INVITATION_TTL_DAYS
-    changes = [Change("new invitation", None, {"email": email, "role": data.role, "expires_in_days": days})]
+    given = _given(ctx, data.workspace_ids)
+    new = {"email": email, "role": data.role, "workspaces": _names(ctx, given), "expires_in_days": days}
+    changes = [Change("new invitation", None, new)]
     changes += [
         Change(str(row.pk), {"open": True}, {"open": False})
         for row in open_invitations(tenant=ctx.tenant)
@@ -367,12 +422,14 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
         f"{words.count(days, 'day')}.{replaced}",
         title="Send this invitation?",
         verb="Send invitation",
+        lines=(_reach_words(ctx, "They", data.role, given),),
     )
 
 
 @operation(
     name="invite_member",
-    summary="Invite someone by e-mail as MEMBER, ADMIN or (by an OWNER) OWNER; the link works once, for 7 days.",
+    summary="Invite someone by e-mail as MEMBER (given every workspace, or those named), ADMIN or (by an OWNER) "
+    "OWNER; the link works once, for 7 days, and says which mailboxes they will read and send as.",
     input=InviteIn,
     output=InvitationOut,
     op_class=OpClass.MUTATE,
@@ -385,13 +442,21 @@ def _invite_preview(ctx: Context, data: InviteIn) -> Preview:
 )
 def invite_member(ctx: Context, data: InviteIn) -> InvitationOut:
     days = ctx.bounds.INVITATION_TTL_DAYS
+    given = _given(ctx, data.workspace_ids)
     issued = invite(
-        tenant=ctx.tenant, actor=_user(ctx), email=data.email, role=data.role, now=ctx.now, ttl=timedelta(days=days)
+        tenant=ctx.tenant,
+        actor=_user(ctx),
+        email=data.email,
+        role=data.role,
+        now=ctx.now,
+        ttl=timedelta(days=days),
+        workspace_ids=given,
+        reach=_reach_words(ctx, "You", data.role, given),
     )
     for old in issued.replaced:
         ctx.touch(old.pk, {"open": True}, {"open": False})
     row = issued.invitation
-    ctx.touch(row.pk, None, {"email": row.email, "role": row.role})
+    ctx.touch(row.pk, None, {"email": row.email, "role": row.role, "workspaces": _names(ctx, given)})
     return _invitation_out(ctx, row)
 
 
@@ -492,6 +557,62 @@ def change_member_role(ctx: Context, data: ChangeRoleIn) -> MemberOut:
     return _member_out(ctx, changed.membership)
 
 
+class MemberWorkspacesIn(Closed):
+    membership_id: Id
+    workspace_ids: list[Id] | None = Field(max_length=50, description=_GIVE)
+
+
+def _workspaces_scope(ctx: Context, data: MemberWorkspacesIn) -> None:
+    check_workspaces_change(actor=_actor(ctx), target=_member(ctx, data.membership_id))
+    _given(ctx, data.workspace_ids)
+
+
+def _workspaces_preview(ctx: Context, data: MemberWorkspacesIn) -> Preview:
+    row = _member(ctx, data.membership_id)
+    given = _given(ctx, data.workspace_ids)
+    change = Change(
+        str(row.pk),
+        {"person": row.user.email, "workspaces": _names(ctx, row.workspace_ids)},
+        {"workspaces": _names(ctx, given)},
+    )
+    held = "" if row.role == Role.MEMBER else f" While {_role_words(row.role)}, they still reach every workspace."
+    return Preview(
+        (change,),
+        f"Choose the workspaces of {row.user.email}.{held}",
+        title="Change this member's workspaces?",
+        verb="Change workspaces",
+        lines=(_reach_words(ctx, "They", Role.MEMBER, given),),
+    )
+
+
+@operation(
+    name="set_member_workspaces",
+    summary="Choose the workspaces a MEMBER reaches (null: every one): the mailboxes they and their agents may read "
+    "and send as, from their next call on.",
+    input=MemberWorkspacesIn,
+    output=MemberOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_workspaces_preview,
+    confirm=ALWAYS,
+    targets=_workspaces_scope,
+    callers=Callers.PERSONS,
+)
+def set_member_workspaces_op(ctx: Context, data: MemberWorkspacesIn) -> MemberOut:
+    given = _given(ctx, data.workspace_ids)
+    changed = set_member_workspaces(
+        tenant=ctx.tenant,
+        actor=_user(ctx),
+        membership_id=parse_id(data.membership_id, "membership_id"),
+        workspace_ids=given,
+    )
+    row = changed.membership
+    if changed.before != row.workspace_ids:
+        ctx.touch(row.pk, {"workspaces": _names(ctx, changed.before)}, {"workspaces": _names(ctx, row.workspace_ids)})
+    return _member_out(ctx, row)
+
+
 class RemoveMemberIn(Closed):
     membership_id: Id
 
@@ -552,6 +673,8 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
         role=removed.role,
         joined=removed.joined,
         you=removed.user.pk == _user(ctx).pk,
+        workspaces=_names(ctx, removed.workspace_ids),
+        workspace_ids=None if removed.workspace_ids is None else sorted(str(pk) for pk in removed.workspace_ids),
     )
 
 

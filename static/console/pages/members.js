@@ -1,6 +1,40 @@
 // /members: the tenant's members and open invitations. Each member's row says which roles this
-// person may give them (`assignable_roles`) and whether they may remove them (`can_remove`).
-import { button, el, load, onSubmit, perform, row, table, when } from "../lib.js";
+// person may give them (`assignable_roles`) and whether they may remove them (`can_remove`), and which
+// workspaces they reach (a MEMBER: those given to them; an ADMIN changes them with set_member_workspaces).
+import { button, call, el, list, load, notice, onSubmit, perform, row, table, when } from "../lib.js";
+
+let workspaces = []; // the tenant's, for an ADMIN (list_workspaces); a MEMBER's page never offers a choice
+
+// checkboxes of the tenant's workspaces, named `name`, those of `ticked` (ids) ticked
+const choices = (name, ticked, label) =>
+  workspaces.map((w) => el("label", { class: "check" }, el("input", { type: "checkbox", name, value: w.id, checked: ticked.includes(w.id), "aria-label": label ? `${label}: ${w.name}` : null }), ` ${w.name}`));
+
+// what the form says: null for every workspace, else the ids ticked (undefined: nothing chosen at all)
+const chosen = (form, name) => {
+  if (form.querySelector('input[name="every"]').checked) return null;
+  const ids = [...form.querySelectorAll(`input[name="${name}"]:checked`)].map((box) => box.value);
+  return ids.length ? ids : undefined;
+};
+
+const reachCell = (m) => {
+  const said = m.workspaces === null ? "Every workspace" : list(m.workspaces, "No workspace");
+  const held = m.role === "MEMBER" ? said : "Every workspace (as " + m.role.toLowerCase() + ")";
+  if (!workspaces.length || !m.assignable_roles.length || m.role !== "MEMBER") return held;
+  const form = el(
+    "form",
+    { class: "member-workspaces" },
+    el("label", { class: "check" }, el("input", { type: "checkbox", name: "every", checked: m.workspaces === null, "aria-label": `${m.email}: every workspace` }), " Every workspace"),
+    choices("given", m.workspace_ids || [], m.email),
+    el("button", { type: "submit" }, "Save"),
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const ids = chosen(form, "given");
+    const body = { membership_id: m.membership_id, workspace_ids: ids === undefined ? [] : ids };
+    if (await perform("set_member_workspaces", body, `${m.email}'s workspaces are changed.`)) refresh();
+  });
+  return el("details", {}, el("summary", {}, held), form);
+};
 
 const roleCell = (m) => {
   if (!m.assignable_roles.length) return m.role;
@@ -32,8 +66,8 @@ const cancel = async (i) => {
 const refresh = async () => {
   const out = await load("list_members", "members-list", (out) =>
     table(
-      ["Person", "Role", "Joined", ""],
-      out.members.map((m) => row({ "data-membership-id": m.membership_id }, [m.you ? `${m.email} (you)` : m.email, roleCell(m), when(m.joined), removeCell(m)])),
+      ["Person", "Role", "Workspaces", "Joined", ""],
+      out.members.map((m) => row({ "data-membership-id": m.membership_id }, [m.you ? `${m.email} (you)` : m.email, roleCell(m), reachCell(m), when(m.joined), removeCell(m)])),
     ),
   );
   const box = document.getElementById("invitations-list");
@@ -41,11 +75,12 @@ const refresh = async () => {
   box.replaceChildren(
     out.invitations.length
       ? table(
-          ["Address", "Role", "Invited by", "Expires", ""],
+          ["Address", "Role", "Workspaces", "Invited by", "Expires", ""],
           out.invitations.map((i) =>
             row({ "data-invitation-id": i.id }, [
               i.email,
               i.role,
+              i.role !== "MEMBER" || i.workspaces === null ? "Every workspace" : list(i.workspaces, "No workspace"),
               i.invited_by || "—",
               i.expired ? el("span", { class: "status-expired" }, `expired ${when(i.expires_at)}`) : when(i.expires_at),
               button("Cancel", () => cancel(i)),
@@ -59,10 +94,34 @@ const refresh = async () => {
 onSubmit("invite-member", async (form) => {
   const data = new FormData(form);
   const email = data.get("email").trim();
-  if (await perform("invite_member", { email, role: data.get("role") }, `An invitation is on its way to ${email}.`)) {
+  const body = { email, role: data.get("role") };
+  if (body.role === "MEMBER") {
+    const ids = chosen(form, "workspace_ids");
+    if (ids === undefined) return notice("Pick the workspaces whose mailboxes they will use, or every workspace.", true);
+    body.workspace_ids = ids;
+  }
+  if (await perform("invite_member", body, `An invitation is on its way to ${email}.`)) {
     form.reset();
     refresh();
   }
 });
 
-refresh();
+// the workspace choice matters for a Member only
+const role = document.getElementById("invite-role");
+const fieldset = document.getElementById("invite-workspaces");
+if (role && fieldset) role.addEventListener("change", () => (fieldset.hidden = role.value !== "MEMBER"));
+
+const start = async () => {
+  if (document.getElementById("invite-member")) {
+    try {
+      workspaces = (await call("list_workspaces", {})).workspaces;
+    } catch {
+      workspaces = [];
+    }
+    const box = document.getElementById("invite-workspace-choices");
+    if (box) box.replaceChildren(...choices("workspace_ids", []));
+  }
+  refresh();
+};
+
+start();
