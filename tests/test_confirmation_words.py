@@ -181,11 +181,19 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "rename_workspace": lambda w: [
         {"workspace_id": w.confirmed("create_workspace", {"name": "work"})["id"], "name": "clients"}
     ],
-    "invite_member": lambda w: [{"email": "dave@example.test", "role": "ADMIN"}],
     "cancel_invitation": lambda w: [
         {"invitation_id": w.confirmed("invite_member", {"email": "dave@example.test"})["id"]}
     ],
     "change_member_role": lambda w: [{"membership_id": w.membership(w.bob), "role": "ADMIN"}],
+    "set_member_workspaces": lambda w: [
+        {"membership_id": w.membership(w.bob), "workspace_ids": [str(w.alice.workspace.pk)]},
+        {"membership_id": w.membership(w.bob), "workspace_ids": []},
+        {"membership_id": w.membership(w.bob), "workspace_ids": None},
+    ],
+    "invite_member": lambda w: [
+        {"email": "dave@example.test", "role": "ADMIN"},
+        {"email": "erin@example.test", "workspace_ids": [str(w.alice.workspace.pk)]},
+    ],
     "remove_member": lambda w: [
         {"membership_id": w.membership(w.bob)},
         # leaving: someone else is an OWNER too

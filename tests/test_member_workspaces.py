@@ -227,9 +227,23 @@ def test_a_member_joined_before_keeps_every_workspace(world: World) -> None:
     assert membership(carol).workspace_ids is None
     assert _everything_seen_by(as_person(carol)) == set(world.own.subjects) | set(world.team_mail.subjects)
     rows = {m["email"]: m for m in call(as_person(world.alice), "list_members")["members"]}
-    assert rows["carol@example.test"]["workspaces"] is None
-    assert rows["bob@example.test"]["workspaces"] == ["team"]
+    assert rows["carol@example.test"]["reaches"] == "every" and rows["carol@example.test"]["workspaces"] == []
+    assert rows["bob@example.test"]["reaches"] == "given" and rows["bob@example.test"]["workspaces"] == ["team"]
     assert rows["bob@example.test"]["workspace_ids"] == [str(world.team.pk)]
+    assert rows["alice@example.test"]["reaches"] == "every"
+    assert rows["bob@example.test"]["can_choose_workspaces"] and not rows["alice@example.test"]["can_choose_workspaces"]
+
+
+def test_a_member_learns_no_other_members_workspaces(world: World) -> None:
+    hidden = Workspace.objects.create(tenant=world.alice.tenant, name="secret-plans")
+    carol = joined(world.alice, "carol@example.test")
+    _give(world.alice, carol, [str(hidden.pk)])
+    seen = json.dumps(call(as_person(world.bob), "list_members"))
+    assert "secret-plans" not in seen and str(hidden.pk) not in seen
+    rows = {m["email"]: m for m in json.loads(seen)["members"]}
+    assert rows["carol@example.test"]["reaches"] == "hidden" and rows["alice@example.test"]["reaches"] == "hidden"
+    assert rows["bob@example.test"]["reaches"] == "given" and rows["bob@example.test"]["workspaces"] == ["team"]
+    assert not any(row["can_choose_workspaces"] for row in rows.values())
 
 
 def test_only_an_admin_chooses_and_only_the_tenants_workspaces(world: World) -> None:

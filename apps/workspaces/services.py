@@ -185,6 +185,15 @@ def check_workspaces_change(*, actor: Membership, target: Membership) -> None:
         raise _only_owners("membership_id", "choose an OWNER's workspaces")
 
 
+def may_change_workspaces(*, actor: Membership, target: Membership) -> bool:
+    """Whether check_workspaces_change lets `actor` choose `target`'s workspaces."""
+    try:
+        check_workspaces_change(actor=actor, target=target)
+    except OakenError:
+        return False
+    return True
+
+
 def check_an_owner_stays(*, target: Membership, role: str | None, owners: int) -> None:
     """Refuse (LAST_OWNER) leaving the tenant without an OWNER: `role` is target's new role, None when removed."""
     if target.role == Role.OWNER and role != Role.OWNER and owners <= 1:

@@ -60,6 +60,7 @@ from apps.workspaces.services import (
     check_workspaces_change,
     invite,
     is_renamable,
+    may_change_workspaces,
     open_invitations,
     remove_membership,
     set_member_workspaces,
@@ -249,9 +250,10 @@ def rename_workspace(ctx: Context, data: RenameWorkspaceIn) -> WorkspaceOut:
 
 
 _GIVEN = (
-    "the workspaces given to this person, by name (ids in workspace_ids); null: every workspace. Only a MEMBER is "
-    "held to them: OWNERs and ADMINs reach every workspace"
+    "the workspaces given to this person, by name; null: every workspace. Only a MEMBER is held to them: OWNERs "
+    "and ADMINs reach every workspace"
 )
+Reaches = Literal["every", "given", "hidden"]
 
 
 class MemberOut(Closed):
@@ -260,8 +262,12 @@ class MemberOut(Closed):
     role: str
     joined: datetime
     you: bool
-    workspaces: list[str] | None = Field(description=_GIVEN)
-    workspace_ids: list[str] | None
+    reaches: Reaches = Field(
+        description="which mailboxes they read and send as: every workspace's (an OWNER or ADMIN, or a MEMBER "
+        "given every one), the given `workspaces`' only, or hidden (another member's, to a MEMBER)"
+    )
+    workspaces: list[str] = Field(description="when `reaches` is given: their workspaces by name (ids alike)")
+    workspace_ids: list[str]
 
 
 class InvitationOut(Closed):
@@ -278,6 +284,9 @@ class InvitationOut(Closed):
 class MemberRow(MemberOut):
     assignable_roles: list[RoleName] = Field(
         description="the roles you may give this member (change_member_role), lowest first; empty when none"
+    )
+    can_choose_workspaces: bool = Field(
+        description="whether you may choose this MEMBER's workspaces (set_member_workspaces)"
     )
     can_remove: bool = Field(
         description="whether you may remove this member (remove_member; yourself: leave); the last OWNER's "
@@ -300,26 +309,31 @@ def _names(ctx: Context, ids: list[uuid.UUID] | None) -> list[str] | None:
 
 
 def _member_out(ctx: Context, row: Membership, names: dict[uuid.UUID, str] | None = None) -> MemberOut:
-    ids = row.workspace_ids
-    given = None if ids is None else sorted(str(pk) for pk in ids)
-    if names is not None and ids is not None:
-        shown: list[str] | None = sorted(names[pk] for pk in ids if pk in names)
-    else:
-        shown = _names(ctx, ids)
+    """A member as the caller may see them: an ADMIN sees everyone's workspaces, a MEMBER only their own (the
+    names of workspaces not given to them are not theirs to learn)."""
+    you = row.user_id == _user(ctx).pk
+    reaches: Reaches = "every" if not row.limited else "given"
+    if not you and not _role(ctx).covers(Role.ADMIN):
+        reaches = "hidden"
+    ids = sorted(row.workspace_ids or []) if reaches == "given" else []
+    if names is None:
+        names = {w.pk: w.name for w in workspaces_by_name(tenant=ctx.tenant)}
     return MemberOut(
         membership_id=str(row.pk),
         email=row.user.email,
         role=row.role,
         joined=row.created_at,
-        you=row.user_id == _user(ctx).pk,
-        workspaces=shown,
-        workspace_ids=given,
+        you=you,
+        reaches=reaches,
+        workspaces=sorted(names[pk] for pk in ids if pk in names),
+        workspace_ids=[str(pk) for pk in ids if pk in names],
     )
 
 
 def _member_row(ctx: Context, actor: Membership, row: Membership, names: dict[uuid.UUID, str]) -> MemberRow:
     return MemberRow(
         **_member_out(ctx, row, names).model_dump(),
+        can_choose_workspaces=row.role == Role.MEMBER and may_change_workspaces(actor=actor, target=row),
         assignable_roles=[cast(RoleName, role.value) for role in assignable_roles(actor=actor, target=row)],
         can_remove=can_remove(actor=actor, target=row),
     )
@@ -667,15 +681,15 @@ def remove_member(ctx: Context, data: RemoveMemberIn) -> MemberOut:
     for connection_id in revoked.connections:
         ctx.touch(connection_id, {"revoked": False}, {"revoked": True})
     ctx.touch(removed.membership_id, {"person": removed.user.email, "role": removed.role}, None)
-    return MemberOut(
-        membership_id=str(removed.membership_id),
-        email=removed.user.email,
+    gone = Membership(
+        pk=removed.membership_id,
+        tenant=ctx.tenant,
+        user=removed.user,
         role=removed.role,
-        joined=removed.joined,
-        you=removed.user.pk == _user(ctx).pk,
-        workspaces=_names(ctx, removed.workspace_ids),
-        workspace_ids=None if removed.workspace_ids is None else sorted(str(pk) for pk in removed.workspace_ids),
+        created_at=removed.joined,
+        workspace_ids=removed.workspace_ids,
     )
+    return _member_out(ctx, gone)
 
 
 class AcceptInvitationIn(Closed):

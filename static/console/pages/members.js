@@ -1,9 +1,9 @@
 // /members: the tenant's members and open invitations. Each member's row says which roles this
 // person may give them (`assignable_roles`) and whether they may remove them (`can_remove`), and which
-// workspaces they reach (a MEMBER: those given to them; an ADMIN changes them with set_member_workspaces).
+// workspaces they reach (`reaches`) and whether this person may choose them (`can_choose_workspaces`).
 import { button, call, el, list, load, notice, onSubmit, perform, row, table, when } from "../lib.js";
 
-let workspaces = []; // the tenant's, for an ADMIN (list_workspaces); a MEMBER's page never offers a choice
+let workspaces = []; // the workspaces this person reaches (list_workspaces), offered as choices
 
 // checkboxes of the tenant's workspaces, named `name`, those of `ticked` (ids) ticked
 const choices = (name, ticked, label) =>
@@ -16,15 +16,16 @@ const chosen = (form, name) => {
   return ids.length ? ids : undefined;
 };
 
+const REACHES = { every: () => "Every workspace", hidden: () => "", given: (m) => list(m.workspaces, "No workspace") };
+
 const reachCell = (m) => {
-  const said = m.workspaces === null ? "Every workspace" : list(m.workspaces, "No workspace");
-  const held = m.role === "MEMBER" ? said : "Every workspace (as " + m.role.toLowerCase() + ")";
-  if (!workspaces.length || !m.assignable_roles.length || m.role !== "MEMBER") return held;
+  const said = REACHES[m.reaches](m);
+  if (!workspaces.length || !m.can_choose_workspaces) return said;
   const form = el(
     "form",
     { class: "member-workspaces" },
-    el("label", { class: "check" }, el("input", { type: "checkbox", name: "every", checked: m.workspaces === null, "aria-label": `${m.email}: every workspace` }), " Every workspace"),
-    choices("given", m.workspace_ids || [], m.email),
+    el("label", { class: "check" }, el("input", { type: "checkbox", name: "every", checked: m.reaches === "every", "aria-label": `${m.email}: every workspace` }), " Every workspace"),
+    choices("given", m.workspace_ids, m.email),
     el("button", { type: "submit" }, "Save"),
   );
   form.addEventListener("submit", async (event) => {
@@ -33,7 +34,7 @@ const reachCell = (m) => {
     const body = { membership_id: m.membership_id, workspace_ids: ids === undefined ? [] : ids };
     if (await perform("set_member_workspaces", body, `${m.email}'s workspaces are changed.`)) refresh();
   });
-  return el("details", {}, el("summary", {}, held), form);
+  return el("details", {}, el("summary", {}, said), form);
 };
 
 const roleCell = (m) => {
@@ -80,7 +81,7 @@ const refresh = async () => {
             row({ "data-invitation-id": i.id }, [
               i.email,
               i.role,
-              i.role !== "MEMBER" || i.workspaces === null ? "Every workspace" : list(i.workspaces, "No workspace"),
+              i.workspaces === null ? "Every workspace" : list(i.workspaces, "No workspace"),
               i.invited_by || "—",
               i.expired ? el("span", { class: "status-expired" }, `expired ${when(i.expires_at)}`) : when(i.expires_at),
               button("Cancel", () => cancel(i)),
@@ -95,7 +96,7 @@ onSubmit("invite-member", async (form) => {
   const data = new FormData(form);
   const email = data.get("email").trim();
   const body = { email, role: data.get("role") };
-  if (body.role === "MEMBER") {
+  if (asksWorkspaces()) {
     const ids = chosen(form, "workspace_ids");
     if (ids === undefined) return notice("Pick the workspaces whose mailboxes they will use, or every workspace.", true);
     body.workspace_ids = ids;
@@ -106,10 +107,11 @@ onSubmit("invite-member", async (form) => {
   }
 });
 
-// the workspace choice matters for a Member only
+// the workspace choice matters only for the roles the page marks so (a Member's)
 const role = document.getElementById("invite-role");
 const fieldset = document.getElementById("invite-workspaces");
-if (role && fieldset) role.addEventListener("change", () => (fieldset.hidden = role.value !== "MEMBER"));
+const asksWorkspaces = () => Boolean(role && role.selectedOptions[0] && role.selectedOptions[0].hasAttribute("data-given-workspaces"));
+if (role && fieldset) role.addEventListener("change", () => (fieldset.hidden = !asksWorkspaces()));
 
 const start = async () => {
   if (document.getElementById("invite-member")) {
