@@ -311,3 +311,24 @@ def test_an_invitation_refuses_another_tenants_workspace(world: World) -> None:
     theirs = str(Workspace.objects.for_tenant(world.mallory.tenant).get().pk)
     invite = {"email": "eve@example.test", "workspace_ids": [theirs]}
     assert refusal(as_person(world.alice), "invite_member", invite, confirm=True).code == "NOT_FOUND"
+
+
+def test_a_key_used_before_a_narrowing_replays_nothing_after_it(world: World) -> None:
+    _give(world.alice, world.bob, None)
+    bob = as_person(world.bob)
+    first = call(bob, "create_label", {"account_id": world.own.account_id, "name": "later"}, idempotency_key="k-1")
+    assert (
+        call(bob, "create_label", {"account_id": world.own.account_id, "name": "later"}, idempotency_key="k-1") == first
+    )
+    _give(world.alice, world.bob, [str(world.team.pk)])
+    refused = refusal(
+        as_person(world.bob),
+        "create_label",
+        {"account_id": world.own.account_id, "name": "later"},
+        idempotency_key="k-1",
+    )
+    assert refused.code == "OUT_OF_SCOPE" and refused.field == "idempotency_key"
+    # a key used within what the person still reaches replays as before
+    team = {"account_id": world.team_mail.account_id, "name": "later"}
+    kept = call(as_person(world.bob), "create_label", team, idempotency_key="k-2")
+    assert call(as_person(world.bob), "create_label", team, idempotency_key="k-2") == kept

@@ -41,7 +41,7 @@ def stored_response(caller: Caller, operation: str, key: str, digest: str) -> di
     first = (
         IdempotencyRecord.objects.for_tenant(caller.tenant)
         .filter(caller_key=caller.key, operation=operation, key=key)
-        .values_list("input_digest", "response")
+        .values_list("input_digest", "response", "reach")
         .first()
     )
     if first is None:
@@ -50,7 +50,21 @@ def stored_response(caller: Caller, operation: str, key: str, digest: str) -> di
         raise OakenError(
             "IDEMPOTENCY_MISMATCH", "idempotency_key was already used with a different input", field="idempotency_key"
         )
+    if not _covers(caller.workspace_filter, first[2]):
+        # a MEMBER narrowed since (or their key's person): the answer may hold mail they no longer reach
+        raise OakenError(
+            "OUT_OF_SCOPE",
+            "idempotency_key: its first call reached workspaces you no longer reach; nothing was replayed",
+            field="idempotency_key",
+        )
     return dict(first[1])
+
+
+def _covers(now: tuple[str, ...] | None, then: list[str] | None) -> bool:
+    """Whether a caller reaching `now` (None: every workspace) reaches all that a call reaching `then` did."""
+    if now is None:
+        return True
+    return then is not None and set(then) <= set(now)
 
 
 def claim(caller: Caller, operation: str, key: str, digest: str) -> dict[str, Any] | None:
@@ -59,12 +73,13 @@ def claim(caller: Caller, operation: str, key: str, digest: str) -> dict[str, An
     The insert waits while another transaction holds the same key, so a concurrent duplicate
     either replays the first response or, if the first failed, runs in its place: never both.
     """
+    reach = list(caller.workspace_filter) if caller.workspace_filter is not None else None
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO gate_idempotencyrecord (id, tenant_id, caller_key, operation, key, input_digest,"
-            " response, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'null'::jsonb, now())"
+            " response, reach, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'null'::jsonb, %s::text[], now())"
             " ON CONFLICT (tenant_id, caller_key, operation, key) DO NOTHING RETURNING id",
-            [new_id(), caller.tenant.pk, caller.key, operation, key, digest],
+            [new_id(), caller.tenant.pk, caller.key, operation, key, digest, reach],
         )
         if cursor.fetchone() is not None:
             return None

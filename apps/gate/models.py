@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -37,6 +38,9 @@ class IdempotencyRecord(TenantOwned):
     key = models.CharField(max_length=255)
     input_digest = models.CharField(max_length=64)
     response = models.JSONField()
+    # the workspaces the first call reached (Caller.workspace_filter; NULL: every one): a repeat by a caller who
+    # reaches less now is refused rather than answered with what it may no longer see
+    reach = ArrayField(models.CharField(max_length=100), null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
