@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from django.db.models import F, Q
 
@@ -26,9 +26,7 @@ from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.outbound import requests
 from apps.outbound.models import Draft, OutboundRequest, OutboxEntry, State
-
-if TYPE_CHECKING:
-    from apps.workspaces.models import Tenant
+from apps.workspaces.models import Membership, Tenant
 
 Outcome = Literal["sent", "refused", "temporary", "unknown"]
 LOST_AFTER_DATA = "worker_lost_after_data"
@@ -113,14 +111,31 @@ def claim(request_id: Any, *, act: Act) -> OutboundRequest:
         raise OakenError("CONFLICT", "this request is not waiting to be sent (not due, or taken)", field="request_id")
     request = rows.select_related("account").get()
     act.touch(request.pk, {"state": state}, {"state": State.SENDING, "attempt": request.attempts})
+    # what was approved is what is sent; and only while the person it is sent for may still send as the mailbox
+    # (removed from the tenant, or a MEMBER no longer given its workspace, since it was approved or scheduled)
+    error = ""
     if requests.stored_digest(request) != request.content_hash:
-        # what was approved is what is sent
-        requests.transition(
-            act.tenant, request.pk, State.SENDING, State.FAILED, error="content_changed", finished_at=now
-        )
-        act.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": "content_changed"})
+        error = "content_changed"
+    elif not requester_reaches(request, tenant=act.tenant):
+        error = REQUESTER_LOST_ACCESS
+    if error:
+        requests.transition(act.tenant, request.pk, State.SENDING, State.FAILED, error=error, finished_at=now)
+        act.touch(request.pk, {"state": State.SENDING}, {"state": State.FAILED, "error": error})
         request.refresh_from_db()
     return request
+
+
+REQUESTER_LOST_ACCESS = "requester_lost_access"
+
+
+def requester_reaches(request: OutboundRequest, *, tenant: Tenant) -> bool:
+    """Whether the person a request is sent for is still a member of its tenant who reaches its mailbox."""
+    if request.requested_by_id is None:
+        return False
+    member = Membership.objects.for_tenant(tenant).filter(user_id=request.requested_by_id).first()
+    if member is None:
+        return False
+    return not member.limited or request.account.workspace_id in (member.workspace_ids or [])
 
 
 def begin_data(request_id: Any, attempt: int, *, act: Act) -> None:
@@ -180,7 +195,14 @@ def record_outcome(
 
 
 def release(request_id: Any, *, act: Act) -> OutboundRequest:
-    """A scheduled send whose time came (the schedule decides that from send_at): approved → queued, now."""
+    """A scheduled send whose time came (the schedule decides that from send_at): approved → queued, now; failed
+    instead when the person it is sent for no longer reaches its mailbox (claim checks it again)."""
+    found = _rows(request_id, act=act).filter(state=State.APPROVED).select_related("account").first()
+    if found is not None and not requester_reaches(found, tenant=act.tenant):
+        fields = {"error": REQUESTER_LOST_ACCESS, "finished_at": act.now}
+        if requests.transition(act.tenant, request_id, State.APPROVED, State.FAILED, **fields) is not None:
+            act.touch(request_id, {"state": State.APPROVED}, {"state": State.FAILED, "error": REQUESTER_LOST_ACCESS})
+            return _rows(request_id, act=act).get()
     if requests.transition(act.tenant, request_id, State.APPROVED, State.QUEUED) is None:
         raise OakenError("CONFLICT", "this request is not an approved scheduled send", field="request_id")
     OutboxEntry.objects.for_tenant(act.tenant).filter(request_id=request_id).update(

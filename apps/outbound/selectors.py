@@ -24,7 +24,15 @@ from apps.core.kinds import Principal
 from apps.mail.models import Attachment, MailAccount, Message
 from apps.mail.selectors import Reach, StoredFile, access_account_by_id, stored_file
 from apps.outbound.execution import retry_times
-from apps.outbound.models import BudgetUsage, Draft, OutboundAttachment, OutboundRequest, SendPolicy, State
+from apps.outbound.models import (
+    CANCELLABLE,
+    BudgetUsage,
+    Draft,
+    OutboundAttachment,
+    OutboundRequest,
+    SendPolicy,
+    State,
+)
 from apps.workspaces.models import Tenant
 
 # the states of a request that is still to be sent (or being sent): its draft is not edited by an agent meanwhile
@@ -252,3 +260,10 @@ def names_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[uuid.UUI
         for pk in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
             found[pk] = (kind, None)
     return found
+
+
+def waiting_sends_outside(*, tenant: Tenant, user_id: Any, workspace_ids: Collection[Any]) -> int:
+    """How many of this person's requests still waiting to go out are from mailboxes outside these workspaces
+    (what narrowing them fails: apps.outbound.execution.requester_reaches)."""
+    waiting = OutboundRequest.objects.for_tenant(tenant).filter(requested_by_id=user_id, state__in=CANCELLABLE)
+    return waiting.exclude(account__workspace_id__in=list(workspace_ids)).count()

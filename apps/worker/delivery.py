@@ -343,10 +343,11 @@ def release_scheduled(now: Any = None) -> int:
     released = 0
     for request in due.select_related("tenant")[:500]:
         try:
-            _step(request, "release_scheduled_send")
+            step = _step(request, "release_scheduled_send")
         except OakenError:
             continue  # cancelled or claimed meanwhile
-        released += 1
+        if step["state"] == State.QUEUED:  # else failed: its person no longer reaches the mailbox
+            released += 1
     return released
 
 

@@ -31,6 +31,7 @@ from apps.mail.selectors import account_count, account_counts_by_workspace, reac
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.outbound.selectors import waiting_sends_outside
 from apps.workspaces import services as workspace_services
 from apps.workspaces.models import Invitation, Membership, Workspace
 from apps.workspaces.selectors import (
@@ -590,12 +591,16 @@ def _workspaces_preview(ctx: Context, data: MemberWorkspacesIn) -> Preview:
         {"workspaces": _names(ctx, given)},
     )
     held = "" if row.role == Role.MEMBER else f" While {_role_words(row.role)}, they still reach every workspace."
+    lines = [_reach_words(ctx, "They", Role.MEMBER, given)]
+    waiting = 0 if given is None else waiting_sends_outside(tenant=ctx.tenant, user_id=row.user_id, workspace_ids=given)
+    if waiting and row.role == Role.MEMBER:
+        lines.append(f"{words.count(waiting, 'send')} of theirs still waiting from other mailboxes will not go out.")
     return Preview(
         (change,),
         f"Choose the workspaces of {row.user.email}.{held}",
         title="Change this member's workspaces?",
         verb="Change workspaces",
-        lines=(_reach_words(ctx, "They", Role.MEMBER, given),),
+        lines=tuple(lines),
     )
 
 
