@@ -1,6 +1,6 @@
 """IMAP sync of a Gmail-like server (X-GM-EXT-1, tests/gmailserver.py): labels are not folders. A message in the
 inbox and two labels is one message with two labels, All Mail is not fetched twice, label changes on the server
-reach Oaken, and a plain server (Dovecot) is synced as before.
+reach Oaken, moves made in Oaken go back as labels, and a plain server (Dovecot) is synced as before.
 
 Mallory, in another tenant, syncs her own Gmail-like mailbox on the same server: none of alice's mail or labels
 ever reaches her.
@@ -9,7 +9,7 @@ ever reaches her.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from apps.mail.models import FolderKind, Label, Message, MessageLabel
 from tests.callers import as_person, call
 from tests.conftest import Person
 from tests.gmailserver import ALL_MAIL, PASSWORD, TRASH, GmailServer, gmail_like
-from tests.imapbox import by_message_id, mail, sync
+from tests.imapbox import by_message_id, eager, mail, sync  # noqa: F401 (eager: a fixture)
 from tests.mailservers import ImapServer, SmtpServer
 
 pytestmark = pytest.mark.django_db
@@ -161,6 +161,33 @@ def test_a_message_trashed_and_restored_on_the_server_is_followed_without_fetchi
     assert (message.folder.kind, message.imap_missing_since, outcome.counts.stored) == ("inbox", None, 0)
     assert labels_of(alice, message) == {"Work"}
     assert gmail_server.bodies_fetched(user) == 1
+    mallory_unchanged(mallory, boxes)
+
+
+@pytest.mark.usefixtures("eager")
+def test_moving_between_inbox_and_archive_in_oaken_is_a_label_change_on_the_server(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    gmail_server: GmailServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    msgid = gmail_server.deliver(user, mail(1)[0], labels=("\\Inbox", "Work"))
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    me = as_person(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        call(me, "move_messages", {"message_ids": [str(message.pk)], "folder": "archive"})
+    assert gmail_server.boxes[user].messages[0].labels == {"Work"}  # archived: still in All Mail, no copy moved
+    assert sync(boxes["alice"]).counts.labels_changed == 0
+    assert by_message_id(alice, boxes["alice"])["m-0@example.test"].folder.kind == FolderKind.ARCHIVE
+    with django_capture_on_commit_callbacks(execute=True):
+        call(me, "move_messages", {"message_ids": [str(message.pk)], "folder": "INBOX"})
+    assert gmail_server.boxes[user].messages[0].labels == {"Work", "\\Inbox"}
+    assert [m.msgid for m in gmail_server.boxes[user].messages] == [msgid]
+    sync(boxes["alice"])
+    assert by_message_id(alice, boxes["alice"])["m-0@example.test"].folder.kind == FolderKind.INBOX
     mallory_unchanged(mallory, boxes)
 
 

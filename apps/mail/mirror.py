@@ -7,6 +7,10 @@ turns (`mirror_lock`, which a sync's flag pass takes too), so each reads the mes
 wrote. A folder whose UIDVALIDITY is not the one Oaken synced is left alone (its UIDs name other messages now;
 the next sync lists it again). Messages of local accounts, and messages whose server UID is not known, wait.
 
+On a Gmail server (apps.mail.gmail) a message of All Mail is in the inbox by its \\Inbox label, not by a folder:
+moving it between the inbox and the archive in Oaken adds or removes that label; it stays where it is in All Mail.
+A move to Trash or Spam (folders there too) is an IMAP MOVE as anywhere.
+
 Flags: a change marks which flags wait to be pushed (`flags_pending`, FLAG_SEEN / FLAG_FLAGGED) and since when
 (`flags_pending_at`) in its own transaction. The push sets only those flags, and clears the mark for the
 messages the server still holds, unless a newer change came meanwhile. While a flag is marked, a sync keeps
@@ -33,7 +37,7 @@ from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imap import imap_session
 from apps.mail.locks import session_lock
-from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, MailAccount, Message
+from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, FolderKind, MailAccount, Message
 from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.mail.mirror")
@@ -117,9 +121,12 @@ def _on_server(tenant: Tenant, account_id: uuid.UUID, message_ids: Sequence[str]
             "imap_uid",
             "folder_id",
             "folder__name",
+            "folder__kind",
             "folder__imap_uidvalidity",
             "imap_folder__name",
+            "imap_folder__kind",
             "imap_folder__imap_uidvalidity",
+            "gmail_msgid",
         )
     )
 
@@ -262,13 +269,22 @@ def push_moves(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
             if not held:
                 raise MirrorBusyError(str(account_id))
             groups: dict[tuple[uuid.UUID, uuid.UUID], list[Message]] = defaultdict(list)
+            # Gmail's All Mail: {whether the message is in the inbox: its messages}, by All Mail folder
+            inbox_labels: dict[uuid.UUID, dict[bool, list[Message]]] = defaultdict(lambda: defaultdict(list))
             for m in _on_server(tenant, account_id, message_ids):
+                if _in_all_mail(m):
+                    assert m.imap_folder_id is not None
+                    if m.folder.kind in _BY_LABEL:
+                        inbox_labels[m.imap_folder_id][m.folder.kind == FolderKind.INBOX].append(m)
+                        continue
                 if m.imap_folder_id != m.folder_id:
                     assert m.imap_folder_id is not None
                     groups[(m.imap_folder_id, m.folder_id)].append(m)
-            if not groups:
+            if not groups and not inbox_labels:
                 continue
             with imap_session(_account(tenant, account_id)) as client:
+                for by_inbox in inbox_labels.values():
+                    moved += _push_inbox_labels(client, by_inbox)
                 for (source_id, target_id), group in groups.items():
                     source, target = group[0].imap_folder, group[0].folder
                     assert source is not None
@@ -284,3 +300,32 @@ def push_moves(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
                         ).update(imap_folder_id=target_id, imap_uid=new_uid, imap_missing_since=missing)
                     moved += len(group)
     return moved
+
+
+# the Oaken folders a message of Gmail's All Mail shows in by its labels: a move between them is a label change
+# (the inbox and the archive; Sent and Drafts are Gmail's to set)
+_BY_LABEL = (FolderKind.INBOX, FolderKind.ARCHIVE, FolderKind.SENT, FolderKind.DRAFTS)
+
+
+def _in_all_mail(m: Message) -> bool:
+    """Whether the server has the message in Gmail's All Mail (a Gmail id, and its server folder the archive)."""
+    return m.gmail_msgid is not None and m.imap_folder is not None and m.imap_folder.kind == FolderKind.ARCHIVE
+
+
+def _push_inbox_labels(client: IMAPClient, by_inbox: dict[bool, list[Message]]) -> int:
+    """Put the \\Inbox label on the messages of All Mail that Oaken shows in the inbox, and take it off those it
+    shows in the archive (Sent and Drafts are left as they are); returns how many were changed."""
+    some = next(iter(by_inbox.values()))[0]
+    assert some.imap_folder is not None
+    if not _select(client, some.imap_folder):
+        return 0
+    done = 0
+    for inbox, group in by_inbox.items():
+        uids = [m.imap_uid for m in group if m.imap_uid is not None and m.folder.kind in _INBOX_OR_ARCHIVE]
+        if uids:
+            (client.add_gmail_labels if inbox else client.remove_gmail_labels)(uids, ["\\Inbox"], silent=True)
+            done += len(uids)
+    return done
+
+
+_INBOX_OR_ARCHIVE = (FolderKind.INBOX, FolderKind.ARCHIVE)
