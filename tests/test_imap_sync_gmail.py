@@ -191,6 +191,36 @@ def test_moving_between_inbox_and_archive_in_oaken_is_a_label_change_on_the_serv
     mallory_unchanged(mallory, boxes)
 
 
+@pytest.mark.usefixtures("eager")
+def test_labels_put_on_or_taken_off_in_oaken_go_to_the_server(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, Any],
+    gmail_server: GmailServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    user = boxes["alice_user"]
+    msgid = gmail_server.deliver(user, mail(1)[0], labels=("\\Inbox", "Work", "Travel"))
+    sync(boxes["alice"])
+    message = by_message_id(alice, boxes["alice"])["m-0@example.test"]
+    me = as_person(alice)
+    new = call(me, "create_label", {"account_id": boxes["alice"], "name": "Urgent"})["label"]["id"]
+    work = str(Label.objects.for_tenant(alice.tenant).get(account_id=boxes["alice"], name="Work").pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        call(me, "add_labels", {"message_ids": [str(message.pk)], "label_ids": [new]})
+        call(me, "remove_labels", {"message_ids": [str(message.pk)], "label_ids": [work]})
+    on_server = gmail_server.boxes[user].messages[0]
+    assert (on_server.msgid, on_server.labels) == (msgid, {"\\Inbox", "Travel", "Urgent"})
+    assert sync(boxes["alice"]).counts.labels_changed == 0
+    assert labels_of(alice, message) == {"Travel", "Urgent"}
+    # pushed, the label is the server's too: taken off there, it goes here
+    gmail_server.relabel(user, msgid, remove=("Urgent",))
+    assert sync(boxes["alice"]).counts.labels_changed == 1
+    assert labels_of(alice, message) == {"Travel"}
+    assert gmail_server.boxes[boxes["mallory_user"]].messages[0].labels == {"\\Inbox", "Private"}
+    mallory_unchanged(mallory, boxes)
+
+
 def test_a_gmail_account_synced_before_as_folders_becomes_one_message_per_gmail_id(
     alice: Person, mallory: Person, boxes: dict[str, Any], gmail_server: GmailServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
