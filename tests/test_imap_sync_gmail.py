@@ -16,7 +16,7 @@ import pytest
 from imapclient import IMAPClient
 
 from apps.mail.models import FolderKind, Label, Message, MessageLabel
-from tests.callers import as_person, call
+from tests.callers import as_person, call, refusal
 from tests.conftest import Person
 from tests.gmailserver import ALL_MAIL, PASSWORD, TRASH, GmailServer, gmail_like
 from tests.imapbox import by_message_id, eager, mail, sync  # noqa: F401 (eager: a fixture)
@@ -111,6 +111,7 @@ def test_a_message_in_the_inbox_and_two_labels_is_one_message_with_two_labels(
     work = Label.objects.for_tenant(alice.tenant).get(account_id=boxes["alice"], name="Work")
     listed = call(as_person(alice), "list_messages", {"account_id": boxes["alice"], "label_id": str(work.pk)})
     assert sorted(m["subject"] for m in listed["messages"]) == ["Note 0", "Note 1"]
+    assert refusal(as_person(mallory), "list_messages", {"label_id": str(work.pk)}).code == "NOT_FOUND"
 
     # All Mail is not synced twice: nothing new, nothing fetched
     assert sync(boxes["alice"]).counts.stored == 0
