@@ -7,6 +7,12 @@ turns (`mirror_lock`, which a sync's flag pass takes too), so each reads the mes
 wrote. A folder whose UIDVALIDITY is not the one Oaken synced is left alone (its UIDs name other messages now;
 the next sync lists it again). Messages of local accounts, and messages whose server UID is not known, wait.
 
+On a Gmail server (apps.mail.gmail) a message of All Mail is in the inbox by its \\Inbox label, not by a folder:
+moving it between the inbox and the archive in Oaken adds or removes that label; it stays where it is in All Mail.
+A move to Trash or Spam (folders there too) is an IMAP MOVE as anywhere. A label put on or taken off a Gmail
+message in Oaken is put on or taken off on the server (STORE X-GM-LABELS), each label named by the change as
+Oaken holds it when the task runs; labels the change did not name are left alone.
+
 Flags: a change marks which flags wait to be pushed (`flags_pending`, FLAG_SEEN / FLAG_FLAGGED) and since when
 (`flags_pending_at`) in its own transaction. The push sets only those flags, and clears the mark for the
 messages the server still holds, unless a newer change came meanwhile. While a flag is marked, a sync keeps
@@ -33,7 +39,17 @@ from imapclient.exceptions import IMAPClientAbortError, IMAPClientError
 
 from apps.mail.imap import imap_session
 from apps.mail.locks import session_lock
-from apps.mail.models import FLAG_FLAGGED, FLAG_SEEN, AccountKind, Folder, MailAccount, Message
+from apps.mail.models import (
+    FLAG_FLAGGED,
+    FLAG_SEEN,
+    AccountKind,
+    Folder,
+    FolderKind,
+    Label,
+    MailAccount,
+    Message,
+    MessageLabel,
+)
 from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.mail.mirror")
@@ -46,6 +62,7 @@ _LOCK_WAIT_SECONDS = 30.0
 # the names of the tasks (apps.mail.tasks) that run push_flags and push_moves
 PUSH_FLAGS_TASK = "mail.push_flags"
 PUSH_MOVES_TASK = "mail.push_moves"
+PUSH_LABELS_TASK = "mail.push_labels"
 
 
 class MirrorBusyError(Exception):
@@ -117,9 +134,12 @@ def _on_server(tenant: Tenant, account_id: uuid.UUID, message_ids: Sequence[str]
             "imap_uid",
             "folder_id",
             "folder__name",
+            "folder__kind",
             "folder__imap_uidvalidity",
             "imap_folder__name",
+            "imap_folder__kind",
             "imap_folder__imap_uidvalidity",
+            "gmail_msgid",
         )
     )
 
@@ -262,13 +282,22 @@ def push_moves(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
             if not held:
                 raise MirrorBusyError(str(account_id))
             groups: dict[tuple[uuid.UUID, uuid.UUID], list[Message]] = defaultdict(list)
+            # Gmail's All Mail: {whether the message is in the inbox: its messages}, by All Mail folder
+            inbox_labels: dict[uuid.UUID, dict[bool, list[Message]]] = defaultdict(lambda: defaultdict(list))
             for m in _on_server(tenant, account_id, message_ids):
+                if _in_all_mail(m):
+                    assert m.imap_folder_id is not None
+                    if m.folder.kind in _BY_LABEL:
+                        inbox_labels[m.imap_folder_id][m.folder.kind == FolderKind.INBOX].append(m)
+                        continue
                 if m.imap_folder_id != m.folder_id:
                     assert m.imap_folder_id is not None
                     groups[(m.imap_folder_id, m.folder_id)].append(m)
-            if not groups:
+            if not groups and not inbox_labels:
                 continue
             with imap_session(_account(tenant, account_id)) as client:
+                for by_inbox in inbox_labels.values():
+                    moved += _push_inbox_labels(client, by_inbox)
                 for (source_id, target_id), group in groups.items():
                     source, target = group[0].imap_folder, group[0].folder
                     assert source is not None
@@ -284,3 +313,97 @@ def push_moves(*, tenant: Tenant, message_ids: Sequence[str]) -> int:
                         ).update(imap_folder_id=target_id, imap_uid=new_uid, imap_missing_since=missing)
                     moved += len(group)
     return moved
+
+
+# the Oaken folders a message of Gmail's All Mail shows in by its labels: a move between them is a label change
+# (the inbox and the archive; Sent and Drafts are Gmail's to set)
+_BY_LABEL = (FolderKind.INBOX, FolderKind.ARCHIVE, FolderKind.SENT, FolderKind.DRAFTS)
+
+
+def _in_all_mail(m: Message) -> bool:
+    """Whether the server has the message in Gmail's All Mail (a Gmail id, and its server folder the archive)."""
+    return m.gmail_msgid is not None and m.imap_folder is not None and m.imap_folder.kind == FolderKind.ARCHIVE
+
+
+def _push_inbox_labels(client: IMAPClient, by_inbox: dict[bool, list[Message]]) -> int:
+    """Put the \\Inbox label on the messages of All Mail that Oaken shows in the inbox, and take it off those it
+    shows in the archive (Sent and Drafts are left as they are); returns how many were changed."""
+    some = next(iter(by_inbox.values()))[0]
+    assert some.imap_folder is not None
+    if not _select(client, some.imap_folder):
+        return 0
+    done = 0
+    for inbox, group in by_inbox.items():
+        uids = [m.imap_uid for m in group if m.imap_uid is not None and m.folder.kind in _INBOX_OR_ARCHIVE]
+        if uids:
+            (client.add_gmail_labels if inbox else client.remove_gmail_labels)(uids, ["\\Inbox"], silent=True)
+            done += len(uids)
+    return done
+
+
+_INBOX_OR_ARCHIVE = (FolderKind.INBOX, FolderKind.ARCHIVE)
+
+
+# ---------------------------------------------------------------- Gmail labels
+
+
+def mirror_labels(
+    *, tenant: Tenant, message_ids: Sequence[uuid.UUID | str], label_ids: Sequence[uuid.UUID | str]
+) -> None:
+    """After this transaction commits, put these labels on or take them off these messages on the server, as Oaken
+    holds them then: only for messages of a Gmail server (a Gmail id), whose labels are the server's too."""
+    ids = list(
+        Message.objects.for_tenant(tenant)
+        .filter(id__in=message_ids, account__kind=AccountKind.IMAP, gmail_msgid__isnull=False)
+        .values_list("id", flat=True)
+    )
+    if not ids:
+        return
+    task = current_app.tasks[PUSH_LABELS_TASK]
+    labels = [str(pk) for pk in label_ids]
+    messages = [str(pk) for pk in ids]
+    transaction.on_commit(partial(task.delay, tenant_id=str(tenant.pk), message_ids=messages, label_ids=labels))
+
+
+def push_labels(*, tenant: Tenant, message_ids: Sequence[str], label_ids: Sequence[str]) -> int:
+    """Make the server's X-GM-LABELS of these Gmail messages agree with Oaken for these labels: on where Oaken has
+    the label on the message, off where it has not (a label deleted in Oaken meanwhile is left alone). Returns
+    how many messages were stored to. A label put on this way counts as the server's from then on (a sync takes
+    it off when the server does)."""
+    done = 0
+    for account_id in _accounts_of(tenant, message_ids):
+        with mirror_lock(account_id) as held:
+            if not held:
+                raise MirrorBusyError(str(account_id))
+            messages = [m for m in _on_server(tenant, account_id, message_ids) if m.gmail_msgid is not None]
+            names = dict(
+                Label.objects.for_tenant(tenant)
+                .filter(account_id=account_id, id__in=label_ids)
+                .values_list("pk", "name")
+            )
+            if not messages or not names:
+                continue
+            links = set(
+                MessageLabel.objects.for_tenant(tenant)
+                .filter(message_id__in=[m.pk for m in messages], label_id__in=list(names))
+                .values_list("message_id", "label_id")
+            )
+            pushed: list[uuid.UUID] = []
+            with imap_session(_account(tenant, account_id)) as client:
+                for group in _by_folder(messages).values():
+                    folder = group[0].imap_folder
+                    assert folder is not None
+                    if not _select(client, folder):
+                        continue
+                    pushed += [m.pk for m in group]
+                    for label_id, name in names.items():
+                        for on in (True, False):
+                            uids = [m.imap_uid for m in group if ((m.pk, label_id) in links) is on and m.imap_uid]
+                            if uids:
+                                store = client.add_gmail_labels if on else client.remove_gmail_labels
+                                store(uids, [name], silent=True)
+                    done += len(group)
+            MessageLabel.objects.for_tenant(tenant).filter(message_id__in=pushed, label_id__in=list(names)).update(
+                from_server=True
+            )
+    return done

@@ -175,6 +175,9 @@ class Message(TenantOwned):
     # until the push clears them, a sync does not take the server's (older) value of those flags.
     flags_pending = models.PositiveSmallIntegerField(default=0, db_default=0)
     flags_pending_at = models.DateTimeField(null=True, blank=True)
+    # On a server with Gmail's extensions (X-GM-EXT-1), the message's X-GM-MSGID (as a signed 64-bit number): one
+    # message in many Gmail labels is one row, found again by it wherever the server shows it (apps.mail.gmail)
+    gmail_msgid = models.BigIntegerField(null=True, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")
 
     class Meta:
@@ -182,6 +185,11 @@ class Message(TenantOwned):
             # A re-import of the same source adds nothing: same Message-ID and same content.
             # Also the index for finding messages by Message-ID (threading, reconciliation).
             models.UniqueConstraint(fields=["account", "message_id", "content_hash"], name="message_unique_in_account"),
+            models.UniqueConstraint(
+                fields=["account", "gmail_msgid"],
+                condition=Q(gmail_msgid__isnull=False),
+                name="gmail_message_once_in_account",
+            ),
         ]
         indexes = [
             # a listing's order (newest first, undated last, then by id: apps.mail.reads), so that its first page
@@ -227,6 +235,9 @@ class RawMessage(TenantOwned):
 class MessageLabel(TenantOwned):
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
     label = models.ForeignKey(Label, on_delete=models.CASCADE, related_name="+")
+    # the label came from the server (a Gmail label, apps.mail.gmail): a sync takes it off when the server does;
+    # a label put on in Oaken is left alone by syncs
+    from_server = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["message", "label"], name="label_once_per_message")]

@@ -21,7 +21,7 @@ from apps.core.acts import Act
 from apps.core.changes import Change
 from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
-from apps.mail.mirror import mirror_flags, mirror_moves
+from apps.mail.mirror import mirror_flags, mirror_labels, mirror_moves
 from apps.mail.models import (
     FLAG_FLAGGED,
     AccountKind,
@@ -71,13 +71,21 @@ def set_pinned(*, act: Act, changes: Sequence[Change], pinned: bool) -> list[str
 
 
 def add_labels(*, act: Act, changes: Sequence[Change]) -> int:
-    """Put labels on messages; each change names a message (its id) and a label (after["label_id"])."""
+    """Put labels on messages; each change names a message (its id) and a label (after["label_id"]). On a Gmail
+    server the label goes on there too, once the transaction commits."""
     MessageLabel.objects.bulk_create(
         [MessageLabel(tenant=act.tenant, message_id=c.id, label_id=c.after["label_id"]) for c in changes],
         ignore_conflicts=True,
     )
     _record(act, changes)
+    _mirror_labels(act, changes)
     return len(changes)
+
+
+def _mirror_labels(act: Act, changes: Sequence[Change]) -> None:
+    if changes:
+        labels = sorted({str(c.after["label_id"]) for c in changes})
+        mirror_labels(tenant=act.tenant, message_ids=sorted({c.id for c in changes}), label_ids=labels)
 
 
 def remove_labels(*, act: Act, changes: Sequence[Change]) -> int:
@@ -86,6 +94,7 @@ def remove_labels(*, act: Act, changes: Sequence[Change]) -> int:
         links = MessageLabel.objects.for_tenant(act.tenant)
         links.filter(message_id=change.id, label_id=change.after["label_id"]).delete()
     _record(act, changes)
+    _mirror_labels(act, changes)
     return len(changes)
 
 

@@ -15,6 +15,10 @@ after a complete pass over every folder it is looked for by Message-ID: found, O
 by another client); not found for a grace period, it was deleted on the server and is removed here too
 (apps.mail.missing does both).
 
+On a server with Gmail's extensions (X-GM-EXT-1), labels are not folders: All Mail is synced as the store of
+messages, with Trash and Spam beside it, each message once by its X-GM-MSGID, its Gmail labels as Oaken labels
+and the folder it shows in by its labels (apps.mail.gmail).
+
 One account is synced by one worker at a time (a PostgreSQL session advisory lock, released even when
 the worker dies, since its connection closes). A failing account backs off exponentially up to a cap,
 and its last error is a fixed reason (apps.mail.reasons.REASONS), never the server's text.
@@ -41,9 +45,10 @@ from imapclient.response_parser import parse_fetch_response
 
 from apps.core.bounds import bounds
 from apps.core.changes import Change
-from apps.mail import readstate
+from apps.mail import gmail, readstate
+from apps.mail.gmail import GmailFolders
 from apps.mail.imap import MailServerError, imap_session
-from apps.mail.imapfetch import fetch_messages, fetch_sizes
+from apps.mail.imapfetch import fetch_messages, fetch_sizes, uid_set
 from apps.mail.locks import session_lock
 from apps.mail.mirror import FLAGGED, SEEN, mirror_lock, repush_stale_flags
 from apps.mail.missing import forget_empty_gone_folders, record_sync_changes, relocation, settle_missing
@@ -82,6 +87,8 @@ class ImapItem(RawItem):
     uid: int
     seen: bool
     flagged: bool = False
+    # on a Gmail server: the message's id and labels (apps.mail.gmail)
+    gmail: gmail.Meta | None = None
 
 
 @dataclass
@@ -91,14 +98,18 @@ class SyncCounts:
     relocated: int = 0
     failed: int = 0
     flags_changed: int = 0
+    labels_changed: int = 0
     missing: int = 0
     removed: int = 0
 
 
-def folder_kind(name: str, flags: Sequence[bytes]) -> FolderKind:
-    """The Folder kind of a server folder: INBOX, a special-use flag (RFC 6154), or custom."""
+def folder_kind(name: str, flags: Sequence[bytes], *, with_gmail: bool = False) -> FolderKind:
+    """The Folder kind of a server folder: INBOX, a special-use flag (RFC 6154), or custom. On a Gmail server,
+    All Mail (\\All) is the archive: where a message with no Inbox, Sent or Draft label shows."""
     if name.upper() == "INBOX":
         return FolderKind.INBOX
+    if with_gmail and any(flag.lower() == gmail.ALL for flag in flags):
+        return FolderKind.ARCHIVE
     for flag in flags:
         kind = _SPECIAL_USE.get(flag.lower())
         if kind is not None:
@@ -156,17 +167,23 @@ def _take_server_flags(tenant: Tenant, wanted: Mapping[uuid.UUID, tuple[bool, bo
 class _FolderStore(MessageStore):
     """Stores one folder's fetched messages; advances the folder's highest UID with each batch."""
 
-    def __init__(self, account: MailAccount, folder: Folder, counts: SyncCounts) -> None:
+    def __init__(
+        self, account: MailAccount, folder: Folder, counts: SyncCounts, gmail_folders: GmailFolders | None = None
+    ) -> None:
         super().__init__(account)
         self.folder = folder
         self.counts = counts
+        self.gmail_folders = gmail_folders
         self.batch_last_uid = 0
         # messages whose server flags were not all taken because Oaken's own change waits to be pushed
         self.flags_held_back = 0
 
     def _placement(self, item: RawItem) -> tuple[uuid.UUID, bool, uuid.UUID | None, int | None]:
         assert isinstance(item, ImapItem)
-        return self.folder.pk, item.seen, self.folder.pk, item.uid
+        shown = self.folder
+        if self.gmail_folders is not None and item.gmail is not None and self.folder == self.gmail_folders.all_mail:
+            shown = self.gmail_folders.folder_for(item.gmail.labels)
+        return shown.pk, item.seen, self.folder.pk, item.uid
 
     def _after_batch(
         self,
@@ -180,13 +197,56 @@ class _FolderStore(MessageStore):
             Message.objects.for_tenant(self.tenant).filter(imap_folder=self.folder, imap_uid__in=flagged).update(
                 pinned=True
             )
-        self._relocate(duplicates)
+        if self.gmail_folders is not None:
+            self._gmail_after_batch(fresh, duplicates)
+        else:
+            self._relocate(duplicates)
         for item, reason in failures:
             log.warning("message %s of an IMAP account could not be stored: %s", item.position, reason)
         self.counts.stored += len(fresh)
         self.counts.failed += len(failures)
         self.folder.imap_last_uid = max(self.folder.imap_last_uid, self.batch_last_uid)
         Folder.objects.for_tenant(self.tenant).filter(pk=self.folder.pk).update(imap_last_uid=self.folder.imap_last_uid)
+
+    def _gmail_after_batch(
+        self, fresh: list[tuple[RawItem, MessageRow]], duplicates: list[tuple[RawItem, MessageRow]]
+    ) -> None:
+        """New messages get their Gmail id and labels. A message held already (same Message-ID and content) that
+        has no Gmail id yet (synced before Oaken knew the server for Gmail) takes this place and this id; one with
+        another id is another Gmail message of the same bytes, which Oaken holds once."""
+        assert self.gmail_folders is not None
+        metas = {item.uid: item.gmail for item, _ in fresh if isinstance(item, ImapItem) and item.gmail is not None}
+        if metas:
+            rows = (
+                Message.objects.for_tenant(self.tenant)
+                .filter(imap_folder=self.folder, imap_uid__in=list(metas))
+                .values_list("pk", "imap_uid")
+            )
+            by_pk = {pk: metas[uid] for pk, uid in rows}
+            ids = set(gmail.held_msgids(self.account, (m.msgid for m in by_pk.values())))
+            given: dict[uuid.UUID, int] = {}
+            for pk, meta in by_pk.items():
+                if meta.msgid not in ids:  # the same id twice: the server's mistake, the first one keeps it
+                    ids.add(meta.msgid)
+                    given[pk] = meta.msgid
+            gmail.give_msgids(self.tenant, given)
+            gmail.take_server_labels(self.account, {pk: meta.labels for pk, meta in by_pk.items()})
+        if not duplicates:
+            return
+        hashes = list({p.content_hash for _, p in duplicates})
+        held = {
+            (message_id, content_hash): (pk, folder_id)
+            for pk, message_id, content_hash, folder_id in Message.objects.for_tenant(self.tenant)
+            .filter(account=self.account, content_hash__in=hashes, gmail_msgid__isnull=True)
+            .values_list("pk", "message_id", "content_hash", "folder_id")
+        }
+        found: list[tuple[int, gmail.Meta, uuid.UUID, uuid.UUID]] = []
+        for item, p in duplicates:
+            assert isinstance(item, ImapItem)
+            key = (p.message_id.replace("\x00", "\ufffd")[:_ID_MAX], p.content_hash)
+            if key in held and item.gmail is not None:
+                found.append((item.uid, item.gmail, *held.pop(key)))
+        self.counts.relocated += _gmail_follow(self.account, self.folder, self.gmail_folders, found)
 
     def _relocate(self, duplicates: list[tuple[RawItem, MessageRow]]) -> None:
         """A message already held turned up at a new UID. Where Oaken had lost its place on the server (a
@@ -227,8 +287,101 @@ class _FolderStore(MessageStore):
         record_sync_changes(self.tenant, targets + flag_targets)
 
 
-def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
+def _gmail_follow(
+    account: MailAccount,
+    folder: Folder,
+    folders: GmailFolders,
+    found: Sequence[tuple[int, gmail.Meta, uuid.UUID, uuid.UUID]],
+) -> int:
+    """Messages held already are at these UIDs of `folder` now, with this Gmail id and these labels (uid, meta,
+    message id, its Oaken folder id): their server place, their id, the folder they show in (by their labels in
+    All Mail; Trash or Spam itself), their flags and their labels follow, inside the caller's transaction.
+    Returns how many."""
+    if not found:
+        return 0
+    tenant = account.tenant
+    targets: list[Change] = []
+    flags: dict[uuid.UUID, tuple[bool, bool]] = {}
+    for uid, meta, pk, folder_id in found:
+        shown = folders.folder_for(meta.labels) if folder == folders.all_mail else folder
+        update: dict[str, Any] = {
+            "imap_folder": folder,
+            "imap_uid": uid,
+            "imap_missing_since": None,
+            "gmail_msgid": meta.msgid,
+        }
+        if shown.pk != folder_id:
+            update |= {"folder": shown, "trashed_from": folder_id if shown.kind == FolderKind.TRASH else None}
+            targets.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(shown.pk)}))
+        # another row holding this place (the server gave the UID again) lets go of it first
+        Message.objects.for_tenant(tenant).filter(imap_folder=folder, imap_uid=uid).exclude(pk=pk).update(imap_uid=None)
+        Message.objects.for_tenant(tenant).filter(pk=pk).update(**update)
+        flags[pk] = (SEEN in meta.flags, FLAGGED in meta.flags)
+    flag_targets, _ = _take_server_flags(tenant, flags)
+    label_targets = gmail.take_server_labels(account, {pk: meta.labels for _, meta, pk, _ in found})
+    record_sync_changes(tenant, targets + flag_targets + label_targets)
+    return len(found)
+
+
+def _gmail_new(
+    account: MailAccount, client: IMAPClient, folder: Folder, folders: GmailFolders, uids: list[int]
+) -> tuple[dict[int, gmail.Meta], int]:
+    """The Gmail id, labels and flags of these new UIDs of the selected folder; those whose id Oaken holds already
+    (a message back from Trash, or moved there) are followed here without fetching them again. Returns the others'
+    metadata by UID, and how many were followed."""
+    metas: dict[int, gmail.Meta] = {}
+    for start in range(0, len(uids), 5000):
+        metas.update(gmail.meta_of(_fetch_range(client, uid_set(uids[start : start + 5000]), gmail.META, None)))
+    held = gmail.held_msgids(account, (m.msgid for m in metas.values()))
+    known = [(uid, meta, *held[meta.msgid]) for uid, meta in metas.items() if meta.msgid in held]
+    with transaction.atomic():
+        followed = _gmail_follow(account, folder, folders, known)
+    return {uid: meta for uid, meta in metas.items() if meta.msgid not in held}, followed
+
+
+def _apply_server_labels(
+    account: MailAccount, folder: Folder, folders: GmailFolders, data: dict[int, dict[bytes, Any]]
+) -> int:
+    """Take the server's labels for these UIDs of a Gmail folder: the user's labels, and in All Mail the folder a
+    message shows in (unless Oaken shows it elsewhere, as in Trash while that move waits to be pushed); returns how
+    many messages changed."""
+    metas = {
+        uid: tuple(gmail._text(label) for label in item[b"X-GM-LABELS"] if label is not None)
+        for uid, item in data.items()
+        if isinstance(item.get(b"X-GM-LABELS"), (tuple, list))
+    }
+    changed = 0
+    uids = list(metas)
+    placed = folders.placed_by_labels
+    for start in range(0, len(uids), 5000):
+        rows = list(
+            Message.objects.for_tenant(account.tenant)
+            .filter(imap_folder=folder, imap_uid__in=uids[start : start + 5000])
+            .values_list("pk", "imap_uid", "folder_id")
+        )
+        with transaction.atomic():
+            targets = gmail.take_server_labels(account, {pk: metas[uid] for pk, uid, _ in rows})
+            if folder == folders.all_mail:
+                for pk, uid, folder_id in rows:
+                    shown = folders.folder_for(metas[uid])
+                    if folder_id in placed and shown.pk != folder_id:
+                        Message.objects.for_tenant(account.tenant).filter(pk=pk).update(folder=shown)
+                        targets.append(Change(str(pk), {"folder_id": str(folder_id)}, {"folder_id": str(shown.pk)}))
+            record_sync_changes(account.tenant, targets)
+        changed += len({t.id for t in targets})
+    return changed
+
+
+def _sync_folder_list(account: MailAccount, client: IMAPClient, *, with_gmail: bool = False) -> list[Folder]:
     """The account's selectable server folders as Folders, created when new (special-use mapped to kinds).
+
+    On a Gmail server, folders without a kind (the user's labels, Starred, Important) are labels, not folders:
+    none is made for them; All Mail is the archive, and when a sync from before Oaken knew the server for Gmail
+    made it a custom folder, it becomes the archive and is listed again from the start (the messages held are
+    found in it and take their Gmail ids).
+
+    Labels synced as folders then are folders no more: each goes once its messages have moved to where their
+    labels place them.
 
     A folder Oaken synced before that the server no longer has (deleted or renamed there; asked with STATUS, as
     a LIST can leave a folder out) lets go of its messages: they count as missing until a sync finds them."""
@@ -239,12 +392,24 @@ def _sync_folder_list(account: MailAccount, client: IMAPClient) -> list[Folder]:
         if any(flag.lower() in _UNSELECTABLE for flag in flags) or len(name) > 500:
             continue
         folder = existing.get(name)
+        kind = folder_kind(name, flags, with_gmail=with_gmail)
         if folder is None:
-            kind = folder_kind(name, flags)
             if kind != FolderKind.CUSTOM and kind in taken:
                 kind = FolderKind.CUSTOM
+            if with_gmail and kind == FolderKind.CUSTOM:
+                continue
             taken.add(kind)
             folder = Folder.objects.create(tenant=account.tenant, account=account, kind=kind, name=name)
+        elif with_gmail and kind == FolderKind.ARCHIVE and folder.kind == FolderKind.CUSTOM and kind not in taken:
+            taken.add(kind)
+            folder.kind, folder.imap_uidvalidity = FolderKind.ARCHIVE, None
+            folder.save(update_fields=["kind", "imap_uidvalidity"])
+        elif with_gmail and folder.kind == FolderKind.CUSTOM:
+            # a label synced as a folder before: no longer read; it goes once its messages were found in All Mail
+            if folder.imap_uidvalidity is not None:
+                folder.imap_uidvalidity = None
+                folder.save(update_fields=["imap_uidvalidity"])
+            continue
         folders.append(folder)
     listed = {f.pk for f in folders}
     for unlisted in existing.values():
@@ -342,7 +507,11 @@ def _count_uids(client: IMAPClient, high: int) -> int:
 
 
 def _fetched_batches(
-    client: IMAPClient, folder: Folder, batches: list[list[int]], too_large: set[int]
+    client: IMAPClient,
+    folder: Folder,
+    batches: list[list[int]],
+    too_large: set[int],
+    metas: Mapping[int, gmail.Meta] | None = None,
 ) -> Iterator[tuple[list[int], list[RawItem], list[MessageRow | str]]]:
     """Each batch of UIDs with its messages fetched (one expunged meanwhile is simply absent) and parsed.
     A message over the size bound is never fetched (nor held, should the server have understated its size):
@@ -358,6 +527,7 @@ def _fetched_batches(
                 uid=uid,
                 seen=SEEN in message.flags,
                 flagged=FLAGGED in message.flags,
+                gmail=metas.get(uid) if metas else None,
             )
             for uid in uids
             if (message := fetched.get(uid)) is not None and not message.too_large
@@ -395,8 +565,11 @@ def sync_folder(
     *,
     condstore: bool,
     counts: SyncCounts,
+    gmail_folders: GmailFolders | None = None,
 ) -> None:
-    """Bring one folder up to date: UIDVALIDITY, flags of known messages, expunges, then new messages in batches."""
+    """Bring one folder up to date: UIDVALIDITY, flags of known messages, expunges, then new messages in batches.
+    On a Gmail server (`gmail_folders`), the labels of known messages come with their flags, and new messages with
+    their Gmail ids and labels."""
     info = client.select_folder(folder.name, readonly=True)
     uidvalidity = int(info[b"UIDVALIDITY"])
     highest_modseq = int(info.get(b"HIGHESTMODSEQ", 0)) if condstore else 0
@@ -414,12 +587,14 @@ def sync_folder(
     # changes, so a push cannot land between reading the server's flags and applying them
     if known_last > 0 and (not condstore or not since or highest_modseq != since):
         modifiers = [f"CHANGEDSINCE {since}"] if condstore and since else None
+        wanted_data = ["FLAGS", "X-GM-LABELS"] if gmail_folders is not None else ["FLAGS"]
         with mirror_lock(account.pk) as locked:
-            changed, held_back = (
-                _apply_server_flags(account, folder, _fetch_range(client, f"1:{known_last}", ["FLAGS"], modifiers))
-                if locked
-                else (0, 1)
-            )
+            changed, held_back = 0, 1
+            if locked:
+                data = _fetch_range(client, f"1:{known_last}", wanted_data, modifiers)
+                changed, held_back = _apply_server_flags(account, folder, data)
+                if gmail_folders is not None:
+                    counts.labels_changed += _apply_server_labels(account, folder, gmail_folders, data)
         counts.flags_changed += changed
         if held_back:
             highest_modseq = since  # ask for those messages' flags again next time, once Oaken's change is there
@@ -437,13 +612,18 @@ def sync_folder(
         .values_list("imap_uid", flat=True)
     )
     wanted = [uid for uid in new if uid not in held]
+    metas: dict[int, gmail.Meta] = {}
+    if gmail_folders is not None:
+        metas, followed = _gmail_new(account, client, folder, gmail_folders, wanted)
+        counts.relocated += followed
+        wanted = [uid for uid in wanted if uid in metas]
     # batches bounded in bytes too, so that the memory a sync holds does not grow with the mail's size
     sizes = fetch_sizes(client, wanted)
     too_large = {uid for uid, octets in sizes.items() if octets > bounds.IMPORT_MAX_MESSAGE_BYTES}
-    store = _FolderStore(account, folder, counts)
+    store = _FolderStore(account, folder, counts, gmail_folders)
     # the next batch is fetched and parsed in a thread while this one is stored
     batches = _batched(wanted, sizes, too_large)
-    with read_ahead(_fetched_batches(client, folder, batches, too_large)) as fetched:
+    with read_ahead(_fetched_batches(client, folder, batches, too_large, metas)) as fetched:
         for batch_uids, items, outcomes in fetched:
             store.batch_last_uid = batch_uids[-1]
             store.run_batch(items, outcomes)
@@ -480,11 +660,15 @@ def sync_account(account: MailAccount) -> SyncCounts:
         condstore = client.has_capability("CONDSTORE")
         if condstore and client.has_capability("ENABLE"):
             client.enable("CONDSTORE")
-        folders = _sync_folder_list(account, client)
+        with_gmail = client.has_capability(gmail.CAPABILITY)
+        folders = _sync_folder_list(account, client, with_gmail=with_gmail)
+        # on a Gmail server without All Mail (hidden from IMAP in its settings), folders are synced as anywhere
+        gmail_folders = GmailFolders.of(folders) if with_gmail else None
+        synced = gmail_folders.synced if gmail_folders is not None else folders
         with long_lived_frozen():
-            for folder in folders:
-                sync_folder(account, client, folder, condstore=condstore, counts=counts)
-        relocated, removed = settle_missing(account, client, folders, started)
+            for folder in synced:
+                sync_folder(account, client, folder, condstore=condstore, counts=counts, gmail_folders=gmail_folders)
+        relocated, removed = settle_missing(account, client, synced, started)
         counts.relocated += relocated
         counts.removed += removed
     forget_empty_gone_folders(account, folders)

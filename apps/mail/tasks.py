@@ -10,7 +10,15 @@ from imapclient.exceptions import IMAPClientError
 
 from apps.mail.imap import MailServerError
 from apps.mail.importing import sweep_stale_imports
-from apps.mail.mirror import PUSH_FLAGS_TASK, PUSH_MOVES_TASK, MirrorBusyError, push_flags, push_moves
+from apps.mail.mirror import (
+    PUSH_FLAGS_TASK,
+    PUSH_LABELS_TASK,
+    PUSH_MOVES_TASK,
+    MirrorBusyError,
+    push_flags,
+    push_labels,
+    push_moves,
+)
 from apps.mail.services import SYNC_ACCOUNT_TASK
 from apps.mail.sync import due_accounts, run_sync
 from apps.workspaces.models import Tenant
@@ -71,3 +79,9 @@ def push_flags_task(*, tenant_id: str, message_ids: list[str]) -> int:
 def push_moves_task(*, tenant_id: str, message_ids: list[str]) -> int:
     """Move these messages on the server to the folders they are in within Oaken."""
     return push_moves(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
+
+
+@shared_task(name=PUSH_LABELS_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
+def push_labels_task(*, tenant_id: str, message_ids: list[str], label_ids: list[str]) -> int:
+    """Put these labels on or take them off these Gmail messages on the server, as Oaken holds them."""
+    return push_labels(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids, label_ids=label_ids)
