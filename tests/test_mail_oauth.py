@@ -567,3 +567,59 @@ def test_the_idle_watcher_logs_in_by_the_mailboxs_token_and_leaves_one_that_need
     account.refresh_from_db()
     assert account.oauth_state == "needs_reconnect"
     assert str(account.pk) not in watchable_accounts() and str(other.pk) in watchable_accounts()
+
+
+def test_changes_made_while_a_mailbox_needs_reconnecting_reach_the_server_after_it(
+    alice: Person,
+    mallory: Person,
+    oauth: OAuthWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from apps.mail.mirror import push_flags, push_moves
+    from apps.mail.models import Message
+    from apps.mail.tasks import push_flags_task, push_moves_task
+
+    queued: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(push_flags_task, "delay", lambda **kw: queued.append(("flags", kw)))
+    monkeypatch.setattr(push_moves_task, "delay", lambda **kw: queued.append(("moves", kw)))
+    me = _address(oauth, "alice")
+    oauth.imap.append(me, "INBOX", raw_message(subject="Read me later", to=me))
+    with oauth.imap.client(me) as server:
+        server.create_folder("Archive")
+    account = oauth_account(alice, oauth, me)
+    assert run_sync(account.pk, force=True).state == "synced"
+    message = Message.objects.for_tenant(alice.tenant).get(account=account)
+    oauth.provider.revoke_grants(me)
+    _expire(account, oauth)
+    assert run_sync(account.pk, force=True).reason == "needs_reconnect"
+
+    # read and archived in Oaken meanwhile: the pushes leave the account alone, asking the provider nothing
+    call(as_person(alice), "mark_read", {"message_ids": [str(message.pk)]})
+    call(as_person(alice), "move_messages", {"message_ids": [str(message.pk)], "folder": "archive"})
+    refreshes = oauth.provider.refresh_calls
+    assert push_flags_task.run(tenant_id=str(alice.tenant.pk), message_ids=[str(message.pk)]) == 0
+    assert push_moves(tenant=alice.tenant, message_ids=[str(message.pk)]) == 0
+    assert oauth.provider.refresh_calls == refreshes
+    message.refresh_from_db()
+    assert message.flags_pending  # still waiting, not lost
+    assert [b"\\Seen" in flags for _, _, flags in oauth.imap.folder_messages(me, "INBOX")] == [False]
+
+    # reconnected: what waited is queued, and reaches the server
+    queued.clear()
+    oauth.provider.next_address = me
+    client = Client()
+    client.force_login(alice.user)
+    with django_capture_on_commit_callbacks() as callbacks:
+        client.get(_follow_to_provider(client, f"provider=loopback&account_id={account.pk}"))
+    for callback in callbacks:
+        if getattr(callback, "func", None) in (push_flags_task.delay, push_moves_task.delay):
+            callback()
+    assert _notices(client) == [f"Connected {me} with Loopback Mail; its mail is syncing."]
+    assert {kind for kind, _ in queued} == {"flags", "moves"}  # (the move made earlier is among them too)
+    assert all(kw["message_ids"] == [str(message.pk)] for _, kw in queued)
+    assert push_flags(tenant=alice.tenant, message_ids=[str(message.pk)]) == 1
+    assert push_moves(tenant=alice.tenant, message_ids=[str(message.pk)]) == 1
+    assert oauth.imap.folder_messages(me, "INBOX") == []
+    assert [b"\\Seen" in flags for _, _, flags in oauth.imap.folder_messages(me, "Archive")] == [True]
+    assert call(as_person(mallory), "list_messages", {})["messages"] == []

@@ -49,6 +49,7 @@ from apps.mail.models import (
     MailAccount,
     Message,
     MessageLabel,
+    OAuthState,
 )
 from apps.workspaces.models import Tenant
 
@@ -109,13 +110,35 @@ def mirror_moves(*, tenant: Tenant, message_ids: Sequence[uuid.UUID | str]) -> N
 
 
 def _accounts_of(tenant: Tenant, message_ids: Sequence[str]) -> list[uuid.UUID]:
+    """The IMAP accounts of these messages a push can log in to now: one waiting to be reconnected is left until
+    it is (its marks wait; resume_pushes queues them again then), not retried against a refused grant."""
     return sorted(
         set(
             Message.objects.for_tenant(tenant)
             .filter(id__in=message_ids, account__kind=AccountKind.IMAP)
+            .exclude(account__oauth_state=OAuthState.NEEDS_RECONNECT)
             .values_list("account_id", flat=True)
         )
     )
+
+
+# at most this many message ids per push task queued by resume_pushes
+RESUME_BATCH = 500
+
+
+def resume_pushes(*, tenant: Tenant, account: MailAccount) -> int:
+    """After this transaction commits, push what waited while the account could not be logged in to (it was
+    waiting to be reconnected): flags still marked, and messages whose Oaken folder is not their server folder.
+    Returns how many messages were queued. Gmail label changes carry no mark, and are not resumed."""
+    messages = Message.objects.for_tenant(tenant).filter(account=account, imap_uid__isnull=False)
+    flagged = list(messages.exclude(flags_pending=0).values_list("id", flat=True))
+    moved = list(
+        messages.filter(imap_folder__isnull=False).exclude(folder_id=F("imap_folder_id")).values_list("id", flat=True)
+    )
+    for task_name, ids in ((PUSH_FLAGS_TASK, flagged), (PUSH_MOVES_TASK, moved)):
+        for start in range(0, len(ids), RESUME_BATCH):
+            _enqueue(task_name, tenant, ids[start : start + RESUME_BATCH])
+    return len(set(flagged) | set(moved))
 
 
 def _on_server(tenant: Tenant, account_id: uuid.UUID, message_ids: Sequence[str]) -> list[Message]:

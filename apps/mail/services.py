@@ -21,7 +21,7 @@ from apps.core.acts import Act
 from apps.core.changes import Change
 from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
-from apps.mail.mirror import mirror_flags, mirror_labels, mirror_moves
+from apps.mail.mirror import mirror_flags, mirror_labels, mirror_moves, resume_pushes
 from apps.mail.models import (
     FLAG_FLAGGED,
     AccountKind,
@@ -312,4 +312,5 @@ def reconnect_mailbox_oauth(
     )
     act.touch(account.pk, before, {"connection": OAuthState.OK.value})
     queue_sync(account=account, force=True)
+    resume_pushes(tenant=act.tenant, account=account)  # the changes made in Oaken while it could not be reached
     return account

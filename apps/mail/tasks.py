@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import redis
 from celery import Task, shared_task
@@ -69,19 +70,31 @@ def sweep_stale_imports_task() -> int:
 _RETRY_ON = (MailServerError, IMAPClientError, OSError, MirrorBusyError)
 
 
+def _unless_refused(push: Callable[[], int]) -> int:
+    """A push, given up (0) when the account's provider refused its grant meanwhile: it waits for a reconnect
+    (apps.mail.mirror.resume_pushes), never retried against a refusal."""
+    try:
+        return push()
+    except MailServerError as error:
+        if error.reason == "needs_reconnect":
+            return 0
+        raise
+
+
 @shared_task(name=PUSH_FLAGS_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
 def push_flags_task(*, tenant_id: str, message_ids: list[str]) -> int:
     """Set \\Seen and \\Flagged on the server to match Oaken's read and pinned state for these messages."""
-    return push_flags(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
+    return _unless_refused(lambda: push_flags(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids))
 
 
 @shared_task(name=PUSH_MOVES_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
 def push_moves_task(*, tenant_id: str, message_ids: list[str]) -> int:
     """Move these messages on the server to the folders they are in within Oaken."""
-    return push_moves(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids)
+    return _unless_refused(lambda: push_moves(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids))
 
 
 @shared_task(name=PUSH_LABELS_TASK, autoretry_for=_RETRY_ON, retry_backoff=30, retry_backoff_max=1800, max_retries=8)
 def push_labels_task(*, tenant_id: str, message_ids: list[str], label_ids: list[str]) -> int:
     """Put these labels on or take them off these Gmail messages on the server, as Oaken holds them."""
-    return push_labels(tenant=Tenant.objects.get(pk=tenant_id), message_ids=message_ids, label_ids=label_ids)
+    tenant = Tenant.objects.get(pk=tenant_id)
+    return _unless_refused(lambda: push_labels(tenant=tenant, message_ids=message_ids, label_ids=label_ids))
