@@ -12,7 +12,9 @@ from email.policy import default as default_policy
 from typing import Any
 
 import pytest
+from django.test import Client
 
+from apps.accounts.models import User
 from apps.audit.log import canonical_json
 from apps.audit.models import AuditEvent
 from apps.mail.importing import ensure_local_account
@@ -23,7 +25,7 @@ from apps.outbound.models import OutboundRequest
 from apps.outbound.requests import stored_digest
 from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, joined, refusal
-from tests.conftest import Person
+from tests.conftest import PASSWORD, Person
 from tests.imapbox import connect
 from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user, request
@@ -229,3 +231,21 @@ def test_the_from_display_name_arrives_encoded_and_stays_as_approved(
     assert str(last["From"]) == me and last["From"].addresses[0].display_name == ""
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
     assert MailAccount.objects.for_tenant(mallory.tenant).get(pk=theirs.pk).sender_name == "Eve"
+
+
+def test_a_name_given_at_sign_up_is_the_persons_and_held_to_the_same_rule(
+    db: None, client: Client, mailoutbox: list[Any], mallory: Person
+) -> None:
+    def sign_up(email: str, name: str | None) -> Any:
+        form = {"email": email, "password": PASSWORD, "tenant": "New Co"}
+        return client.post("/accounts/sign-up", form if name is None else form | {"name": name})
+
+    assert sign_up("zoe@example.test", f"  {NAME} ").status_code == 302
+    assert User.objects.get(email="zoe@example.test").name == NAME
+    assert sign_up("plain@example.test", None).status_code == 302  # optional
+    assert User.objects.get(email="plain@example.test").name == ""
+    for i, value in enumerate(["Ann\r\nBcc: victim@example.test", "boss@bank.example", "Ann \u202egpj", "x" * 101]):
+        refused = sign_up(f"refused{i}@example.test", value)
+        assert refused.status_code == 400 and "Your name" in refused.content.decode(), repr(value)
+        assert not User.objects.filter(email=f"refused{i}@example.test").exists()
+    assert User.objects.get(pk=mallory.user.pk).name == ""

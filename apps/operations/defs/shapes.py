@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-import unicodedata
 from datetime import datetime
 from functools import cache
 from typing import Annotated, Self
@@ -12,8 +11,9 @@ from typing import Annotated, Self
 from django.conf import settings
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from apps.core.bidi import BIDI_CONTROLS, mark_bidi_controls
+from apps.core.bidi import mark_bidi_controls
 from apps.core.bounds import Bounds, bounds
+from apps.core.names import display_name_problem
 from apps.mail.models import Folder
 from apps.mail.selectors import StoredFile
 
@@ -72,16 +72,12 @@ HeaderText = Annotated[str, AfterValidator(_one_line), Field(json_schema_extra={
 
 
 def _display_name(value: str) -> str:
-    """A display name for a From header: surrounding spaces go; a control character (a line break above all: it
-    would start another header), a bidirectional embedding, override or isolate (it could make the name read as
-    another) or an @ (it would read as another address) is refused. Its length is the operation's Bound."""
+    """A display name for a From header: surrounding spaces go; what it may hold is apps.core.names' rule. Its
+    length is the operation's Bound."""
     value = value.strip()
-    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value) or _LINE_BREAK.search(value):
-        raise ValueError("must be one line with no control characters")
-    if BIDI_CONTROLS.search(value):
-        raise ValueError("must hold no bidirectional embedding, override or isolate (U+202A-U+202E, U+2066-U+2069)")
-    if "@" in value:
-        raise ValueError("must hold no @ (a name that looks like an address could pass for another sender)")
+    problem = display_name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
