@@ -67,6 +67,10 @@ def test_the_sender_name_is_set_on_the_mailboxes_page_and_shown_in_compose_and_a
     expect(form.locator("p.errors")).to_be_visible()
     assert MailAccount.objects.for_tenant(alice.tenant).get(pk=account.pk).sender_name == ""
     form.locator("input").fill(NAME)
+    # the list reloads every 3 s while the mailbox's first sync is on its way: never under a form being written
+    expect(row.locator("[data-syncing]")).to_have_text("syncing…")
+    page.wait_for_timeout(4_000)
+    expect(form.locator("input")).to_have_value(NAME)
     look(page, "mailboxes-sender-name-edit")
     form.locator("button[type=submit]").click()
     expect(page.locator("#notice")).to_have_text(f"Walker IMAP now sends as “{NAME} <{me}>”.")

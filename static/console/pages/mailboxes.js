@@ -84,6 +84,7 @@ function senderCell(a) {
       });
       if (!out) return;
       notice(out.sender_name ? `${a.name} now sends as “${out.sender_name} <${out.email_address}>”.` : `${a.name} now sends as ${out.email_address} alone.`);
+      cell.replaceChildren(senderShown({ ...a, sender_name: out.sender_name })); // the form closes, so the list may be drawn again
       refresh();
     });
     cell.replaceChildren(form);
@@ -126,6 +127,8 @@ const refresh = async () => {
     return null;
   }
   settle(listed.accounts); // before rendering, so an account that just synced no longer says "syncing…"
+  // a sender name being written stays as it is: the list is drawn again at the next poll, or once it is saved
+  if (target.querySelector("form[data-sender-form]")) return listed;
   target.replaceChildren(render(listed, counts));
   return listed;
 };
@@ -206,7 +209,9 @@ const nameForm = document.getElementById("person-name");
 if (nameForm) {
   const input = document.getElementById("person-name-input");
   const slot = nameForm.querySelector('[data-error-for="name"]');
-  call("get_preferences", {}).then((out) => { input.value = out.name; }, () => {});
+  // the form opens once the saved name is in it (so nothing typed meanwhile is overwritten)
+  const open = () => { input.disabled = false; nameForm.querySelector('button[type="submit"]').disabled = false; };
+  call("get_preferences", {}).then((out) => { input.value = out.name; open(); }, open);
   onSubmit("person-name", async () => {
     slot.hidden = true;
     const out = await perform("set_preferences", { name: input.value.trim() }, null, (err) => {
