@@ -20,12 +20,16 @@ def mail_user(imap: ImapServer, name: str) -> str:
     return imap.add_user(f"{name}.{next(_numbers)}@example.test")
 
 
-def imap_account(p: Person, imap: ImapServer, smtp: SmtpServer, address: str, name: str = "Mail") -> MailAccount:
-    """An IMAP account in p's default workspace, with credentials of exactly the stored shape."""
+def imap_account(
+    p: Person, imap: ImapServer, smtp: SmtpServer, address: str, name: str = "Mail", sender_name: str = ""
+) -> MailAccount:
+    """An IMAP account in p's default workspace, with credentials of exactly the stored shape; `sender_name`: its
+    From header's display name (none by default: the bare address)."""
     account = MailAccount.objects.create(
         tenant=p.tenant,
         workspace=p.workspace,
         name=name,
+        sender_name=sender_name,
         kind=AccountKind.IMAP,
         email_address=address,
         credentials={

@@ -177,7 +177,7 @@ def test_the_approval_page_shows_the_controls_as_markers_in_chromium(
     from playwright.sync_api import expect
 
     me, bob = mail_user(imap_server, "alice"), mail_user(imap_server, "bob")
-    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example")
+    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example", sender_name="Alice Example")
     theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
     # an outbound file's name with such a character is refused already (attachments.N.filename: "invisible
     # characters"), so the file here is plainly named; its subject and body hold them

@@ -350,7 +350,7 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
 
     page = browser_page
     me = mail_user(imap_server, "alice")
-    account = imap_account(alice, imap_server, smtp_server, me)
+    account = imap_account(alice, imap_server, smtp_server, me, sender_name="Alice Mail")
     bob = mail_user(imap_server, "bob")
 
     def email(subject: str) -> dict[str, Any]:
@@ -375,7 +375,7 @@ def test_a_person_approves_and_settles_outbound_mail_in_a_browser(
     expect(waiting).to_contain_text("Waiting")
     # every header that will be sent, the From header exactly as it goes out (its display name included)
     headers = waiting.locator("dl.headers")
-    expect(headers).to_contain_text(f"FromMail <{me}>")
+    expect(headers).to_contain_text(f"FromAlice Mail <{me}>")
     expect(headers).to_contain_text(f"To{bob}")
     # the content hash is folded under "Technical details" since issue 37 (it was a header row)
     expect(waiting.locator("details.technical")).to_contain_text(f"Content hash{asked['content_hash']}")

@@ -219,12 +219,15 @@ def test_connecting_through_the_flow_saves_syncs_and_audits_refusals(
     assert client.get(back).status_code == 302
     assert "was not started here" in _notices(client)[0]  # mallory's try used the state up
 
+    alice.user.name = "Alice Walker"  # a new mailbox sends under its person's name (issue 38, item 6)
+    alice.user.save(update_fields=["name"])
     back = _follow_to_provider(client, "provider=loopback")
     assert "code=" in back and "access_token" not in back
     client.get(back)
     assert _notices(client) == [f"Connected {me} with Loopback Mail; its mail is syncing."]
     account = MailAccount.objects.for_tenant(alice.tenant).get()
     assert (account.oauth_provider, account.email_address, account.name) == ("loopback", me, me)
+    assert account.sender_name == "Alice Walker"
     assert run_sync(account.pk).state == "synced"  # the sync queued once the connection commits
     listed = call(as_person(alice), "list_messages", {"account_id": str(account.pk)})
     assert [m["subject"] for m in listed["messages"]] == ["Welcome aboard"]

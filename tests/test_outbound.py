@@ -462,17 +462,18 @@ def test_the_from_display_name_is_fixed_at_the_request_and_bound_to_its_hash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
-    world["account"].name = "Alice mail"
-    world["account"].save(update_fields=["name"])
+    # the From header shows the mailbox's sender name, never its label
+    world["account"].name, world["account"].sender_name = "Walker IMAP", "Alice mail"
+    world["account"].save(update_fields=["name", "sender_name"])
     # the proposal an agent shows its person names the From header as it will be sent
     proposal = refusal(_agent(alice), "send_email", _email(world["account"].pk, [world["bob"]])).proposal
     assert proposal is not None and proposal["changes"][0]["after"]["from"] == f"Alice mail <{world['me']}>"
     made = request(as_person(alice), "send_email", _email(world["account"].pk, [world["bob"]]))
     assert _row(alice, made["request_id"]).sender_name == "Alice mail"
     assert made["from_header"] == f"Alice mail <{world['me']}>"
-    # renaming the account after approval changes nothing that was approved
-    world["account"].name = "Renamed"
-    world["account"].save(update_fields=["name"])
+    # renaming the account, or changing its sender name, after approval changes nothing that was approved
+    world["account"].name, world["account"].sender_name = "Renamed", "Renamed sender"
+    world["account"].save(update_fields=["name", "sender_name"])
     assert delivery.deliver(made["request_id"]) == "sent"
     [(_, raw, _)] = imap_server.folder_messages(world["bob"], "INBOX")
     assert message_from_bytes(raw)["From"] == f"Alice mail <{world['me']}>"

@@ -74,7 +74,7 @@ def test_a_person_reviews_approves_and_rejects_an_assistants_mail_in_a_browser(
 
     page = browser_page
     me, bob, carol = (mail_user(imap_server, n) for n in ("alice", "bob", "carol"))
-    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example")
+    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example", sender_name="Alice Example")
     theirs = imap_account(mallory, imap_server, smtp_server, mail_user(imap_server, "mallory"))
     key = key_for(alice, SENDER)
     ApiKey.objects.for_tenant(alice.tenant).update(name="Reporting bot")
@@ -214,7 +214,7 @@ def test_a_person_keeps_send_policies_and_reads_refusals_in_plain_words(
 
     page = browser_page
     me = mail_user(imap_server, "alice")
-    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example")
+    account = imap_account(alice, imap_server, smtp_server, me, name="Alice Example", sender_name="Alice Example")
     _sign_in(page, alice, live_server.url)
     page.goto("/")
     page.click("nav >> text=Send policies")

@@ -46,6 +46,8 @@ class User(AbstractBaseUser, PermissionsMixin):
     is_staff = models.BooleanField(default=False)
     date_joined = models.DateTimeField(default=timezone.now)
     email_verified_at = models.DateTimeField(null=True, blank=True)
+    # how the person is called (set_preferences): a new mailbox they connect sends under it ('' for none)
+    name = models.CharField(max_length=200, blank=True, default="")
 
     objects: ClassVar[UserManager] = UserManager()
 

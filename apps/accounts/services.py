@@ -24,6 +24,15 @@ def set_mark_read_on_open(*, preferences: Preferences, value: bool, now: datetim
     return True
 
 
+def set_name(*, user: User, name: str) -> bool:
+    """How the person is called (a new mailbox they connect sends under it); whether this changed it."""
+    if name == user.name:
+        return False
+    user.name = name
+    user.save(update_fields=["name"])
+    return True
+
+
 def remember_tenant(*, user: User, tenant_id: uuid.UUID, now: datetime) -> None:
     """The tenant the person used last (switched to, or joined by an invitation): where their console opens after
     they next sign in, while they still belong to it."""

@@ -55,12 +55,15 @@ class ImportCounts:
     failed: int
 
 
-def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str) -> MailAccount:
-    """The workspace's local account with this name, created (with its standard folders) if missing."""
+def ensure_local_account(*, tenant: Tenant, workspace: Workspace, name: str, sender_name: str = "") -> MailAccount:
+    """The workspace's local account with this name, created (with its standard folders) if missing; a new one's
+    sender name is `sender_name` (the importing person's name)."""
     account = MailAccount.objects.for_tenant(tenant).filter(workspace=workspace, name=name).first()
     if account is None:
         with transaction.atomic():
-            account = MailAccount.objects.create(tenant=tenant, workspace=workspace, name=name, kind=AccountKind.LOCAL)
+            account = MailAccount.objects.create(
+                tenant=tenant, workspace=workspace, name=name, sender_name=sender_name, kind=AccountKind.LOCAL
+            )
             Folder.objects.bulk_create(
                 Folder(tenant=tenant, account=account, kind=kind, name=kind.label) for kind in STANDARD_FOLDERS
             )
@@ -109,7 +112,14 @@ def upload_path(run: ImportRun) -> Path:
 
 
 def queue_upload(
-    *, tenant: Tenant, workspace: Workspace, account_name: str, spooled: Path, filename: str, size: int
+    *,
+    tenant: Tenant,
+    workspace: Workspace,
+    account_name: str,
+    spooled: Path,
+    filename: str,
+    size: int,
+    sender_name: str = "",
 ) -> ImportRun:
     """An import of an uploaded file, queued: the file moves from the spool to the tenant's own folder, under
     the run's id (never the name it came with); the run waits for a worker (start_import_task)."""
@@ -117,7 +127,7 @@ def queue_upload(
         kind = detect_kind(spooled)
     except (SourceError, OSError) as exc:
         raise ImportRefusedError("INVALID_INPUT", _NOT_MAIL, "file") from exc
-    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
+    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name, sender_name=sender_name)
     run = ImportRun.objects.create(
         tenant=tenant,
         account=account,
@@ -215,7 +225,13 @@ def import_upload(*, run: ImportRun, batch_size: int | None = None) -> ImportCou
 
 
 def import_mail(
-    *, tenant: Tenant, workspace: Workspace, account_name: str, path: Path, batch_size: int | None = None
+    *,
+    tenant: Tenant,
+    workspace: Workspace,
+    account_name: str,
+    path: Path,
+    batch_size: int | None = None,
+    sender_name: str = "",
 ) -> ImportCounts:
     """Import every message at `path` into the named local account; failures are recorded, not fatal."""
     try:
@@ -224,7 +240,7 @@ def import_mail(
         raise ImportRefusedError(
             "INVALID_INPUT", "path is not a readable mbox file, Maildir or .eml folder", "path"
         ) from exc
-    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name)
+    account = ensure_local_account(tenant=tenant, workspace=workspace, name=account_name, sender_name=sender_name)
     run = ImportRun.objects.create(tenant=tenant, account=account, source_name=path.name[:255], source_kind=kind)
     return _run_import(run, account, path, batch_size)
 

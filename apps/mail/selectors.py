@@ -239,10 +239,10 @@ def labels_in_reach(*, reach: Reach, account: MailAccount | None) -> QuerySet[La
 
 def accounts_listed(*, reach: Reach) -> list[tuple[Any, ...]]:
     """The accounts in reach by workspace and name: (id, name, kind, address, workspace, synced_at, sync_error,
-    oauth_provider, oauth_state)."""
+    oauth_provider, oauth_state, sender_name)."""
     accounts = reach.accounts().order_by("workspace__name", "name")
     fields: tuple[str, ...] = ("id", "name", "kind", "email_address", "workspace__name", "synced_at", "sync_error")
-    fields += ("oauth_provider", "oauth_state")
+    fields += ("oauth_provider", "oauth_state", "sender_name")
     return list(accounts.values_list(*fields))
 
 

@@ -189,19 +189,28 @@ def queue_sync(*, account: MailAccount, force: bool) -> None:
 
 
 def connect_mailbox(
-    *, act: Act, workspace: Workspace, name: str, email_address: str, credentials: dict[str, dict[str, Any]]
+    *,
+    act: Act,
+    workspace: Workspace,
+    name: str,
+    email_address: str,
+    credentials: dict[str, dict[str, Any]],
+    sender_name: str = "",
 ) -> MailAccount:
-    """Save a connected mailbox whose logins were tried, and sync it."""
+    """Save a connected mailbox whose logins were tried, and sync it; `sender_name`: its From header's display
+    name (the connecting person's name)."""
     account = MailAccount.objects.create(
         tenant=act.tenant,
         workspace=workspace,
         name=name,
+        sender_name=sender_name,
         kind=AccountKind.IMAP,
         email_address=email_address,
         credentials=credentials,
         created_at=act.now,
     )
-    shown = {"name": account.name, "workspace": workspace.name, "kind": "imap"} | shown_settings(credentials)
+    shown = {"name": account.name, "sender_name": sender_name, "workspace": workspace.name, "kind": "imap"}
+    shown |= shown_settings(credentials)
     act.touch(account.pk, None, shown)
     queue_sync(account=account, force=True)
     return account
@@ -215,6 +224,17 @@ def replace_credentials(*, act: Act, account: MailAccount, credentials: dict[str
     account.save(update_fields=["credentials", "sync_failures", "sync_error", "sync_next_at"])
     act.touch(account.pk, before, shown_settings(credentials))
     queue_sync(account=account, force=True)
+    return account
+
+
+def set_sender_name(*, act: Act, account: MailAccount, sender_name: str) -> MailAccount:
+    """The display name of the From header of mail sent from this account from now on ('' for the bare address).
+    A request made already keeps the name it was made with (it is part of what was approved)."""
+    before = account.sender_name
+    if sender_name != before:
+        account.sender_name = sender_name
+        account.save(update_fields=["sender_name"])
+        act.touch(account.pk, {"sender_name": before}, {"sender_name": sender_name})
     return account
 
 
@@ -275,6 +295,7 @@ def connect_mailbox_oauth(
     credentials: dict[str, dict[str, Any]],
     tokens: dict[str, str],
     expires_at: datetime | None,
+    sender_name: str = "",
 ) -> MailAccount:
     """Save a mailbox connected by OAuth whose token both servers took, and sync it. The tokens are stored
     encrypted and recorded nowhere else: the audit event shows the provider and the server settings."""
@@ -282,6 +303,7 @@ def connect_mailbox_oauth(
         tenant=act.tenant,
         workspace=workspace,
         name=name,
+        sender_name=sender_name,
         kind=AccountKind.IMAP,
         email_address=email_address,
         credentials=credentials,
@@ -291,7 +313,8 @@ def connect_mailbox_oauth(
         oauth_state=OAuthState.OK,
         created_at=act.now,
     )
-    shown = {"name": account.name, "workspace": workspace.name, "kind": "imap", "provider": provider}
+    shown = {"name": account.name, "sender_name": sender_name, "workspace": workspace.name, "kind": "imap"}
+    shown["provider"] = provider
     act.touch(account.pk, None, shown | shown_settings(credentials))
     queue_sync(account=account, force=True)
     return account

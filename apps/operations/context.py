@@ -25,3 +25,10 @@ class Context(Act):
     def workspaces(self) -> tuple[str, ...] | None:
         """Workspace names the caller's mail is limited to; None for every workspace."""
         return self.caller.workspace_filter
+
+    @property
+    def person_name(self) -> str:
+        """The name of the person calling, or whom the calling agent acts for ('' when there is none): a new
+        mailbox's sender name."""
+        user = self.caller.user
+        return user.name if user is not None else ""

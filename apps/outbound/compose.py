@@ -160,9 +160,10 @@ def new_message_id(sender: str) -> str:
     return f"oaken.{uuid.uuid4().hex}@{domain}"
 
 
-def sender_name_of(account_name: str) -> str:
-    """The From header's display name for an account: its name, unless that is an address (then none)."""
-    return "" if "@" in account_name else " ".join(account_name.split())[:200]
+def sender_name_of(sender_name: str) -> str:
+    """The From header's display name for an account's sender name (never its label): on one line, as the
+    operations that set it already hold it, and none when it reads as an address."""
+    return "" if "@" in sender_name else " ".join(sender_name.split())[:200]
 
 
 def from_header(sender_name: str, sender: str) -> str:

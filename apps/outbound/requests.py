@@ -68,7 +68,8 @@ class Content:
 
     @property
     def sender_name(self) -> str:
-        return sender_name_of(self.account.name)
+        # the mailbox's sender name, never its label; the request keeps its own copy from the moment it is made
+        return sender_name_of(self.account.sender_name)
 
     def digest(self) -> str:
         return content_hash(

@@ -11,11 +11,16 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts import signin
 from apps.accounts.models import User, normalize_email
+from apps.core.bounds import bounds
+from apps.core.names import display_name_problem
 
 
 class SignUpForm(forms.Form):
     email = forms.EmailField(max_length=254)
     password = forms.CharField(widget=forms.PasswordInput, strip=False, max_length=200)
+    name = forms.CharField(
+        label="Your name (optional: mail you send shows it before your address)", max_length=200, required=False
+    )
     tenant = forms.CharField(label="Tenant name (your organization, your team or your own name)", max_length=200)
 
     def clean_email(self) -> str:
@@ -24,6 +29,16 @@ class SignUpForm(forms.Form):
             # the same answer as a fresh sign-up, so addresses cannot be probed: see the view
             self.existing = True
         return email
+
+    def clean_name(self) -> str:
+        """The person's name (User.name): held to the rule and the bound of set_preferences' `name`."""
+        name = str(self.cleaned_data.get("name") or "")
+        problem = display_name_problem(name)
+        if problem is not None:
+            raise ValidationError(f"Your name {problem}.", code="invalid")
+        if len(name) > bounds.SENDER_NAME_MAX_CHARS:
+            raise ValidationError(f"Your name: at most {bounds.SENDER_NAME_MAX_CHARS} characters.", code="long")
+        return name
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -120,6 +120,7 @@ def sign_up(request: HttpRequest) -> HttpResponse:
                 except PersonExistsError:  # signed up a moment ago, by another request
                     tasks.queue(tasks.send_already_signed_up_task, email=email)
                 else:
+                    account_services.set_name(user=user, name=form.cleaned_data.get("name") or "")
                     # the invitation by id only, and only for an invitee: a task carries no token (apps.accounts.tasks)
                     sent = {"user_id": str(user.pk), "origin": public_origin(request)}
                     if joining:

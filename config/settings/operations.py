@@ -159,6 +159,9 @@ OPERATIONS = {
     # an account's signature (set_signature): at most this many characters, never more than a mail field holds
     # (an agent reads it as MailText, which would cut it)
     "SIGNATURE_MAX_CHARS": _tunable("SIGNATURE_MAX_CHARS", 1000, minimum=1, maximum=100_000),
+    # a person's name and a mailbox's sender name (the From header's display name): at most this many characters,
+    # never more than an outbound request's column holds
+    "SENDER_NAME_MAX_CHARS": _tunable("SENDER_NAME_MAX_CHARS", 100, minimum=1, maximum=200),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)

@@ -135,7 +135,11 @@ def import_mail_op(ctx: Context, data: ImportIn) -> ImportOut:
         else:
             assert data.path is not None
             counts = import_mail(
-                tenant=ctx.tenant, workspace=ctx.targets, account_name=data.account_name, path=Path(data.path)
+                tenant=ctx.tenant,
+                workspace=ctx.targets,
+                account_name=data.account_name,
+                path=Path(data.path),
+                sender_name=ctx.person_name,
             )
     except ImportRefusedError as refused:
         # the checks ran a moment ago: the path or the account changed since
@@ -255,6 +259,7 @@ def upload_import(ctx: Context, data: UploadIn) -> ImportJobOut:
             spooled=spooled,
             filename=data.filename,
             size=data.size,
+            sender_name=ctx.person_name,
         )
     except ImportRefusedError as refused:
         uploads.discard(data.upload)

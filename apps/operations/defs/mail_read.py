@@ -69,6 +69,7 @@ class AccountOut(Closed):
     needs_reconnect: bool = Field(
         description="the provider withdrew Oaken's access: sync and sending stop until a person reconnects it"
     )
+    sender_name: str = Field(description="the From header's display name of mail sent from it ('' for none)")
 
 
 class AccountsOut(Closed):
@@ -98,8 +99,9 @@ def list_accounts(ctx: Context, data: Empty) -> AccountsOut:
                     "sync_problem": sync_problem(error),
                     "provider": provider,
                     "needs_reconnect": state == OAuthState.NEEDS_RECONNECT,
+                    "sender_name": sender_name,
                 }
-                for pk, name, kind, address, workspace, synced, error, provider, state in accounts_listed(
+                for pk, name, kind, address, workspace, synced, error, provider, state, sender_name in accounts_listed(
                     reach=reach(ctx)
                 )
             ]

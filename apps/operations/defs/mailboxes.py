@@ -28,9 +28,10 @@ from apps.mail.oauth.providers import provider as oauth_provider
 from apps.mail.selectors import account_name_taken, message_count
 from apps.mail.services import shown_settings
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Id, Name
-from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.defs.shapes import Closed, DisplayName, Id, Name
+from apps.operations.registry import ALWAYS, NEVER, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of
+from apps.outbound.compose import from_header
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 from apps.workspaces.selectors import access_workspace_by_name
 
@@ -85,6 +86,7 @@ class ServerOut(Closed):
 class MailboxOut(Closed):
     id: str
     name: str
+    sender_name: str = Field(description="the From header's display name ('' sends under the bare address)")
     workspace: str
     email_address: str
     imap: ServerOut
@@ -107,6 +109,7 @@ def mailbox_out(account: MailAccount) -> MailboxOut:
     return MailboxOut(
         id=str(account.pk),
         name=account.name,
+        sender_name=account.sender_name,
         workspace=account.workspace.name,
         email_address=account.email_address,
         imap=_server_out(credentials["imap"]),
@@ -214,6 +217,7 @@ def connect_mailbox(ctx: Context, data: ConnectIn) -> MailboxOut:
         name=data.account_name,
         email_address=address,
         credentials=_credentials(data.imap, data.smtp),
+        sender_name=ctx.person_name,
     )
     return mailbox_out(account)
 
@@ -250,6 +254,52 @@ def _update_preview(ctx: Context, data: UpdateCredentialsIn) -> Preview:
 def update_mailbox_credentials(ctx: Context, data: UpdateCredentialsIn) -> MailboxOut:
     credentials = _credentials(data.imap, data.smtp)
     return mailbox_out(services.replace_credentials(act=ctx, account=ctx.targets, credentials=credentials))
+
+
+# ---------------------------------------------------------------- set_mailbox_sender_name
+
+
+class SenderNameIn(Closed):
+    account_id: Id
+    sender_name: DisplayName = Field(
+        description="the From header's display name of mail sent from this mailbox, e.g. your own name; '' sends "
+        "under the bare address. One line: no control character, no bidirectional override, no @"
+    )
+
+
+def _named_mailbox(ctx: Context, data: SenderNameIn) -> MailAccount:
+    """A connected mailbox (a local, imported account sends nothing)."""
+    return _the_mailbox(ctx, AccountIn(account_id=data.account_id))
+
+
+def _sender_name_preview(ctx: Context, data: SenderNameIn) -> Preview:
+    account: MailAccount = ctx.targets
+    shown = from_header(data.sender_name, account.email_address)
+    return Preview(
+        (Change(str(account.pk), {"sender_name": account.sender_name}, {"sender_name": data.sender_name}),),
+        summary=f"Mail sent from {words.named(account.name)} from now on says it is from {words.named(shown)}.",
+    )
+
+
+@operation(
+    name="set_mailbox_sender_name",
+    summary="Set the name the From header of a mailbox's mail shows before its address (apart from the account's "
+    "label); requests made already keep the name they were made with.",
+    input=SenderNameIn,
+    output=MailboxOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    role="ADMIN",
+    preview=_sender_name_preview,
+    confirm=NEVER,
+    targets=_named_mailbox,
+    callers=Callers.PERSONS,
+    bounds=(Bound("sender_name", "SENDER_NAME_MAX_CHARS", "{field}: at most {maximum} characters"),),
+)
+def set_mailbox_sender_name(ctx: Context, data: SenderNameIn) -> MailboxOut:
+    """The person filling the form confirms by submitting it, as with the mailbox's server settings."""
+    account = services.set_sender_name(act=ctx, account=ctx.targets, sender_name=data.sender_name)
+    return mailbox_out(account)
 
 
 # ---------------------------------------------------------------- remove_mailbox
@@ -508,5 +558,6 @@ def connect_mailbox_oauth(ctx: Context, data: ConnectOAuthIn) -> MailboxOut:
             credentials=target.provider.servers(target.address),
             tokens=tokens,
             expires_at=_expiry(target.grant),
+            sender_name=ctx.person_name,
         )
     return mailbox_out(account)

@@ -1,5 +1,6 @@
-"""A person's own preferences for the console (persons only: no agent reads or changes how a person's console
-behaves). Today one: whether opening a message marks it read."""
+"""A person's own preferences (persons only: no agent reads or changes how a person's console behaves, nor what
+they are called): whether opening a message marks it read, and their name, which a mailbox they connect from then
+on sends under (its sender name, set_mailbox_sender_name)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from pydantic import Field
 
 from apps.accounts.models import Preferences
 from apps.accounts.selectors import saved_preferences
-from apps.accounts.services import preferences_of, set_mark_read_on_open
+from apps.accounts.services import preferences_of, set_mark_read_on_open, set_name
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Empty
-from apps.operations.registry import NEVER, Callers, Ceiling, OpClass, operation
+from apps.operations.defs.shapes import Closed, DisplayName, Empty
+from apps.operations.registry import NEVER, Bound, Callers, Ceiling, OpClass, operation
 
 
 class PreferencesOut(Closed):
     mark_read_on_open: bool = Field(description="opening a message in the console marks it read (mark_read)")
+    name: str = Field(description="your name: a mailbox you connect sends under it ('' for none)")
 
 
 def _mine(ctx: Context) -> Preferences:
@@ -24,7 +26,7 @@ def _mine(ctx: Context) -> Preferences:
 
 @operation(
     name="get_preferences",
-    summary="Your own preferences for the console (whether opening a message marks it read).",
+    summary="Your own preferences: whether opening a message marks it read, and your name.",
     input=Empty,
     output=PreferencesOut,
     op_class=OpClass.READ,
@@ -34,22 +36,29 @@ def _mine(ctx: Context) -> Preferences:
 def get_preferences(ctx: Context, data: Empty) -> PreferencesOut:
     assert ctx.caller.user is not None
     found = saved_preferences(user=ctx.caller.user)
-    return PreferencesOut(mark_read_on_open=found.mark_read_on_open if found else True)
+    return PreferencesOut(mark_read_on_open=found.mark_read_on_open if found else True, name=ctx.caller.user.name)
 
 
 class SetPreferencesIn(Closed):
     mark_read_on_open: bool | None = Field(default=None, description="leave out to keep it as it is")
+    name: DisplayName | None = Field(
+        default=None,
+        description="your name, as a From header shows it before a mailbox's address ('' for none; no control "
+        "character, bidirectional override or @); a mailbox you connect from then on sends under it. Leave out to "
+        "keep it as it is",
+    )
 
 
 @operation(
     name="set_preferences",
-    summary="Change your own preferences for the console; what you leave out stays as it is.",
+    summary="Change your own preferences (your name among them); what you leave out stays as it is.",
     input=SetPreferencesIn,
     output=PreferencesOut,
     op_class=OpClass.MUTATE,
     ceiling=Ceiling.NEVER,
     confirm=NEVER,
     callers=Callers.PERSONS,
+    bounds=(Bound("name", "SENDER_NAME_MAX_CHARS", "{field}: at most {maximum} characters"),),
 )
 def set_preferences(ctx: Context, data: SetPreferencesIn) -> PreferencesOut:
     """A person's own setting, reversible at once: no confirmation asked."""
@@ -59,4 +68,9 @@ def set_preferences(ctx: Context, data: SetPreferencesIn) -> PreferencesOut:
         preferences=mine, value=data.mark_read_on_open, now=ctx.now
     ):
         ctx.touch(mine.pk, {"mark_read_on_open": before}, {"mark_read_on_open": mine.mark_read_on_open})
-    return PreferencesOut(mark_read_on_open=mine.mark_read_on_open)
+    user = ctx.caller.user
+    assert user is not None
+    named = user.name
+    if data.name is not None and set_name(user=user, name=data.name):
+        ctx.touch(mine.pk, {"name": named}, {"name": user.name})
+    return PreferencesOut(mark_read_on_open=mine.mark_read_on_open, name=user.name)

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from apps.core.bidi import mark_bidi_controls
 from apps.core.bounds import Bounds, bounds
+from apps.core.names import display_name_problem
 from apps.mail.models import Folder
 from apps.mail.selectors import StoredFile
 
@@ -68,6 +69,24 @@ def _one_line(value: str) -> str:
 
 # Text that goes into a mail header (a subject): one line, so it can never start another header.
 HeaderText = Annotated[str, AfterValidator(_one_line), Field(json_schema_extra={"pattern": f"^[^{_LINE_BREAKS}]*$"})]
+
+
+def _display_name(value: str) -> str:
+    """A display name for a From header: surrounding spaces go; what it may hold is apps.core.names' rule. Its
+    length is the operation's Bound."""
+    value = value.strip()
+    problem = display_name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A person's name, a mailbox's sender name: what a From header shows before the address ('' for none).
+DisplayName = Annotated[
+    str,
+    AfterValidator(_display_name),
+    Field(json_schema_extra={"pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069@]*$"}),
+]
 
 
 class Empty(Closed):

@@ -82,10 +82,18 @@ function goBack() {
   for (const v of VIEWS) v.hidden = v !== (back || VIEWS[0]);
 }
 
+// an account as the From line of its mail reads ("Ann Lee <ann@example.com>": its sender name, never its label),
+// then the account's own name to tell accounts apart
+function fromLine(a) {
+  if (!a.email_address) return a.name;
+  const header = a.sender_name ? `${a.sender_name} <${a.email_address}>` : a.email_address;
+  return `${header} · ${a.name}`;
+}
+
 function fill(draft, heading) {
   session = newSession(draft);
   title.textContent = heading;
-  fromSelect.replaceChildren(...accounts.map((a) => el("option", { value: a.id }, a.email_address ? `${a.name} <${a.email_address}>` : a.name)));
+  fromSelect.replaceChildren(...accounts.map((a) => el("option", { value: a.id }, fromLine(a))));
   if (draft) fromSelect.value = draft.account_id;
   fromSelect.disabled = Boolean(draft); // a draft stays in its account
   for (const f of FIELDS) inputs[f].value = draft ? (LISTS.includes(f) ? draft[f].join(", ") : draft[f]) : "";

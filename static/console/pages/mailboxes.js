@@ -1,8 +1,9 @@
 // /mailboxes: the tenant's mail accounts, sync on demand, removal, and connecting an IMAP mailbox.
 import { button, call, describeError, el, formLabels, load, notice, onSubmit, perform, plainError, post, row, table, when } from "../lib.js";
 
-// the page says whether this person may remove accounts (the server renders it, from their role)
+// the page says whether this person may remove accounts, or name their sender (the server renders it, from their role)
 const mayRemove = document.getElementById("accounts-list").hasAttribute("data-can-remove");
+const mayNameSender = document.getElementById("accounts-list").hasAttribute("data-can-name-sender");
 
 const lastSync = (a) => (a.kind === "imap" ? (a.last_synced_at ? when(a.last_synced_at) : "not yet") : "—");
 
@@ -61,16 +62,49 @@ document.addEventListener("visibilitychange", () => {
 
 const syncing = (a) => (awaited.has(a.id) ? el("span", { class: "hint", "data-syncing": "" }, "syncing…") : lastSync(a));
 
+// a connected mailbox's sender name (set_mailbox_sender_name), and a form in its place to change it
+const senderShown = (a) => (a.kind !== "imap" ? "—" : a.sender_name ? el("span", { dir: "auto" }, a.sender_name) : el("span", { class: "hint" }, "none (the address alone)"));
+
+function senderCell(a) {
+  const cell = el("span", { "data-sender-name": a.id }, senderShown(a));
+  if (a.kind !== "imap" || !mayNameSender) return cell;
+  const edit = button("Change", () => {
+    const id = `sender-name-${a.id}`;
+    const input = el("input", { id, name: "sender_name", type: "text", value: a.sender_name, autocomplete: "name" });
+    const error = el("p", { class: "errors", hidden: true });
+    const form = el("form", { class: "sender-name", "data-sender-form": a.id },
+      el("label", { for: id }, `Sender name of ${a.name}`), input, error,
+      el("button", { type: "submit" }, "Save"), " ", button("Cancel", () => cell.replaceChildren(senderShown(a), " ", edit)));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const out = await perform("set_mailbox_sender_name", { account_id: a.id, sender_name: input.value.trim() }, null, (err) => {
+        error.textContent = plainError(err, { sender_name: "The sender name" });
+        error.hidden = false;
+        input.focus();
+      });
+      if (!out) return;
+      notice(out.sender_name ? `${a.name} now sends as “${out.sender_name} <${out.email_address}>”.` : `${a.name} now sends as ${out.email_address} alone.`);
+      cell.replaceChildren(senderShown({ ...a, sender_name: out.sender_name })); // the form closes, so the list may be drawn again
+      refresh();
+    });
+    cell.replaceChildren(form);
+    input.focus();
+  }, { "data-action": "sender-name", "aria-label": `Change the sender name of ${a.name}` });
+  cell.append(" ", edit);
+  return cell;
+}
+
 const render = (listed, counts) =>
   listed.accounts.length
     ? table(
-        ["Name", "Kind", "Address", "Workspace", "Messages", "Unread", "Last sync", "Sync error", ""],
+        ["Name", "Kind", "Address", "Sender name", "Workspace", "Messages", "Unread", "Last sync", "Sync error", ""],
         listed.accounts.map((a) => {
           const count = counts.get(a.id) || { total: 0, unread: 0 };
           return row({ "data-account-id": a.id }, [
             a.name,
             a.kind === "imap" ? "IMAP/SMTP" : "imported",
             a.email_address || "—",
+            senderCell(a),
             a.workspace,
             el("span", { "data-count": "total" }, String(count.total)),
             el("span", { "data-count": "unread" }, String(count.unread)),
@@ -93,6 +127,8 @@ const refresh = async () => {
     return null;
   }
   settle(listed.accounts); // before rendering, so an account that just synced no longer says "syncing…"
+  // a sender name being written stays as it is: the list is drawn again at the next poll, or once it is saved
+  if (target.querySelector("form[data-sender-form]")) return listed;
   target.replaceChildren(render(listed, counts));
   return listed;
 };
@@ -167,6 +203,27 @@ if (form) {
 }
 
 refresh();
+
+// the person's own name (set_preferences): a mailbox they connect from now on sends under it
+const nameForm = document.getElementById("person-name");
+if (nameForm) {
+  const input = document.getElementById("person-name-input");
+  const slot = nameForm.querySelector('[data-error-for="name"]');
+  // the form opens once the saved name is in it (so nothing typed meanwhile is overwritten)
+  const open = () => { input.disabled = false; nameForm.querySelector('button[type="submit"]').disabled = false; };
+  call("get_preferences", {}).then((out) => { input.value = out.name; open(); }, open);
+  onSubmit("person-name", async () => {
+    slot.hidden = true;
+    const out = await perform("set_preferences", { name: input.value.trim() }, null, (err) => {
+      slot.textContent = plainError(err, formLabels(nameForm));
+      slot.hidden = false;
+      input.focus();
+    });
+    if (!out) return;
+    input.value = out.name;
+    notice(out.name ? `Your name is saved: a mailbox you connect sends as “${out.name}”.` : "Your name is taken away: a mailbox you connect sends under its address alone.");
+  });
+}
 
 // connecting by OAuth (apps/console/mailoauth.py): a provider's button posts the start of the flow (under the CSRF
 // check, so no other site can start one) and goes to the provider's address it answers (a navigation: the console's
