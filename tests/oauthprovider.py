@@ -58,6 +58,7 @@ class OAuthProvider:
         self.refresh_delay = 0.0  # seconds the token endpoint takes for a refresh (widens a race)
         self.refresh_calls = 0
         self.code_exchanges = 0
+        self.id_token_audience: str | list[str] = ""  # the ID token's `aud`: this client's id unless set
         self.revocations: list[str] = []  # addresses whose grant was revoked through /revoke
         self.introspections = 0
         provider = self
@@ -134,8 +135,9 @@ class OAuthProvider:
 
     def _id_token(self, address: str) -> str:
         header = _b64(json.dumps({"alg": "none"}).encode())
-        claims = _b64(json.dumps({"sub": address, "email": address, "email_verified": True}).encode())
-        return f"{header}.{claims}."
+        audience = self.id_token_audience or CLIENT_ID
+        claims = {"sub": address, "email": address, "email_verified": True, "aud": audience}
+        return f"{header}.{_b64(json.dumps(claims).encode())}."
 
     def grant_for(self, address: str) -> dict[str, Any]:
         """A grant made without the browser (tests of the servers alone): its tokens as the token endpoint gives."""

@@ -626,3 +626,19 @@ def test_changes_made_while_a_mailbox_needs_reconnecting_reach_the_server_after_
     assert oauth.imap.folder_messages(me, "INBOX") == []
     assert [b"\\Seen" in flags for _, _, flags in oauth.imap.folder_messages(me, "Archive")] == [True]
     assert call(as_person(mallory), "list_messages", {})["messages"] == []
+
+
+def test_an_id_token_for_another_client_names_no_address(alice: Person, mallory: Person, oauth: OAuthWorld) -> None:
+    me = _address(oauth, "alice")
+    oauth.provider.next_address = me
+    oauth.provider.id_token_audience = ["someone-else"]  # a token the provider made for another application
+    client = Client()
+    client.force_login(alice.user)
+    client.get(_follow_to_provider(client, "provider=loopback"))
+    # its address is not believed: the person is asked, and nothing is connected meanwhile
+    assert _notices(client) == ["Loopback Mail does not say the mailbox's address: enter it below."]
+    assert not MailAccount.objects.for_tenant(alice.tenant).exists()
+    oauth.provider.id_token_audience = ["someone-else", "x", *[providers.provider("loopback").client_id]]  # type: ignore[union-attr]
+    client.get(_follow_to_provider(client, "provider=loopback"))
+    assert _notices(client) == [f"Connected {me} with Loopback Mail; its mail is syncing."]
+    assert not MailAccount.objects.for_tenant(mallory.tenant).exists()

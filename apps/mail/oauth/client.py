@@ -171,16 +171,21 @@ def revoke(provider: Provider, *, token: str) -> bool:
     return status == 200
 
 
-def id_token_email(id_token: str) -> str:
+def id_token_email(id_token: str, *, client_id: str) -> str:
     """The `email` claim of an ID token received straight from the token endpoint over its own connection (OpenID
     Connect Core §3.1.3.7 lets a client that got it so rely on the connection instead of the signature); "" when
-    there is none, or it is not verified where the token says."""
+    there is none, it is not verified where the token says, or the token was not issued to this client (its `aud`
+    must name `client_id`). The issuer is not compared: Microsoft's differs per organization under `common`, and
+    the address is proven anyway by logging in to IMAP and SMTP as it with the access token."""
     try:
         payload = id_token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except (IndexError, ValueError):
         return ""
     if not isinstance(claims, dict) or claims.get("email_verified") is False:
+        return ""
+    audience = claims.get("aud")
+    if client_id not in (audience if isinstance(audience, list) else [audience]):
         return ""
     email = claims.get("email") or claims.get("preferred_username")
     return email if isinstance(email, str) and "@" in email else ""

@@ -93,7 +93,7 @@ def finish(provider: Provider, flow: dict[str, Any], *, code: str, error: str, n
         return grant | {"error": exc.code}
     address = ""
     if provider.address == "id_token":
-        address = client.id_token_email(tokens.id_token)
+        address = client.id_token_email(tokens.id_token, client_id=provider.client_id)
     elif provider.address == "userinfo":
         try:
             address = client.userinfo_email(provider, access_token=tokens.access_token)
