@@ -47,7 +47,7 @@ class User(AbstractBaseUser, PermissionsMixin):
     date_joined = models.DateTimeField(default=timezone.now)
     email_verified_at = models.DateTimeField(null=True, blank=True)
     # how the person is called (set_preferences): a new mailbox they connect sends under it ('' for none)
-    name = models.CharField(max_length=200, blank=True, default="")
+    name = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     objects: ClassVar[UserManager] = UserManager()
 

@@ -27,7 +27,7 @@ class MailAccount(TenantOwned):
     name = models.CharField(max_length=200)
     # the display name of the From header of mail sent from it (set_mailbox_sender_name), apart from its label
     # `name`: a new mailbox takes the name of the person who connected it; '' sends under the bare address
-    sender_name = models.CharField(max_length=200, blank=True, default="")
+    sender_name = models.CharField(max_length=200, blank=True, default="", db_default="")
     kind = models.CharField(max_length=10, choices=AccountKind.choices, default=AccountKind.LOCAL)
     email_address = models.CharField(max_length=320, blank=True)
     # Host, user, password and the like: encrypted, and never returned by any operation.

@@ -16,6 +16,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="mailaccount",
             name="sender_name",
-            field=models.CharField(blank=True, default="", max_length=200),
+            field=models.CharField(blank=True, db_default="", default="", max_length=200),
         ),
     ]
