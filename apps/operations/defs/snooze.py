@@ -88,7 +88,11 @@ def _folders(messages: list[Message], kind: FolderKind, only_from: FolderKind) -
             moves.append((m, None))
             continue
         if m.account_id not in found:
-            found[m.account_id] = access_folder_by_name(kind, account=m.account)
+            try:
+                found[m.account_id] = access_folder_by_name(kind, account=m.account)
+            except OakenError:
+                missing = f"a mailbox here has no {kind.label} folder to move them to"
+                raise OakenError.invalid("message_ids", missing) from None
         moves.append((m, found[m.account_id]))
     return moves
 
