@@ -62,7 +62,8 @@ def inbox_ids(box: Mailbox, caller: Any = None) -> list[str]:
 def come_due(box: Mailbox, ids: list[str]) -> None:
     """The snooze's time passes (the rows' time set a minute back: the clock is not ours to move)."""
     past = timezone.now() - timedelta(minutes=1)
-    Message.objects.for_tenant(box.person.tenant).filter(pk__in=ids).update(snoozed_until=past)
+    snoozed = Message.objects.for_tenant(box.person.tenant).filter(pk__in=ids, snoozed_until__isnull=False)
+    snoozed.update(snoozed_until=past)
 
 
 def events(box: Mailbox, operation: str, outcome: str = "ok") -> list[AuditEvent]:
@@ -163,6 +164,30 @@ def test_unsnooze_brings_messages_back_now_as_read_or_unread_as_they_are(world: 
         for stranger in (mallory.messages["trip-0"], "not-an-id"):
             error = refusal(me, name, {"message_ids": [stranger], **extra})
             assert (error.code, error.field) == ("NOT_FOUND", "message_ids"), name
+
+
+def test_a_snoozed_message_the_person_moves_to_the_inbox_or_throws_away_is_snoozed_no_more(world: World) -> None:
+    alice = world.alice
+    me = person(alice.person)
+    back, away, kept = alice.ids("notice-13", "notice-14", "notice-15")
+    until = tomorrow()
+    call(me, "snooze_messages", {"message_ids": [back, away, kept], "until": until.isoformat()})
+    call(me, "move_messages", {"message_ids": [back], "folder": "inbox"})
+    call(me, "trash_messages", {"message_ids": [away]})
+    call(me, "move_messages", {"message_ids": [kept], "folder": "sent"})
+    assert [(row(alice, pk).folder.kind, row(alice, pk).snoozed_until) for pk in (back, away, kept)] == [
+        ("inbox", None),
+        ("trash", None),
+        ("sent", until),
+    ]
+    moved = events(alice, "move_messages")[-2].targets
+    assert moved == [
+        {"id": back, "before": {"folder": "archive", "snoozed_until": until.isoformat()},
+         "after": {"folder": "inbox", "snoozed_until": None}}
+    ]  # fmt: skip
+    come_due(alice, [back, away, kept])
+    assert return_due() == 1 and row(alice, kept).folder.kind == "inbox"
+    assert row(alice, away).folder.kind == "trash"
 
 
 def test_trash_and_spam_are_not_snoozed(world: World) -> None:

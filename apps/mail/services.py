@@ -146,9 +146,12 @@ def move_messages(
     *, act: Act, moves: Sequence[tuple[Message, Folder]], changes: Sequence[Change], trashing: bool
 ) -> list[str]:
     """Move each message to its folder. Trashing remembers where a message came from (restore_messages takes it
-    back there); moving one out of the trash any other way forgets it."""
+    back there); moving one out of the trash any other way forgets it. A snoozed message moved to the inbox, the
+    trash or spam is snoozed no more."""
     for message, target in moves:
         update: dict[str, Any] = {"folder": target}
+        if message.snoozed_until is not None and target.kind in SNOOZE_ENDING_FOLDERS:
+            update["snoozed_until"] = None  # the person took it back, or threw it away: no return to come
         if trashing:
             update["trashed_from"] = message.folder
         elif message.folder.kind == FolderKind.TRASH:
@@ -316,6 +319,9 @@ def reconnect_mailbox_oauth(
 
 
 # ---------------------------------------------------------------- snooze
+
+# a snoozed message a person moves here is snoozed no more (move_messages, trash_messages)
+SNOOZE_ENDING_FOLDERS = (FolderKind.INBOX, FolderKind.TRASH, FolderKind.SPAM)
 
 # Snoozing takes a message out of the inbox the way archiving does, here and on a connected mailbox's server (a
 # MOVE to its archive, mirrored as any move), so the mailbox's other clients stop showing it in the inbox too; its
