@@ -348,3 +348,24 @@ def refusal_internal(box: Mailbox, message_id: str, until: Any) -> str:
     except OakenError as error:
         return error.code
     return "ok"
+
+
+def test_the_listing_reads_its_order_off_the_index_a_returned_message_included(world: World) -> None:
+    """The listing's order (a return, else the Date) is the listing indexes' own expression: a folder's first page
+    is read in order off one of them, with no sort, as it was when the order was the Date alone."""
+    from django.db import connection
+
+    from apps.mail import reads
+
+    alice = world.alice
+    inbox = row(alice, alice.messages["notice-00"]).folder
+    sql = reads._summaries_sql(("account", "folder"), "newest", ())
+    params = {"tenant": alice.person.tenant.pk, "account": inbox.account_id, "folder": inbox.pk, "limit": 20}
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+        # a few rows: the planner would sort them; forbidding it shows an index gives the order (or it must sort)
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    main = plan.split("SubPlan")[0]  # (a row's labels are sorted by name in a subplan of their own)
+    assert "Index Scan using message_in_" in main and "Sort" not in main, plan
