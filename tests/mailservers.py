@@ -93,6 +93,10 @@ namespace inbox {{
     special_use = \\Junk
     auto = subscribe
   }}
+  # not made by itself (auto = no): an Archive folder exists where a test creates it, with its special use
+  mailbox Archive {{
+    special_use = \\Archive
+  }}
 }}
 """
 

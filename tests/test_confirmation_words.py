@@ -135,6 +135,20 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "move_messages": lambda w: [{"message_ids": w.ids, "folder": "archive"}],
     "trash_messages": lambda w: [{"message_ids": w.ids}],
     "restore_messages": lambda w: [w.confirmed("trash_messages", {"message_ids": w.ids}) and {"message_ids": w.ids}],
+    "snooze_messages": lambda w: [
+        {"message_ids": w.ids, "until": (timezone.now() + timedelta(days=1)).isoformat()},
+        {
+            "message_ids": w.ids,
+            "until": (timezone.now() + timedelta(days=2)).replace(tzinfo=None, hour=9, minute=0).isoformat(),
+            "tz": "Europe/Paris",
+        },
+    ],
+    "unsnooze_messages": lambda w: [
+        w.confirmed(
+            "snooze_messages", {"message_ids": w.ids, "until": (timezone.now() + timedelta(days=1)).isoformat()}
+        )
+        and {"message_ids": w.ids}
+    ],
     "summarize_messages": lambda w: [{"message_ids": w.ids[:2], "mark_read": True}],
     "delete_draft": lambda w: [{"draft_id": w.draft()}],
     "send_email": lambda w: [w.email()],

@@ -62,6 +62,7 @@ class Bounds:
     HTML_MAX_CHARS = Bound()
     RAW_MESSAGE_MAX_BYTES = Bound()
     CONFIRM_FREE_MAX = Bound()
+    SNOOZE_MAX_DAYS = Bound()
     CONFIRMATION_TTL_SECONDS = Bound()
     CONFIRMATION_TOKENS_PER_CALLER = Bound()
     WORKSPACES_MAX = Bound()

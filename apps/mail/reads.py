@@ -24,8 +24,12 @@ from apps.workspaces.models import Workspace
 _SUMMARY_COLUMNS = """m.id::text, m.account_id::text, m.thread_id::text, f.kind, f.name, m.subject, m.sender_name,
        m.sender_address, m.date, m.snippet, m.read, m.pinned, m.has_attachments,
        ARRAY(SELECT ml.label_id::text FROM {ml} ml JOIN {lb} l ON l.id = ml.label_id
-              WHERE ml.message_id = m.id AND ml.tenant_id = m.tenant_id ORDER BY l.name)"""
-_SUMMARY_WIDTH = 14
+              WHERE ml.message_id = m.id AND ml.tenant_id = m.tenant_id ORDER BY l.name),
+       m.snoozed_until, m.returned_at"""
+_SUMMARY_WIDTH = 16
+# where a listing puts a message, newest first: the time a snooze brought it back, else its Date (models.LISTED_AT,
+# the listing indexes' own expression); the Date shown is never changed
+LISTED_AT = "coalesce(m.returned_at, m.date)"
 
 
 @cache
@@ -110,13 +114,18 @@ _WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "unread": ("NOT m.read", ()),
     "pinned": ("m.pinned", ()),
+    "snoozed": ("m.snoozed_until IS NOT NULL", ()),
     "thread": ("m.thread_id = %(thread)s", ("thread",)),
     "ids": ("m.id = ANY(%(ids)s)", ("ids",)),
-    # after a position of newest first, undated last: (date, id), or (None, id) among the undated
-    "older": ("(m.date < %(date)s OR (m.date = %(date)s AND m.id < %(pk)s) OR m.date IS NULL)", ("date", "pk")),
-    "older_undated": ("(m.date IS NULL AND m.id < %(pk)s)", ("pk",)),
+    # after a position of newest first (by LISTED_AT), undated last: (date, id), or (None, id) among the undated
+    "older": (
+        f"({LISTED_AT} < %(date)s OR ({LISTED_AT} = %(date)s AND m.id < %(pk)s) OR {LISTED_AT} IS NULL)",
+        ("date", "pk"),
+    ),
+    "older_undated": (f"({LISTED_AT} IS NULL AND m.id < %(pk)s)", ("pk",)),
 }
-_ORDER = {"newest": "m.date DESC NULLS LAST, m.id DESC", "oldest": "m.date, m.id", "none": "m.id"}
+# a listing, newest first by LISTED_AT (so a message a snooze brought back is on top); a thread, by Date
+_ORDER = {"newest": f"{LISTED_AT} DESC NULLS LAST, m.id DESC", "oldest": "m.date, m.id", "none": "m.id"}
 
 
 @cache
@@ -165,7 +174,7 @@ def summaries(
 def _summary(row: Sequence[Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """A row of _SUMMARY_COLUMNS as a summary, with the columns after them under `keys`."""
     (pk, account, thread, kind, folder, subject, sender_name, sender_address, date, snippet, read, pinned,
-     has_attachments, labels, *also) = row  # fmt: skip
+     has_attachments, labels, snoozed_until, returned_at, *also) = row  # fmt: skip
     return {
         "id": pk,
         "account_id": account,
@@ -179,6 +188,8 @@ def _summary(row: Sequence[Any], keys: tuple[str, ...]) -> dict[str, Any]:
         "pinned": pinned,
         "has_attachments": has_attachments,
         "label_ids": labels,
+        "snoozed_until": snoozed_until,
+        "returned_at": returned_at,
         **dict(zip(keys, also, strict=True)),
     }
 
@@ -202,19 +213,19 @@ def _conversations_sql(where: tuple[str, ...], after: str | None) -> str:
     position = f"WHERE {_THREADS_AFTER[after]}" if after else ""
     return f"""
 WITH hit AS (
-  SELECT m.thread_id, max(m.date) AS latest
+  SELECT m.thread_id, max({LISTED_AT}) AS latest, max(m.date) AS dated
     FROM {m} m
    WHERE m.tenant_id = %(tenant)s{conditions}
    GROUP BY m.thread_id
 ), page AS (
-  SELECT h.thread_id, h.latest FROM hit h {position}
+  SELECT h.thread_id, h.latest, h.dated FROM hit h {position}
    ORDER BY h.latest DESC NULLS LAST, h.thread_id DESC LIMIT %(limit)s
 )
-SELECT p.thread_id::text, t.account_id::text, t.subject, p.latest,
+SELECT p.thread_id::text, t.account_id::text, t.subject, p.latest, p.dated,
        (SELECT json_agg(json_build_array(x.id::text, x.snippet) ORDER BY x.date DESC NULLS LAST, x.id DESC)::text
-          FROM (SELECT m.id, m.snippet, m.date FROM {m} m  -- the listing's own messages of the conversation
+          FROM (SELECT m.id, m.snippet, {LISTED_AT} AS date FROM {m} m  -- the listing's own messages of it
                  WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s{conditions}
-                 ORDER BY m.date DESC NULLS LAST, m.id DESC LIMIT %(ids_max)s) x),
+                 ORDER BY {LISTED_AT} DESC NULLS LAST, m.id DESC LIMIT %(ids_max)s) x),
        all_of.total, all_of.unread, all_of.attachments, all_of.pinned,
        ARRAY(SELECT DISTINCT ml.label_id::text FROM {ml} ml JOIN {m} m ON m.id = ml.message_id
               WHERE m.thread_id = p.thread_id AND m.tenant_id = %(tenant)s AND ml.tenant_id = %(tenant)s),
@@ -269,14 +280,15 @@ def conversations(
         cursor.execute(_conversations_sql(tuple(names), after[0] if after else None), params)
         rows = cursor.fetchall()
     found = []
-    for thread, account, subject, latest, listed, total, unread, attachments, pinned, labels, senders in rows:
+    for thread, account, subject, latest, dated, listed, total, unread, attachments, pinned, labels, senders in rows:
         messages = json.loads(listed) if listed else []
         found.append(
             {
                 "thread_id": thread,
                 "account_id": account,
                 "subject": subject,
-                "date": latest,
+                "date": dated,
+                "listed_at": latest,
                 "snippet": messages[0][1] if messages else "",
                 "latest_message_id": messages[0][0] if messages else None,
                 "message_ids": [pk for pk, _ in messages],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db.models import Count, Q, QuerySet
@@ -319,3 +320,10 @@ def names_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[uuid.UUI
         for pk in model.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True):
             found[pk] = (kind, None)
     return found
+
+
+def due_snoozes(now: datetime, limit: int) -> list[tuple[uuid.UUID, uuid.UUID, datetime]]:
+    """System work (the snooze beat): (tenant id, message id, snoozed until) of snoozed messages whose time has
+    come, in every tenant, the longest due first; read off the partial index of snoozed messages."""
+    rows = Message.objects.unscoped().filter(snoozed_until__lte=now).order_by("snoozed_until", "pk")
+    return list(rows.values_list("tenant_id", "pk", "snoozed_until")[:limit])

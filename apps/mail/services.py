@@ -146,9 +146,12 @@ def move_messages(
     *, act: Act, moves: Sequence[tuple[Message, Folder]], changes: Sequence[Change], trashing: bool
 ) -> list[str]:
     """Move each message to its folder. Trashing remembers where a message came from (restore_messages takes it
-    back there); moving one out of the trash any other way forgets it."""
+    back there); moving one out of the trash any other way forgets it. A snoozed message moved to the inbox, the
+    trash or spam is snoozed no more."""
     for message, target in moves:
         update: dict[str, Any] = {"folder": target}
+        if message.snoozed_until is not None and target.kind in SNOOZE_ENDING_FOLDERS:
+            update["snoozed_until"] = None  # the person took it back, or threw it away: no return to come
         if trashing:
             update["trashed_from"] = message.folder
         elif message.folder.kind == FolderKind.TRASH:
@@ -337,3 +340,66 @@ def reconnect_mailbox_oauth(
     queue_sync(account=account, force=True)
     resume_pushes(tenant=act.tenant, account=account)  # the changes made in Oaken while it could not be reached
     return account
+
+
+# ---------------------------------------------------------------- snooze
+
+# a snoozed message a person moves here is snoozed no more (move_messages, trash_messages)
+SNOOZE_ENDING_FOLDERS = (FolderKind.INBOX, FolderKind.TRASH, FolderKind.SPAM)
+
+# Snoozing takes a message out of the inbox the way archiving does, here and on a connected mailbox's server (a
+# MOVE to its archive, mirrored as any move), so the mailbox's other clients stop showing it in the inbox too; its
+# time is Oaken's alone (the server has no notion of it), and the return is a move back to the inbox. A message
+# snoozed from another folder than the inbox stays where it is until it comes back.
+
+
+def snooze_messages(
+    *, act: Act, moves: Sequence[tuple[Message, Folder | None]], until: datetime, changes: Sequence[Change]
+) -> list[str]:
+    """Snooze each message until `until`: to the folder given with it (its account's archive) or, for None, where it
+    is. Snoozing again only moves the time."""
+    for message, target in moves:
+        update: dict[str, Any] = {"snoozed_until": until}
+        if target is not None:
+            update["folder"] = target
+        Message.objects.for_tenant(act.tenant).filter(pk=message.pk).update(**update)
+    _record(act, changes)
+    ids = [change.id for change in changes]
+    mirror_moves(tenant=act.tenant, message_ids=[str(m.pk) for m, target in moves if target is not None])
+    return ids
+
+
+def unsnooze_messages(
+    *, act: Act, moves: Sequence[tuple[Message, Folder | None]], changes: Sequence[Change]
+) -> list[str]:
+    """End each message's snooze now: back to the folder given (its inbox) or, for None, left where it is. Its read
+    state and its place in listings (its date) are its own."""
+    for message, target in moves:
+        update: dict[str, Any] = {"snoozed_until": None}
+        if target is not None:
+            update["folder"] = target
+        Message.objects.for_tenant(act.tenant).filter(pk=message.pk, snoozed_until__isnull=False).update(**update)
+    _record(act, changes)
+    mirror_moves(tenant=act.tenant, message_ids=[str(m.pk) for m, target in moves if target is not None])
+    return [change.id for change in changes]
+
+
+def return_snoozed(*, act: Act, message: Message, until: datetime, inbox: Folder | None) -> bool:
+    """A snoozed message's time has come: back to the inbox (None: left where it is, when the person has since put
+    it in the trash or spam), listed from now. One guarded UPDATE on the row's own state (still snoozed until
+    `until`, and due): of any number of workers returning it, one changes it and the others change nothing (False),
+    and a worker that died before its transaction committed changed nothing either."""
+    update: dict[str, Any] = {"snoozed_until": None, "returned_at": act.now}
+    if inbox is not None:
+        update["folder"] = inbox
+    rows = Message.objects.for_tenant(act.tenant).filter(pk=message.pk, snoozed_until=until, snoozed_until__lte=act.now)
+    if not rows.update(**update):
+        return False
+    after: dict[str, Any] = {"snoozed_until": None, "returned_at": act.now.isoformat()}
+    if inbox is not None:
+        after["folder"] = "inbox"
+    folder = message.folder.kind if message.folder.kind != FolderKind.CUSTOM else message.folder.name
+    act.touch(message.pk, {"snoozed_until": until.isoformat(), "folder": folder}, after)
+    if inbox is not None:
+        mirror_moves(tenant=act.tenant, message_ids=[str(message.pk)])
+    return True

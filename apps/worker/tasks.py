@@ -12,7 +12,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
-from apps.worker import delivery
+from apps.worker import delivery, snooze
 from apps.workspaces.models import Tenant
 
 
@@ -25,6 +25,12 @@ def deliver_task(request_id: str) -> str:
 @shared_task(name="outbound.release_scheduled", ignore_result=True)
 def release_scheduled_task() -> int:
     return delivery.release_scheduled()
+
+
+@shared_task(name="mail.return_snoozed", ignore_result=True)
+def return_snoozed_task() -> int:
+    """Bring back the snoozed messages whose time has come (each once, whatever runs this at the same time)."""
+    return snooze.return_due()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

@@ -67,6 +67,8 @@ OPERATIONS = {
     "RAW_MESSAGE_MAX_BYTES": _tunable("RAW_MESSAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024),
     # confirmation: small reversible changes up to this many items pass unconfirmed
     "CONFIRM_FREE_MAX": _tunable("CONFIRM_FREE_MAX", 10, minimum=0),
+    # snooze_messages: how far ahead a message may be snoozed (a later time is refused, never cut)
+    "SNOOZE_MAX_DAYS": _tunable("SNOOZE_MAX_DAYS", 366, minimum=1, maximum=3660),
     "CONFIRMATION_TTL_SECONDS": _tunable("CONFIRMATION_TTL_SECONDS", 120, minimum=10),
     "CONFIRMATION_TOKENS_PER_CALLER": _tunable("CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
     # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works

@@ -10,6 +10,7 @@ MODULES = (
     "apps.operations.defs.search",
     "apps.operations.defs.summaries",
     "apps.operations.defs.mail_organize",
+    "apps.operations.defs.snooze",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound_requests",
     "apps.operations.defs.outbound_review",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import Field
 
@@ -368,10 +368,17 @@ def _moves(messages: list[Message], folder: str) -> Moves:
 
 def _move_changes(moves: Moves) -> tuple[Change, ...]:
     return tuple(
-        Change(str(m.pk), {"folder": folder_label(m.folder)}, {"folder": folder_label(moves.to[m.account_id])})
-        for m in moves.messages
-        if m.folder_id != moves.to[m.account_id].pk
+        _move_change(m, moves.to[m.account_id]) for m in moves.messages if m.folder_id != moves.to[m.account_id].pk
     )
+
+
+def _move_change(m: Message, to: Folder) -> Change:
+    """The message's folder before and after; a snoozed message's snooze too, when the move ends it."""
+    before: dict[str, Any] = {"folder": folder_label(m.folder)}
+    after: dict[str, Any] = {"folder": folder_label(to)}
+    if m.snoozed_until is not None and to.kind in services.SNOOZE_ENDING_FOLDERS:
+        before["snoozed_until"], after["snoozed_until"] = m.snoozed_until.isoformat(), None
+    return Change(str(m.pk), before, after)
 
 
 def _moving(ctx: Context, data: MoveIn) -> Moves:

@@ -189,6 +189,9 @@ class ListMessagesIn(Page):
     )
     label_id: Id | None = None
     unread_only: bool = False
+    snoozed_only: bool = Field(
+        default=False, description="only snoozed messages (wherever they wait; with no folder, the snoozed listing)"
+    )
 
 
 _CACHED_SUMMARY = Field(
@@ -213,11 +216,15 @@ def _after(date_raw: str | None, pk_raw: str) -> tuple[str, Any]:
 
 
 def _position(row: dict[str, Any]) -> list[str | None]:
-    """Newest first, undated last: (date, id), as _after reads it back."""
-    return [row["date"].isoformat() if row["date"] else None, row["id"]]
+    """Newest first (by when a snooze brought it back, else its date), undated last: (that time, id), as _after
+    reads it back."""
+    at = row["returned_at"] or row["date"]
+    return [at.isoformat() if at else None, row["id"]]
 
 
-def _listing_filters(named: Listing, *, unread_only: bool, pinned_only: bool = False) -> dict[str, Any]:
+def _listing_filters(
+    named: Listing, *, unread_only: bool, pinned_only: bool = False, snoozed_only: bool = False
+) -> dict[str, Any]:
     """What a listing (of messages or of conversations) is limited to: the account, folder and label it named,
     and the flags asked for."""
     where: dict[str, Any] = {}
@@ -231,6 +238,8 @@ def _listing_filters(named: Listing, *, unread_only: bool, pinned_only: bool = F
         where["unread"] = True
     if pinned_only:
         where["pinned"] = True
+    if snoozed_only:
+        where["snoozed"] = True
     return where
 
 
@@ -238,7 +247,7 @@ def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str
     """The page and the cursor after it, read after every check and before the call's transaction opens (gather),
     which then holds the call's event alone (apps.gate.dispatch)."""
     size = data.size(ctx.bounds)
-    where = _listing_filters(ctx.targets, unread_only=data.unread_only)
+    where = _listing_filters(ctx.targets, unread_only=data.unread_only, snoozed_only=data.snoozed_only)
     after = read_cursor(data.cursor, 2, _after)
     if after is not None:
         where[after[0]] = after[1]
@@ -253,7 +262,8 @@ def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str
 
 @operation(
     name="list_messages",
-    summary="List messages newest first, by account, folder, label or unread state, a page at a time.",
+    summary="List messages newest first (a message a snooze brought back: from its return), by account, folder, "
+    "label, unread or snoozed state, a page at a time.",
     input=ListMessagesIn,
     output=MessagesOut,
     op_class=OpClass.READ,
@@ -284,6 +294,9 @@ class ConversationOut(Closed):
     message_count: int = Field(description="messages in the conversation")
     unread_count: int = Field(description="unread messages in the conversation")
     date: datetime | None = Field(description="the date of its newest message in this listing")
+    listed_at: datetime | None = Field(
+        description="where the listing puts it: its newest date, or later when a snooze brought a message of it back"
+    )
     snippet: MailText = Field(description="the start of its newest message in this listing")
     latest_message_id: str | None = Field(description="its newest message in this listing")
     message_ids: list[str] = Field(
@@ -301,14 +314,16 @@ class ConversationsOut(Closed):
 
 
 def _conversation_position(row: dict[str, Any]) -> list[str | None]:
-    """Newest first, undated last: (latest date, thread id), as _after reads it back."""
-    return [row["date"].isoformat() if row["date"] else None, row["thread_id"]]
+    """Newest first, undated last: (where it is listed, thread id), as _after reads it back."""
+    return [row["listed_at"].isoformat() if row["listed_at"] else None, row["thread_id"]]
 
 
 def _conversation_page(ctx: Context, data: ListConversationsIn) -> tuple[list[dict[str, Any]], str | None]:
     """The page of conversations and the cursor after it, read before the call's transaction opens, as _page."""
     size = data.size(ctx.bounds)
-    where = _listing_filters(ctx.targets, unread_only=data.unread_only, pinned_only=data.pinned_only)
+    where = _listing_filters(
+        ctx.targets, unread_only=data.unread_only, pinned_only=data.pinned_only, snoozed_only=data.snoozed_only
+    )
     rows = conversations(
         reach(ctx),
         where,

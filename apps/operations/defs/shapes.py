@@ -124,6 +124,12 @@ class MessageSummary(Closed):
     pinned: bool
     has_attachments: bool
     label_ids: list[str]
+    snoozed_until: datetime | None = Field(
+        description="snoozed: until when it is away from the inbox (snooze_messages); null when not snoozed"
+    )
+    returned_at: datetime | None = Field(
+        description="when a snooze last brought it back to the inbox: listings put it there, its date unchanged"
+    )
 
 
 def folder_label(folder: Folder) -> str:

@@ -13,6 +13,7 @@
 // Forward and reload work; while the page is visible it asks mailbox_counts every little while whether the open
 // folder changed, and puts what came at the top of the list. Keyboard: j/k, o/Enter, e, #, r, a, f, /, Esc, ?.
 // Archive, trash, move, label and read state offer Undo: the reverse operation, called when asked.
+// Snooze (snooze_messages, unsnooze_messages) is on each message the reader opens.
 import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
@@ -178,6 +179,7 @@ function messageRow(m, snippet) {
     el("span", { class: "meta" },
       m.pinned ? el("span", { class: "pin", title: "Pinned" }, "★", el("span", { class: "visually-hidden" }, " pinned")) : null,
       m.has_attachments ? el("span", { class: "clip", title: "Has attachments" }, "attachment") : null,
+      m.snoozed_until ? el("span", { class: "snoozed", title: `Snoozed until ${new Date(m.snoozed_until).toLocaleString()}` }, "snoozed") : null,
       m.read ? null : el("span", { class: "visually-hidden" }, "unread "),
       ...labelChips(m),
       el("time", { datetime: m.date || null }, shortDate(m.date)),
@@ -538,7 +540,9 @@ async function expand(article, summary) {
       el("button", { type: "button", class: "reply", onclick: () => composing.reply(m, false) }, "Reply"),
       el("button", { type: "button", class: "reply-all", onclick: () => composing.reply(m, true) }, "Reply all"),
       el("button", { type: "button", class: "forward", onclick: () => composing.forward(m) }, "Forward"),
+      snoozeButton(m),
     ),
+    snoozePanel(m),
     el("dl", { class: "headers" },
       el("dt", {}, "From"), el("dd", { dir: "auto" }, m.sender ? address(m.sender) : "—"),
       el("dt", {}, "To"), el("dd", { dir: "auto" }, m.to.map(address).join(", ") || "—"),
@@ -573,6 +577,55 @@ async function expand(article, summary) {
   }
   body.replaceChildren(...parts);
   state.current = m;
+}
+
+// ------------------------------------------------------------ snooze: snooze_messages, unsnooze_messages
+// A message's Snooze asks for a time in the person's own time zone (sent as `until` with `tz`: the operation reads
+// it, and says whether it is too soon or too far); a snoozed message says until when, and offers Unsnooze.
+
+const localZone = () => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+const pad = (n) => String(n).padStart(2, "0");
+
+function tomorrowMorning() {
+  const d = new Date();
+  d.setDate(d.getDate() + 1);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T08:00`;
+}
+
+async function snoozed(op, body, done) {
+  if (!(await perform(op, body, done))) return;
+  await Promise.all([resetList(), refreshCounts()]);
+  backToList();
+}
+
+function snoozeButton(m) {
+  if (m.snoozed_until) {
+    return el("button", { type: "button", class: "unsnooze",
+      onclick: () => snoozed("unsnooze_messages", { message_ids: [m.id] }, "Back in the inbox.") }, "Unsnooze");
+  }
+  return el("button", { type: "button", class: "snooze-open", "aria-expanded": "false", "aria-controls": `snooze-${m.id}`,
+    onclick: (event) => {
+      const panel = document.getElementById(`snooze-${m.id}`);
+      panel.hidden = !panel.hidden;
+      event.currentTarget.setAttribute("aria-expanded", String(!panel.hidden));
+      if (!panel.hidden) panel.querySelector("input").focus();
+    } }, "Snooze");
+}
+
+function snoozePanel(m) {
+  if (m.snoozed_until) {
+    return el("p", { class: "hint snoozed-until" }, `Snoozed until ${new Date(m.snoozed_until).toLocaleString()}.`);
+  }
+  const input = el("input", { type: "datetime-local", id: `snooze-until-${m.id}`, value: tomorrowMorning(), required: true });
+  const form = el("form", { class: "snooze-form row-actions", id: `snooze-${m.id}`, hidden: true },
+    el("label", { for: input.id }, "Back in the inbox, unread, at"), input,
+    el("button", { type: "submit" }, "Snooze"),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    snoozed("snooze_messages", { message_ids: [m.id], until: input.value, tz: localZone() }, "Snoozed.");
+  });
+  return form;
 }
 
 function threadMessage(m, opened) {
