@@ -360,7 +360,12 @@ def test_the_listing_reads_its_order_off_the_index_a_returned_message_included(w
     alice = world.alice
     inbox = row(alice, alice.messages["notice-00"]).folder
     sql = reads._summaries_sql(("account", "folder"), "newest", ())
-    params = {"tenant": alice.person.tenant.pk, "account": inbox.account_id, "folder": inbox.pk, "limit": 20}
+    params: dict[str, Any] = {
+        "tenant": alice.person.tenant.pk,
+        "account": inbox.account_id,
+        "folder": inbox.pk,
+        "limit": 20,
+    }
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
         # a few rows: the planner would sort them; forbidding it shows an index gives the order (or it must sort)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("mail", "0010_gmail_labels"),
+        ("mail", "0011_mailaccount_sender_name"),
         ("workspaces", "0003_member_workspaces"),
     ]
 
