@@ -112,6 +112,8 @@ class Bounds:
     SEND_ATTACHMENT_MAX_BYTES = Bound()
     SEND_ATTACHMENTS_TOTAL_MAX_BYTES = Bound()
     SIGNATURE_MAX_CHARS = Bound()
+    VIEWS_MAX = Bound()
+    VIEW_COUNT_MAX = Bound()
     SEARCH_RRF_K = Bound()
     SEARCH_KEYWORD_WEIGHT = Bound()
     SEARCH_SEMANTIC_WEIGHT = Bound()

@@ -159,6 +159,11 @@ OPERATIONS = {
     # an account's signature (set_signature): at most this many characters, never more than a mail field holds
     # (an agent reads it as MailText, which would cut it)
     "SIGNATURE_MAX_CHARS": _tunable("SIGNATURE_MAX_CHARS", 1000, minimum=1, maximum=100_000),
+    # saved views (apps.search.saved): how many one person keeps in a tenant, and where list_views stops counting
+    # a view's messages (each count reads at most this many rows plus one, so listing every view costs at most
+    # VIEWS_MAX of them; past it the count says "more")
+    "VIEWS_MAX": _tunable("VIEWS_MAX", 50, minimum=1, maximum=500),
+    "VIEW_COUNT_MAX": _tunable("VIEW_COUNT_MAX", 999, minimum=1, maximum=100_000),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)
