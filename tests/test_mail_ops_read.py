@@ -528,6 +528,8 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "get_preferences": [{}],
         "list_signatures": [{"account_id": box.personal}],
         "list_views": [{}],
+        "list_snippets": [{}],
+        "fill_snippet": [{"snippet_id": _a_snippet(box), "account_id": box.personal, "message_id": everyone[0]}],
         "list_api_keys": [{}],
         "list_connections": [{}],
         "list_members": [{}],
@@ -555,6 +557,13 @@ def _a_view(box: Mailbox, query: str) -> str:
         tenant=box.person.tenant, user=box.person.user, name=f"view {query}", query=query, account_id=box.personal,
         unread=True,
     )  # fmt: skip
+    return str(row.pk)
+
+
+def _a_snippet(box: Mailbox) -> str:
+    from apps.outbound.models import Snippet
+
+    row = Snippet.objects.create(tenant=box.person.tenant, user=box.person.user, name="s", text="Hi {first_name}")
     return str(row.pk)
 
 

@@ -114,6 +114,8 @@ class Bounds:
     SIGNATURE_MAX_CHARS = Bound()
     VIEWS_MAX = Bound()
     VIEW_COUNT_MAX = Bound()
+    SNIPPETS_MAX = Bound()
+    SNIPPET_MAX_CHARS = Bound()
     SEARCH_RRF_K = Bound()
     SEARCH_KEYWORD_WEIGHT = Bound()
     SEARCH_SEMANTIC_WEIGHT = Bound()
