@@ -157,3 +157,18 @@ def test_an_agent_uses_its_persons_snippets_within_its_reach(alice: Person, mail
     team_mail = give_mail(Person(alice.user, alice.tenant, team), tmp_path, "team")
     draft = call(as_person(bob), "reply_to_message", {"message_id": team_mail.message_ids[0], "snippet_id": his["id"]})
     assert draft["body"].startswith("Hello Sender")
+
+
+def test_the_published_pattern_says_what_creation_refuses() -> None:
+    """The schemas publish the placeholder rule as a pattern (no lookaround: ECMA and Python read it alike)."""
+    import random
+    import re
+
+    from apps.outbound.snippets import TEXT_PATTERN, unknown_placeholders
+
+    pattern = re.compile(TEXT_PATTERN)
+    pieces = ["{", "}", "a", "\n", "first_name", "{first_name}", "{date}", "_", ".", "{0.__class__}"]
+    chosen = random.Random(39)
+    for _ in range(20_000):
+        text = "".join(chosen.choice(pieces) for _ in range(chosen.randint(0, 8)))
+        assert bool(pattern.fullmatch(text)) == (not unknown_placeholders(text)), repr(text)

@@ -29,6 +29,11 @@ PLACEHOLDERS = ("first_name", "sender_name", "sender_address", "my_name", "my_ad
 _BRACED = re.compile(r"\{([^{}\r\n]*)\}")
 _KNOWN = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 _NAME_TAKEN = "name: you already have a snippet with this name"
+# the same rule as a pattern, for the published schemas (ECMA and Python alike, no lookaround): text, known
+# placeholders, and braces that close no placeholder (an opening brace with no closing one before the next opening
+# brace, line break or end)
+_ONE = r"\{(?:" + "|".join(PLACEHOLDERS) + r")\}"
+TEXT_PATTERN = rf"^(?:[^{{]|{_ONE}|(?:\{{[^{{}}\r\n]*)+(?:[\r\n]|$|{_ONE}))*$"
 
 
 def unknown_placeholders(text: str) -> list[str]:

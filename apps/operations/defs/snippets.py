@@ -105,7 +105,7 @@ def list_snippets(ctx: Context, data: Empty) -> SnippetsOut:
 
 class CreateSnippetIn(Closed):
     name: SnippetName
-    text: str = Field(min_length=1, description=_TEXT)
+    text: str = Field(min_length=1, description=_TEXT, json_schema_extra={"pattern": snippets.TEXT_PATTERN})
 
 
 def _create_targets(ctx: Context, data: CreateSnippetIn) -> None:
@@ -143,7 +143,12 @@ def create_snippet(ctx: Context, data: CreateSnippetIn) -> SnippetOut:
 class UpdateSnippetIn(Closed):
     snippet_id: Id
     name: SnippetName | None = Field(default=None, description="left out: as it is")
-    text: str | None = Field(default=None, min_length=1, description=f"{_TEXT}; left out: as it is")
+    text: str | None = Field(
+        default=None,
+        min_length=1,
+        description=f"{_TEXT}; left out: as it is",
+        json_schema_extra={"pattern": snippets.TEXT_PATTERN},
+    )
 
 
 class SnippetIn(Closed):
