@@ -172,3 +172,30 @@ def test_a_limited_member_meets_out_of_scope_never_the_mail(alice: Person, mail:
         team_mail.subjects
     )
     assert refusal(me_bob, "create_view", {"name": "No", "account_id": mail.account_id}).code == "OUT_OF_SCOPE"
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"unread": False},
+        {"from": "Boss"},
+        {"from": "%"},  # taken literally, as search's scope takes it: no sender holds it
+        {"to": "alice@"},
+        {"has_attachment": False},
+        {"has_attachment": True},
+        {"after": "2026-03-01", "tz": "Pacific/Kiritimati"},
+        {"before": "2026-03-02", "unread": True},
+    ],
+)
+def test_a_views_listing_and_its_count_agree(
+    alice: Person, mallory: Person, mail: Mailbox, filters: dict[str, Any], tmp_path: Path
+) -> None:
+    """Two paths read a view's filters (the count through search's scope, the listing through the summaries'
+    conditions): they find the same messages."""
+    give_mail(mallory, tmp_path, "mallory", n=2)
+    me = as_person(alice)
+    made = _view(me, name="f", **filters)
+    listed = call(me, "list_messages", {"view_id": made["id"], "limit": 100})["messages"]
+    counted = call(me, "list_views")["views"][0]["count"]
+    assert len(listed) == counted
+    assert all(m["account_id"] == mail.account_id for m in listed)
