@@ -222,6 +222,10 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
         {"operation": "plugin:keyed", "level": "on"},
     ],
     "set_plugin_settings": lambda w: [{"plugin": "keyed", "settings": {"region": "us", "api_key": "sk-0123456789ab"}}],
+    "delete_view": lambda w: [{"view_id": call(w.me, "create_view", {"name": "Unread mail", "unread": True})["id"]}],
+    "delete_snippet": lambda w: [
+        {"snippet_id": call(w.me, "create_snippet", {"name": "Thanks", "text": "Thanks, {first_name}."})["id"]}
+    ],
 }
 
 

@@ -496,6 +496,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
             {"account_id": box.personal},
             {"account_id": box.personal, "folder": "inbox", "unread_only": True, "limit": 3},
             {"label_id": box.labels["Travel"]},
+            {"view_id": _a_view(box, "")},
         ],
         "list_conversations": [
             {"account_id": box.personal},
@@ -505,7 +506,11 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "get_message": [{"message_id": m} for m in everyone],
         "get_thread": [{"thread_id": box.threads["trip-0"]}, {"thread_id": box.threads["newsletter"]}],
         "summarize_thread": [{"thread_id": box.threads["trip-0"]}],
-        "search": [{"query": "zeppelin", "account_id": box.personal}, {"query": "depot", "account_id": box.personal}],
+        "search": [
+            {"query": "zeppelin", "account_id": box.personal},
+            {"query": "depot", "account_id": box.personal},
+            {"view_id": _a_view(box, "zeppelin")},
+        ],
         "mailbox_counts": [{"account_id": box.personal}],
         "get_reference": [{"topic": "security"}, {"topic": "operations"}],
         "status": [{}],
@@ -522,6 +527,9 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "export_audit_chain": [{}],
         "get_preferences": [{}],
         "list_signatures": [{"account_id": box.personal}],
+        "list_views": [{}],
+        "list_snippets": [{}],
+        "fill_snippet": [{"snippet_id": _a_snippet(box), "account_id": box.personal, "message_id": everyone[0]}],
         "list_api_keys": [{}],
         "list_connections": [{}],
         "list_members": [{}],
@@ -539,6 +547,24 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "calendar.list_invites": [{"account_id": box.personal}],
         "calendar.get_invite": [{"message_id": m} for m in everyone],
     }
+
+
+def _a_view(box: Mailbox, query: str) -> str:
+    """A saved view of the person's unread mail in the personal account (using it reads, never marks)."""
+    from apps.search.models import SavedView
+
+    row = SavedView.objects.create(
+        tenant=box.person.tenant, user=box.person.user, name=f"view {query}", query=query, account_id=box.personal,
+        unread=True,
+    )  # fmt: skip
+    return str(row.pk)
+
+
+def _a_snippet(box: Mailbox) -> str:
+    from apps.outbound.models import Snippet
+
+    row = Snippet.objects.create(tenant=box.person.tenant, user=box.person.user, name="s", text="Hi {first_name}")
+    return str(row.pk)
 
 
 def _an_attachment(box: Mailbox) -> str:

@@ -123,7 +123,25 @@ _WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("date", "pk"),
     ),
     "older_undated": (f"({LISTED_AT} IS NULL AND m.id < %(pk)s)", ("pk",)),
+    # a saved view's filters (apps.search.saved), as search's scope has them: a part of the sender's address or
+    # name, of a recipient's (To or Cc), read state, attachments, and dates (values from like_pattern)
+    "sender": ("(m.sender_address ILIKE %(sender)s OR m.sender_name ILIKE %(sender)s)", ("sender",)),
+    "recipient": (
+        "(m.to_addresses::text ILIKE %(recipient)s OR m.cc_addresses::text ILIKE %(recipient)s)",
+        ("recipient",),
+    ),
+    "read": ("m.read", ()),
+    "has_attachment": ("m.has_attachments = %(has_attachment)s", ("has_attachment",)),
+    "since": ("m.date >= %(since)s", ("since",)),
+    "until": ("m.date < %(until)s", ("until",)),
 }
+
+
+def like_pattern(part: str) -> str:
+    """An ILIKE pattern matching text that holds `part` as written (its %, _ and backslashes taken literally)."""
+    return "%" + part.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 # a listing, newest first by LISTED_AT (so a message a snooze brought back is on top); a thread, by Date
 _ORDER = {"newest": f"{LISTED_AT} DESC NULLS LAST, m.id DESC", "oldest": "m.date, m.id", "none": "m.id"}
 

@@ -189,3 +189,22 @@ class BudgetUsage(TenantOwned):
             models.UniqueConstraint(fields=["tenant", "kind", "budget_id", "window_start"], name="budget_usage_once"),
         ]
         indexes = [models.Index(fields=["window_start"], name="budget_usage_age")]
+
+
+class Snippet(TenantOwned):
+    """A reusable text of one person in one tenant (create_snippet), with placeholders ({first_name}, …) filled
+    as plain text when a draft is written from it (apps.outbound.snippets); never evaluated."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    text = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user", "name"], name="snippet_name_unique_per_person")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

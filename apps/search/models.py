@@ -78,3 +78,34 @@ class Chunk(TenantOwned):
         constraints = [
             models.UniqueConstraint(fields=["message", "model", "ordinal"], name="search_chunk_one_per_place")
         ]
+
+
+class SavedView(TenantOwned):
+    """A saved search of one person in one tenant (create_view): a query, or none (a filter-only view), and the
+    filters `search` takes. Its account and label are ids, not keys: what they name is looked up in the caller's
+    reach each time the view is used (apps.search.saved), so a view never reaches further than its user does now."""
+
+    user = models.ForeignKey("accounts.User", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    query = models.TextField(blank=True)
+    mode = models.CharField(max_length=10, default="hybrid")
+    account_id = models.UUIDField(null=True, blank=True)
+    folder = models.CharField(max_length=500, blank=True)
+    label_id = models.UUIDField(null=True, blank=True)
+    sender = models.CharField(max_length=320, blank=True)
+    recipient = models.CharField(max_length=320, blank=True)
+    unread = models.BooleanField(null=True, blank=True)
+    has_attachment = models.BooleanField(null=True, blank=True)
+    after = models.DateField(null=True, blank=True)
+    before = models.DateField(null=True, blank=True)
+    tz = models.CharField(max_length=64, default="UTC")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user", "name"], name="saved_view_name_unique_per_person")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -164,6 +164,15 @@ OPERATIONS = {
     # a person's name and a mailbox's sender name (the From header's display name): at most this many characters,
     # never more than an outbound request's column holds
     "SENDER_NAME_MAX_CHARS": _tunable("SENDER_NAME_MAX_CHARS", 100, minimum=1, maximum=200),
+    # saved views (apps.search.saved): how many one person keeps in a tenant, and where list_views stops counting
+    # a view's messages (each count reads at most this many rows plus one, so listing every view costs at most
+    # VIEWS_MAX of them; past it the count says "more")
+    "VIEWS_MAX": _tunable("VIEWS_MAX", 50, minimum=1, maximum=500),
+    "VIEW_COUNT_MAX": _tunable("VIEW_COUNT_MAX", 999, minimum=1, maximum=100_000),
+    # snippets (apps.outbound.snippets): how many one person keeps in a tenant, and the characters of one (never
+    # more than a draft's body holds)
+    "SNIPPETS_MAX": _tunable("SNIPPETS_MAX", 100, minimum=1, maximum=1000),
+    "SNIPPET_MAX_CHARS": _tunable("SNIPPET_MAX_CHARS", 5000, minimum=1, maximum=100_000),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)
@@ -219,6 +228,7 @@ OPERATIONS_ORDERED = (
     ("SEND_RETRY_BASE_SECONDS", "SEND_RETRY_MAX_SECONDS"),
     ("SEARCH_CANDIDATES", "SEARCH_MAX_RESULTS"),
     ("SIGNATURE_MAX_CHARS", "MAIL_FIELD_MAX_CHARS"),
+    ("SNIPPET_MAX_CHARS", "SEND_BODY_MAX_CHARS"),
     # every array an operation takes fits in one array of a call's input, and that in the input
     ("BATCH_MAX", "INPUT_ARRAY_MAX"),
     ("LABELS_PER_CALL_MAX", "INPUT_ARRAY_MAX"),

@@ -23,6 +23,8 @@ MODULES = (
     "apps.operations.defs.audit",
     "apps.operations.defs.preferences",
     "apps.operations.defs.signatures",
+    "apps.operations.defs.views",
+    "apps.operations.defs.snippets",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
     "apps.operations.defs.tenancy",

@@ -15,6 +15,7 @@ from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.files import ATTACHMENTS_HELP, AttachmentIn, Files, attached_files
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, MailText, cut
+from apps.operations.defs.snippets import filled, snippet_of, with_snippet
 from apps.operations.registry import ALWAYS, NEVER, Bound, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import OptionalAccountIn, account_of, an_account, reach
 from apps.outbound import drafts
@@ -93,6 +94,23 @@ def _check_body(ctx: Context, body: str | None) -> None:
 
 # ---------------------------------------------------------------- create_draft
 
+SNIPPET_HELP = (
+    "a snippet of yours (list_snippets): its text, placeholders filled, goes where the body goes, before the "
+    "body given with it"
+)
+
+
+def _snippet_body(
+    ctx: Context, snippet_id: str | None, body: str, *, account: MailAccount, message: Message | None, subject: str
+) -> str:
+    """The body a draft gets: the one given, after a snippet's filled text when one is named (held to the bound)."""
+    if snippet_id is None:
+        return body
+    text = filled(ctx, snippet_of(ctx, snippet_id), account=account, message=message, subject=subject)
+    whole = with_snippet(text, body)
+    _check_body(ctx, whole)
+    return whole
+
 
 # what sending would refuse, refused (and published) where a draft is written: its text and its number of files
 BODY_BOUND = Bound("body", "SEND_BODY_MAX_CHARS")
@@ -107,19 +125,22 @@ class CreateDraftIn(Closed):
     subject: Subject = ""
     body: str = ""
     attachments: list[AttachmentIn] = Field(default=[], max_length=100, description=ATTACHMENTS_HELP)
+    snippet_id: Id | None = Field(default=None, description=SNIPPET_HELP)
 
 
 class NewDraft(NamedTuple):
     account: MailAccount
     found: Recipients
     files: Files
+    body: str
 
 
 def _new_draft(ctx: Context, data: CreateDraftIn) -> NewDraft:
     account = account_of(ctx, data.account_id)
     found = recipients(data.to, data.cc, data.bcc)
     _check_body(ctx, data.body)
-    return NewDraft(account, found, attached_files(ctx, data.attachments))
+    body = _snippet_body(ctx, data.snippet_id, data.body, account=account, message=None, subject=data.subject)
+    return NewDraft(account, found, attached_files(ctx, data.attachments), body)
 
 
 def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
@@ -148,10 +169,8 @@ def _create_preview(ctx: Context, data: CreateDraftIn) -> Preview:
     bounds=MAIL_BOUNDS,
 )
 def create_draft(ctx: Context, data: CreateDraftIn) -> DraftOut:
-    account, found, files = ctx.targets
-    draft = drafts.create_draft(
-        act=ctx, account=account, found=found, subject=data.subject, body=data.body, files=files
-    )
+    account, found, files, body = ctx.targets
+    draft = drafts.create_draft(act=ctx, account=account, found=found, subject=data.subject, body=body, files=files)
     return draft_out(ctx, draft)
 
 
@@ -297,17 +316,26 @@ class ReplyIn(Closed):
     body: str = ""
     reply_all: bool = Field(default=False, description="also the original's other To and Cc recipients")
     quote: bool = Field(default=True, description="quote the original's text below the reply")
+    snippet_id: Id | None = Field(default=None, description=SNIPPET_HELP + " (above the quoted text)")
 
 
-def _source(ctx: Context, data: ReplyIn | ForwardIn) -> Message:
-    """The message replied to or forwarded."""
+class Sourced(NamedTuple):
+    message: Message
+    body: str
+
+
+def _source(ctx: Context, data: ReplyIn | ForwardIn) -> Sourced:
+    """The message replied to or forwarded, and the body its draft gets."""
     message = access_message_by_id(data.message_id, reach=reach(ctx))
     _check_body(ctx, data.body)
-    return message
+    body = _snippet_body(
+        ctx, data.snippet_id, data.body, account=message.account, message=message, subject=message.subject
+    )
+    return Sourced(message, body)
 
 
 def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
-    message: Message = ctx.targets
+    message, _ = ctx.targets
     to, cc = drafts.reply_recipients(message, reply_all=data.reply_all)
     return Preview((Change("new draft", None, {"reply_to": str(message.pk), "recipients": len(to) + len(cc)}),))
 
@@ -326,8 +354,8 @@ def _reply_preview(ctx: Context, data: ReplyIn) -> Preview:
     bounds=(BODY_BOUND,),
 )
 def reply_to_message(ctx: Context, data: ReplyIn) -> DraftOut:
-    message: Message = ctx.targets
-    draft = drafts.reply_draft(act=ctx, message=message, body=data.body, reply_all=data.reply_all, quote=data.quote)
+    message, body = ctx.targets
+    draft = drafts.reply_draft(act=ctx, message=message, body=body, reply_all=data.reply_all, quote=data.quote)
     return draft_out(ctx, draft)
 
 
@@ -342,20 +370,22 @@ class ForwardIn(Closed):
     cc: list[Address] = Field(default=[], max_length=ADDRESSES_MAX)
     body: str = Field(default="", description="a note above the forwarded message")
     attachments: bool = Field(default=True, description="forward the original's attachments")
+    snippet_id: Id | None = Field(default=None, description=SNIPPET_HELP + " (above the forwarded message)")
 
 
 class Forward(NamedTuple):
     message: Message
     found: Recipients
+    body: str
 
 
 def _forward(ctx: Context, data: ForwardIn) -> Forward:
-    message = _source(ctx, data)
-    return Forward(message, recipients(data.to, data.cc, []))
+    message, body = _source(ctx, data)
+    return Forward(message, recipients(data.to, data.cc, []), body)
 
 
 def _forward_preview(ctx: Context, data: ForwardIn) -> Preview:
-    message, found = ctx.targets
+    message, found, _ = ctx.targets
     return Preview((Change("new draft", None, {"forward_of": str(message.pk), "recipients": found.count}),))
 
 
@@ -372,7 +402,7 @@ def _forward_preview(ctx: Context, data: ForwardIn) -> Preview:
     bounds=(BODY_BOUND,),
 )
 def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
-    message, found = ctx.targets
+    message, found, body = ctx.targets
     files = forwardable_attachments(tenant=ctx.tenant, message=message) if data.attachments else []
     try:
         # the bounds the draft's sending will hold it to: refused now, not after the person wrote to it
@@ -383,5 +413,5 @@ def forward_message(ctx: Context, data: ForwardIn) -> DraftOut:
             f"attachments: {error.message.removeprefix('forwarded: ')}; forward without them (attachments: false)",
             field="attachments",
         ) from None
-    draft = drafts.forward_draft(act=ctx, message=message, found=found, note=data.body, attachments=files)
+    draft = drafts.forward_draft(act=ctx, message=message, found=found, note=body, attachments=files)
     return draft_out(ctx, draft)

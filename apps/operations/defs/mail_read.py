@@ -4,10 +4,11 @@ None of it marks anything read."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
+from apps.core.errors import OakenError
 from apps.core.ids import parse_id
 from apps.core.pages import cut_page, read_cursor
 from apps.mail.html import sanitize
@@ -18,12 +19,14 @@ from apps.mail.reads import (
     Listing,
     conversations,
     folder_counts,
+    like_pattern,
     message_detail,
     summaries,
 )
 from apps.mail.reasons import sync_problem
 from apps.mail.selectors import account_names, accounts_listed, labels_in_reach
 from apps.operations.context import Context
+from apps.operations.defs.search import Filters, folder_needs_account, the_view, view_alone, view_filters
 from apps.operations.defs.shapes import (
     AddressOut,
     Closed,
@@ -194,6 +197,22 @@ class ListMessagesIn(Page):
     )
 
 
+class ListMessagesViewIn(ListMessagesIn):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                folder_needs_account(),
+                {"anyOf": view_alone("account_id", "folder", "label_id", "unread_only", "snoozed_only")},
+            ]
+        }
+    )
+    view_id: Id | None = Field(
+        default=None,
+        description="list the messages of a saved view without words (list_views), newest first; the call then "
+        "gives none of its own filters, only limit and cursor (a view with words is searched: search's view_id)",
+    )
+
+
 _CACHED_SUMMARY = Field(
     default=None, description="its summary by the current summarizer when one is cached (summarize_messages makes it)"
 )
@@ -243,11 +262,48 @@ def _listing_filters(
     return where
 
 
-def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str | None]:
+# the filters of list_messages a call with view_id leaves to the view
+_LISTING_FIELDS = ("account_id", "folder", "label_id", "unread_only")
+
+
+class Listed(NamedTuple):
+    named: Listing
+    # a saved view's filters beyond what it names (conditions of apps.mail.reads.summaries)
+    where: dict[str, Any]
+
+
+def _view_where(asked: Filters) -> dict[str, Any]:
+    where: dict[str, Any] = {}
+    if asked.from_:
+        where["sender"] = like_pattern(asked.from_)
+    if asked.to:
+        where["recipient"] = like_pattern(asked.to)
+    if asked.unread is not None:
+        where["unread" if asked.unread else "read"] = ()
+    if asked.has_attachment is not None:
+        where["has_attachment"] = asked.has_attachment
+    if asked.after is not None:
+        where["since"] = asked.after_at()
+    if asked.before is not None:
+        where["until"] = asked.before_at()
+    return where
+
+
+def _list_targets(ctx: Context, data: ListMessagesViewIn) -> Listed:
+    if data.view_id is None:
+        return Listed(listing(ctx, data), {})
+    asked = view_filters(the_view(ctx, data.view_id, data, _LISTING_FIELDS))
+    if asked.query is not None:
+        raise OakenError.invalid("view_id", "this view searches for words: use search with view_id")
+    return Listed(listing(ctx, asked), _view_where(asked))
+
+
+def _page(ctx: Context, data: ListMessagesViewIn) -> tuple[list[dict[str, Any]], str | None]:
     """The page and the cursor after it, read after every check and before the call's transaction opens (gather),
     which then holds the call's event alone (apps.gate.dispatch)."""
     size = data.size(ctx.bounds)
-    where = _listing_filters(ctx.targets, unread_only=data.unread_only, snoozed_only=data.snoozed_only)
+    named, more = ctx.targets
+    where = _listing_filters(named, unread_only=data.unread_only, snoozed_only=data.snoozed_only) | more
     after = read_cursor(data.cursor, 2, _after)
     if after is not None:
         where[after[0]] = after[1]
@@ -263,16 +319,16 @@ def _page(ctx: Context, data: ListMessagesIn) -> tuple[list[dict[str, Any]], str
 @operation(
     name="list_messages",
     summary="List messages newest first (a message a snooze brought back: from its return), by account, folder, "
-    "label, unread or snoozed state, a page at a time.",
-    input=ListMessagesIn,
+    "label, unread or snoozed state, or by a saved view, a page at a time.",
+    input=ListMessagesViewIn,
     output=MessagesOut,
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
-    targets=listing,
+    targets=_list_targets,
     gather=_page,
     bounds=(_PAGE_BOUND,),
 )
-def list_messages(ctx: Context, data: ListMessagesIn) -> MessagesOut:
+def list_messages(ctx: Context, data: ListMessagesViewIn) -> MessagesOut:
     page, next_cursor = ctx.gathered
     return MessagesOut.model_validate({"messages": page, "next_cursor": next_cursor})
 

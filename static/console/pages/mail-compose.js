@@ -11,6 +11,7 @@
 // the same click returns the same request, a new click is a new request. A new message gets the account's
 // signature below a "-- " line; a reply or forward gets it above the quoted text.
 import { askFirst, call, describeError, el, names, notice, perform, plainError } from "../lib.js";
+import * as snippets from "./mail-snippets.js";
 
 const SAVE_DELAY_MS = 800;
 const FIELDS = ["to", "cc", "bcc", "subject", "body"];
@@ -503,7 +504,31 @@ async function loadSignatures() {
 export function start(found) {
   accounts = found;
   loadSignatures();
+  snippets.load();
 }
+
+// "Insert a snippet": its text filled by the server (fill_snippet) for the account written from and the message
+// answered or forwarded, put where the person is typing, then saved like anything typed
+document.getElementById("compose-snippet-insert").addEventListener("click", async () => {
+  const picked = document.getElementById("compose-snippet").value;
+  if (!session || !picked) return;
+  const body = { snippet_id: picked, account_id: fromSelect.value, subject: inputs.subject.value };
+  if (session.draft && session.draft.source_message_id) body.message_id = session.draft.source_message_id;
+  let out;
+  try {
+    out = await call("fill_snippet", body);
+  } catch (err) {
+    setState(describeError(err), true);
+    return;
+  }
+  const area = inputs.body;
+  if (area.readOnly) return;
+  const after = area.value.slice(area.selectionEnd);
+  const text = after && !after.startsWith("\n") ? `${out.text}\n\n` : out.text; // kept apart from what follows
+  area.setRangeText(text, area.selectionStart, area.selectionEnd, "end");
+  area.focus();
+  scheduleSave();
+});
 
 // leaving the page with a change not yet saved: the browser asks first
 window.addEventListener("beforeunload", (event) => {

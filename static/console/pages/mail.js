@@ -17,6 +17,7 @@
 import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
+import * as savedViews from "./mail-views.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
 const ORDER = ["inbox", "drafts", "sent", "archive", "spam", "trash"];
@@ -232,7 +233,14 @@ async function loadMessages() {
   try {
     let rows;
     let next;
-    if (state.query) {
+    if (state.query && state.listsWith === "list_messages") {
+      // a saved view without words (mail-views.js): its messages, newest first
+      const body = { ...state.query };
+      if (state.cursor) body.cursor = state.cursor;
+      const out = await call("list_messages", body);
+      rows = out.messages.map((m) => [{ kind: "message", item: m }, undefined]);
+      next = out.next_cursor;
+    } else if (state.query) {
       const body = { ...state.query };
       if (state.cursor) body.cursor = state.cursor;
       const out = await call("search", body);
@@ -321,6 +329,7 @@ async function openFolder(accountId, folder, how = {}) {
   remember();
   if (how.push) go(folderPath(accountId, folder), { account: accountId, folder });
   state.query = null;
+  savedViews.searched(null);
   searchForm.reset();
   searchClear.hidden = true;
   setTitle();
@@ -366,6 +375,8 @@ searchForm.addEventListener("submit", async (event) => {
   const query = searchInput();
   if (!query || !(await composing.leave())) return;
   state.query = query;
+  state.listsWith = "search";
+  savedViews.searched(query);
   listTitle.textContent = `Search: ${query.query}`;
   searchClear.hidden = false;
   closeReader();
@@ -373,6 +384,21 @@ searchForm.addEventListener("submit", async (event) => {
   resetList();
 });
 searchClear.addEventListener("click", () => openFolder(state.account, state.folder));
+
+// a saved view (mail-views.js lists them with their counts): searched, or listed when it has no words
+async function openView(v) {
+  if (!(await composing.leave())) return false;
+  state.query = { view_id: v.id };
+  state.listsWith = v.lists_with;
+  searchForm.reset();
+  listTitle.textContent = `View: ${v.name}`;
+  searchClear.hidden = false;
+  closeReader();
+  renderAccounts();
+  if (window.matchMedia("(max-width: 50rem)").matches) listView.scrollIntoView({ block: "start" });
+  resetList();
+  return true;
+}
 more.addEventListener("click", loadMessages);
 
 // ------------------------------------------------------------ several messages at once, and Undo
@@ -984,6 +1010,7 @@ async function listFirst() {
     loadPreference();
     if (!(await loadAccounts(given))) return;
     composing.start(state.accounts);
+    savedViews.start(openView);
     await loadAllFolders();
     return;
   }
@@ -995,6 +1022,7 @@ async function listFirst() {
   loadPreference();
   if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
+  savedViews.start(openView);
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li[data-key]")) {
       const entry = state.rows.get(row.dataset.key);
