@@ -26,8 +26,9 @@ GREETING = (
 def mail(alice: Person, tmp_path: Path) -> Mailbox:
     box = give_mail(alice, tmp_path, "alice", n=2)
     account = MailAccount.objects.for_tenant(alice.tenant).get(pk=box.account_id)
-    account.name, account.email_address = "Alice Liddell", "alice@example.test"
-    account.save(update_fields=["name", "email_address"])
+    # {my_name}: the name the mailbox sends under (since the sender name exists; its label was used before)
+    account.sender_name, account.email_address = "Alice Liddell", "alice@example.test"
+    account.save(update_fields=["sender_name", "email_address"])
     Message.objects.for_tenant(alice.tenant).filter(pk=box.message_ids[0]).update(
         sender_name="Bob  Builder", sender_address="bob@example.org"
     )
@@ -93,11 +94,15 @@ def test_a_stored_text_is_never_evaluated(alice: Person, mail: Mailbox) -> None:
 
 def test_values_without_a_message(alice: Person, mail: Mailbox) -> None:
     account = MailAccount.objects.for_tenant(alice.tenant).get(pk=mail.account_id)
-    account.name = "alice@example.test"  # an address for a name: the address is the name
+    account.name, account.sender_name = "Walker IMAP", ""  # a label is never a name
     from django.utils import timezone
 
     values = values_for(account=account, message=None, subject="S", now=timezone.now())
     assert values["my_name"] == "alice@example.test" and values["first_name"] == "" and values["subject"] == "S"
+    account.sender_name = "Alice Walker"  # the name the mailbox sends under
+    assert values_for(account=account, message=None, subject="S", now=timezone.now())["my_name"] == "Alice Walker"
+    mine = values_for(account=account, message=None, subject="S", now=timezone.now(), person_name="Alice W.")
+    assert mine["my_name"] == "Alice W."  # the writing person's own name first
 
 
 def test_crud_bounds_and_confirmation(alice: Person, mail: Mailbox) -> None:

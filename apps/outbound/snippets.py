@@ -54,11 +54,13 @@ def fill(text: str, values: Mapping[str, str]) -> str:
     return _KNOWN.sub(lambda m: values.get(m.group(1), ""), text)
 
 
-def values_for(*, account: MailAccount, message: Message | None, subject: str, now: datetime) -> dict[str, str]:
+def values_for(
+    *, account: MailAccount, message: Message | None, subject: str, now: datetime, person_name: str = ""
+) -> dict[str, str]:
     """The placeholders' values for a draft from `account`, replying to or forwarding `message` (None: a new
-    message, whose sender_* and first_name are empty, its date today). The person's own name is the mailbox's:
-    a person has no name of their own in Oaken."""
-    my_name = sender_name_of(account.name) or account.email_address
+    message, whose sender_* and first_name are empty, its date today). {my_name} is the writing person's name,
+    else the name the mailbox sends under, else its address (never the mailbox's label)."""
+    my_name = sender_name_of(person_name) or sender_name_of(account.sender_name) or account.email_address
     values = {
         "my_name": my_name,
         "my_address": account.email_address,

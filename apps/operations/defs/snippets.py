@@ -68,7 +68,9 @@ def snippet_of(ctx: Context, snippet_id: str) -> Snippet:
 
 
 def filled(ctx: Context, snippet: Snippet, *, account: MailAccount, message: Message | None, subject: str) -> str:
-    values = snippets.values_for(account=account, message=message, subject=subject, now=ctx.now)
+    values = snippets.values_for(
+        account=account, message=message, subject=subject, now=ctx.now, person_name=ctx.person_name
+    )
     return snippets.fill(snippet.text, values)
 
 
