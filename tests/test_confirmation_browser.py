@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.conf import settings
-from django.test import Client
 from django.utils import timezone
 from oauth2_provider.models import Application
 
@@ -20,19 +19,13 @@ from apps.workspaces.models import Membership
 from tests.browser import look
 from tests.callers import as_person, call, joined
 from tests.conftest import Person, give_mail
+from tests.test_console_browser import _sign_in
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 SNAKE = re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b")
 KEY_PREFIX = re.compile(r"\(prefix oak_[0-9a-f]+\)")
-
-
-def _sign_in(page: Page, p: Person, url: str) -> None:
-    client = Client()
-    client.force_login(p.user)
-    session = client.cookies[settings.SESSION_COOKIE_NAME].value
-    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": url}])
 
 
 def _fields(op: str) -> set[str]:

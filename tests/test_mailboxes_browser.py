@@ -6,23 +6,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 from django.utils import timezone
 
 from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount, Message
 from tests.browser import look
 from tests.conftest import Person, give_mail
+from tests.test_console_browser import _sign_in
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
-
-
-def _sign_in(page: Page, p: Person, url: str) -> None:
-    client = Client()
-    client.force_login(p.user)
-    session = client.cookies[settings.SESSION_COOKIE_NAME].value
-    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": url}])
 
 
 @pytest.mark.slow

@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 
 from apps.mail.models import MailAccount
 from tests.browser import look
@@ -15,18 +13,12 @@ from tests.callers import as_agent
 from tests.conftest import Person
 from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user, request
+from tests.test_console_browser import _sign_in
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 NAME = "Zoë Ünal"
-
-
-def _sign_in(page: Page, p: Person, url: str) -> None:
-    client = Client()
-    client.force_login(p.user)
-    session = client.cookies[settings.SESSION_COOKIE_NAME].value
-    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": url}])
 
 
 @pytest.mark.slow
