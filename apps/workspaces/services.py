@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -185,13 +185,18 @@ def check_workspaces_change(*, actor: Membership, target: Membership) -> None:
         raise _only_owners("membership_id", "choose an OWNER's workspaces")
 
 
-def may_change_workspaces(*, actor: Membership, target: Membership) -> bool:
-    """Whether check_workspaces_change lets `actor` choose `target`'s workspaces."""
+def _allows(check: Callable[..., None], *, actor: Membership, target: Membership) -> bool:
+    """Whether the rule `check` lets `actor` act on `target` (it raises OakenError when it does not)."""
     try:
-        check_workspaces_change(actor=actor, target=target)
+        check(actor=actor, target=target)
     except OakenError:
         return False
     return True
+
+
+def may_change_workspaces(*, actor: Membership, target: Membership) -> bool:
+    """Whether check_workspaces_change lets `actor` choose `target`'s workspaces."""
+    return _allows(check_workspaces_change, actor=actor, target=target)
 
 
 def check_an_owner_stays(*, target: Membership, role: str | None, owners: int) -> None:
@@ -218,11 +223,7 @@ def assignable_roles(*, actor: Membership, target: Membership) -> list[Role]:
 
 def can_remove(*, actor: Membership, target: Membership) -> bool:
     """Whether `actor` may remove `target` (check_removal)."""
-    try:
-        check_removal(actor=actor, target=target)
-    except OakenError:
-        return False
-    return True
+    return _allows(check_removal, actor=actor, target=target)
 
 
 # ---------------------------------------------------------------- memberships
