@@ -79,6 +79,22 @@ class Caller:
         )
 
     @classmethod
+    def standing(cls, membership: Membership, *, kind: str, source_id: str) -> Caller:
+        """What a person set up to act by itself (a rule, an AI label: `kind` and its id), acting as that person
+        through the internal door: never more than the person may do now (their role and workspaces, read with
+        `membership`), and audited as theirs with the rule or label as its credential."""
+        person = cls.person(membership)
+        return cls(
+            Principal.PERSON,
+            person.tenant,
+            user=person.user,
+            role=person.role,
+            member_workspaces=person.member_workspaces,
+            credential_id=source_id,
+            credential_kind=kind,
+        )
+
+    @classmethod
     def internal(cls, tenant: Tenant) -> Caller:
         return cls(Principal.INTERNAL, tenant)
 

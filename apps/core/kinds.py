@@ -23,7 +23,8 @@ class Door(models.TextChoices):
 
 # which doors each principal may come through (SPEC §1)
 DOORS_OF = {
-    Principal.PERSON: frozenset({Door.UI, Door.CLI}),
+    # persons through the internal door: what a person set up to act by itself (a rule, an AI label) acting as them
+    Principal.PERSON: frozenset({Door.UI, Door.CLI, Door.INTERNAL}),
     Principal.AGENT: frozenset({Door.MCP}),
     Principal.INTERNAL: frozenset({Door.INTERNAL}),
 }
@@ -33,6 +34,9 @@ class CredentialKind(models.TextChoices):
     NONE = "", "None"
     OAUTH = "oauth", "OAuth connection"
     APIKEY = "apikey", "API key"
+    # standing authority a person set up (Caller.standing): the rule or AI label acting as them
+    RULE = "rule", "Rule"
+    AILABEL = "ailabel", "AI label"
 
 
 class Scope(models.TextChoices):
