@@ -121,6 +121,13 @@ class World:
         return next(m["membership_id"] for m in members if m["email"] == p.user.email)
 
 
+_RULE = {
+    "name": "Newsletters",
+    "conditions": [{"field": "list_id", "value": "news"}, {"field": "from", "op": "domain", "value": "example.org"}],
+    "match": "any",
+    "actions": [{"action": "add_label", "label": "News"}, {"action": "skip_inbox"}],
+}
+
 # op -> inputs (each built from the world), every one of which must ask for confirmation
 CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "add_labels": lambda w: [{"message_ids": w.ids, "label_ids": [w.label["id"]]}],
@@ -223,6 +230,13 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     ],
     "set_plugin_settings": lambda w: [{"plugin": "keyed", "settings": {"region": "us", "api_key": "sk-0123456789ab"}}],
     "delete_view": lambda w: [{"view_id": call(w.me, "create_view", {"name": "Unread mail", "unread": True})["id"]}],
+    "create_rule": lambda w: [_RULE, _RULE | {"name": "Quiet", "account_id": w.mail.account_id, "enabled": False}],
+    "update_rule": lambda w: [{"rule_id": w.confirmed("create_rule", _RULE)["id"], "enabled": False}],
+    "delete_rule": lambda w: [{"rule_id": w.confirmed("create_rule", _RULE)["id"]}],
+    "apply_rule": lambda w: [{"rule_id": w.confirmed("create_rule", _RULE)["id"], "days": 30}],
+    "reorder_rules": lambda w: [
+        {"rule_ids": [w.confirmed("create_rule", _RULE | {"name": n})["id"] for n in ("First", "Second")][::-1]}
+    ],
     "delete_snippet": lambda w: [
         {"snippet_id": call(w.me, "create_snippet", {"name": "Thanks", "text": "Thanks, {first_name}."})["id"]}
     ],

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "apps.outbound",
     "apps.search",
     "apps.summaries",
+    "apps.rules",
     "apps.audit",
     "apps.server",
     "apps.operations",

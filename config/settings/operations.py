@@ -173,6 +173,13 @@ OPERATIONS = {
     # more than a draft's body holds)
     "SNIPPETS_MAX": _tunable("SNIPPETS_MAX", 100, minimum=1, maximum=1000),
     "SNIPPET_MAX_CHARS": _tunable("SNIPPET_MAX_CHARS", 5000, minimum=1, maximum=100_000),
+    # rules (apps.rules): how many one workspace keeps; how many messages test_rule and apply_rule read at most
+    # (the newest of the period asked for: past it the answer says it stopped), how many days back they look; how
+    # long new mail waits for its embedding when an "about" condition covers it (after that it does not hold)
+    "RULES_MAX": _tunable("RULES_MAX", 100, minimum=1, maximum=1000),
+    "RULE_SCAN_MAX": _tunable("RULE_SCAN_MAX", 5000, minimum=1, maximum=100_000),
+    "RULE_DAYS_MAX": _tunable("RULE_DAYS_MAX", 365, minimum=1, maximum=3650),
+    "RULES_EMBEDDING_WAIT_SECONDS": _tunable("RULES_EMBEDDING_WAIT_SECONDS", 600, minimum=0, maximum=86400),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)

@@ -52,6 +52,7 @@ from apps.operations.targets import (
     the_message,
     the_thread,
 )
+from apps.rules.selectors import applied_column
 from apps.summaries.services import cached_text_column
 
 _PAGE_BOUND = Bound("limit", "PAGE_SIZE_MAX")
@@ -418,6 +419,15 @@ class AttachmentOut(Closed):
     inline: bool
 
 
+class AppliedRule(Closed):
+    rule_id: str | None
+    rule: str
+    version: int
+    matched: list[str]
+    actions: list[dict[str, str]]
+    applied_at: datetime
+
+
 class MessageDetail(MessageSummary):
     to: list[AddressOut]
     cc: list[AddressOut]
@@ -430,6 +440,10 @@ class MessageDetail(MessageSummary):
     attachments_truncated: bool = Field(description="the message has more attachments than are listed")
     attachment_count: int = Field(description="how many attachments the message has")
     summary: MailBody | None = _CACHED_SUMMARY
+    applied_rules: list[AppliedRule] = Field(
+        description="why rules acted on it, oldest first: each rule (null id once deleted), the conditions that "
+        "held and each action with its outcome (ok, skipped, or a refusal code)"
+    )
 
 
 class MessageOut(Closed):
@@ -448,8 +462,14 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
         reach=reach(ctx),
         text_max=ctx.bounds.TEXT_MAX_CHARS,
         attachments_max=ctx.bounds.MESSAGE_ATTACHMENTS_MAX,
-        extra=cached_text_column("m.tenant_id", "m.content_hash"),
+        extra=_extra(),
     )
+
+
+def _extra() -> tuple[str, dict[str, Any]]:
+    """The cached summary and the rules' record, read with the message (one statement)."""
+    summary, params = cached_text_column("m.tenant_id", "m.content_hash")
+    return f"json_build_array({summary}, {applied_column('m.tenant_id', 'm.id')})", params
 
 
 @operation(
@@ -465,7 +485,8 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
     row: dict[str, Any] = dict(ctx.targets)
     del row["content_hash"]
-    row["summary"] = row.pop("extra")  # the cached summary, read with the message (the_message_detail)
+    # the cached summary and the rules' record, read with the message (the_message_detail)
+    row["summary"], row["applied_rules"] = row.pop("extra")
     row["to"], row["cc"] = _addresses(row["to"]), _addresses(row["cc"])
     row["attachments"] = [
         {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}

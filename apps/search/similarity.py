@@ -1,0 +1,48 @@
+"""How near in meaning given messages are to a short text: the rules' "about" condition (apps.rules), scored with
+the chunks the enricher made, by every model the tenant's chunks use (two while it is re-embedded)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.models import Max
+from pgvector import HalfVector
+from pgvector.django import CosineDistance
+
+from apps.search.embedders import EmbeddingsUnavailable, embedder_for
+from apps.search.models import Chunk, EmbeddingState
+from apps.search.queries import meaning_state
+from apps.workspaces.models import Tenant
+
+
+def embedded(tenant: Tenant, message_ids: Sequence[Any]) -> set[Any]:
+    """Which of these messages the enricher has embedded (the others wait for it)."""
+    rows = EmbeddingState.objects.for_tenant(tenant).filter(message_id__in=message_ids, model__isnull=False)
+    return set(rows.values_list("message_id", flat=True))
+
+
+def nearness(tenant: Tenant, message_ids: Sequence[Any], text: str) -> dict[Any, float]:
+    """Each embedded message's cosine similarity to `text`: its nearest chunk's, by the best model that embedded
+    it; a message with no chunks (not embedded, or no text) is absent."""
+    if not message_ids:
+        return {}
+    found: dict[Any, float] = {}
+    in_use, _ = meaning_state(tenant)
+    for entry in in_use:
+        embedder = embedder_for(entry.model.key)
+        if embedder is None:
+            continue
+        try:
+            vector = HalfVector([float(x) for x in embedder.embed([text], query=True)[0]])
+        except EmbeddingsUnavailable:
+            continue
+        rows = (
+            Chunk.objects.for_tenant(tenant)
+            .filter(model=entry.model, message_id__in=message_ids)
+            .values("message_id")
+            .annotate(nearest=Max(1 - CosineDistance("embedding", vector)))
+        )
+        for row in rows:
+            found[row["message_id"]] = max(found.get(row["message_id"], -1.0), float(row["nearest"]))
+    return found
