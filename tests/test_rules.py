@@ -70,8 +70,313 @@ def shop_mail(prefix: str, n: int, *, days: float = 1) -> list[bytes]:
 
 def other_mail(prefix: str, n: int, *, days: float = 1) -> list[bytes]:
     return [
-        raw_message(
-            subject=f"Lunch {i}", message_id=f"<{prefix}-other-{i}@example.test>", date=recent(days + i / 100)
-        )
+        raw_message(subject=f"Lunch {i}", message_id=f"<{prefix}-other-{i}@example.test>", date=recent(days + i / 100))
         for i in range(n)
     ]
+
+
+def on_server(server: ImapServer, user: str, name: str) -> list[bytes]:
+    return sorted(raw.split(b"Message-ID: ")[1].split(b"\r\n")[0] for _, raw, _ in server.folder_messages(user, name))
+
+
+def rule_events(p: Person, rule_id: str) -> list[AuditEvent]:
+    rows = AuditEvent.objects.for_tenant(p.tenant).filter(credential_kind="rule", credential_id=rule_id)
+    return list(rows.order_by("seq"))
+
+
+def run_rules(capture: Callable[..., Any]) -> int:
+    """The engine's run, its commit hooks (the pushes to the server) run as a worker's would."""
+    with capture(execute=True):
+        return run()
+
+
+# ---------------------------------------------------------------- new mail, on a real server
+
+
+@pytest.mark.usefixtures("eager")
+def test_a_rule_labels_and_archives_new_mail_once_across_syncs_and_duplicate_deliveries(
+    alice: Person,
+    mallory: Person,
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    account, user = connect(alice, imap_server, smtp_server)
+    theirs, their_user = connect(mallory, imap_server, smtp_server)
+    for who in (user, their_user):
+        with imap_server.client(who) as c:
+            c.create_folder("Archive")
+    sync(account)
+    sync(theirs)
+    with django_capture_on_commit_callbacks(execute=True):
+        rule = create(alice, RECEIPTS, account_id=account)
+    # her rule's name and conditions are Mallory's too: nothing of one tenant's rules reaches the other's mail
+    create(mallory, RECEIPTS | {"conditions": [{"field": "from", "op": "domain", "value": "elsewhere.example"}]})
+
+    order, lunch = shop_mail("new", 1)[0], other_mail("new", 1)[0]
+    for who in (user, their_user):
+        imap_server.append(who, "INBOX", order)
+        imap_server.append(who, "INBOX", order)  # delivered twice
+        imap_server.append(who, "INBOX", lunch)
+    sync(account)
+    sync(theirs)
+    run_rules(django_capture_on_commit_callbacks)
+    sync(account)  # synced again, and the engine run again: nothing more happens
+    imap_server.append(user, "INBOX", order)  # and a third delivery of the same message
+    sync(account)
+    run_rules(django_capture_on_commit_callbacks)
+
+    held = by_message_id(alice, account)
+    assert sorted(held) == ["new-0@example.test", "new-other-0@example.test"]
+    acted = held["new-0@example.test"]
+    assert acted.folder.kind == FolderKind.ARCHIVE and labels_of(alice, acted) == {"Receipts"}
+    assert held["new-other-0@example.test"].folder.kind == FolderKind.INBOX
+    assert not labels_of(alice, held["new-other-0@example.test"])
+    assert on_server(imap_server, user, "Archive") == [b"<new-0@example.test>"]
+    # the server's extra copies of a message delivered again are one message in Oaken (the store keeps one of the
+    # same Message-ID and content): the rule moved the copy Oaken holds, the others stay where they were delivered
+    assert on_server(imap_server, user, "INBOX") == [b"<new-0@example.test>"] * 2 + [b"<new-other-0@example.test>"]
+    applied = RuleApplication.objects.for_tenant(alice.tenant).filter(rule_id=rule["id"])
+    assert [(a.message_id, a.matched) for a in applied] == [(acted.pk, ["from: domain shop.example"])]
+
+    # each action a gate call on the internal door, as alice, naming the rule; once each
+    events = rule_events(alice, rule["id"])
+    assert [(e.operation, e.outcome, e.door, e.person_id) for e in events] == [
+        ("create_label", "ok", "internal", alice.user.pk),
+        ("add_labels", "ok", "internal", alice.user.pk),
+        ("move_messages", "ok", "internal", alice.user.pk),
+    ]
+    assert all(e.principal == "person" for e in events)
+    # the message says why, in get_message and its audit trail holds no mail text
+    why = call(as_person(alice), "get_message", {"message_id": str(acted.pk)})["message"]["applied_rules"]
+    assert [(w["rule_id"], w["rule"], w["matched"], w["actions"]) for w in why] == [
+        (
+            rule["id"],
+            "Receipts",
+            ["from: domain shop.example"],
+            [{"action": "add label Receipts", "outcome": "ok"}, {"action": "skip inbox", "outcome": "ok"}],
+        )
+    ]
+    assert "Your order" not in str([e.targets for e in events])
+    listed = call(as_person(alice), "get_rule", {"rule_id": rule["id"]})
+    assert listed["applied_count"] == 1 and [h["message_id"] for h in listed["history"]] == [str(acted.pk)]
+
+    # mallory's identical mail: untouched, on her server too; alice's rule is not hers to see
+    for m in by_message_id(mallory, theirs).values():
+        assert m.folder.kind == FolderKind.INBOX and not labels_of(mallory, m)
+    assert on_server(imap_server, their_user, "Archive") == []
+    assert refusal(as_person(mallory), "get_rule", {"rule_id": rule["id"]}).code == "NOT_FOUND"
+    assert [r["name"] for r in call(as_person(mallory), "list_rules")["rules"]] == ["Receipts"]
+    assert not RuleApplication.objects.for_tenant(mallory.tenant).exists()
+    assert not RulePending.objects.for_tenant(alice.tenant).exists()
+
+
+# ---------------------------------------------------------------- test_rule and apply_rule
+
+
+def _five_hundred(prefix: str) -> list[bytes]:
+    shop = [
+        raw_message(
+            subject=f"Order {i} shipped",
+            sender="Shop <orders@shop.example>",
+            message_id=f"<{prefix}-shop-{i}@example.test>",
+            date=recent(1 + i / 20),
+            extra_headers=[("List-Id", "Shop news <news.shop.example>")] if i % 3 == 0 else [],
+        )
+        for i in range(200)
+    ]
+    others = [
+        raw_message(
+            subject=f"Minutes {i}",
+            sender="Bob <bob@team.example>",
+            message_id=f"<{prefix}-team-{i}@example.test>",
+            date=recent(1 + i / 20),
+            body="The shop.example order went out.\n",  # the domain in the body is no sender
+        )
+        for i in range(300)
+    ]
+    return shop + others
+
+
+def test_test_rule_on_500_imported_messages_reports_the_set_apply_rule_then_changes(
+    alice: Person, mallory: Person, tmp_path: Path, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    account = imported(alice, tmp_path, _five_hundred("a"))
+    theirs = imported(mallory, tmp_path / "..", _five_hundred("a"), name="Mallory's")
+    body = {
+        "name": "Shop news",
+        "match": "any",
+        "conditions": [
+            {"field": "from", "op": "domain", "value": "shop.example"},
+            {"field": "list_id", "value": "news.shop.example"},
+        ],
+        "actions": [{"action": "add_label", "label": "Shop"}, {"action": "mark_read"}],
+    }
+    rule = create(alice, body, account_id=account)
+    me = as_person(alice)
+    tested = call(me, "test_rule", {"rule_id": rule["id"], "days": 30, "limit": 5})
+    assert (tested["scanned"], tested["complete"], tested["matched"]) == (500, True, 200)
+    assert next(m["why"] for m in tested["matches"]) == ["from: domain shop.example"]
+    assert not MessageLabel.objects.for_tenant(alice.tenant).exists()  # a test changes nothing
+    # the same rule given whole, unsaved, finds the same
+    unsaved = {k: v for k, v in body.items() if k != "name"} | {"account_id": account}
+    assert sorted(call(me, "test_rule", unsaved)["message_ids"]) == sorted(tested["message_ids"])
+
+    asked = refusal(me, "apply_rule", {"rule_id": rule["id"], "days": 30})
+    assert asked.code == "CONFIRMATION_REQUIRED" and asked.proposal["count"] == 200
+    assert not RulePending.objects.for_tenant(alice.tenant).exists()
+    assert call(me, "apply_rule", {"rule_id": rule["id"], "days": 30}, confirm=True)["queued"] == 200
+    run_rules(django_capture_on_commit_callbacks)
+
+    labelled = MessageLabel.objects.for_tenant(alice.tenant).filter(label__name="Shop")
+    assert sorted(str(m) for m in labelled.values_list("message_id", flat=True)) == sorted(tested["message_ids"])
+    read = Message.objects.for_tenant(alice.tenant).filter(account_id=account, read=True)
+    assert sorted(str(m) for m in read.values_list("pk", flat=True)) == sorted(tested["message_ids"])
+    # applied again, it queues them again, and the engine does nothing twice at the same version
+    call(me, "apply_rule", {"rule_id": rule["id"], "days": 30}, confirm=True)
+    run_rules(django_capture_on_commit_callbacks)
+    assert RuleApplication.objects.for_tenant(alice.tenant).count() == 200
+    assert len([e for e in rule_events(alice, rule["id"]) if e.operation == "mark_read"]) == 4  # 50 a batch
+    assert not Message.objects.for_tenant(mallory.tenant).filter(account_id=theirs, read=True).exists()
+    assert not MessageLabel.objects.for_tenant(mallory.tenant).exists()
+    assert refusal(as_person(mallory), "test_rule", {"rule_id": rule["id"]}).code == "NOT_FOUND"
+
+
+# ---------------------------------------------------------------- agents propose
+
+
+def test_an_agents_rule_is_a_proposal_and_changes_nothing_until_a_person_confirms(
+    alice: Person, mallory: Person, tmp_path: Path
+) -> None:
+    account = imported(alice, tmp_path, shop_mail("a", 5) + other_mail("a", 4))
+    agent = as_agent(alice, scopes={"read", "write"})
+    asked = refusal(agent, "create_rule", RECEIPTS | {"account_id": account})
+    assert asked.code == "CONFIRMATION_REQUIRED"
+    proposal = asked.proposal
+    assert "would have acted on 5 messages" in proposal["summary"]
+    assert len(proposal["changes"]) == 3  # three examples, by message id: an agent's answer holds no mail text
+    assert "Your order" not in str(proposal)
+    assert not Rule.objects.for_tenant(alice.tenant).exists()
+    made = call(agent, "create_rule", RECEIPTS | {"account_id": account}, confirmation_token=proposal["token"])
+    assert made["owner"] == alice.user.email
+
+    # changing or enabling it again asks, however small the change; a person is shown subjects as examples
+    assert refusal(agent, "update_rule", {"rule_id": made["id"], "enabled": False}).code == "CONFIRMATION_REQUIRED"
+    mine = refusal(as_person(alice), "update_rule", {"rule_id": made["id"], "name": "Shop"})
+    assert mine.code == "CONFIRMATION_REQUIRED" and any("Your order" in line for line in mine.proposal["lines"])
+    reader = as_agent(alice, scopes={"read"})
+    assert refusal(reader, "create_rule", RECEIPTS | {"account_id": account}).code == "INSUFFICIENT_SCOPE"
+    assert [r["id"] for r in call(reader, "list_rules")["rules"]] == [made["id"]]
+    assert call(as_person(mallory), "list_rules")["rules"] == []
+
+
+# ---------------------------------------------------------------- the owner's authority
+
+
+def test_a_rule_whose_owner_lost_its_workspace_stops_and_says_so(
+    alice: Person, mallory: Person, tmp_path: Path, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    team = Workspace.objects.create(tenant=alice.tenant, name="team")
+    in_team = Person(alice.user, alice.tenant, team)
+    account = imported(in_team, tmp_path, other_mail("old", 1), name="Team mail")
+    bob = joined(alice, "bob@example.test")
+    give = {"membership_id": str(Membership.objects.for_tenant(alice.tenant).get(user=bob.user).pk)}
+    call(as_person(alice), "set_member_workspaces", give | {"workspace_ids": [str(team.pk)]}, confirm=True)
+    rule = call(as_person(bob), "create_rule", RECEIPTS | {"workspace": "team"}, confirm=True)
+    assert rule["owner"] == "bob@example.test"
+
+    call(as_person(alice), "set_member_workspaces", give | {"workspace_ids": []}, confirm=True)
+    imported(in_team, tmp_path, shop_mail("after", 2), name="Team mail")
+    run_rules(django_capture_on_commit_callbacks)
+    stopped = call(as_person(alice), "get_rule", {"rule_id": rule["id"]})
+    assert (stopped["stopped"], stopped["applied_count"]) == ("owner_lost_workspace", 0)
+    assert not MessageLabel.objects.for_tenant(alice.tenant).exists()
+    assert [e.outcome for e in AuditEvent.objects.for_tenant(alice.tenant).filter(operation="stop_rule")] == ["ok"]
+    assert not rule_events(alice, rule["id"])  # nothing done as bob
+    assert refusal(as_person(alice), "apply_rule", {"rule_id": rule["id"]}, confirm=True).code == "CONFLICT"
+
+    # alice confirms it again: it acts as her from then on
+    again = call(as_person(alice), "update_rule", {"rule_id": rule["id"], "enabled": True}, confirm=True)
+    assert (again["stopped"], again["owner"], again["version"]) == (None, "alice@example.test", 2)
+    imported(in_team, tmp_path, shop_mail("later", 1), name="Team mail")
+    run_rules(django_capture_on_commit_callbacks)
+    assert {e.person_id for e in rule_events(alice, rule["id"])} == {alice.user.pk}
+    assert call(as_person(alice), "get_rule", {"rule_id": rule["id"]})["applied_count"] == 1
+    assert account
+
+    # an owner who leaves the tenant stops it too
+    again = call(as_person(alice), "update_rule", {"rule_id": rule["id"], "enabled": True}, confirm=True)
+    Membership.objects.for_tenant(alice.tenant).filter(user=alice.user).update(role="MEMBER")
+    Rule.objects.for_tenant(alice.tenant).filter(pk=rule["id"]).update(owner=bob.user)
+    Membership.objects.for_tenant(alice.tenant).filter(user=bob.user).delete()
+    imported(in_team, tmp_path, shop_mail("gone", 1), name="Team mail")
+    run_rules(django_capture_on_commit_callbacks)
+    assert Rule.objects.for_tenant(alice.tenant).get(pk=rule["id"]).stopped_reason == "owner_left"
+    assert not RuleApplication.objects.for_tenant(mallory.tenant).exists()
+
+
+# ---------------------------------------------------------------- order, stop, failures
+
+
+def test_rules_run_in_order_stop_ends_them_and_a_failing_action_blocks_nothing_else(
+    alice: Person, mallory: Person, tmp_path: Path, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    account = imported(alice, tmp_path, other_mail("old", 1))
+    shop = [{"field": "from", "op": "domain", "value": "shop.example"}]
+    broken = create(
+        alice,
+        {"name": "Broken", "conditions": shop, "actions": [{"action": "move", "folder": "Nowhere"}]},
+        account_id=account,
+    )
+    first = create(
+        alice,
+        {"name": "First", "conditions": shop, "actions": [{"action": "add_label", "label": "One"}, {"action": "stop"}]},
+        account_id=account,
+    )
+    second = create(alice, {"name": "Second", "conditions": shop, "actions": [{"action": "pin"}]}, account_id=account)
+    imported(alice, tmp_path, shop_mail("a", 2))
+    run_rules(django_capture_on_commit_callbacks)
+    shop_rows = Message.objects.for_tenant(alice.tenant).filter(sender_address__endswith="shop.example")
+    assert all(labels_of(alice, m) == {"One"} and not m.pinned for m in shop_rows)
+    failed = call(as_person(alice), "get_rule", {"rule_id": broken["id"]})
+    assert failed["last_error"] == "NOT_FOUND" and failed["applied_count"] == 2
+    assert {h["actions"][0]["outcome"] for h in failed["history"]} == {"NOT_FOUND"}
+
+    # second before first: both act on the next mail (first's stop comes after second)
+    order = [broken["id"], second["id"], first["id"]]
+    call(as_person(alice), "reorder_rules", {"rule_ids": order}, confirm=True)
+    assert [r["id"] for r in call(as_person(alice), "list_rules")["rules"]] == order
+    imported(alice, tmp_path, shop_mail("b", 1))
+    run_rules(django_capture_on_commit_callbacks)
+    latest = Message.objects.for_tenant(alice.tenant).get(message_id="b-0@example.test")
+    assert latest.pinned and labels_of(alice, latest) == {"One"}
+    refused = refusal(as_person(alice), "reorder_rules", {"rule_ids": order[:2]}, confirm=True)
+    assert (refused.code, refused.field) == ("INVALID_INPUT", "rule_ids")
+    assert not Message.objects.for_tenant(mallory.tenant).exists()
+
+
+# ---------------------------------------------------------------- input
+
+
+def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Person, mallory: Person) -> None:
+    me = as_person(alice)
+    cases = [
+        ({"conditions": [{"field": "from", "op": "regex", "value": "x"}]}, "conditions.0"),
+        ({"conditions": []}, "conditions"),
+        ({"actions": [{"action": "stop"}]}, "actions"),
+        ({"actions": [{"action": "snooze", "days": 0}]}, "actions.0"),
+        ({"conditions": [{"field": "header", "name": "x-evil-secret-999", "value": "v"}]}, "conditions.0"),
+        ({"name": ""}, "name"),
+    ]
+    for change, field in cases:
+        refused = refusal(me, "create_rule", RECEIPTS | change, confirm=True)
+        assert refused.code == "INVALID_INPUT", (change, refused.code)
+        assert refused.field.startswith(field), (change, refused.field)
+        assert "evil-secret" not in refused.message
+    call(me, "create_rule", RECEIPTS, confirm=True)
+    again = refusal(me, "create_rule", RECEIPTS, confirm=True)
+    assert (again.code, again.field) == ("CONFLICT", "name")
+    assert (
+        refusal(as_person(mallory), "reorder_rules", {"rule_ids": ["not-a-rule"]}, confirm=True).code == "INVALID_INPUT"
+    )
+    assert refusal(me, "test_rule", {"days": 30}).field == "conditions"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from apps.mail.models import FolderKind
 
@@ -120,11 +120,12 @@ class RuleBody(Closed):
     conditions: list[Condition] = Field(min_length=1, max_length=20)
     actions: list[Action] = Field(min_length=1, max_length=10)
 
-    @model_validator(mode="after")
-    def _acts(self) -> RuleBody:
-        if all(a.action == "stop" for a in self.actions):
+    @field_validator("actions")
+    @classmethod
+    def _acts(cls, actions: list[Any]) -> list[Any]:
+        if all(a.action == "stop" for a in actions):
             raise ValueError("a rule needs an action besides stop")
-        return self
+        return actions
 
 
 def stored(body: RuleBody) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -122,7 +122,9 @@ def _handle(tenant: Tenant, rows: list[dict[str, Any]], now: datetime) -> None:
     facts = selectors.facts_of(tenant, messages, [e.body for e in entries])
     waiting = _waiting_for_embedding(tenant, entries, facts, rows, now)
     if waiting:
-        services.put_off(tenant=tenant, pending_ids=[r["id"] for r in rows if r["message_id"] in waiting], until=now + _PUT_OFF)
+        services.put_off(
+            tenant=tenant, pending_ids=[r["id"] for r in rows if r["message_id"] in waiting], until=now + _PUT_OFF
+        )
         facts = [f for f in facts if f.id not in waiting]
     done = selectors.already_applied(tenant, [(e.rule.pk, e.rule.version) for e in entries], [f.id for f in facts])
     found: list[Decision] = []
