@@ -27,7 +27,7 @@ from tests.imapbox import by_message_id, connect, eager, sync  # noqa: F401 (eag
 from tests.mailfactory import raw_message, write_mbox
 from tests.mailservers import ImapServer, SmtpServer
 
-RECEIPTS = {
+RECEIPTS: dict[str, Any] = {
     "name": "Receipts",
     "conditions": [{"field": "from", "op": "domain", "value": "shop.example"}],
     "actions": [{"action": "add_label", "label": "Receipts"}, {"action": "skip_inbox"}],
@@ -223,7 +223,8 @@ def test_test_rule_on_500_imported_messages_reports_the_set_apply_rule_then_chan
     assert sorted(call(me, "test_rule", unsaved)["message_ids"]) == sorted(tested["message_ids"])
 
     asked = refusal(me, "apply_rule", {"rule_id": rule["id"], "days": 30})
-    assert asked.code == "CONFIRMATION_REQUIRED" and asked.proposal["count"] == 200
+    assert asked.code == "CONFIRMATION_REQUIRED" and asked.proposal is not None
+    assert asked.proposal["count"] == 200
     assert not RulePending.objects.for_tenant(alice.tenant).exists()
     assert call(me, "apply_rule", {"rule_id": rule["id"], "days": 30}, confirm=True)["queued"] == 200
     run_rules(django_capture_on_commit_callbacks)
@@ -253,6 +254,7 @@ def test_an_agents_rule_is_a_proposal_and_changes_nothing_until_a_person_confirm
     asked = refusal(agent, "create_rule", RECEIPTS | {"account_id": account})
     assert asked.code == "CONFIRMATION_REQUIRED"
     proposal = asked.proposal
+    assert proposal is not None
     assert "would have acted on 5 messages" in proposal["summary"]
     assert len(proposal["changes"]) == 3  # three examples, by message id: an agent's answer holds no mail text
     assert "Your order" not in str(proposal)
@@ -263,7 +265,11 @@ def test_an_agents_rule_is_a_proposal_and_changes_nothing_until_a_person_confirm
     # changing or enabling it again asks, however small the change; a person is shown subjects as examples
     assert refusal(agent, "update_rule", {"rule_id": made["id"], "enabled": False}).code == "CONFIRMATION_REQUIRED"
     mine = refusal(as_person(alice), "update_rule", {"rule_id": made["id"], "name": "Shop"})
-    assert mine.code == "CONFIRMATION_REQUIRED" and any("Your order" in line for line in mine.proposal["lines"])
+    assert (
+        mine.code == "CONFIRMATION_REQUIRED"
+        and mine.proposal is not None
+        and any("Your order" in line for line in mine.proposal["lines"])
+    )
     reader = as_agent(alice, scopes={"read"})
     assert refusal(reader, "create_rule", RECEIPTS | {"account_id": account}).code == "INSUFFICIENT_SCOPE"
     assert [r["id"] for r in call(reader, "list_rules")["rules"]] == [made["id"]]
@@ -360,7 +366,7 @@ def test_rules_run_in_order_stop_ends_them_and_a_failing_action_blocks_nothing_e
 
 def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Person, mallory: Person) -> None:
     me = as_person(alice)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"conditions": [{"field": "from", "op": "regex", "value": "x"}]}, "conditions.0"),
         ({"conditions": []}, "conditions"),
         ({"actions": [{"action": "stop"}]}, "actions"),
@@ -371,7 +377,7 @@ def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Pers
     for change, field in cases:
         refused = refusal(me, "create_rule", RECEIPTS | change, confirm=True)
         assert refused.code == "INVALID_INPUT", (change, refused.code)
-        assert refused.field.startswith(field), (change, refused.field)
+        assert (refused.field or "").startswith(field) and refused.field, (change, refused.field)
         assert "evil-secret" not in refused.message
     call(me, "create_rule", RECEIPTS, confirm=True)
     again = refusal(me, "create_rule", RECEIPTS, confirm=True)
