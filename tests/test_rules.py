@@ -18,7 +18,9 @@ from django.utils import timezone
 from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
 from apps.mail.models import FolderKind, MailAccount, Message, MessageLabel
+from apps.rules.conditions import Facts, RuleBody, decide
 from apps.rules.models import Rule, RuleApplication, RulePending
+from apps.search.indexing import enrich_pending
 from apps.worker.rules import run
 from apps.workspaces.models import Membership, Workspace
 from tests.callers import as_agent, as_person, call, joined, refusal
@@ -386,3 +388,114 @@ def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Pers
         refusal(as_person(mallory), "reorder_rules", {"rule_ids": ["not-a-rule"]}, confirm=True).code == "INVALID_INPUT"
     )
     assert refusal(me, "test_rule", {"days": 30}).field == "conditions"
+
+
+# ---------------------------------------------------------------- about: by meaning
+
+
+def test_an_about_condition_waits_for_the_embedding_then_matches_by_meaning(
+    alice: Person, mallory: Person, tmp_path: Path, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    account = imported(alice, tmp_path, other_mail("old", 1))
+    rule = create(
+        alice,
+        {
+            "name": "Bills",
+            "conditions": [{"field": "about", "text": "invoices and payment reminders"}],
+            "actions": [{"action": "add_label", "label": "Bills"}],
+        },
+        account_id=account,
+    )
+    texts = [
+        ("Invoice 4411 is due", "Your invoice for November is attached. Payment is due within 14 days.\n"),
+        ("Payment reminder", "We have not received payment for the bill we sent last month. Please pay it.\n"),
+        ("Hiking on Saturday", "Shall we walk up the hill on Saturday morning? Bring boots and a sandwich.\n"),
+        ("Team lunch", "Lunch is at noon in the canteen, see you there.\n"),
+    ]
+    mail = [
+        raw_message(subject=s, body=b, message_id=f"<about-{i}@example.test>", date=recent(0.5))
+        for i, (s, b) in enumerate(texts)
+    ]
+    imported(alice, tmp_path, mail)
+    imported(mallory, tmp_path / "..", mail, name="Mallory's")
+    assert run_rules(django_capture_on_commit_callbacks) == 4
+    waiting = RulePending.objects.for_tenant(alice.tenant)
+    assert waiting.count() == 4 and all(w.not_before is not None for w in waiting)  # put off: not embedded yet
+    assert not RuleApplication.objects.for_tenant(alice.tenant).exists()
+
+    enrich_pending(seconds=60)
+    waiting.update(not_before=None)
+    run_rules(django_capture_on_commit_callbacks)
+    labelled = MessageLabel.objects.for_tenant(alice.tenant).filter(label__name="Bills").select_related("message")
+    assert sorted(m.message.subject for m in labelled) == ["Invoice 4411 is due", "Payment reminder"]
+    why = RuleApplication.objects.for_tenant(alice.tenant).filter(rule_id=rule["id"]).values_list("matched", flat=True)
+    assert all(w[0].startswith("about 'invoices and payment reminders': 0.") for w in why)
+    assert not MessageLabel.objects.for_tenant(mallory.tenant).exists()
+    assert not RulePending.objects.for_tenant(alice.tenant).exists()
+
+
+# ---------------------------------------------------------------- each condition, in its own words
+
+
+def facts(**given: Any) -> Facts:
+    base: dict[str, Any] = {
+        "id": 1,
+        "account_id": 1,
+        "workspace_id": 1,
+        "sender_address": "news@mail.shop.example",
+        "sender_name": "Shop News",
+        "recipients": [("alice@example.test", "Alice"), ("team@corp.example", "")],
+        "subject": "Your weekly deals",
+        "body": "Fifty percent off boots.",
+        "headers": {"list-id": "Deals <deals.shop.example>", "precedence": "bulk"},
+        "folder_kind": "inbox",
+        "folder_name": "INBOX",
+        "date": timezone.now() - timedelta(days=10),
+        "attachments": [("application/pdf", "deals.PDF"), ("image/png", "logo.png")],
+    }
+    return Facts(**base | given)
+
+
+@pytest.mark.parametrize(
+    ("condition", "why"),
+    [
+        ({"field": "from", "op": "domain", "value": "shop.example"}, "from: domain shop.example"),
+        ({"field": "from", "op": "domain", "value": "@SHOP.example"}, "from: domain @SHOP.example"),
+        ({"field": "from", "op": "domain", "value": "hop.example"}, None),  # a domain is whole, not a suffix
+        ({"field": "from", "op": "is", "value": "News@Mail.Shop.Example"}, "from: is News@Mail.Shop.Example"),
+        ({"field": "from", "op": "contains", "value": "shop news"}, "from: contains shop news"),
+        ({"field": "to", "op": "domain", "value": "corp.example"}, "to: domain corp.example"),
+        ({"field": "to", "op": "is", "value": "bob@example.test"}, None),
+        ({"field": "subject", "value": "WEEKLY"}, "subject: contains WEEKLY"),
+        ({"field": "subject", "op": "is", "value": "weekly"}, None),
+        ({"field": "body", "value": "boots"}, "body: contains boots"),
+        ({"field": "list_id", "value": "deals.shop"}, "list_id: contains deals.shop"),
+        ({"field": "header", "name": "precedence", "op": "is", "value": "Bulk"}, "header precedence: is Bulk"),
+        ({"field": "header", "name": "auto-submitted", "op": "present"}, None),
+        ({"field": "attachment", "type": ".pdf"}, "attachment: .pdf"),
+        ({"field": "attachment", "type": "image/*"}, "attachment: image/*"),
+        ({"field": "attachment", "type": "application/zip"}, None),
+        ({"field": "folder", "value": "inbox"}, "folder: inbox"),
+        ({"field": "folder", "value": "archive"}, None),
+        ({"field": "age", "op": "older_than", "days": 7}, "age: older than 7 days"),
+        ({"field": "age", "op": "newer_than", "days": 7}, None),
+        ({"field": "about", "text": "shoes on sale"}, None),  # not embedded: no score, no match
+    ],
+)
+def test_each_condition_says_why_it_holds(condition: dict[str, Any], why: str | None) -> None:
+    body = RuleBody.model_validate({"conditions": [condition], "actions": [{"action": "pin"}]})
+    assert decide(body, facts(), timezone.now()) == (None if why is None else [why])
+
+
+def test_all_needs_every_condition_and_any_the_first_that_holds() -> None:
+    held = {"field": "subject", "value": "deals"}
+    missed = {"field": "subject", "value": "invoice"}
+    about = {"field": "about", "text": "shoes on sale", "threshold": 0.4}
+    for match, conditions, expected in [
+        ("all", [held, missed], None),
+        ("all", [held, about], ["subject: contains deals", "about 'shoes on sale': 0.41 (at least 0.40)"]),
+        ("any", [missed, held, about], ["subject: contains deals"]),
+        ("any", [missed], None),
+    ]:
+        body = RuleBody.model_validate({"match": match, "conditions": conditions, "actions": [{"action": "pin"}]})
+        assert decide(body, facts(nearness={"shoes on sale": 0.41}), timezone.now()) == expected

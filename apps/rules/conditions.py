@@ -73,7 +73,7 @@ class AboutCondition(Closed):
     field: Literal["about"]
     text: Text = Field(description="a short description of what the mail is about, compared by meaning")
     threshold: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="the least similarity (0-1) that counts as about it"
+        default=0.35, ge=0.0, le=1.0, description="the least similarity (0-1) that counts as about it"
     )
 
 
