@@ -3,12 +3,13 @@ the engine's bookkeeping (what a rule did to a message, a failing action, a rule
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import F, Max
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Max, Q
 
 from apps.accounts.models import User
 from apps.core.acts import Act
@@ -147,28 +148,53 @@ def put_off(*, tenant: Tenant, pending_ids: Sequence[Any], until: datetime) -> N
     RulePending.objects.for_tenant(tenant).filter(pk__in=list(pending_ids)).update(not_before=until)
 
 
-def record(
-    *, tenant: Tenant, rule: Rule, message_id: Any, matched: list[str], actions: list[dict[str, str]], now: datetime
-) -> None:
-    """What a rule did to a message (once per version: a second record of the same is ignored), and on the rule, its
-    count and its last failing action."""
-    RuleApplication.objects.bulk_create(
-        [
-            RuleApplication(
-                tenant=tenant,
-                rule=rule,
-                rule_name=rule.name,
-                version=rule.version,
-                message_id=message_id,
-                matched=matched,
-                actions=actions,
-                applied_at=now,
-            )
-        ],
-        ignore_conflicts=True,
-    )
-    failed = [a["outcome"] for a in actions if a["outcome"] != "ok"]
-    changes: dict[str, Any] = {"applied_count": F("applied_count") + 1}
+def claim(*, now: datetime, lease: timedelta, limit: int) -> tuple[Tenant, list[dict[str, Any]]] | None:
+    """Lease up to `limit` ready entries of one tenant (the oldest waiting first) for `lease`; None: none is ready."""
+    ready = RulePending.objects.unscoped().filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+    with transaction.atomic():
+        first = ready.select_for_update(skip_locked=True).order_by("queued_at", "id").values("tenant_id").first()
+        if first is None:
+            return None
+        rows = list(
+            ready.filter(tenant_id=first["tenant_id"])
+            .select_for_update(skip_locked=True)
+            .order_by("queued_at", "id")
+            .values("id", "message_id", "rule_id", "queued_at")[:limit]
+        )
+        RulePending.objects.unscoped().filter(pk__in=[r["id"] for r in rows]).update(not_before=now + lease)
+        return Tenant.objects.get(pk=first["tenant_id"]), rows
+
+
+def begin(*, tenant: Tenant, rule: Rule, matched: dict[Any, list[str]], now: datetime) -> set[Any]:
+    """Record that the rule (at its version) acts on these messages; the ones recorded now (a message recorded
+    before, by another run, is left out: it is acted on once). Inside the transaction of the actions."""
+    ids = list(matched)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""INSERT INTO {RuleApplication._meta.db_table}
+                (id, tenant_id, rule_id, rule_name, version, message_id, matched, actions, applied_at)
+            SELECT gen_random_uuid(), %s, %s, %s, %s, m, w::jsonb, '[]'::jsonb, %s
+            FROM unnest(%s::uuid[], %s::text[]) AS x(m, w)
+            ON CONFLICT DO NOTHING RETURNING message_id""",  # noqa: S608 (the table's own name)
+            [tenant.pk, rule.pk, rule.name, rule.version, now, ids, [json.dumps(matched[i]) for i in ids]],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def finish(*, tenant: Tenant, rule: Rule, outcomes: dict[Any, list[dict[str, str]]], now: datetime) -> None:
+    """Each message's action outcomes, and on the rule its count and its last failing action."""
+    if not outcomes:
+        return
+    ids = list(outcomes)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""UPDATE {RuleApplication._meta.db_table} a SET actions = x.o::jsonb
+            FROM unnest(%s::uuid[], %s::text[]) AS x(m, o)
+            WHERE a.tenant_id = %s AND a.rule_id = %s AND a.version = %s AND a.message_id = x.m""",  # noqa: S608
+            [ids, [json.dumps(outcomes[i]) for i in ids], tenant.pk, rule.pk, rule.version],
+        )
+    failed = [a["outcome"] for done in outcomes.values() for a in done if a["outcome"] not in ("ok", "skipped")]
+    changes: dict[str, Any] = {"applied_count": F("applied_count") + len(outcomes)}
     if failed:
         changes |= {"last_error": failed[-1][:40], "last_error_at": now}
     Rule.objects.for_tenant(tenant).filter(pk=rule.pk).update(**changes)

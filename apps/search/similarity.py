@@ -4,6 +4,7 @@ the chunks the enricher made, by every model the tenant's chunks use (two while 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from django.db.models import Max
@@ -22,6 +23,19 @@ def embedded(tenant: Tenant, message_ids: Sequence[Any]) -> set[Any]:
     return set(rows.values_list("message_id", flat=True))
 
 
+@lru_cache(maxsize=512)
+def _vector(model_key: str, text: str) -> HalfVector | None:
+    """A description's embedding by a model (the same few descriptions are scored every batch)."""
+    embedder = embedder_for(model_key)
+    if embedder is None:
+        return None
+    try:
+        return HalfVector([float(x) for x in embedder.embed([text], query=True)[0]])
+    except EmbeddingsUnavailable:
+        _vector.cache_clear()  # nothing failed is kept: the next batch asks again
+        return None
+
+
 def nearness(tenant: Tenant, message_ids: Sequence[Any], text: str) -> dict[Any, float]:
     """Each embedded message's cosine similarity to `text`: its nearest chunk's, by the best model that embedded
     it; a message with no chunks (not embedded, or no text) is absent."""
@@ -30,12 +44,8 @@ def nearness(tenant: Tenant, message_ids: Sequence[Any], text: str) -> dict[Any,
     found: dict[Any, float] = {}
     in_use, _ = meaning_state(tenant)
     for entry in in_use:
-        embedder = embedder_for(entry.model.key)
-        if embedder is None:
-            continue
-        try:
-            vector = HalfVector([float(x) for x in embedder.embed([text], query=True)[0]])
-        except EmbeddingsUnavailable:
+        vector = _vector(entry.model.key, text)
+        if vector is None:
             continue
         rows = (
             Chunk.objects.for_tenant(tenant)

@@ -1,13 +1,15 @@
 """Rules acting on new mail (the beat's `rules.run`): the engine, on the internal door.
 
-Mail waits in RulePending (queued by PostgreSQL as it is stored, or by apply_rule). A run takes a batch of one
-tenant's entries (FOR UPDATE SKIP LOCKED: any number of workers share the queue, none takes an entry twice), and in
-one transaction decides which rules act on each message (apps.rules.engine), makes each action a gate call as the
-rule's owner (Caller.standing: their role and workspaces of now, audited with the rule as the credential), records
-what each rule did (once per rule version: RuleApplication is unique) and takes the entries off the queue. A worker
-that dies before the commit changed nothing and the next run does it all again, so an action happens once whatever
-re-syncs, retries or duplicate deliveries there are. A failing action is recorded on the message and the rule; it
-never blocks the other actions, rules or messages.
+Mail waits in RulePending (queued by PostgreSQL as it is stored, or by apply_rule). A run leases a batch of one
+tenant's entries (FOR UPDATE SKIP LOCKED, then held for _LEASE: any number of workers share the queue), decides which
+rules act on each message (apps.rules.engine), and then, in one transaction per rule, records what the rule does to
+each message (RuleApplication, unique per rule version: a message some other run recorded is left out), makes each
+action a gate call as the rule's owner (Caller.standing: their role and workspaces of now, audited with the rule as
+the credential) and records the outcomes; last, the entries leave the queue. A run that dies mid-way leaves each
+rule's work done whole or not at all, and its entries to the next run after the lease, which skips what is recorded:
+an action happens once per rule version whatever re-syncs, retries or duplicate deliveries there are. A failing
+action is recorded on the message and the rule; it never blocks the other actions, rules or messages. Transactions
+are one rule's calls long, so the tenant's audit chain is never held for a whole batch.
 
 A rule whose owner left the tenant, or no longer reaches its workspace, is stopped (the operation `stop_rule`,
 audited) and acts on nothing more until a person who may confirms it again. A message an "about" condition waits
@@ -37,16 +39,18 @@ from apps.mail.models import FolderKind, Label, Message
 from apps.rules import selectors, services
 from apps.rules.conditions import Facts
 from apps.rules.engine import Decision, Loaded, decisions, load
-from apps.rules.models import Rule, RulePending
+from apps.rules.models import Rule
 from apps.search.similarity import embedded
 from apps.workspaces.models import Membership, Tenant
 
 log = logging.getLogger("oaken.rules")
 
 # entries a transaction takes (one tenant's); a run goes on until the queue is empty or RUN_SECONDS have passed
-BATCH = 50
+BATCH = 200
 RUN_SECONDS = 50
 _PUT_OFF = timedelta(seconds=15)
+# how long a run holds the entries it took: a run that dies leaves them to another after this
+_LEASE = timedelta(minutes=5)
 
 
 def run(*, seconds: float = RUN_SECONDS) -> int:
@@ -64,19 +68,11 @@ def run(*, seconds: float = RUN_SECONDS) -> int:
 def run_batch(now: datetime | None = None) -> int:
     """One batch of one tenant's waiting entries; how many were taken (0: nothing waits now)."""
     now = now or timezone.now()
-    ready = RulePending.objects.unscoped().filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-    with transaction.atomic():
-        first = ready.select_for_update(skip_locked=True).order_by("queued_at", "id").values("tenant_id").first()
-        if first is None:
-            return 0
-        rows = list(
-            ready.filter(tenant_id=first["tenant_id"])
-            .select_for_update(skip_locked=True)
-            .order_by("queued_at", "id")
-            .values("id", "message_id", "rule_id", "queued_at")[:BATCH]
-        )
-        tenant = Tenant.objects.get(pk=first["tenant_id"])
-        _handle(tenant, rows, now)
+    claimed = services.claim(now=now, lease=_LEASE, limit=BATCH)
+    if claimed is None:
+        return 0
+    tenant, rows = claimed
+    _handle(tenant, rows, now)
     return len(rows)
 
 
@@ -153,27 +149,27 @@ def _waiting_for_embedding(
 
 
 def _act(tenant: Tenant, found: list[Decision], owners: dict[Any, Membership], now: datetime) -> None:
+    """Each rule's actions on the messages it matched, one transaction a rule: the record of what it does to each
+    message is written first (once per rule version: a message another run recorded is left out), then the actions
+    run as its owner, then their outcomes are recorded, so a run that dies on the way leaves nothing half done."""
     by_rule: dict[Any, list[Decision]] = defaultdict(list)
     for decision in found:
         by_rule[decision.rule.rule.pk].append(decision)
     for decisions_of_rule in by_rule.values():
         entry = decisions_of_rule[0].rule
         caller = Caller.standing(owners[entry.rule.owner_id], kind=CredentialKind.RULE, source_id=str(entry.rule.pk))
-        outcomes: dict[Any, list[dict[str, str]]] = defaultdict(list)
-        for action in entry.body.actions:
-            if action.action == "stop":
-                continue
-            for message_id, outcome in _perform(caller, action, [d.facts for d in decisions_of_rule], now).items():
-                outcomes[message_id].append({"action": _named(action), "outcome": outcome})
-        for d in decisions_of_rule:
-            services.record(
-                tenant=tenant,
-                rule=entry.rule,
-                message_id=d.facts.id,
-                matched=d.matched,
-                actions=outcomes[d.facts.id],
-                now=now,
+        with transaction.atomic():
+            fresh = services.begin(
+                tenant=tenant, rule=entry.rule, matched={d.facts.id: d.matched for d in decisions_of_rule}, now=now
             )
+            mine = [d.facts for d in decisions_of_rule if d.facts.id in fresh]
+            outcomes: dict[Any, list[dict[str, str]]] = {f.id: [] for f in mine}
+            for action in entry.body.actions:
+                if action.action == "stop" or not mine:
+                    continue
+                for message_id, outcome in _perform(caller, action, mine, now).items():
+                    outcomes[message_id].append({"action": _named(action), "outcome": outcome})
+            services.finish(tenant=tenant, rule=entry.rule, outcomes=outcomes, now=now)
 
 
 def _named(action: Any) -> str:
@@ -196,6 +192,9 @@ def _call(caller: Caller, name: str, data: dict[str, Any]) -> dict[str, Any]:
 def _each(caller: Caller, name: str, data: dict[str, Any], ids: list[Any]) -> dict[Any, str]:
     """The call for all these messages at once; when it is refused, each message alone, so one message's refusal
     is its own (each refusal is audited)."""
+    if len(ids) > bounds.BATCH_MAX:
+        step = bounds.BATCH_MAX
+        return {k: v for i in range(0, len(ids), step) for k, v in _each(caller, name, data, ids[i : i + step]).items()}
     if not ids:
         return {}
     try:
