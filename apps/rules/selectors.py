@@ -117,7 +117,7 @@ def facts_of(tenant: Tenant, messages: QuerySet[Message], bodies: Sequence[RuleB
     near: dict[str, dict[Any, float]] = {}
     if abouts:
         ids = [r["id"] for r in rows]
-        near = {text: nearness(tenant, ids, text) for text in abouts}
+        near = nearness(tenant, ids, sorted(abouts))
     return [
         Facts(
             id=r["id"],

@@ -36,23 +36,27 @@ def _vector(model_key: str, text: str) -> HalfVector | None:
         return None
 
 
-def nearness(tenant: Tenant, message_ids: Sequence[Any], text: str) -> dict[Any, float]:
-    """Each embedded message's cosine similarity to `text`: its nearest chunk's, by the best model that embedded
-    it; a message with no chunks (not embedded, or no text) is absent."""
-    if not message_ids:
-        return {}
-    found: dict[Any, float] = {}
+def nearness(tenant: Tenant, message_ids: Sequence[Any], texts: Sequence[str]) -> dict[str, dict[Any, float]]:
+    """For each text, each embedded message's cosine similarity to it: its nearest chunk's, by the best model that
+    embedded it; a message with no chunks (not embedded, or no text) is absent. One pass over the messages' chunks
+    a model, however many texts."""
+    found: dict[str, dict[Any, float]] = {text: {} for text in texts}
+    if not message_ids or not texts:
+        return found
     in_use, _ = meaning_state(tenant)
     for entry in in_use:
-        vector = _vector(entry.model.key, text)
-        if vector is None:
+        vectors = {text: v for text in texts if (v := _vector(entry.model.key, text)) is not None}
+        if not vectors:
             continue
+        names = {f"near_{i}": text for i, text in enumerate(vectors)}
         rows = (
             Chunk.objects.for_tenant(tenant)
             .filter(model=entry.model, message_id__in=message_ids)
             .values("message_id")
-            .annotate(nearest=Max(1 - CosineDistance("embedding", vector)))
+            .annotate(**{name: Max(1 - CosineDistance("embedding", vectors[text])) for name, text in names.items()})
         )
         for row in rows:
-            found[row["message_id"]] = max(found.get(row["message_id"], -1.0), float(row["nearest"]))
+            for name, text in names.items():
+                scores = found[text]
+                scores[row["message_id"]] = max(scores.get(row["message_id"], -1.0), float(row[name]))
     return found

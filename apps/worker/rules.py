@@ -46,7 +46,7 @@ from apps.workspaces.models import Membership, Tenant
 log = logging.getLogger("oaken.rules")
 
 # entries a transaction takes (one tenant's); a run goes on until the queue is empty or RUN_SECONDS have passed
-BATCH = 200
+BATCH = 1000
 RUN_SECONDS = 50
 _PUT_OFF = timedelta(seconds=15)
 # how long a run holds the entries it took: a run that dies leaves them to another after this
