@@ -47,6 +47,10 @@ def test_a_rule_is_built_tested_saved_applied_and_explained(
     # the editor: a condition left empty is refused beside it, in words, by the operation itself
     page.fill("#rule-name", "Receipts")
     condition = page.locator(".rule-condition").first
+    # each kind shows the inputs it takes ("about": what, and the least likeness, left to the server's default)
+    condition.locator("select[data-kind]").select_option("about")
+    expect(condition.locator(".rule-inputs [data-key]")).to_have_count(2)
+    expect(condition.locator('[data-key="threshold"]')).to_have_value("")
     condition.locator("select[data-kind]").select_option("from")
     condition.locator('[data-key="op"]').select_option("domain")
     action = page.locator(".rule-action").first

@@ -317,7 +317,7 @@ function conditionInputs(id, kind, c) {
     case "about":
       return [
         field(`${id}-text`, "text", "About", text(c.text, "e.g. invoices and receipts")),
-        field(`${id}-threshold`, "threshold", "Least likeness (0 to 1)", el("input", { type: "number", min: "0", max: "1", step: "0.05", value: String(c.threshold ?? 0.5) })),
+        field(`${id}-threshold`, "threshold", "Least likeness (0 to 1)", el("input", { type: "number", min: "0", max: "1", step: "0.05", value: c.threshold ?? "", placeholder: "the default" })),
       ];
     default:
       return [];
@@ -362,11 +362,13 @@ const actionRows = document.getElementById("rule-action-rows");
 const addCondition = (c) => conditionRows.append(partRow("condition", CONDITION_KINDS, conditionInputs, c ? c.field : "from", c));
 const addAction = (a) => actionRows.append(partRow("action", ACTION_KINDS, actionInputs, a ? a.action : "add_label", a));
 
-// a row's part as the operation takes it: its kind, and each input by its key (numbers as numbers)
+// a row's part as the operation takes it: its kind, and each input by its key (numbers as numbers; a number left
+// empty is left out, so the operation's own default applies, or it says the number is required)
 function partOf(box, kindKey) {
   const out = { [kindKey]: box.querySelector("select[data-kind]").value };
   for (const control of box.querySelectorAll(".rule-inputs [data-key]")) {
-    out[control.dataset.key] = control.type === "number" ? (control.value === "" ? null : Number(control.value)) : control.value;
+    if (control.type !== "number") out[control.dataset.key] = control.value;
+    else if (control.value !== "") out[control.dataset.key] = Number(control.value);
   }
   return out;
 }
