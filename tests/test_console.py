@@ -31,10 +31,11 @@ PAGES = [
     "/plugins",
     "/policies",
     "/import",
+    "/rules",
 ]
 MODULE_PAGES = [
     "keys", "connections", "workspaces", "members", "exposure", "outbound", "mailboxes", "budgets", "audit", "mail",
-    "plugins", "policies", "import",
+    "plugins", "policies", "import", "rules",
 ]  # fmt: skip
 
 
@@ -141,6 +142,14 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "restore_messages",
         "get_preferences",
         "set_preferences",
+        "list_rules",
+        "get_rule",
+        "create_rule",
+        "update_rule",
+        "delete_rule",
+        "reorder_rules",
+        "test_rule",
+        "apply_rule",
     ):
         assert f'"{op}"' in script, op
     # text only, and no rule of their own: what a person may do comes with the rows

@@ -18,7 +18,7 @@ PAGES = {
     "home": "/", "keys": "/keys", "connections": "/connections", "workspaces": "/workspaces",
     "members": "/members", "exposure": "/exposure", "outbound": "/outbound", "mailboxes": "/mailboxes",
     "budgets": "/budgets", "plugins": "/plugins", "policies-empty": "/policies", "audit-empty": "/audit",
-    "mail-empty": "/mail", "import-empty": "/import",
+    "mail-empty": "/mail", "import-empty": "/import", "rules-empty": "/rules",
 }  # fmt: skip
 PUBLIC = {"sign-in": "/accounts/sign-in", "sign-up": "/accounts/sign-up", "password-reset": "/accounts/password-reset"}
 

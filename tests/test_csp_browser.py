@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 CONSOLE_PAGES = ["/", "/keys", "/connections", "/workspaces", "/members", "/exposure", "/outbound", "/mailboxes",
-                 "/budgets", "/audit", "/mail", "/plugins", "/policies", "/import", "/no-such-page"]  # fmt: skip
+                 "/budgets", "/audit", "/mail", "/plugins", "/policies", "/import", "/rules",
+                 "/no-such-page"]  # fmt: skip
 PUBLIC_PAGES = ["/accounts/sign-in", "/accounts/sign-up", "/accounts/password-reset", "/api/docs"]
 
 # each violation the page reports, as the event's fields; set before any of the page's own scripts run

@@ -21,6 +21,7 @@ urlpatterns = [
     path("audit", views.page, {"name": "audit"}, name="console-audit"),
     path("audit/verifier.py", views.audit_verifier, name="console-audit-verifier"),
     path("import", views.import_page, name="console-import"),
+    path("rules", views.page, {"name": "rules"}, name="console-rules"),
     path("mail", views.mail, name="console-mail"),
     path("mail/messages/<str:message_id>/html", views.message_html, name="console-message-html"),
     # a conversation, and a folder of an account (its name may hold "/"): the mailbox, opened on them

@@ -16,7 +16,7 @@ register = template.Library()
 
 # the navigation's groups: (a group's name or "" for a link of its own, [(words, url name)])
 NAV_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("", [("Mail", "console-mail")]),
+    ("", [("Mail", "console-mail"), ("Rules", "console-rules")]),
     (
         "Assistants",
         [

@@ -16,6 +16,7 @@
 // Snooze (snooze_messages, unsnooze_messages) is on each message the reader opens.
 import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
+import { appliedRules } from "./mail-rules.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 import * as savedViews from "./mail-views.js";
 
@@ -576,6 +577,7 @@ async function expand(article, summary) {
       el("dt", {}, "Date"), el("dd", {}, m.date ? new Date(m.date).toLocaleString() : "—"),
     ),
     messageSummary(m),
+    ...[appliedRules(m)].filter(Boolean), // why rules acted on it (mail-rules.js)
   ];
   const text = el("pre", { class: "message-text" }, m.text, m.truncated ? `\n\n[… cut: ${m.text_length} characters in all]` : "");
   if (m.has_html) {
