@@ -63,6 +63,8 @@ class Bounds:
     RAW_MESSAGE_MAX_BYTES = Bound()
     CONFIRM_FREE_MAX = Bound()
     SNOOZE_MAX_DAYS = Bound()
+    AWAITING_REPLY_DAYS = Bound()
+    AWAITING_REPLY_DAYS_MAX = Bound()
     CONFIRMATION_TTL_SECONDS = Bound()
     CONFIRMATION_TOKENS_PER_CALLER = Bound()
     WORKSPACES_MAX = Bound()

@@ -105,6 +105,11 @@ class Thread(TenantOwned):
     first_message_at = models.DateTimeField(null=True)
     last_message_at = models.DateTimeField(null=True)
     message_count = models.PositiveIntegerField(default=0)
+    # Waiting for reply (apps.mail.awaiting): the mailbox's own last message the nudge brought the thread back
+    # for, and when. Once per such message: a newer one of the person's may be nudged again; an answer ends the
+    # wait whatever these hold (the wait is computed, never stored).
+    awaiting_nudged_for = models.UUIDField(null=True, blank=True)
+    awaiting_nudged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [

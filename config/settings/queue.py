@@ -42,6 +42,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     },
     # snooze: messages whose time has come go back to the inbox (apps.worker.snooze; each once, from the database)
     "mail-return-snoozed": {"task": "mail.return_snoozed", "schedule": 30.0, "options": {"expires": 30.0}},
+    # waiting for reply: threads of persons who turned the nudge on come back to the inbox (apps.worker.awaiting;
+    # each once per last message, from the database)
+    "mail-nudge-awaiting": {"task": "mail.nudge_awaiting", "schedule": 600.0, "options": {"expires": 600.0}},
     # search: the enricher embeds what new mail and edits left waiting (a no-op query when nothing waits)
     "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
     # summaries: new mail of opted-in accounts (a no-op unless OAKEN_SUMMARIZE_NEW_MAIL is on)
