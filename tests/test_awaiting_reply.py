@@ -131,6 +131,22 @@ def test_the_number_of_days_is_the_persons_and_pages_follow_each_other(
     assert call(as_person(mallory), "list_awaiting_reply", {})["days"] == 3
 
 
+def test_a_wait_longer_than_the_window_is_over(
+    alice: Person, mallory: Person, boxes: dict[str, str], settings: Any
+) -> None:
+    """What a page walks is bounded: a thread waiting longer than N + AWAITING_REPLY_WINDOW_DAYS days is not listed
+    (nor nudged)."""
+    me = as_person(alice)
+    settings.OPERATIONS = {**settings.OPERATIONS, "AWAITING_REPLY_WINDOW_DAYS": 1}
+    assert subjects(call(me, "list_awaiting_reply", {})) == []  # 5 days > 3 + 1
+    assert subjects(call(me, "list_awaiting_reply", {"days": 1})) == ["a fresh"]  # 1 day, within 1 + 1
+    call(me, "set_preferences", {"awaiting_reply_nudge": True})
+    assert nudge_due() == 0
+    settings.OPERATIONS = {**settings.OPERATIONS, "AWAITING_REPLY_WINDOW_DAYS": 3}
+    assert subjects(call(me, "list_awaiting_reply", {})) == ["a wait-q"]  # 5 days, within 3 + 3
+    assert subjects(call(as_person(mallory), "list_awaiting_reply", {})) == ["a wait-q"]
+
+
 @pytest.mark.usefixtures("eager")
 def test_the_nudge_brings_a_thread_back_once_across_beats_and_restarts(
     alice: Person,

@@ -9,7 +9,9 @@ by Date (then id); a thread whose last message is a draft, or lies in the trash 
 One statement. Per account in reach (an account named, or every account of the caller's workspaces), the threads are
 walked newest first down the thread_recent index (tenant, account, last_message_at DESC) from the cut-off, each
 thread's last message read off message_in_thread (thread, date), until a page of waiting threads is found; the
-accounts' pages are then merged. A page costs the threads walked to fill it, never a scan of the mailbox.
+accounts' pages are then merged. A page costs the threads walked to fill it, and the walk stops at the window's end
+(AWAITING_REPLY_WINDOW_DAYS before the cut-off: a wait older than that is over): at worst, with nothing waiting, the
+threads of that window (about 10 µs each; docs/mail.md has the figures), never the mailbox's whole history.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ SELECT x.thread_id::text, x.account_id::text, x.subject, x.message_count, x.mess
                WHERE m.thread_id = t.id AND m.tenant_id = %(tenant)s
                ORDER BY m.date DESC NULLS LAST, m.id DESC LIMIT 1) last
         WHERE t.tenant_id = %(tenant)s AND t.account_id = a.id
-          AND t.last_message_at < %(cutoff)s{position}
+          AND t.last_message_at < %(cutoff)s AND t.last_message_at >= %(since)s{position}
           AND last.kind <> ALL(%(not_waiting)s)
           AND (last.kind = 'sent'
                OR (a.email_address <> '' AND lower(last.sender_address) = lower(a.email_address))){nudged}
@@ -79,18 +81,21 @@ def awaiting_reply(
     reach: Reach,
     *,
     cutoff: datetime,
+    since: datetime,
     account: uuid.UUID | None = None,
     after: tuple[datetime, uuid.UUID] | None = None,
     limit: int,
     not_nudged: bool = False,
 ) -> list[dict[str, Any]]:
     """The threads in the caller's reach (of `account` when given) whose last message is the mailbox's own, dated
-    before `cutoff`, newest first (then by thread id), after the position `after` ((last date, thread id)), at most
-    `limit`. not_nudged: only those the nudge has not yet brought back for that last message. Each row: the thread,
-    its account, subject and message count, its last message (id, date, start, recipients), when it was nudged."""
+    before `cutoff` and not before `since` (the window, AWAITING_REPLY_WINDOW_DAYS), newest first (then by thread
+    id), after the position `after` ((last date, thread id)), at most `limit`. not_nudged: only those the nudge has
+    not yet brought back for that last message. Each row: the thread, its account, subject and message count, its
+    last message (id, date, start, recipients), when it was nudged."""
     params: dict[str, Any] = {
         "tenant": reach.tenant.pk,
         "cutoff": cutoff,
+        "since": since,
         "limit": limit,
         "not_waiting": list(_NOT_WAITING),
         "account": account,
@@ -163,7 +168,8 @@ def nudges_due(now: datetime, limit: int) -> list[tuple[Tenant, str, str]]:
         cutoff = now - timedelta(days=days or bounds.AWAITING_REPLY_DAYS)
         for membership in Membership.objects.filter(user_id=user_id).select_related("tenant").order_by("tenant_id"):
             reach = Reach(membership.tenant, membership.workspace_names(), names_an_account=False)
-            for row in awaiting_reply(reach, cutoff=cutoff, limit=limit, not_nudged=True):
+            since = cutoff - timedelta(days=bounds.AWAITING_REPLY_WINDOW_DAYS)
+            for row in awaiting_reply(reach, cutoff=cutoff, since=since, limit=limit, not_nudged=True):
                 if row["thread_id"] not in seen:
                     seen.add(row["thread_id"])
                     found.append((membership.tenant, row["thread_id"], row["last_message_id"]))

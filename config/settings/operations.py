@@ -74,6 +74,10 @@ OPERATIONS = {
     # and the most a person may choose
     "AWAITING_REPLY_DAYS": _tunable("AWAITING_REPLY_DAYS", 3, minimum=1, maximum=60),
     "AWAITING_REPLY_DAYS_MAX": _tunable("AWAITING_REPLY_DAYS_MAX", 60, minimum=1, maximum=3650),
+    # ... and how much longer a thread may have waited and still be listed (or nudged): a wait older than N days plus
+    # this is over. It bounds the threads a listing walks to find its page (apps.mail.awaiting): with none waiting,
+    # a page walks the threads of this window, never the whole mailbox's history
+    "AWAITING_REPLY_WINDOW_DAYS": _tunable("AWAITING_REPLY_WINDOW_DAYS", 90, minimum=1, maximum=3650),
     "CONFIRMATION_TTL_SECONDS": _tunable("CONFIRMATION_TTL_SECONDS", 120, minimum=10),
     "CONFIRMATION_TOKENS_PER_CALLER": _tunable("CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
     # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works

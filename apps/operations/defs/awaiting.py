@@ -93,9 +93,11 @@ def _page(ctx: Context, data: ListAwaitingIn) -> AwaitingPage:
     size = data.size(ctx.bounds)
     days = data.days or days_of(ctx)
     account = ctx.targets
+    cutoff = ctx.now - timedelta(days=days)
     rows = awaiting_reply(
         reach(ctx),
-        cutoff=ctx.now - timedelta(days=days),
+        cutoff=cutoff,
+        since=cutoff - timedelta(days=ctx.bounds.AWAITING_REPLY_WINDOW_DAYS),
         account=account.pk if account is not None else None,
         after=read_cursor(data.cursor, 2, _after),
         limit=size + 1,
@@ -111,8 +113,8 @@ def _page(ctx: Context, data: ListAwaitingIn) -> AwaitingPage:
 @operation(
     name="list_awaiting_reply",
     summary="List the threads waiting for reply: the mailbox's own side wrote last (sent by you or an agent's "
-    "approved send) at least N days ago (your setting, or days) and nobody answered since; newest first, a page "
-    "at a time.",
+    "approved send) at least N days ago (your setting, or days; at most AWAITING_REPLY_WINDOW_DAYS more) and nobody "
+    "answered since; newest first, a page at a time.",
     input=ListAwaitingIn,
     output=AwaitingListOut,
     op_class=OpClass.READ,
