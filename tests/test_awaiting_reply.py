@@ -18,7 +18,7 @@ from apps.gate.internal import call_internal
 from apps.mail.models import Message, Thread
 from apps.worker.awaiting import nudge_due
 from apps.worker.tasks import nudge_awaiting_task
-from tests.callers import as_agent, as_person, call, refusal
+from tests.callers import as_agent, as_person, call, joined, membership, refusal
 from tests.conftest import Person
 from tests.imapbox import by_message_id, connect, eager, new_user, server_settings, sync  # noqa: F401 (eager)
 from tests.mailfactory import raw_message
@@ -232,3 +232,42 @@ def test_an_agent_granted_one_workspace_lists_that_workspaces_threads_alone(
     assert sorted(subjects(both)) == ["a wait-q", "ops wait-q"]
     mallorys = {t["thread_id"] for t in call(as_person(mallory), "list_awaiting_reply", {})["threads"]}
     assert not mallorys & {t["thread_id"] for t in both["threads"]}
+
+
+@pytest.mark.usefixtures("eager")
+def test_a_member_limited_to_one_workspace_lists_and_is_nudged_only_there(
+    alice: Person,
+    mallory: Person,
+    boxes: dict[str, str],
+    imap_server: ImapServer,
+    smtp_server: SmtpServer,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    me = as_person(alice)
+    ops_space = call(me, "create_workspace", {"name": "ops"}, confirm=True)
+    user = new_user(imap_server)
+    settings_in = {"account_name": "Ops", "workspace": "ops", **server_settings(imap_server, smtp_server, user)}
+    ops = call(me, "connect_mailbox", settings_in)["id"]
+    deliver_conversations(imap_server, user, "ops")
+    sync(ops)
+    bob = joined(alice, "bob@example.test")
+    call(
+        me,
+        "set_member_workspaces",
+        {"membership_id": str(membership(bob).pk), "workspace_ids": [ops_space["id"]]},
+        confirm=True,
+    )
+    his = as_person(bob)
+    # a person's read across accounts is narrowed to the workspaces they reach
+    out = call(his, "list_awaiting_reply", {})
+    assert subjects(out) == ["ops wait-q"] and {t["account_id"] for t in out["threads"]} == {ops}
+    assert refusal(his, "list_awaiting_reply", {"account_id": boxes["alice"]}).code == "OUT_OF_SCOPE"
+
+    # his nudge brings back the threads of his workspace alone; alice's, whose nudge is off, stay as they are
+    call(his, "set_preferences", {"awaiting_reply_nudge": True})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert nudge_due() == 1
+        assert nudge_due() == 0
+    assert by_message_id(alice, ops)["ops-wait-q@example.test"].returned_at is not None
+    assert by_message_id(alice, boxes["alice"])["a-wait-q@example.test"].returned_at is None
+    assert by_message_id(mallory, boxes["mallory"])["a-wait-q@example.test"].returned_at is None
