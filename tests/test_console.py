@@ -150,6 +150,7 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "reorder_rules",
         "test_rule",
         "apply_rule",
+        "list_awaiting_reply",
     ):
         assert f'"{op}"' in script, op
     # text only, and no rule of their own: what a person may do comes with the rows

@@ -526,6 +526,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "verify_audit": [{}],
         "export_audit_chain": [{}],
         "get_preferences": [{}],
+        "list_awaiting_reply": [{"account_id": box.personal}, {"account_id": box.personal, "days": 1, "limit": 1}],
         "list_signatures": [{"account_id": box.personal}],
         "list_views": [{}],
         "list_snippets": [{}],

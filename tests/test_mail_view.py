@@ -107,13 +107,20 @@ def test_the_frame_document_runs_no_script_and_loads_images_only_when_asked(
 
 
 def test_preferences_are_each_persons_own(alice: Person, mallory: Person) -> None:
-    assert call(as_person(alice), "get_preferences") == {"mark_read_on_open": True, "name": ""}
-    assert call(as_person(alice), "set_preferences", {"mark_read_on_open": False}) == {
-        "mark_read_on_open": False,
-        "name": "",
-    }
-    assert call(as_person(alice), "set_preferences", {}) == {"mark_read_on_open": False, "name": ""}  # left out: kept
-    assert call(as_person(alice), "get_preferences") == {"mark_read_on_open": False, "name": ""}
-    assert call(as_person(mallory), "get_preferences") == {"mark_read_on_open": True, "name": ""}
+    # waiting for reply's two (the AWAITING_REPLY_DAYS default, the nudge off) are in every answer too
+    waiting = {"awaiting_reply_days": 3, "awaiting_reply_nudge": False}
+    assert call(as_person(alice), "get_preferences") == {"mark_read_on_open": True, "name": ""} | waiting
+    assert (
+        call(as_person(alice), "set_preferences", {"mark_read_on_open": False})
+        == {
+            "mark_read_on_open": False,
+            "name": "",
+        }
+        | waiting
+    )
+    kept = {"mark_read_on_open": False, "name": ""} | waiting
+    assert call(as_person(alice), "set_preferences", {}) == kept  # left out: kept
+    assert call(as_person(alice), "get_preferences") == kept
+    assert call(as_person(mallory), "get_preferences") == {"mark_read_on_open": True, "name": ""} | waiting
     assert refusal(as_agent(alice), "set_preferences", {"mark_read_on_open": True}).code == "NOT_AVAILABLE"
     assert refusal(as_person(alice), "set_preferences", {"mark_read_on_open": "maybe"}).field == "mark_read_on_open"

@@ -72,6 +72,11 @@ class Preferences(models.Model):
     # the tenant the person used last (remember_tenant): where the console opens after sign-in while they still
     # belong to it (an id, checked against their memberships each time, so no tenant's row is held by it)
     last_tenant_id = models.UUIDField(null=True, blank=True)
+    # waiting for reply (list_awaiting_reply): after how many days a thread they wrote last with no answer since
+    # is listed (null: the AWAITING_REPLY_DAYS bound), and whether such a thread comes back to the inbox once
+    # (the nudge, apps.worker.awaiting)
+    awaiting_reply_days = models.PositiveSmallIntegerField(null=True, blank=True)
+    awaiting_reply_nudge = models.BooleanField(default=False, db_default=False)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -37,3 +37,20 @@ def remember_tenant(*, user: User, tenant_id: uuid.UUID, now: datetime) -> None:
     """The tenant the person used last (switched to, or joined by an invitation): where their console opens after
     they next sign in, while they still belong to it."""
     Preferences.objects.update_or_create(user=user, defaults={"last_tenant_id": tenant_id, "updated_at": now})
+
+
+def set_awaiting_reply(*, preferences: Preferences, days: int | None, nudge: bool | None, now: datetime) -> bool:
+    """After how many days a thread they wrote last waits for reply, and whether the nudge brings it back to the
+    inbox; what is None stays. Whether this changed anything."""
+    changed = []
+    if days is not None and days != preferences.awaiting_reply_days:
+        preferences.awaiting_reply_days = days
+        changed.append("awaiting_reply_days")
+    if nudge is not None and nudge != preferences.awaiting_reply_nudge:
+        preferences.awaiting_reply_nudge = nudge
+        changed.append("awaiting_reply_nudge")
+    if not changed:
+        return False
+    preferences.updated_at = now
+    preferences.save(update_fields=[*changed, "updated_at"])
+    return True

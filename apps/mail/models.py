@@ -105,6 +105,11 @@ class Thread(TenantOwned):
     first_message_at = models.DateTimeField(null=True)
     last_message_at = models.DateTimeField(null=True)
     message_count = models.PositiveIntegerField(default=0)
+    # Waiting for reply (apps.mail.awaiting): the mailbox's own last message the nudge brought the thread back
+    # for, and when. Once per such message: a newer one of the person's may be nudged again; an answer ends the
+    # wait whatever these hold (the wait is computed, never stored).
+    awaiting_nudged_for = models.UUIDField(null=True, blank=True)
+    awaiting_nudged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -187,8 +192,9 @@ class Message(TenantOwned):
     # message in many Gmail labels is one row, found again by it wherever the server shows it (apps.mail.gmail)
     gmail_msgid = models.BigIntegerField(null=True, blank=True)
     # Snooze (apps.mail.snooze): until when the message is away from the inbox (in the archive, here and on the
-    # server), null when it is not snoozed; and when a snooze last brought it back. A listing orders a message by
-    # LISTED_AT (its return, else its Date): a returned message comes back at the top without its Date changing.
+    # server), null when it is not snoozed; and when a snooze (or the waiting-for-reply nudge, apps.mail.awaiting)
+    # last brought it back. A listing orders a message by LISTED_AT (its return, else its Date): a returned message
+    # comes back at the top without its Date changing.
     snoozed_until = models.DateTimeField(null=True, blank=True)
     returned_at = models.DateTimeField(null=True, blank=True)
     labels = models.ManyToManyField(Label, through="MessageLabel", related_name="messages")

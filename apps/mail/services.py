@@ -403,3 +403,43 @@ def return_snoozed(*, act: Act, message: Message, until: datetime, inbox: Folder
     if inbox is not None:
         mirror_moves(tenant=act.tenant, message_ids=[str(message.pk)])
     return True
+
+
+# ---------------------------------------------------------------- waiting for reply: the nudge
+
+
+def nudge_awaiting(
+    *, act: Act, thread: Thread, message_id: str, received: Message | None, inbox: Folder | None
+) -> bool:
+    """The thread waits on the mailbox's own last message `message_id`: mark it nudged for that message and bring
+    `received` (its newest message from the other side in the inbox or archive, None when it has none) to the top
+    of the inbox (listed from now, as a snooze's return; from the archive back to `inbox`). One guarded UPDATE on
+    the thread's own state (not yet nudged for that message): of any number of workers, one nudges and the others
+    change nothing (False)."""
+    rows = Thread.objects.for_tenant(act.tenant).filter(pk=thread.pk).exclude(awaiting_nudged_for=message_id)
+    if not rows.update(awaiting_nudged_for=message_id, awaiting_nudged_at=act.now):
+        return False
+    before_for = str(thread.awaiting_nudged_for) if thread.awaiting_nudged_for else None
+    act.touch(
+        thread.pk,
+        {"awaiting_nudged_for": before_for},
+        {"awaiting_nudged_for": message_id, "awaiting_nudged_at": act.now.isoformat()},
+    )
+    if received is not None:
+        update: dict[str, Any] = {"returned_at": act.now}
+        moved = inbox is not None and received.folder_id != inbox.pk
+        if moved:
+            update["folder"] = inbox
+        Message.objects.for_tenant(act.tenant).filter(pk=received.pk).update(**update)
+        folder = received.folder.kind if received.folder.kind != FolderKind.CUSTOM else received.folder.name
+        after: dict[str, Any] = {"returned_at": act.now.isoformat()}
+        if moved:
+            after["folder"] = "inbox"
+        act.touch(received.pk, {"returned_at": _iso(received.returned_at), "folder": folder}, after)
+        if moved:
+            mirror_moves(tenant=act.tenant, message_ids=[str(received.pk)])
+    return True
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

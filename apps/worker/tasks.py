@@ -12,7 +12,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
-from apps.worker import delivery, rules, snooze
+from apps.worker import awaiting, delivery, rules, snooze
 from apps.workspaces.models import Tenant
 
 
@@ -37,6 +37,13 @@ def return_snoozed_task() -> int:
 def run_rules_task() -> int:
     """Rules acting on the mail waiting for them (apps.worker.rules)."""
     return rules.run()
+
+
+@shared_task(name="mail.nudge_awaiting", ignore_result=True)
+def nudge_awaiting_task() -> int:
+    """Bring back to the inbox the threads waiting for reply of persons who turned the nudge on (each once per
+    last message, whatever runs this at the same time)."""
+    return awaiting.nudge_due()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

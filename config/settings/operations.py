@@ -69,6 +69,15 @@ OPERATIONS = {
     "CONFIRM_FREE_MAX": _tunable("CONFIRM_FREE_MAX", 10, minimum=0),
     # snooze_messages: how far ahead a message may be snoozed (a later time is refused, never cut)
     "SNOOZE_MAX_DAYS": _tunable("SNOOZE_MAX_DAYS", 366, minimum=1, maximum=3660),
+    # waiting for reply (list_awaiting_reply): a thread whose last message the mailbox's own side wrote this many
+    # days ago or more, with no answer since, for a person who never chose their own number (set_preferences);
+    # and the most a person may choose
+    "AWAITING_REPLY_DAYS": _tunable("AWAITING_REPLY_DAYS", 3, minimum=1, maximum=60),
+    "AWAITING_REPLY_DAYS_MAX": _tunable("AWAITING_REPLY_DAYS_MAX", 60, minimum=1, maximum=3650),
+    # ... and how much longer a thread may have waited and still be listed (or nudged): a wait older than N days plus
+    # this is over. It bounds the threads a listing walks to find its page (apps.mail.awaiting): with none waiting,
+    # a page walks the threads of this window, never the whole mailbox's history
+    "AWAITING_REPLY_WINDOW_DAYS": _tunable("AWAITING_REPLY_WINDOW_DAYS", 90, minimum=1, maximum=3650),
     "CONFIRMATION_TTL_SECONDS": _tunable("CONFIRMATION_TTL_SECONDS", 120, minimum=10),
     "CONFIRMATION_TOKENS_PER_CALLER": _tunable("CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
     # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works
@@ -236,6 +245,7 @@ OPERATIONS_ORDERED = (
     ("SEARCH_CANDIDATES", "SEARCH_MAX_RESULTS"),
     ("SIGNATURE_MAX_CHARS", "MAIL_FIELD_MAX_CHARS"),
     ("SNIPPET_MAX_CHARS", "SEND_BODY_MAX_CHARS"),
+    ("AWAITING_REPLY_DAYS", "AWAITING_REPLY_DAYS_MAX"),
     # every array an operation takes fits in one array of a call's input, and that in the input
     ("BATCH_MAX", "INPUT_ARRAY_MAX"),
     ("LABELS_PER_CALL_MAX", "INPUT_ARRAY_MAX"),

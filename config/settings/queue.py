@@ -44,6 +44,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "mail-return-snoozed": {"task": "mail.return_snoozed", "schedule": 30.0, "options": {"expires": 30.0}},
     # rules: new mail (and apply_rule's) waiting for the rules (apps.worker.rules; each message once per rule version)
     "rules-run": {"task": "rules.run", "schedule": 10.0, "options": {"expires": 10.0}},
+    # waiting for reply: threads of persons who turned the nudge on come back to the inbox (apps.worker.awaiting;
+    # each once per last message, from the database)
+    "mail-nudge-awaiting": {"task": "mail.nudge_awaiting", "schedule": 600.0, "options": {"expires": 600.0}},
     # search: the enricher embeds what new mail and edits left waiting (a no-op query when nothing waits)
     "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
     # summaries: new mail of opted-in accounts (a no-op unless OAKEN_SUMMARIZE_NEW_MAIL is on)

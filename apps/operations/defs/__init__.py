@@ -12,6 +12,7 @@ MODULES = (
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.snooze",
     "apps.operations.defs.rules",
+    "apps.operations.defs.awaiting",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound_requests",
     "apps.operations.defs.outbound_review",

@@ -128,7 +128,8 @@ class MessageSummary(Closed):
         description="snoozed: until when it is away from the inbox (snooze_messages); null when not snoozed"
     )
     returned_at: datetime | None = Field(
-        description="when a snooze last brought it back to the inbox: listings put it there, its date unchanged"
+        description="when a snooze (or the waiting-for-reply nudge) last brought it back to the inbox: listings put "
+        "it there, its date unchanged"
     )
 
 

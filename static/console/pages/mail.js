@@ -13,12 +13,14 @@
 // Forward and reload work; while the page is visible it asks mailbox_counts every little while whether the open
 // folder changed, and puts what came at the top of the list. Keyboard: j/k, o/Enter, e, #, r, a, f, /, Esc, ?.
 // Archive, trash, move, label and read state offer Undo: the reverse operation, called when asked.
-// Snooze (snooze_messages, unsnooze_messages) is on each message the reader opens.
+// Snooze (snooze_messages, unsnooze_messages) is on each message the reader opens. "Waiting for reply"
+// (list_awaiting_reply) is listed under the views by mail-awaiting.js, and its threads shown here.
 import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { appliedRules } from "./mail-rules.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 import * as savedViews from "./mail-views.js";
+import * as awaiting from "./mail-awaiting.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
 const ORDER = ["inbox", "drafts", "sent", "archive", "spam", "trash"];
@@ -211,8 +213,10 @@ function conversationRow(c) {
   );
 }
 
-const rowOf = (entry, snippet) => (entry.kind === "conversation" ? conversationRow(entry.item) : messageRow(entry.item, snippet));
-const keyOf = (entry) => (entry.kind === "conversation" ? entry.item.thread_id : entry.item.id);
+const rowOf = (entry, snippet) =>
+  entry.kind === "awaiting" ? awaiting.row(entry.item, openThread)
+    : entry.kind === "conversation" ? conversationRow(entry.item) : messageRow(entry.item, snippet);
+const keyOf = (entry) => (entry.kind === "message" ? entry.item.id : entry.item.thread_id);
 
 const list = el("ul", { class: "messages" });
 
@@ -234,7 +238,12 @@ async function loadMessages() {
   try {
     let rows;
     let next;
-    if (state.query && state.listsWith === "list_messages") {
+    if (state.query && state.listsWith === "list_awaiting_reply") {
+      // the conversations waiting for reply (mail-awaiting.js): the person's number of days, newest first
+      const out = await call("list_awaiting_reply", state.cursor ? { cursor: state.cursor } : {});
+      rows = out.threads.map((t) => [{ kind: "awaiting", item: t }, undefined]);
+      next = out.next_cursor;
+    } else if (state.query && state.listsWith === "list_messages") {
       // a saved view without words (mail-views.js): its messages, newest first
       const body = { ...state.query };
       if (state.cursor) body.cursor = state.cursor;
@@ -273,7 +282,8 @@ function showRows(rows, next) {
     state.rows.set(keyOf(entry), entry);
     list.append(rowOf(entry, snippet));
   }
-  if (!list.children.length) listBox.replaceChildren(el("p", { class: "hint" }, state.query ? "Nothing matches." : "No messages here."));
+  const none = state.listsWith === "list_awaiting_reply" && state.query ? "No conversation waits for a reply." : state.query ? "Nothing matches." : "No messages here.";
+  if (!list.children.length) listBox.replaceChildren(el("p", { class: "hint" }, none));
   // when the first list was on the screen, measured from the navigation (bench/console.py reads it)
   if (!performance.getEntriesByName("oaken:first-list").length) performance.mark("oaken:first-list");
   state.cursor = next;
@@ -331,6 +341,7 @@ async function openFolder(accountId, folder, how = {}) {
   if (how.push) go(folderPath(accountId, folder), { account: accountId, folder });
   state.query = null;
   savedViews.searched(null);
+  awaiting.shown(false);
   searchForm.reset();
   searchClear.hidden = true;
   setTitle();
@@ -378,6 +389,7 @@ searchForm.addEventListener("submit", async (event) => {
   state.query = query;
   state.listsWith = "search";
   savedViews.searched(query);
+  awaiting.shown(false);
   listTitle.textContent = `Search: ${query.query}`;
   searchClear.hidden = false;
   closeReader();
@@ -389,10 +401,27 @@ searchClear.addEventListener("click", () => openFolder(state.account, state.fold
 // a saved view (mail-views.js lists them with their counts): searched, or listed when it has no words
 async function openView(v) {
   if (!(await composing.leave())) return false;
+  awaiting.shown(false);
   state.query = { view_id: v.id };
   state.listsWith = v.lists_with;
   searchForm.reset();
   listTitle.textContent = `View: ${v.name}`;
+  searchClear.hidden = false;
+  closeReader();
+  renderAccounts();
+  if (window.matchMedia("(max-width: 50rem)").matches) listView.scrollIntoView({ block: "start" });
+  resetList();
+  return true;
+}
+
+// the conversations waiting for reply (mail-awaiting.js lists the entry with their count)
+async function openAwaiting() {
+  if (!(await composing.leave())) return false;
+  state.query = { awaiting: true };
+  state.listsWith = "list_awaiting_reply";
+  savedViews.searched(null);
+  searchForm.reset();
+  listTitle.textContent = "Waiting for reply";
   searchClear.hidden = false;
   closeReader();
   renderAccounts();
@@ -415,7 +444,7 @@ function messagesOf(keys) {
   const found = [];
   for (const key of keys) {
     const entry = state.rows.get(key);
-    if (!entry) continue;
+    if (!entry || entry.kind === "awaiting") continue;
     if (entry.kind === "message") {
       const m = entry.item;
       found.push({ id: m.id, folder: m.folder, read: m.read, labels: m.label_ids });
@@ -736,7 +765,7 @@ async function markRead(messages) {
   for (const m of messages) {
     m.read = true;
     const entry = state.rows.get(m.id) || state.rows.get(m.thread_id);
-    if (!entry) continue;
+    if (!entry || entry.kind === "awaiting") continue;
     if (entry.kind === "message") entry.item.read = true;
     else entry.item.unread_count = Math.max(0, entry.item.unread_count - 1);
     const row = list.querySelector(`li[data-key="${CSS.escape(keyOf(entry))}"]`);
@@ -1013,6 +1042,7 @@ async function listFirst() {
     if (!(await loadAccounts(given))) return;
     composing.start(state.accounts);
     savedViews.start(openView);
+    awaiting.start(openAwaiting);
     await loadAllFolders();
     return;
   }
@@ -1025,6 +1055,7 @@ async function listFirst() {
   if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
   savedViews.start(openView);
+  awaiting.start(openAwaiting);
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li[data-key]")) {
       const entry = state.rows.get(row.dataset.key);
