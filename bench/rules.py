@@ -83,8 +83,8 @@ def fifty_rules() -> list[dict[str, Any]]:
         actions = [{"action": "add_label", "label": f"List {i}"}] + ([{"action": "mark_read"}] if i == 0 else [])
         rules.append({"conditions": [cond], "actions": actions})
     for i, text in enumerate(ABOUT):
-        cond = {"field": "about", "text": text, "threshold": 0.6}
-        rules.append({"conditions": [cond], "actions": [{"action": "add_label", "label": f"About {i}"}]})
+        about: dict[str, Any] = {"field": "about", "text": text, "threshold": 0.6}
+        rules.append({"conditions": [about], "actions": [{"action": "add_label", "label": f"About {i}"}]})
     return [r | {"name": f"Rule {n}"} for n, r in enumerate(rules)]
 
 

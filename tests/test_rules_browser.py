@@ -33,7 +33,7 @@ def test_a_rule_is_built_tested_saved_applied_and_explained(
     from playwright.sync_api import expect
 
     imported(alice, tmp_path, shop_mail("a", 3) + other_mail("a", 2))
-    imported(mallory, tmp_path / "..", shop_mail("a", 3) + other_mail("a", 2), name="Mallory's")
+    imported(mallory, tmp_path, shop_mail("a", 3) + other_mail("a", 2), name="Mallory's")
     call(as_person(mallory), "create_rule", RECEIPTS | {"name": "Mallory secret rule"}, confirm=True)
     theirs = Message.objects.for_tenant(mallory.tenant)
 
