@@ -12,7 +12,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
-from apps.worker import delivery, snooze
+from apps.worker import ailabels, delivery, snooze
 from apps.workspaces.models import Tenant
 
 
@@ -31,6 +31,12 @@ def release_scheduled_task() -> int:
 def return_snoozed_task() -> int:
     """Bring back the snoozed messages whose time has come (each once, whatever runs this at the same time)."""
     return snooze.return_due()
+
+
+@shared_task(name="mail.ai_labels", ignore_result=True)
+def ai_labels_task() -> int:
+    """Label new mail that matches a label's description (each message once per description version)."""
+    return ailabels.label_new_mail()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

@@ -11,6 +11,7 @@ MODULES = (
     "apps.operations.defs.summaries",
     "apps.operations.defs.mail_organize",
     "apps.operations.defs.snooze",
+    "apps.operations.defs.ai_labels",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound_requests",
     "apps.operations.defs.outbound_review",
