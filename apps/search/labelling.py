@@ -104,7 +104,7 @@ def score_message(chunks: np.ndarray, description: np.ndarray, examples: Example
         best_positive = positives[0][0]
     else:
         score, deciding, best_positive = to_description, (), to_description
-        why = f"close to the description ({to_description:.2f})"
+        why = "close to the description"
     if negatives and negatives[0][0] > best_positive:
         return Verdict(
             False, score, f"closer to a message the label was taken off ({negatives[0][0]:.2f})", (negatives[0][1],)

@@ -18,6 +18,7 @@ import { call, describeError, download, el, isAsking, notice, perform, shown, to
 import * as composing from "./mail-compose.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 import * as savedViews from "./mail-views.js";
+import * as aiLabels from "./mail-labels.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
 const ORDER = ["inbox", "drafts", "sent", "archive", "spam", "trash"];
@@ -576,6 +577,7 @@ async function expand(article, summary) {
       el("dt", {}, "Date"), el("dd", {}, m.date ? new Date(m.date).toLocaleString() : "—"),
     ),
     messageSummary(m),
+    aiLabels.why(m.id, summary.label_ids),
   ];
   const text = el("pre", { class: "message-text" }, m.text, m.truncated ? `\n\n[… cut: ${m.text_length} characters in all]` : "");
   if (m.has_html) {
@@ -1011,6 +1013,7 @@ async function listFirst() {
     if (!(await loadAccounts(given))) return;
     composing.start(state.accounts);
     savedViews.start(openView);
+    aiLabels.start(state.accounts);
     await loadAllFolders();
     return;
   }
@@ -1023,6 +1026,7 @@ async function listFirst() {
   if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
   savedViews.start(openView);
+  aiLabels.start(state.accounts);
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li[data-key]")) {
       const entry = state.rows.get(row.dataset.key);
