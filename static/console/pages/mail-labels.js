@@ -59,10 +59,11 @@ export async function load() {
   render();
 }
 
-// mail.js starts it once the accounts are in
-export function start(accountList) {
+// mail.js starts it once the accounts are in, with the labels it has (the first screen's: no call of its own)
+export function start(accountList, labelList) {
   accounts = Object.fromEntries(accountList.map((a) => [a.id, a.name]));
-  load();
+  labels = labelList;
+  render();
 }
 
 // Why the AI labels on an open message are there: filled in when explain_labels answers (nothing when none is).

@@ -1013,7 +1013,7 @@ async function listFirst() {
     if (!(await loadAccounts(given))) return;
     composing.start(state.accounts);
     savedViews.start(openView);
-    aiLabels.start(state.accounts);
+    aiLabels.start(state.accounts, Object.values(state.labels));
     await loadAllFolders();
     return;
   }
@@ -1026,7 +1026,7 @@ async function listFirst() {
   if (!(await loadAccounts(given))) return;
   composing.start(state.accounts);
   savedViews.start(openView);
-  aiLabels.start(state.accounts);
+  aiLabels.start(state.accounts, Object.values(state.labels));
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li[data-key]")) {
       const entry = state.rows.get(row.dataset.key);
