@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_django import Settings
@@ -105,7 +106,8 @@ def test_a_description_labels_new_matching_mail_and_not_a_near_miss(
     alice: Person, mallory: Person, mallory_labelled: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     label = make_label(alice, tmp_path)
-    old = deliver(alice, tmp_path, RECEIPT)  # before the description: never decided
+    old = deliver(alice, tmp_path, RECEIPT)  # before the description: never decided, but labelled by hand
+    call(as_person(alice), "add_labels", {"message_ids": old, "label_ids": [label]})
     out = describe(alice, label)
     assert out["label"]["ai_state"] == "on" and out["label"]["description"] == RECEIPTS  # type: ignore[index]
     receipt, invoice, shipping, lunch = deliver(alice, tmp_path, RECEIPT, INVOICE, SHIPPING, LUNCH)
@@ -116,7 +118,8 @@ def test_a_description_labels_new_matching_mail_and_not_a_near_miss(
     assert run() == 4
     assert label in labels_on(alice, receipt) and label in labels_on(alice, invoice)
     assert label not in labels_on(alice, shipping) and label not in labels_on(alice, lunch)
-    assert labels_on(alice, old[0]) == set()
+    assert labels_on(alice, old[0]) == {label}
+    assert not LabelDecision.objects.for_tenant(alice.tenant).filter(message_id=old[0]).exists()
     link = MessageLabel.objects.for_tenant(alice.tenant).get(message_id=receipt, label_id=label)
     assert link.by_description
 
@@ -125,6 +128,10 @@ def test_a_description_labels_new_matching_mail_and_not_a_near_miss(
         (label, True, True, "embeddings", "applied")
     ]
     assert "close to the description" in why[0]["reason"] and why[0]["score"] >= 0.4
+    # the one example is alice's own hand-labelled receipt: never mallory's, labelled alike
+    assert "1 message labelled by hand" in why[0]["reason"]
+    assert why[0]["examples"] == [{"message_id": old[0], "subject": RECEIPT[0]}]
+    assert all(d.examples == old for d in LabelDecision.objects.for_tenant(alice.tenant))
     near = call(as_person(alice), "explain_labels", {"message_id": shipping})["decisions"]
     assert near[0]["labelled"] is False and near[0]["on"] is False and "below" in near[0]["reason"]
 
@@ -281,3 +288,25 @@ def test_the_chat_model_decides_when_the_settings_select_it(alice: Person, tmp_p
     assert decided[other].reason == "the model's answer was not a label"
     assert "<<mail-" in sent[1]["content"] and RECEIPT[1] in sent[1]["content"]
     assert RECEIPTS in sent[0]["content"]
+
+
+def test_a_refused_call_is_recorded_and_never_stops_the_other_messages(
+    alice: Person, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    label = make_label(alice, tmp_path)
+    describe(alice, label)
+    receipt, invoice = deliver(alice, tmp_path, RECEIPT, INVOICE)
+    real = ailabels.dispatch
+
+    def refusing(caller: Any, door: Any, name: str, data: dict[str, Any], **kw: Any) -> Any:
+        if data["message_ids"] == [receipt]:
+            raise OakenError("CONFLICT", "refused here")
+        return real(caller, door, name, data, **kw)
+
+    monkeypatch.setattr(ailabels, "dispatch", refusing)
+    assert run() == 2
+    assert label not in labels_on(alice, receipt) and label in labels_on(alice, invoice)
+    failed = LabelDecision.objects.for_tenant(alice.tenant).get(message_id=receipt)
+    assert (failed.labelled, failed.outcome, failed.error) == (True, "failed", "CONFLICT")
+    assert LabelDecision.objects.for_tenant(alice.tenant).get(message_id=invoice).outcome == "applied"
+    assert run() == 0  # decided: not tried again

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from apps.core import httpclient
+from apps.core import httpclient, words
 from apps.core.bounds import bounds
 from apps.mail.models import Label, LabelRefusal, Message, MessageLabel
 from apps.search.embedders import Embedder, current_embedder
@@ -100,7 +100,8 @@ def score_message(chunks: np.ndarray, description: np.ndarray, examples: Example
         to_examples = sum(s for s, _ in nearest) / len(nearest)
         score = DESCRIPTION_SHARE * to_description + (1 - DESCRIPTION_SHARE) * to_examples
         deciding = tuple(i for _, i in nearest)
-        why = f"close to the description ({to_description:.2f}) and to {len(nearest)} messages labelled by hand"
+        alike = words.count(len(nearest), "message")
+        why = f"close to the description ({to_description:.2f}) and to {alike} labelled by hand"
         best_positive = positives[0][0]
     else:
         score, deciding, best_positive = to_description, (), to_description
