@@ -214,6 +214,7 @@ def test_an_agents_description_is_a_proposal_until_confirmed(alice: Person, tmp_
     assert proposal is not None
     (change,) = proposal["changes"]
     assert change["after"]["would_have_labelled_30_days"] == 2
+    assert (change["before"], change["after"]["description"]) == ({"description": ""}, RECEIPTS)
     assert sorted(change["after"]["examples"]) == sorted([RECEIPT[0], INVOICE[0]])
     assert "would have labelled 2 messages" in proposal["summary"]
     row = Label.objects.for_tenant(alice.tenant).get(pk=label)

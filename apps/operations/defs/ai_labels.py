@@ -38,6 +38,7 @@ def _description_preview(ctx: Context, data: SetDescriptionIn) -> Preview:
     description = " ".join(data.description.split())
     tried = labelling.try_description(label, description, ctx.now)
     after = {
+        "description": description,
         "description_chars": len(description),
         "would_have_labelled_30_days": tried.labelled,
         "examples": list(tried.subjects),
@@ -51,9 +52,8 @@ def _description_preview(ctx: Context, data: SetDescriptionIn) -> Preview:
             f"{labelling.PREVIEW_DAYS} days it would have labelled {words.count(tried.labelled, 'message')}."
         )
     return Preview(
-        (Change(str(label.pk), {"description_chars": len(label.description)}, after),),
+        (Change(str(label.pk), {"description": label.description}, after),),
         summary=summary,
-        shown=summary,
         title="Set this label's description?" if description else "Clear this label's description?",
         verb="Set description" if description else "Clear description",
         lines=tuple(tried.subjects),
