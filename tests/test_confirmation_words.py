@@ -136,6 +136,10 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
         and {"message_ids": w.ids, "label_ids": [w.label["id"]]}
     ],
     "delete_label": lambda w: [{"label_id": w.label["id"]}],
+    "set_label_description": lambda w: [
+        {"label_id": w.label["id"], "description": "invoices, receipts and order confirmations"},
+        {"label_id": w.label["id"], "description": ""},
+    ],
     "mark_read": lambda w: [{"message_ids": w.ids}],
     "mark_unread": lambda w: [w.confirmed("mark_read", {"message_ids": w.ids}) and {"message_ids": w.ids}],
     "set_pinned": lambda w: [{"message_ids": w.ids, "pinned": True}],

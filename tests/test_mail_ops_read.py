@@ -504,6 +504,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
             {"label_id": box.labels["Travel"]},
         ],
         "get_message": [{"message_id": m} for m in everyone],
+        "explain_labels": [{"message_id": m} for m in everyone],
         "get_thread": [{"thread_id": box.threads["trip-0"]}, {"thread_id": box.threads["newsletter"]}],
         "summarize_thread": [{"thread_id": box.threads["trip-0"]}],
         "search": [

@@ -123,12 +123,30 @@ class Label(TenantOwned):
     name = models.CharField(max_length=200)
     color = models.CharField(max_length=20, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # an AI label (set_label_description): new mail that matches the description is labelled, acting as the person
+    # who set it (description_by), for mail stored after description_at; each change is a new version, so a
+    # changed description decides only mail that arrives after it
+    description = models.TextField(blank=True)
+    description_by = models.ForeignKey(
+        "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    description_at = models.DateTimeField(null=True, blank=True)
+    description_version = models.PositiveIntegerField(default=0)
+    # why the AI label stopped labelling (its person left the tenant or lost the account's workspace); '' labels
+    ai_stopped = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["account", "name"], name="label_name_unique_in_account")]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def ai_state(self) -> str:
+        """off (no description), on (labels new mail), or stopped (ai_stopped says why)."""
+        if not self.description:
+            return "off"
+        return "stopped" if self.ai_stopped else "on"
 
 
 # where a listing puts a message (apps.mail.reads: the same expression as its SQL, so the indexes serve it): the
@@ -260,9 +278,23 @@ class MessageLabel(TenantOwned):
     # the label came from the server (a Gmail label, apps.mail.gmail): a sync takes it off when the server does;
     # a label put on in Oaken is left alone by syncs
     from_server = models.BooleanField(default=False, db_default=False)
+    # the label's description put it on (an AI label, acting as its person), not a person by hand: never an example
+    by_description = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["message", "label"], name="label_once_per_message")]
+
+
+class LabelRefusal(TenantOwned):
+    """A person took off a label its description had put on: a negative example for that AI label (until the
+    person puts the label back by hand)."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
+    label = models.ForeignKey(Label, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["message", "label"], name="label_refusal_once")]
 
 
 class Attachment(TenantOwned):

@@ -21,6 +21,7 @@ from apps.core.acts import Act
 from apps.core.changes import Change
 from apps.core.encryption import CredentialsUnreadableError
 from apps.core.errors import OakenError
+from apps.core.kinds import CredentialKind
 from apps.mail.mirror import mirror_flags, mirror_labels, mirror_moves, resume_pushes
 from apps.mail.models import (
     FLAG_FLAGGED,
@@ -29,6 +30,7 @@ from apps.mail.models import (
     Folder,
     FolderKind,
     Label,
+    LabelRefusal,
     MailAccount,
     Message,
     MessageLabel,
@@ -73,10 +75,20 @@ def set_pinned(*, act: Act, changes: Sequence[Change], pinned: bool) -> list[str
 def add_labels(*, act: Act, changes: Sequence[Change]) -> int:
     """Put labels on messages; each change names a message (its id) and a label (after["label_id"]). On a Gmail
     server the label goes on there too, once the transaction commits."""
+    by_description = _by_description(act)
     MessageLabel.objects.bulk_create(
-        [MessageLabel(tenant=act.tenant, message_id=c.id, label_id=c.after["label_id"]) for c in changes],
+        [
+            MessageLabel(
+                tenant=act.tenant, message_id=c.id, label_id=c.after["label_id"], by_description=by_description
+            )
+            for c in changes
+        ],
         ignore_conflicts=True,
     )
+    if not by_description:  # put back by hand: the person's refusal of it is taken back
+        for change in changes:
+            refusals = LabelRefusal.objects.for_tenant(act.tenant)
+            refusals.filter(message_id=change.id, label_id=change.after["label_id"]).delete()
     _record(act, changes)
     _mirror_labels(act, changes)
     return len(changes)
@@ -89,13 +101,26 @@ def _mirror_labels(act: Act, changes: Sequence[Change]) -> None:
 
 
 def remove_labels(*, act: Act, changes: Sequence[Change]) -> int:
-    """Take labels off messages; each change names a message (its id) and a label (after["label_id"])."""
+    """Take labels off messages; each change names a message (its id) and a label (after["label_id"]). A person
+    taking off a label its description put on refuses it: a negative example for that AI label."""
+    by_description = _by_description(act)
     for change in changes:
         links = MessageLabel.objects.for_tenant(act.tenant)
-        links.filter(message_id=change.id, label_id=change.after["label_id"]).delete()
+        link = links.filter(message_id=change.id, label_id=change.after["label_id"])
+        if not by_description and link.filter(by_description=True).exists():
+            LabelRefusal.objects.bulk_create(
+                [LabelRefusal(tenant=act.tenant, message_id=change.id, label_id=change.after["label_id"], at=act.now)],
+                ignore_conflicts=True,
+            )
+        link.delete()
     _record(act, changes)
     _mirror_labels(act, changes)
     return len(changes)
+
+
+def _by_description(act: Act) -> bool:
+    """Whether an AI label acts (Caller.standing with the label as its credential), not a person or an agent."""
+    return act.caller.credential_kind == CredentialKind.AILABEL
 
 
 # ---------------------------------------------------------------- labels themselves
@@ -127,6 +152,30 @@ def rename_label(*, act: Act, label: Label, name: str) -> Label:
     except IntegrityError:
         raise OakenError("CONFLICT", _LABEL_TAKEN, field="name") from None
     return label
+
+
+def set_label_description(*, act: Act, label: Label, description: str) -> Label:
+    """Set (or clear, with '') the label's description: a new version, set by the calling person (an agent's: its
+    person), that decides mail stored from now on; a stopped AI label labels again. The audit records the version
+    and the length, never the text."""
+    before = {"description_version": label.description_version, "description_chars": len(label.description)}
+    label.description = description
+    label.description_by = act.caller.user if description else None
+    label.description_at = act.now if description else None
+    label.description_version += 1
+    label.ai_stopped = ""
+    label.save(update_fields=["description", "description_by", "description_at", "description_version", "ai_stopped"])
+    act.touch(
+        label.pk, before, {"description_version": label.description_version, "description_chars": len(description)}
+    )
+    return label
+
+
+def stop_ai_label(*, tenant: Any, label_id: Any, reason: str) -> bool:
+    """The AI label stops labelling, visibly (list_labels, the console), until its description is set again;
+    whether it was labelling until now."""
+    labels = Label.objects.for_tenant(tenant).filter(pk=label_id, ai_stopped="").exclude(description="")
+    return labels.update(ai_stopped=reason[:200]) > 0
 
 
 def delete_label(*, act: Act, label: Label) -> int:

@@ -109,3 +109,29 @@ class SavedView(TenantOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+class LabelDecision(TenantOwned):
+    """What an AI label decided about one message, once per description version (the unique row makes retries,
+    re-syncs and a second worker harmless): labelled or not, the score, the reason in fixed words, the examples
+    that decided it, and whether putting the label on through the gate succeeded."""
+
+    label = models.ForeignKey("mail.Label", on_delete=models.CASCADE, related_name="+")
+    message = models.ForeignKey("mail.Message", on_delete=models.CASCADE, related_name="+")
+    version = models.PositiveIntegerField()
+    method = models.CharField(max_length=20)  # embeddings | model
+    labelled = models.BooleanField()
+    score = models.FloatField()
+    reason = models.CharField(max_length=200)
+    # ids of the messages (hand-labelled or refused examples) that decided it
+    examples = models.JSONField(default=list, blank=True)
+    # applied (the label went on), failed (the gate refused: `error` holds its code), or '' (not labelled)
+    outcome = models.CharField(max_length=10, blank=True)
+    error = models.CharField(max_length=40, blank=True)
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["label", "message", "version"], name="label_decision_once_per_version")
+        ]
+        indexes = [models.Index(fields=["tenant", "message"], name="label_decision_message")]

@@ -12,7 +12,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
-from apps.worker import awaiting, delivery, rules, snooze
+from apps.worker import ailabels, awaiting, delivery, rules, snooze
 from apps.workspaces.models import Tenant
 
 
@@ -44,6 +44,12 @@ def nudge_awaiting_task() -> int:
     """Bring back to the inbox the threads waiting for reply of persons who turned the nudge on (each once per
     last message, whatever runs this at the same time)."""
     return awaiting.nudge_due()
+
+
+@shared_task(name="mail.ai_labels", ignore_result=True)
+def ai_labels_task() -> int:
+    """Label new mail that matches a label's description (each message once per description version)."""
+    return ailabels.label_new_mail()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

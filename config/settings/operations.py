@@ -208,6 +208,11 @@ OPERATIONS = {
     "SEARCH_EMBED_BATCH": _tunable("SEARCH_EMBED_BATCH", 64, minimum=1, maximum=2000),
     "SEARCH_CHUNK_CHARS": _tunable("SEARCH_CHUNK_CHARS", 1200, minimum=100, maximum=20_000),
     "SEARCH_CHUNKS_MAX": _tunable("SEARCH_CHUNKS_MAX", 8, minimum=1, maximum=100),
+    # AI labels (apps.search.labelling): the score (percent of cosine) from which a message is labelled, the most
+    # hand-labelled (and refused) examples a label compares with, the messages one enricher run decides per label
+    "AI_LABEL_MIN_SCORE": _tunable("AI_LABEL_MIN_SCORE", 40, minimum=0, maximum=100),
+    "AI_LABEL_EXAMPLES_MAX": _tunable("AI_LABEL_EXAMPLES_MAX", 10, minimum=0, maximum=200),
+    "AI_LABEL_BATCH": _tunable("AI_LABEL_BATCH", 200, minimum=1, maximum=5000),
     # plugins (docs/plugins.md): a call's timeout (the plugin's process is killed and replaced past it), the
     # idle processes a plugin keeps per tenant in an Oaken process, how often its health is checked, how many
     # crashes in that time make it unhealthy, and what Oaken hands it and takes back: parts a call, bytes of one

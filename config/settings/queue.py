@@ -49,6 +49,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "mail-nudge-awaiting": {"task": "mail.nudge_awaiting", "schedule": 600.0, "options": {"expires": 600.0}},
     # search: the enricher embeds what new mail and edits left waiting (a no-op query when nothing waits)
     "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
+    # AI labels: labels with a description decide the new mail the enricher embedded (apps.worker.ailabels)
+    "mail-ai-labels": {"task": "mail.ai_labels", "schedule": 15.0, "options": {"expires": 15.0}},
     # summaries: new mail of opted-in accounts (a no-op unless OAKEN_SUMMARIZE_NEW_MAIL is on)
     "summaries-new-mail": {"task": "summaries.summarize_new_mail", "schedule": 60.0, "options": {"expires": 60.0}},
     # hourly send budgets, Redis → PostgreSQL for the console; a copy waiting longer than a period is dropped

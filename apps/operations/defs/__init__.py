@@ -13,6 +13,7 @@ MODULES = (
     "apps.operations.defs.snooze",
     "apps.operations.defs.rules",
     "apps.operations.defs.awaiting",
+    "apps.operations.defs.ai_labels",
     "apps.operations.defs.drafts",
     "apps.operations.defs.outbound_requests",
     "apps.operations.defs.outbound_review",

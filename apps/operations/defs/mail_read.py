@@ -158,6 +158,9 @@ class LabelOut(Closed):
     account_id: str
     name: MailText
     color: str
+    description: MailText = Field(description="an AI label's description: new mail that matches it is labelled")
+    ai_state: str = Field(description="off (no description), on (labels new mail) or stopped (ai_stopped says why)")
+    ai_stopped: str = Field(description="why the AI label stopped labelling; empty while it labels")
 
 
 class LabelsOut(Closed):
@@ -165,7 +168,15 @@ class LabelsOut(Closed):
 
 
 def label_out(label: Label) -> LabelOut:
-    return LabelOut(id=str(label.pk), account_id=str(label.account_id), name=label.name, color=label.color)
+    return LabelOut(
+        id=str(label.pk),
+        account_id=str(label.account_id),
+        name=label.name,
+        color=label.color,
+        description=label.description,
+        ai_state=label.ai_state,
+        ai_stopped=label.ai_stopped,
+    )
 
 
 @operation(

@@ -21,6 +21,7 @@ import { appliedRules } from "./mail-rules.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 import * as savedViews from "./mail-views.js";
 import * as awaiting from "./mail-awaiting.js";
+import * as aiLabels from "./mail-labels.js";
 
 const FOLDER_NAMES = { inbox: "Inbox", archive: "Archive", spam: "Spam", trash: "Trash", sent: "Sent", drafts: "Drafts" };
 const ORDER = ["inbox", "drafts", "sent", "archive", "spam", "trash"];
@@ -607,6 +608,7 @@ async function expand(article, summary) {
     ),
     messageSummary(m),
     ...[appliedRules(m)].filter(Boolean), // why rules acted on it (mail-rules.js)
+    aiLabels.why(m.id, summary.label_ids),
   ];
   const text = el("pre", { class: "message-text" }, m.text, m.truncated ? `\n\n[… cut: ${m.text_length} characters in all]` : "");
   if (m.has_html) {
@@ -1043,6 +1045,7 @@ async function listFirst() {
     composing.start(state.accounts);
     savedViews.start(openView);
     awaiting.start(openAwaiting);
+    aiLabels.start(state.accounts, Object.values(state.labels));
     await loadAllFolders();
     return;
   }
@@ -1056,6 +1059,7 @@ async function listFirst() {
   composing.start(state.accounts);
   savedViews.start(openView);
   awaiting.start(openAwaiting);
+  aiLabels.start(state.accounts, Object.values(state.labels));
   if (last && state.accounts.some((a) => a.id === state.account)) {
     for (const row of list.querySelectorAll("li[data-key]")) {
       const entry = state.rows.get(row.dataset.key);
