@@ -486,6 +486,18 @@ def test_raw_bytes_are_for_persons_only(world: World) -> None:
 # ---------------------------------------------------------------- reading never marks read
 
 
+def _a_rule(box: Mailbox) -> str:
+    """A rule that would mark everything read (testing and reading it must not)."""
+    rule = {
+        "name": f"Read all {uuid.uuid4().hex[:6]}",
+        "account_id": box.personal,
+        "conditions": [{"field": "age", "op": "newer_than", "days": 3650}],
+        "actions": [{"action": "mark_read"}],
+        "enabled": False,
+    }
+    return str(call(person(box.person), "create_rule", rule, confirm=True)["id"])
+
+
 def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
     everyone = [box.messages[k] for k in ("trip-0", "trip-1", "newsletter", "long", "notice-09", "zeppelin")]
     return {
@@ -530,6 +542,18 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_awaiting_reply": [{"account_id": box.personal}, {"account_id": box.personal, "days": 1, "limit": 1}],
         "list_signatures": [{"account_id": box.personal}],
         "list_views": [{}],
+        "list_rules": [{}],
+        "get_rule": [{"rule_id": _a_rule(box)}],
+        "test_rule": [
+            {"rule_id": _a_rule(box), "days": 365},
+            {
+                "account_id": box.personal,
+                "days": 365,
+                "conditions": [{"field": "about", "text": "travel plans"}, {"field": "subject", "value": "trip"}],
+                "match": "any",
+                "actions": [{"action": "mark_read"}],
+            },
+        ],
         "list_snippets": [{}],
         "fill_snippet": [{"snippet_id": _a_snippet(box), "account_id": box.personal, "message_id": everyone[0]}],
         "list_api_keys": [{}],

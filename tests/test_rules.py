@@ -151,6 +151,9 @@ def test_a_rule_labels_and_archives_new_mail_once_across_syncs_and_duplicate_del
         ("move_messages", "ok", "internal", alice.user.pk),
     ]
     assert all(e.principal == "person" for e in events)
+    # the audit log says so in words: the rule, and whose it is
+    log = call(as_person(alice), "list_audit_events", {"operation": "add_labels"})["events"]
+    assert [e["description"] for e in log] == ["rule Receipts of alice@example.test add labels on 1 message"]
     # the message says why, in get_message and its audit trail holds no mail text
     why = call(as_person(alice), "get_message", {"message_id": str(acted.pk)})["message"]["applied_rules"]
     assert [(w["rule_id"], w["rule"], w["matched"], w["actions"]) for w in why] == [

@@ -40,6 +40,11 @@ def access_rule_by_id(rule_id: str, *, reach: Reach, field: str = "rule_id") -> 
     return found
 
 
+def rules_by_ids(*, tenant: Tenant, ids: set[Any]) -> list[Rule]:
+    """The tenant's rules among these ids (the audit log names them)."""
+    return list(Rule.objects.for_tenant(tenant).filter(pk__in=ids).only("id", "name")) if ids else []
+
+
 def history(rule: Rule, limit: int) -> list[RuleApplication]:
     """What the rule did last, newest first."""
     rows = RuleApplication.objects.for_tenant(rule.tenant).filter(rule=rule).select_related("message")

@@ -35,6 +35,7 @@ from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id, Page
 from apps.operations.registry import Bound, Ceiling, OpClass, operation, registry
 from apps.outbound.selectors import names_by_ids as outbound_names
+from apps.rules.selectors import rules_by_ids
 from apps.workspaces.selectors import members_by_user_ids
 from apps.workspaces.selectors import names_by_ids as workspace_names
 
@@ -169,6 +170,7 @@ class _Names:
         ids = {u for e in events for t in e.targets if (u := _uuid(t.get("id"))) is not None}
         keys = {c for e in events if e.credential_kind == "apikey" if (c := _uuid(e.credential_id))}
         connections = {c for e in events if e.credential_kind == "oauth" if (c := _uuid(e.credential_id))}
+        rules = {c for e in events if e.credential_kind == "rule" if (c := _uuid(e.credential_id))}
         members = members_by_user_ids(tenant=tenant, user_ids=people | ids)
         self.people = {m.user_id: m.user.email for m in members}
         self.rows: dict[uuid.UUID, tuple[str, str | None]] = {}
@@ -180,6 +182,8 @@ class _Names:
         for row in connections_by_ids(tenant=tenant, ids=connections | ids):
             self.rows[row.pk] = ("connection", row.client_name or "an assistant")
         # mail is never named here: its subject or name is a stranger's text
+        for rule in rules_by_ids(tenant=tenant, ids=rules | ids):
+            self.rows[rule.pk] = ("rule", rule.name)
         self.rows.update(mail_names(tenant=tenant, ids=ids))
         self.rows.update(workspace_names(tenant=tenant, ids=ids))
         self.rows.update(outbound_names(tenant=tenant, ids=ids))
@@ -205,6 +209,11 @@ def _actor(event: AuditEvent, person: str | None, credential: str | None) -> str
         kind = _CREDENTIAL_WORDS.get(event.credential_kind, "agent")
         who = f"{kind} {credential}" if credential else f"a removed {kind}"
         return f"{who} for {person}" if person else who
+    if event.credential_kind == "rule":  # a person's rule, acting as them (docs/rules.md)
+        who = f"rule {credential}" if credential else "a removed rule"
+        return f"{who} of {person or 'a former member'}"
+    if event.credential_kind == "ailabel":
+        return f"an AI label of {person or 'a former member'}"
     return person or "a former member"
 
 
