@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from celery import current_app
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from apps.core.acts import Act
 from apps.core.changes import Change
@@ -86,9 +87,7 @@ def add_labels(*, act: Act, changes: Sequence[Change]) -> int:
         ignore_conflicts=True,
     )
     if not by_description:  # put back by hand: the person's refusal of it is taken back
-        for change in changes:
-            refusals = LabelRefusal.objects.for_tenant(act.tenant)
-            refusals.filter(message_id=change.id, label_id=change.after["label_id"]).delete()
+        LabelRefusal.objects.for_tenant(act.tenant).filter(_pairs(changes)).delete()
     _record(act, changes)
     _mirror_labels(act, changes)
     return len(changes)
@@ -103,19 +102,28 @@ def _mirror_labels(act: Act, changes: Sequence[Change]) -> None:
 def remove_labels(*, act: Act, changes: Sequence[Change]) -> int:
     """Take labels off messages; each change names a message (its id) and a label (after["label_id"]). A person
     taking off a label its description put on refuses it: a negative example for that AI label."""
-    by_description = _by_description(act)
-    for change in changes:
-        links = MessageLabel.objects.for_tenant(act.tenant)
-        link = links.filter(message_id=change.id, label_id=change.after["label_id"])
-        if not by_description and link.filter(by_description=True).exists():
-            LabelRefusal.objects.bulk_create(
-                [LabelRefusal(tenant=act.tenant, message_id=change.id, label_id=change.after["label_id"], at=act.now)],
-                ignore_conflicts=True,
-            )
-        link.delete()
+    links = MessageLabel.objects.for_tenant(act.tenant).filter(_pairs(changes))
+    if not _by_description(act):
+        refused = links.filter(by_description=True).values_list("message_id", "label_id")
+        LabelRefusal.objects.bulk_create(
+            [LabelRefusal(tenant=act.tenant, message_id=m, label_id=lb, at=act.now) for m, lb in refused],
+            ignore_conflicts=True,
+        )
+    links.delete()
     _record(act, changes)
     _mirror_labels(act, changes)
     return len(changes)
+
+
+def _pairs(changes: Sequence[Change]) -> Q:
+    """The (message, label) pairs the changes name, as one condition (a statement for a batch, not one a message)."""
+    by_label: dict[Any, list[Any]] = {}
+    for c in changes:
+        by_label.setdefault(c.after["label_id"], []).append(c.id)
+    found = Q(pk__in=[])
+    for label_id, message_ids in by_label.items():
+        found |= Q(label_id=label_id, message_id__in=message_ids)
+    return found
 
 
 def _by_description(act: Act) -> bool:
