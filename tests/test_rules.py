@@ -364,8 +364,19 @@ def test_rules_run_in_order_stop_ends_them_and_a_failing_action_blocks_nothing_e
     run_rules(django_capture_on_commit_callbacks)
     latest = Message.objects.for_tenant(alice.tenant).get(message_id="b-0@example.test")
     assert latest.pinned and labels_of(alice, latest) == {"One"}
-    refused = refusal(as_person(alice), "reorder_rules", {"rule_ids": order[:2]}, confirm=True)
+    refused = refusal(as_person(alice), "reorder_rules", {"rule_ids": [first["id"], first["id"]]}, confirm=True)
     assert (refused.code, refused.field) == ("INVALID_INPUT", "rule_ids")
+    other = refusal(as_person(mallory), "reorder_rules", {"rule_ids": [first["id"]]}, confirm=True)
+    assert (other.code, other.field) == ("NOT_FOUND", "rule_ids")
+
+    # an exception: a rule that only stops, put first (the others keep their order after it), leaves the mail alone
+    keep = create(alice, {"name": "Keep", "conditions": shop, "actions": [{"action": "stop"}]}, account_id=account)
+    call(as_person(alice), "reorder_rules", {"rule_ids": [keep["id"]]}, confirm=True)
+    assert [r["id"] for r in call(as_person(alice), "list_rules")["rules"]] == [keep["id"], *order]
+    imported(alice, tmp_path, shop_mail("c", 1))
+    run_rules(django_capture_on_commit_callbacks)
+    untouched = Message.objects.for_tenant(alice.tenant).get(message_id="c-0@example.test")
+    assert not untouched.pinned and labels_of(alice, untouched) == set()
     assert not Message.objects.for_tenant(mallory.tenant).exists()
 
 
@@ -377,7 +388,6 @@ def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Pers
     cases: list[tuple[dict[str, Any], str]] = [
         ({"conditions": [{"field": "from", "op": "regex", "value": "x"}]}, "conditions.0"),
         ({"conditions": []}, "conditions"),
-        ({"actions": [{"action": "stop"}]}, "actions"),
         ({"actions": [{"action": "snooze", "days": 0}]}, "actions.0"),
         ({"conditions": [{"field": "header", "name": "x-evil-secret-999", "value": "v"}]}, "conditions.0"),
         ({"name": ""}, "name"),
@@ -390,9 +400,7 @@ def test_a_bad_rule_is_refused_naming_the_field_and_never_echoing_it(alice: Pers
     call(me, "create_rule", RECEIPTS, confirm=True)
     again = refusal(me, "create_rule", RECEIPTS, confirm=True)
     assert (again.code, again.field) == ("CONFLICT", "name")
-    assert (
-        refusal(as_person(mallory), "reorder_rules", {"rule_ids": ["not-a-rule"]}, confirm=True).code == "INVALID_INPUT"
-    )
+    assert refusal(as_person(mallory), "reorder_rules", {"rule_ids": ["not-a-rule"]}, confirm=True).code == "NOT_FOUND"
     assert refusal(me, "test_rule", {"days": 30}).field == "conditions"
 
 

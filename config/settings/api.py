@@ -23,6 +23,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.api.schema.body_required_when_empty_refused",
+    ],
     # Swagger UI's files from the installed drf-spectacular-sidecar, served by Oaken (the CSP allows no other);
     # no validator badge, which would fetch an image from elsewhere
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.db.models import QuerySet
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from apps.accounts.models import User
 from apps.core import words
@@ -29,7 +29,7 @@ from apps.mail.models import MailAccount, Message
 from apps.mail.selectors import in_reach
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Id, MailText
-from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation
+from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
 from apps.rules import selectors, services
 from apps.rules.conditions import Action, Condition, RuleBody, Text, loaded
@@ -318,14 +318,11 @@ def _new_body(rule: Rule, data: UpdateRuleIn) -> RuleBody | None:
     if data.match is None and data.conditions is None and data.actions is None:
         return None
     now = loaded(rule.match, rule.conditions, rule.actions)
-    try:
-        return RuleBody(
-            match=data.match or now.match,
-            conditions=data.conditions if data.conditions is not None else now.conditions,
-            actions=data.actions if data.actions is not None else now.actions,
-        )
-    except ValueError:
-        raise OakenError.invalid("actions", "a rule needs an action besides stop") from None
+    return RuleBody(
+        match=data.match or now.match,
+        conditions=data.conditions if data.conditions is not None else now.conditions,
+        actions=data.actions if data.actions is not None else now.actions,
+    )
 
 
 def _update_preview(ctx: Context, data: UpdateRuleIn) -> Preview:
@@ -398,17 +395,25 @@ def delete_rule(ctx: Context, data: RuleIn) -> RuleDeletedOut:
 class ReorderIn(Closed):
     workspace: str = Field(default=DEFAULT_WORKSPACE, min_length=1, max_length=100)
     rule_ids: list[Id] = Field(
-        min_length=1, max_length=1000, description="every rule of the workspace, in the new order"
+        min_length=1,
+        max_length=1000,
+        json_schema_extra={"uniqueItems": True},
+        description="rules of the workspace in their new order, each once; the rules left out keep their order, "
+        "after these",
     )
 
 
 def _reordered(ctx: Context, data: ReorderIn) -> list[Rule]:
     in_reach(reach(ctx), data.workspace, "workspace")
     workspace = access_workspace_by_name(tenant=ctx.tenant, name=data.workspace)
-    rules = {str(r.pk): r for r in Rule.objects.for_tenant(ctx.tenant).filter(workspace=workspace)}
-    if len(set(data.rule_ids)) != len(data.rule_ids) or set(data.rule_ids) != set(rules):
-        raise OakenError.invalid("rule_ids", "must name every rule of the workspace once (list_rules)")
-    return [rules[i] for i in data.rule_ids]
+    if len(set(data.rule_ids)) != len(data.rule_ids):
+        raise OakenError.invalid("rule_ids", "names a rule twice")
+    rules = list(Rule.objects.for_tenant(ctx.tenant).filter(workspace=workspace).order_by("position", "created_at"))
+    by_id = {str(r.pk): r for r in rules}
+    if any(i not in by_id for i in data.rule_ids):
+        raise OakenError.not_found("rule_ids")
+    named = set(data.rule_ids)
+    return [by_id[i] for i in data.rule_ids] + [r for r in rules if str(r.pk) not in named]
 
 
 def _reorder_preview(ctx: Context, data: ReorderIn) -> Preview:
@@ -451,7 +456,27 @@ def reorder_rules(ctx: Context, data: ReorderIn) -> ReorderedOut:
 # ---------------------------------------------------------------- test_rule
 
 
+_DAYS_BOUND = Bound("days", "RULE_DAYS_MAX", "{field}: looks back at most {maximum} days (RULE_DAYS_MAX)")
+
+
 class TestRuleIn(ScopeIn):
+    # a saved rule, or conditions and actions given here: one of the two, published with the input
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "required": ["rule_id"],
+                    "properties": {"rule_id": {"type": "string"}},
+                    "not": {"anyOf": [{"required": ["conditions"]}, {"required": ["actions"]}]},
+                },
+                {
+                    "required": ["conditions", "actions"],
+                    "properties": {"conditions": {"type": "array"}, "actions": {"type": "array"}},
+                    "not": {"required": ["rule_id"]},
+                },
+            ]
+        }
+    )
     rule_id: Id | None = Field(default=None, description="a saved rule; or leave it out and give the rule here")
     match: Literal["all", "any"] = "all"
     conditions: list[Condition] | None = Field(default=None, min_length=1, max_length=20)
@@ -484,8 +509,6 @@ class Tested:
 
 
 def _tested(ctx: Context, data: TestRuleIn) -> Tested:
-    if data.days > ctx.bounds.RULE_DAYS_MAX:
-        raise OakenError.invalid("days", f"looks back at most {ctx.bounds.RULE_DAYS_MAX} days (RULE_DAYS_MAX)")
     if data.rule_id is not None:
         if data.conditions is not None or data.actions is not None:
             raise OakenError.invalid("rule_id", "give a saved rule or conditions and actions, not both")
@@ -505,6 +528,7 @@ def _tested(ctx: Context, data: TestRuleIn) -> Tested:
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
     targets=_tested,
+    bounds=(_DAYS_BOUND,),
 )
 def test_rule(ctx: Context, data: TestRuleIn) -> TestedOut:
     tested: Tested = ctx.targets
@@ -550,8 +574,6 @@ class AppliedOut(Closed):
 
 
 def _to_apply(ctx: Context, data: ApplyRuleIn) -> tuple[Rule, Impact]:
-    if data.days > ctx.bounds.RULE_DAYS_MAX:
-        raise OakenError.invalid("days", f"looks back at most {ctx.bounds.RULE_DAYS_MAX} days (RULE_DAYS_MAX)")
     rule = selectors.access_rule_by_id(data.rule_id, reach=reach(ctx))
     if rule.stopped_reason:
         raise OakenError("CONFLICT", "the rule is stopped: a person confirms it again first (update_rule)")
@@ -582,6 +604,7 @@ def _apply_preview(ctx: Context, data: ApplyRuleIn) -> Preview:
     preview=_apply_preview,
     confirm=ALWAYS,
     targets=_to_apply,
+    bounds=(_DAYS_BOUND,),
 )
 def apply_rule(ctx: Context, data: ApplyRuleIn) -> AppliedOut:
     rule, found = ctx.targets
