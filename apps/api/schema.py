@@ -22,10 +22,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import translation
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from jsonschema import Draft202012Validator
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.views import SpectacularAPIView
+from jsonschema import Draft202012Validator
 from rest_framework.request import Request
 from rest_framework.response import Response
 
