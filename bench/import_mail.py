@@ -126,7 +126,8 @@ def fresh_database() -> str:
     return name
 
 
-def oaken_import(path: Path) -> tuple[dict[str, int], float]:
+def migrated_fresh_database() -> None:
+    """The bench's embedded servers up, a database of its own made anew, Django set up and migrated."""
     os.environ.setdefault("OAKEN_DATA_DIR", str(ROOT / "var" / "bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from config import embedded
@@ -139,6 +140,10 @@ def oaken_import(path: Path) -> tuple[dict[str, int], float]:
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=0)
+
+
+def oaken_import(path: Path) -> tuple[dict[str, int], float]:
+    migrated_fresh_database()
     from apps.mail.importing import import_mail
     from apps.workspaces.services import create_person
 

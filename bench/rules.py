@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.import_mail import fresh_database, make_message  # noqa: E402
+from bench.import_mail import make_message, migrated_fresh_database  # noqa: E402
 
 LISTS = ["news.shop.example", "dev.lists.example", "weekly.club.example", "alerts.bank.example"]
 SHOPS = ["shop.example", "store.example", "market.example", "tickets.example", "bank.example"]
@@ -89,20 +89,7 @@ def fifty_rules() -> list[dict[str, Any]]:
 
 
 def setup() -> None:
-    import os
-
-    os.environ.setdefault("OAKEN_DATA_DIR", str(ROOT / "var" / "bench"))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from config import embedded
-
-    embedded.ensure_environment()
-    fresh_database()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", interactive=False, verbosity=0)
+    migrated_fresh_database()
 
 
 def arm(path: Path, *, with_rules: bool) -> tuple[float, float, dict[str, int]]:

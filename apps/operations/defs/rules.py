@@ -624,10 +624,6 @@ class StoppedOut(Closed):
     stopped: str
 
 
-def _any_rule(ctx: Context, data: StopIn) -> Rule:
-    return selectors.access_rule_by_id(data.rule_id, reach=reach(ctx))
-
-
 @operation(
     name="stop_rule",
     summary="The rules engine stops a rule whose owner lost the authority it acts with (left the tenant, or no "
@@ -637,7 +633,7 @@ def _any_rule(ctx: Context, data: StopIn) -> Rule:
     op_class=OpClass.MUTATE,
     ceiling=Ceiling.NEVER,
     callers=Callers.INTERNAL,
-    targets=_any_rule,
+    targets=_the_rule,
 )
 def stop_rule(ctx: Context, data: StopIn) -> StoppedOut:
     rule: Rule = ctx.targets

@@ -405,14 +405,19 @@ async function openView(v) {
   awaiting.shown(false);
   state.query = { view_id: v.id };
   state.listsWith = v.lists_with;
+  showListOf(`View: ${v.name}`);
+  return true;
+}
+
+// a list that is not a folder's (a view, the conversations waiting for reply): titled, shown, read from the top
+function showListOf(title) {
   searchForm.reset();
-  listTitle.textContent = `View: ${v.name}`;
+  listTitle.textContent = title;
   searchClear.hidden = false;
   closeReader();
   renderAccounts();
   if (window.matchMedia("(max-width: 50rem)").matches) listView.scrollIntoView({ block: "start" });
   resetList();
-  return true;
 }
 
 // the conversations waiting for reply (mail-awaiting.js lists the entry with their count)
@@ -421,13 +426,7 @@ async function openAwaiting() {
   state.query = { awaiting: true };
   state.listsWith = "list_awaiting_reply";
   savedViews.searched(null);
-  searchForm.reset();
-  listTitle.textContent = "Waiting for reply";
-  searchClear.hidden = false;
-  closeReader();
-  renderAccounts();
-  if (window.matchMedia("(max-width: 50rem)").matches) listView.scrollIntoView({ block: "start" });
-  resetList();
+  showListOf("Waiting for reply");
   return true;
 }
 more.addEventListener("click", loadMessages);
