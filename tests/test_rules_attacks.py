@@ -261,3 +261,36 @@ def test_regex_like_and_wildcard_values_are_plain_text(alice: Person, mallory: P
         tested = call(me, "test_rule", given)
         assert tested["matched"] == 0, condition
     _nothing_of_mallory_touched(mallory)
+
+
+def test_a_rule_stopped_by_another_worker_meanwhile_does_not_break_the_batch(
+    alice: Person,
+    mallory: Person,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    """Two workers take two batches of one tenant; both find the rule of a departed owner running and stop it. The
+    second's stop_rule is refused (stopped already): its batch goes on, its other rules act."""
+    from apps.worker import rules as worker
+
+    account = imported(alice, tmp_path, other_mail("old", 1))
+    bob = joined(alice, "bob@example.test", role="ADMIN")
+    left = call(as_person(bob), "create_rule", RECEIPTS | {"account_id": account}, confirm=True)
+    create(alice, {"name": "Pin", "conditions": SHOP, "actions": [{"action": "pin"}]}, account_id=account)
+    Membership.objects.for_tenant(alice.tenant).filter(user=bob.user).delete()
+    imported(alice, tmp_path, shop_mail("new", 1))
+    imported(mallory, tmp_path, shop_mail("new", 1), name="Mallory's")
+    real = worker.call_internal
+
+    def raced(tenant: Any, name: str, data: dict[str, Any]) -> Any:
+        # the other worker stopped it first
+        Rule.objects.for_tenant(tenant).filter(pk=data["rule_id"]).update(stopped_reason=data["reason"])
+        return real(tenant, name, data)
+
+    monkeypatch.setattr(worker, "call_internal", raced)
+    run_rules(django_capture_on_commit_callbacks)
+    assert Rule.objects.for_tenant(alice.tenant).get(pk=left["id"]).stopped_reason == "owner_left"
+    assert Message.objects.for_tenant(alice.tenant).get(message_id="new-0@example.test").pinned
+    assert not RulePending.objects.for_tenant(alice.tenant).exists()
+    _nothing_of_mallory_touched(mallory)

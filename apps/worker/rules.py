@@ -95,7 +95,11 @@ def _still_allowed(tenant: Tenant, rules: list[Rule]) -> tuple[list[Rule], dict[
             if given is not None and rule.workspace.name not in given:
                 reason = "owner_lost_workspace"
         if reason:
-            call_internal(tenant, "stop_rule", {"rule_id": str(rule.pk), "reason": reason})
+            try:
+                call_internal(tenant, "stop_rule", {"rule_id": str(rule.pk), "reason": reason})
+            except OakenError as error:
+                if error.code != "CONFLICT":  # CONFLICT: another worker stopped it meanwhile
+                    raise
             continue
         running.append(rule)
     return running, owners
