@@ -294,3 +294,15 @@ def test_a_rule_stopped_by_another_worker_meanwhile_does_not_break_the_batch(
     assert Message.objects.for_tenant(alice.tenant).get(message_id="new-0@example.test").pinned
     assert not RulePending.objects.for_tenant(alice.tenant).exists()
     _nothing_of_mallory_touched(mallory)
+
+
+def test_a_name_longer_than_the_column_is_refused_not_a_failure(alice: Person, mallory: Person) -> None:
+    long_name = "n" * 150  # within Text's 200, past the column's 100
+    refused = refusal(as_person(alice), "create_rule", RECEIPTS | {"name": long_name}, confirm=True)
+    assert (refused.code, refused.field) == ("INVALID_INPUT", "name")
+    assert long_name not in refused.message
+    made = create(alice, RECEIPTS)
+    refused = refusal(as_person(alice), "update_rule", {"rule_id": made["id"], "name": long_name}, confirm=True)
+    assert (refused.code, refused.field) == ("INVALID_INPUT", "name")
+    assert Rule.objects.for_tenant(alice.tenant).get().name == "Receipts"
+    assert call(as_person(mallory), "list_rules")["rules"] == []
