@@ -306,3 +306,12 @@ def test_a_name_longer_than_the_column_is_refused_not_a_failure(alice: Person, m
     assert (refused.code, refused.field) == ("INVALID_INPUT", "name")
     assert Rule.objects.for_tenant(alice.tenant).get().name == "Receipts"
     assert call(as_person(mallory), "list_rules")["rules"] == []
+
+
+def test_stop_rule_is_the_engines_alone(alice: Person, mallory: Person) -> None:
+    made = create(alice, RECEIPTS)
+    stop = {"rule_id": made["id"], "reason": "owner_left"}
+    for caller in (as_person(alice), as_agent(alice), as_person(mallory)):
+        assert refusal(caller, "stop_rule", stop, confirm=True).code == "NOT_AVAILABLE"
+    assert Rule.objects.for_tenant(alice.tenant).get().stopped_reason == ""
+    assert call(as_person(mallory), "list_rules")["rules"] == []
