@@ -62,7 +62,12 @@ def decisions(
         for entry in rules:
             if wanted is not None and entry.rule.pk != wanted:
                 continue
-            if not entry.covers(fact) or (entry.rule.pk, fact.id) in done:
+            if not entry.covers(fact):
+                continue
+            if (entry.rule.pk, fact.id) in done:
+                # acted on already at this version (so it matched): a stop it said still ends the rules after it
+                if entry.stops:
+                    break
                 continue
             why = decide(entry.body, fact, now)
             if why is None:

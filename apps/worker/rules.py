@@ -95,7 +95,11 @@ def _still_allowed(tenant: Tenant, rules: list[Rule]) -> tuple[list[Rule], dict[
             if given is not None and rule.workspace.name not in given:
                 reason = "owner_lost_workspace"
         if reason:
-            call_internal(tenant, "stop_rule", {"rule_id": str(rule.pk), "reason": reason})
+            try:
+                call_internal(tenant, "stop_rule", {"rule_id": str(rule.pk), "reason": reason})
+            except OakenError as error:
+                if error.code != "CONFLICT":  # CONFLICT: another worker stopped it meanwhile
+                    raise
             continue
         running.append(rule)
     return running, owners
@@ -111,10 +115,15 @@ def _handle(tenant: Tenant, rows: list[dict[str, Any]], now: datetime) -> None:
         services.taken(tenant=tenant, pending_ids=[r["id"] for r in rows])
         return
     entries = load(rules)
-    # a message waits for every enabled rule, or (apply_rule) for one, enabled or not
-    only = {r["message_id"]: r["rule_id"] for r in rows}
+    # a message waits for every enabled rule (new mail), and/or (apply_rule) for each of some rules, enabled or not:
+    # one message can have several entries in the batch, each served
+    new_mail = {r["message_id"] for r in rows if r["rule_id"] is None}
+    wanted: dict[Any, set[Any]] = defaultdict(set)
+    for r in rows:
+        if r["rule_id"] is not None:
+            wanted[r["rule_id"]].add(r["message_id"])
     every = [e for e in entries if e.rule.enabled]
-    messages = Message.objects.for_tenant(tenant).filter(pk__in=list(only))
+    messages = Message.objects.for_tenant(tenant).filter(pk__in=list({r["message_id"] for r in rows}))
     facts = selectors.facts_of(tenant, messages, [e.body for e in entries])
     waiting = _waiting_for_embedding(tenant, entries, facts, rows, now)
     if waiting:
@@ -123,12 +132,13 @@ def _handle(tenant: Tenant, rows: list[dict[str, Any]], now: datetime) -> None:
         )
         facts = [f for f in facts if f.id not in waiting]
     done = selectors.already_applied(tenant, [(e.rule.pk, e.rule.version) for e in entries], [f.id for f in facts])
-    found: list[Decision] = []
-    for group, chosen in (
-        ([f for f in facts if only[f.id] is None], every),
-        ([f for f in facts if only[f.id]], entries),
-    ):
-        found += decisions(chosen, group, now, only=only, done=done)
+    found = decisions(every, [f for f in facts if f.id in new_mail], now, done=done)
+    seen = {(d.rule.rule.pk, d.facts.id) for d in found}
+    for entry in entries:
+        ids = wanted.get(entry.rule.pk)
+        if ids:
+            one = decisions([entry], [f for f in facts if f.id in ids], now, done=done)
+            found += [d for d in one if (entry.rule.pk, d.facts.id) not in seen]
     _act(tenant, found, owners, now)
     services.taken(tenant=tenant, pending_ids=[r["id"] for r in rows if r["message_id"] not in waiting])
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.db.models import QuerySet
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StringConstraints
 
 from apps.accounts.models import User
 from apps.core import words
@@ -32,11 +32,14 @@ from apps.operations.defs.shapes import Closed, Id, MailText
 from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
 from apps.rules import selectors, services
-from apps.rules.conditions import Action, Condition, RuleBody, Text, loaded
+from apps.rules.conditions import Action, Condition, RuleBody, loaded
 from apps.rules.engine import Decision, Loaded, decisions
 from apps.rules.models import Rule
 from apps.workspaces.models import DEFAULT_WORKSPACE, Workspace
 from apps.workspaces.selectors import access_workspace_by_name
+
+# a rule's name: at most the column's 100 characters (Text's 200 would fail in the database)
+RuleName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
 
 # how far back a proposal looks for what the rule would have done
 _PROPOSAL_DAYS = 30
@@ -260,7 +263,7 @@ def _scope(ctx: Context, data: ScopeIn) -> Scope:
 
 
 class CreateRuleIn(ScopeIn, RuleBody):
-    name: Text
+    name: RuleName
     enabled: bool = True
 
 
@@ -307,7 +310,7 @@ def create_rule(ctx: Context, data: CreateRuleIn) -> RuleOut:
 
 
 class UpdateRuleIn(RuleIn):
-    name: Text | None = None
+    name: RuleName | None = None
     enabled: bool | None = None
     match: Literal["all", "any"] | None = None
     conditions: list[Condition] | None = Field(default=None, min_length=1, max_length=20)
