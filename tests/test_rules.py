@@ -326,6 +326,16 @@ def test_a_rule_whose_owner_lost_its_workspace_stops_and_says_so(
     imported(in_team, tmp_path, shop_mail("gone", 1), name="Team mail")
     run_rules(django_capture_on_commit_callbacks)
     assert Rule.objects.for_tenant(alice.tenant).get(pk=rule["id"]).stopped_reason == "owner_left"
+
+    # and so does an owner who is still a member but deactivated (their keys and connections stopped with them)
+    Membership.objects.for_tenant(alice.tenant).filter(user=alice.user).update(role="ADMIN")
+    again = call(as_person(alice), "update_rule", {"rule_id": rule["id"], "enabled": True}, confirm=True)
+    assert again["owner"] == "alice@example.test"
+    type(alice.user).objects.filter(pk=alice.user.pk).update(is_active=False)
+    imported(in_team, tmp_path, shop_mail("inactive", 1), name="Team mail")
+    run_rules(django_capture_on_commit_callbacks)
+    assert Rule.objects.for_tenant(alice.tenant).get(pk=rule["id"]).stopped_reason == "owner_left"
+    assert not MessageLabel.objects.for_tenant(alice.tenant).filter(message__message_id="inactive-0@example.test")
     assert not RuleApplication.objects.for_tenant(mallory.tenant).exists()
 
 

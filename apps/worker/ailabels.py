@@ -59,7 +59,9 @@ def label_new_mail() -> int:
 def standing_caller(label: Label) -> Caller | None:
     """The person behind the label as they are now, or None when the label stopped (and why is recorded)."""
     membership = (
-        Membership.objects.filter(tenant=label.tenant, user_id=label.description_by_id).select_related("user").first()
+        Membership.objects.filter(tenant=label.tenant, user_id=label.description_by_id, user__is_active=True)
+        .select_related("user")
+        .first()
         if label.description_by_id is not None
         else None
     )

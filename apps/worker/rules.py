@@ -77,7 +77,8 @@ def run_batch(now: datetime | None = None) -> int:
 
 
 def _owners(tenant: Tenant, rules: Sequence[Rule]) -> dict[Any, Membership]:
-    found = Membership.objects.for_tenant(tenant).filter(user_id__in={r.owner_id for r in rules})
+    # a deactivated person acts no more (their keys and connections stop too): as if they had left
+    found = Membership.objects.for_tenant(tenant).filter(user_id__in={r.owner_id for r in rules}, user__is_active=True)
     return {m.user_id: m for m in found.select_related("tenant", "user")}
 
 
