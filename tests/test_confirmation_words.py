@@ -163,6 +163,7 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "summarize_messages": lambda w: [{"message_ids": w.ids[:2], "mark_read": True}],
     "delete_draft": lambda w: [{"draft_id": w.draft()}],
     "send_email": lambda w: [w.email()],
+    "set_auto_reply": lambda w: [{"account_id": str(w.sender.pk), "subject": "Away", "text": "Away until Monday."}],
     "send_draft": lambda w: [{"draft_id": w.draft(), "idempotency_key": "draft-1"}],
     "schedule_draft": lambda w: [
         {

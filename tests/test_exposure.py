@@ -115,7 +115,7 @@ def test_the_exposure_list_shows_ceiling_setting_and_offer(alice: Person) -> Non
     }
     assert rows["get_raw_message"]["ceiling"] == "never" and not rows["get_raw_message"]["offered_to_agents"]
     # every operation a person or an agent can call; the system's own (claim_outbound_send…) are nobody's to offer
-    assert set(rows) == {op.name for op in registry if op.callers != Callers.INTERNAL}
+    assert set(rows) == {op.name for op in registry if op.callers not in (Callers.INTERNAL, Callers.STANDING)}
     assert "claim_outbound_send" not in rows and rows["create_api_key"]["ceiling"] == "never"
 
 

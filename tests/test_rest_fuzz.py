@@ -66,6 +66,7 @@ def answers_json(ctx: Any, response: Any, case: Any) -> bool | None:
 BEYOND_THE_DOCUMENT = {
     "cursor": "a page's cursor is one the service gave out",
     "send_at": "a time in the future",
+    "ends_at": "a time after now (and after starts_at)",
     "imap.host": "a mail server that answers, at a name the resolver takes (IDNA)",
     "smtp.host": "a mail server that answers, at a name the resolver takes (IDNA)",
     "upload": "a file the upload door stored a moment ago",

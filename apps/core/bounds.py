@@ -102,6 +102,7 @@ class Bounds:
     SEND_RECIPIENTS_MAX = Bound()
     SEND_RECIPIENTS_PER_HOUR = Bound()
     SEND_BODY_MAX_CHARS = Bound()
+    AUTO_SENDS_PER_HOUR = Bound()
     REJECT_REASON_MAX_CHARS = Bound()
     SMTP_TIMEOUT_SECONDS = Bound()
     OUTBOX_REQUEUE_SECONDS = Bound()

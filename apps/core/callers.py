@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from apps.core.kinds import CredentialKind, Principal, Role, granted_scopes
 
+# what a person set up to act by itself (Caller.standing)
+STANDING_KINDS = frozenset((CredentialKind.RULE, CredentialKind.AILABEL, CredentialKind.AUTOREPLY))
+
 if TYPE_CHECKING:
     from apps.accounts.models import User
     from apps.workspaces.models import Membership, Tenant
@@ -97,6 +100,11 @@ class Caller:
     @classmethod
     def internal(cls, tenant: Tenant) -> Caller:
         return cls(Principal.INTERNAL, tenant)
+
+    @property
+    def is_standing(self) -> bool:
+        """A person's standing authority acting by itself (Caller.standing), not the person at a door."""
+        return self.principal == Principal.PERSON and self.credential_kind in STANDING_KINDS
 
     @property
     def key(self) -> str:

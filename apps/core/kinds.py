@@ -37,6 +37,7 @@ class CredentialKind(models.TextChoices):
     # standing authority a person set up (Caller.standing): the rule or AI label acting as them
     RULE = "rule", "Rule"
     AILABEL = "ailabel", "AI label"
+    AUTOREPLY = "autoreply", "Automatic reply"
 
 
 class Scope(models.TextChoices):

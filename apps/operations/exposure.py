@@ -53,6 +53,8 @@ def is_offered(
     at all; for agents also exposure, plugin health, allow-list and the person-bound rule."""
     if op.callers == Callers.INTERNAL:
         return caller.principal == Principal.INTERNAL
+    if op.callers == Callers.STANDING:
+        return caller.is_standing and door == Door.INTERNAL
     if op.callers == Callers.SERVER:
         return caller.principal == Principal.INTERNAL or (caller.principal == Principal.PERSON and door == Door.CLI)
     if op.callers == Callers.PERSONS:
@@ -137,5 +139,7 @@ def group_members(group: str) -> list[Operation]:
     return [
         op
         for op in registry
-        if op.callers != Callers.INTERNAL and op.ceiling != Ceiling.NEVER and group_of(op) == group
+        if op.callers not in (Callers.INTERNAL, Callers.STANDING)
+        and op.ceiling != Ceiling.NEVER
+        and group_of(op) == group
     ]

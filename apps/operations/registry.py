@@ -60,6 +60,9 @@ class Callers(StrEnum):
     ANY = "any"  # persons, agents within the ceiling, and the system
     PERSONS = "persons"  # people only (ui, cli): never an agent, never a task
     INTERNAL = "internal"  # the system only: Celery tasks and schedules on the internal door
+    # what a person set up that acts by itself (Caller.standing: an automatic reply), on the internal door, as that
+    # person: never a person at a door, never an agent, never a task on its own
+    STANDING = "standing"
     # the server's own side: persons at its command line (cli door) and the system (internal door), never a
     # door over the network, for inputs that name the server's own files
     SERVER = "server"

@@ -18,8 +18,9 @@ from apps.core.redis_client import redis_client
 
 WINDOW_SECONDS = 3600
 KEY_PREFIX = "oaken:send-budget:"
-# what a budget is named after: an agent's credential, a person, or a send policy
-KINDS = ("apikey", "oauth", "person", "policy")
+# what a budget is named after: an agent's credential, a person, a send policy, or a mailbox (what it sends by
+# itself, apps.outbound.automations)
+KINDS = ("apikey", "oauth", "person", "policy", "account")
 # a window's counter outlives its hour this long, so the roll-up (apps.outbound.rollup) reads its final figure
 KEEP_AFTER_WINDOW_SECONDS = 900
 # every counter of a window is a member of that window's index set (a set of counter keys), which outlives them

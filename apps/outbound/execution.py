@@ -15,6 +15,7 @@ transaction (as a mail client does); a request that fails, is rejected or cancel
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -24,7 +25,7 @@ from django.db.models import F, Q
 from apps.core.acts import Act
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
-from apps.outbound import requests
+from apps.outbound import budget, requests
 from apps.outbound.models import Draft, OutboundRequest, OutboxEntry, State
 from apps.workspaces.models import Membership, Tenant
 
@@ -97,6 +98,9 @@ def claim(request_id: Any, *, act: Act) -> OutboundRequest:
         State.QUEUED: rows if available.exists() else rows.none(),
         State.APPROVED: rows.filter(Q(send_at__isnull=True) | Q(send_at__lte=now)),
     }
+    waiting = _standing_budgets(request_id, available, act=act)
+    if waiting is not None:
+        return waiting
     for state, candidates in due.items():
         moved = candidates.filter(state=state).update(
             state=State.SENDING, attempts=F("attempts") + 1, smtp_started_at=None, updated_at=now
@@ -126,6 +130,45 @@ def claim(request_id: Any, *, act: Act) -> OutboundRequest:
 
 
 REQUESTER_LOST_ACCESS = "requester_lost_access"
+BUDGET_SPENT = "budget_spent"
+BUDGET_UNAVAILABLE = "budget_unavailable"
+# a send that waits because its budgets cannot be checked is tried again this soon
+_UNCHECKED_RETRY = timedelta(seconds=30)
+
+
+def _standing_budgets(request_id: Any, available: Any, *, act: Act) -> OutboundRequest | None:
+    """For a due send on a standing authority (an automatic reply): take one from the mailbox's hourly budget for
+    automatic sends and from its approver's budget. When they are spent or cannot be checked (Redis away) it is
+    not claimed: it stays `queued`, says why (`waiting`), and its outbox row waits (for the next hour, or a little
+    while); it goes once they allow, never dropped, never twice. None: claim it (or it is not such a send)."""
+    held = _rows(request_id, act=act).filter(state=State.QUEUED, approved_via="standing")
+    request = held.select_for_update(of=("self",)).select_related("automation").first()
+    if request is None or not available.exists():
+        return None
+    tenant = str(act.tenant.pk)
+    approver = request.automation.approved_by_id if request.automation is not None else None
+    names = [
+        (budget.BudgetName(tenant, "account", str(request.account_id)), bounds.AUTO_SENDS_PER_HOUR),
+        (budget.BudgetName(tenant, "person", str(approver or "-")), bounds.SEND_RECIPIENTS_PER_HOUR),
+    ]
+    now = time.time()
+    waiting, delay = "", timedelta(0)
+    try:
+        for name, limit in names:
+            if budget.take(name, request.recipient_count, limit, now) is None:
+                waiting, delay = BUDGET_SPENT, timedelta(seconds=budget.seconds_left(now))
+                break
+    except OakenError:
+        waiting, delay = BUDGET_UNAVAILABLE, _UNCHECKED_RETRY
+    if not waiting:
+        if request.waiting:
+            held.update(waiting="", updated_at=act.now)
+        return None
+    held.update(waiting=waiting, updated_at=act.now)
+    available.update(available_at=act.now + delay, enqueued_at=None)
+    act.touch(request.pk, {"state": State.QUEUED}, {"state": State.QUEUED, "waiting": waiting})
+    request.refresh_from_db()
+    return request
 
 
 def requester_reaches(request: OutboundRequest, *, tenant: Tenant) -> bool:

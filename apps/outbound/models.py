@@ -91,7 +91,7 @@ class OutboundRequest(TenantOwned):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy"
+    approved_via = models.CharField(max_length=10, blank=True)  # "person" | "policy" | "standing"
     # why the person who rejected it did so, in their words (REJECT_REASON_MAX_CHARS; '' when none was given)
     reject_reason = models.TextField(blank=True, default="")
     policy = models.ForeignKey("SendPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -110,6 +110,12 @@ class OutboundRequest(TenantOwned):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     settled_at = models.DateTimeField(null=True, blank=True)
+    # sent by itself on a standing authority a person approved (an automatic reply): approved_via "standing"
+    automation = models.ForeignKey(
+        "Automation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    # why an automatic send waits in `queued` (its budgets spent, or they cannot be checked); '' when it does not
+    waiting = models.CharField(max_length=30, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -208,3 +214,89 @@ class Snippet(TenantOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+class AutomationKind(models.TextChoices):
+    AUTO_REPLY = "auto_reply", "Automatic reply"
+
+
+class AutomationState(models.TextChoices):
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    ACTIVE = "active", "Active"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Automation(TenantOwned):
+    """A standing send behaviour (issue 40): approved once by a person, it then sends by itself on that authority,
+    exactly as approved. Its content (what it sends and to whom) is bound to `content_hash`; nothing edits it: a
+    change is a new automation, the old one cancelled (apps.outbound.automations)."""
+
+    account = models.ForeignKey("mail.MailAccount", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=20, choices=AutomationKind.choices)
+    state = models.CharField(max_length=20, choices=AutomationState.choices)
+    subject = models.TextField(blank=True)
+    body = models.TextField()
+    audience = models.CharField(max_length=10)  # everyone | known (addresses the person has written to)
+    once_per_days = models.PositiveSmallIntegerField()
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    tz = models.CharField(max_length=64, default="UTC")
+    content_hash = models.CharField(max_length=64)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    principal = models.CharField(max_length=10)
+    door = models.CharField(max_length=10)
+    credential_id = models.CharField(max_length=100, blank=True)
+    credential_kind = models.CharField(max_length=10, blank=True)
+    # the person whose authority it sends on (who approved it), and when
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reject_reason = models.TextField(blank=True, default="")
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    stopped_reason = models.CharField(max_length=30, blank=True, default="")
+    # the engine reads the account's mail stored after this id (ids are in time order), less a margin
+    scanned_to = models.UUIDField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "kind"], name="automation_one_active", condition=Q(state="active")
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["state", "kind"], name="automation_running", condition=Q(state="active")),
+            models.Index(fields=["tenant", "-created_at"], name="automation_by_tenant"),
+        ]
+
+
+class AutoReplyDecision(TenantOwned):
+    """What an automatic reply did with one message: replied (its request) or why not. Once per message."""
+
+    automation = models.ForeignKey(Automation, on_delete=models.CASCADE, related_name="decisions")
+    message = models.ForeignKey("mail.Message", null=True, on_delete=models.SET_NULL, related_name="+")
+    message_key = models.UUIDField()  # the message's id, kept after the message is gone
+    sender = models.CharField(max_length=320, blank=True)
+    outcome = models.CharField(max_length=30)  # replied | a reason it was not
+    request = models.ForeignKey(OutboundRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["automation", "message_key"], name="auto_reply_once_a_message"),
+        ]
+        indexes = [models.Index(fields=["automation", "-decided_at"], name="auto_reply_history")]
+
+
+class AutoReplied(TenantOwned):
+    """When an account last replied by itself to an address: at most once per address per window (RFC 3834)."""
+
+    account = models.ForeignKey("mail.MailAccount", on_delete=models.CASCADE, related_name="+", db_index=False)
+    address = models.CharField(max_length=320)  # casefolded
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "address"], name="auto_replied_once")]

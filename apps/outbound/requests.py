@@ -35,6 +35,7 @@ from apps.outbound.compose import (
 )
 from apps.outbound.models import (
     CANCELLABLE,
+    Automation,
     Draft,
     OutboundAttachment,
     OutboundRequest,
@@ -182,12 +183,20 @@ def store_files(
 
 
 def create_request(
-    content: Content, *, act: Act, operation: str, idempotency_key: str, draft_id: Any = None
+    content: Content,
+    *,
+    act: Act,
+    operation: str,
+    idempotency_key: str,
+    draft_id: Any = None,
+    standing: Automation | None = None,
 ) -> tuple[OutboundRequest, bool]:
     """The request for this content (a retry with the same key gets the first one back: (request, False)).
 
     A person's own request is approved by them as they make it (they confirmed exactly this content); an
-    agent's is approved by a matching send policy of the person it acts for, or waits for a person.
+    agent's is approved by a matching send policy of the person it acts for, or waits for a person. One sent by
+    itself on a `standing` authority (an automatic reply) is approved by it, and spends its budgets when it is
+    delivered (apps.outbound.execution), waiting while they are spent instead of being refused.
     """
     key = f"{operation}:{idempotency_key}"
     digest = content.digest()
@@ -222,6 +231,7 @@ def create_request(
                 credential_kind=caller.credential_kind,
                 caller_key=caller.key,
                 idempotency_key=key,
+                automation=standing,
                 created_at=act.now,
                 updated_at=act.now,
             )
@@ -236,6 +246,10 @@ def create_request(
         None,
         {"state": State.REQUESTED, "recipients": request.recipient_count, "account_id": str(content.account.pk)},
     )
+    if standing is not None:
+        approve(request, via="standing", expected=State.REQUESTED, act=act)
+        request.refresh_from_db()
+        return request, True
     _spend(request.recipient_count, act=act)
     if caller.principal == Principal.PERSON:
         approve(request, via="person", expected=State.REQUESTED, act=act)

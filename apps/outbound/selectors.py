@@ -26,6 +26,7 @@ from apps.mail.selectors import Reach, StoredFile, access_account_by_id, stored_
 from apps.outbound.execution import retry_times
 from apps.outbound.models import (
     CANCELLABLE,
+    Automation,
     BudgetUsage,
     Draft,
     OutboundAttachment,
@@ -267,3 +268,21 @@ def waiting_sends_outside(*, tenant: Tenant, user_id: Any, workspace_ids: Collec
     (what narrowing them fails: apps.outbound.execution.requester_reaches)."""
     waiting = OutboundRequest.objects.for_tenant(tenant).filter(requested_by_id=user_id, state__in=CANCELLABLE)
     return waiting.exclude(account__workspace_id__in=list(workspace_ids)).count()
+
+
+def visible_automations(*, reach: Reach) -> QuerySet[Automation]:
+    """The automations of the mailboxes the caller reaches (an automatic reply belongs to its mailbox: whoever may
+    use the mailbox sees what it sends by itself)."""
+    return Automation.objects.for_tenant(reach.tenant).filter(account__in=reach.accounts())
+
+
+def access_automation_by_id(automation_id: str, *, reach: Reach) -> Automation:
+    found = (
+        visible_automations(reach=reach)
+        .filter(pk=parse_id(automation_id, "automation_id"))
+        .select_related("account", "approved_by", "requested_by")
+        .first()
+    )
+    if found is None:
+        raise OakenError.not_found("automation_id")
+    return found

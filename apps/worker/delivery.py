@@ -221,6 +221,7 @@ def mime_of(request: OutboundRequest) -> bytes:
         references=request.references,
         date=request.created_at,
         attachments=attachments,
+        auto_submitted="auto-replied" if request.approved_via == "standing" else "",
     )
 
 
@@ -360,7 +361,8 @@ def sweep(now: Any = None) -> dict[str, int]:
     counts = {"requeued": 0, "reclaimed": 0, "unknown": 0}
     waiting = Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=lost_before)
     entries = OutboxEntry.objects.unscoped().filter(waiting, request__state=State.QUEUED, available_at__lte=now)
-    for entry in entries.select_related("tenant")[:500]:
+    # the oldest first: sends that waited for their budgets go in the order they were made
+    for entry in entries.select_related("tenant").order_by("available_at", "created_at")[:500]:
         # handing a task over moves no state (the task's claim does, through the gate): a guarded outbox update
         with transaction.atomic():
             rows = OutboxEntry.objects.for_tenant(entry.tenant).filter(waiting, pk=entry.pk)

@@ -12,7 +12,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
-from apps.worker import ailabels, awaiting, delivery, rules, snooze
+from apps.worker import ailabels, autoreplies, awaiting, delivery, rules, snooze
 from apps.workspaces.models import Tenant
 
 
@@ -50,6 +50,12 @@ def nudge_awaiting_task() -> int:
 def ai_labels_task() -> int:
     """Label new mail that matches a label's description (each message once per description version)."""
     return ailabels.label_new_mail()
+
+
+@shared_task(name="outbound.auto_replies", ignore_result=True)
+def auto_replies_task() -> int:
+    """Automatic replies answering new mail (apps.worker.autoreplies; each message once, each sender once a window)."""
+    return autoreplies.run()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

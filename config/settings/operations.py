@@ -147,6 +147,9 @@ OPERATIONS = {
     "SEND_RECIPIENTS_MAX": _tunable("SEND_RECIPIENTS_MAX", 50, minimum=1),
     "SEND_RECIPIENTS_PER_HOUR": _tunable("SEND_RECIPIENTS_PER_HOUR", 200, minimum=1),
     "SEND_BODY_MAX_CHARS": _tunable("SEND_BODY_MAX_CHARS", 500_000, minimum=1000),
+    # what a mailbox sends by itself (automatic replies): at most this many an hour, whatever mail arrives; the
+    # rest wait in `queued` for the next hour, in order (its approver's own hourly budget counts them too)
+    "AUTO_SENDS_PER_HOUR": _tunable("AUTO_SENDS_PER_HOUR", 50, minimum=1, maximum=10_000),
     # the reason a person may give when rejecting a request (reject_outbound), read back by the agent
     "REJECT_REASON_MAX_CHARS": _tunable("REJECT_REASON_MAX_CHARS", 1000, minimum=1, maximum=10_000),
     "SMTP_TIMEOUT_SECONDS": _tunable("SMTP_TIMEOUT_SECONDS", 30, minimum=1),

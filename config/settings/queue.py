@@ -51,6 +51,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "search-enrich": {"task": "search.enrich", "schedule": 10.0, "options": {"expires": 10.0}},
     # AI labels: labels with a description decide the new mail the enricher embedded (apps.worker.ailabels)
     "mail-ai-labels": {"task": "mail.ai_labels", "schedule": 15.0, "options": {"expires": 15.0}},
+    # automatic replies: new mail of mailboxes with one on (apps.worker.autoreplies; each message once)
+    "outbound-auto-replies": {"task": "outbound.auto_replies", "schedule": 15.0, "options": {"expires": 15.0}},
     # summaries: new mail of opted-in accounts (a no-op unless OAKEN_SUMMARIZE_NEW_MAIL is on)
     "summaries-new-mail": {"task": "summaries.summarize_new_mail", "schedule": 60.0, "options": {"expires": 60.0}},
     # hourly send budgets, Redis → PostgreSQL for the console; a copy waiting longer than a period is dropped

@@ -186,7 +186,7 @@ def list_operation_exposure(ctx: Context, data: Empty) -> ExposureListOut:
     settings = tenant_settings(ctx.tenant)
     rows = []
     # the system's own operations (Celery's) are nobody's to offer or call: nothing for a person to see here
-    for op in (op for op in registry if op.callers != Callers.INTERNAL):
+    for op in (op for op in registry if op.callers not in (Callers.INTERNAL, Callers.STANDING)):
         rows.append(
             ExposureRow(
                 name=op.name,

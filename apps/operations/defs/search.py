@@ -5,17 +5,16 @@ from __future__ import annotations
 import zoneinfo
 from dataclasses import dataclass, fields
 from datetime import date, datetime, time
-from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.core.pages import encode_cursor, read_cursor
 from apps.mail.reads import summaries
 from apps.operations.context import Context
-from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page
+from apps.operations.defs.shapes import Closed, Empty, Id, MailText, MessageSummary, Page, TimeZone
 from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.operations.targets import FOLDER_NEEDS_ACCOUNT, Listing, listing, reach
 from apps.search import queries
@@ -25,11 +24,6 @@ from apps.search.saved import access_view_by_id, named_uuid
 from apps.search.services import rebuild_index
 
 Mode = Literal["hybrid", "keyword", "semantic"]
-
-
-@lru_cache(maxsize=1)
-def _zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
 
 
 class SearchFilters(Closed):
@@ -54,14 +48,7 @@ class SearchFilters(Closed):
     has_attachment: bool | None = None
     after: date | None = Field(default=None, description="mail dated on or after this day (in tz)")
     before: date | None = Field(default=None, description="mail dated before this day (in tz)")
-    tz: str = Field(default="UTC", max_length=64, description="the IANA time zone the days are in, e.g. Europe/Paris")
-
-    @field_validator("tz")
-    @classmethod
-    def _known_zone(cls, value: str | None) -> str | None:
-        if value is not None and value not in _zones():
-            raise ValueError("is not an IANA time zone name")
-        return value
+    tz: TimeZone = Field(default="UTC", description="the IANA time zone the days are in, e.g. Europe/Paris")
 
 
 def folder_needs_account() -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import zoneinfo
 from datetime import datetime
 from functools import cache
 from typing import Annotated, Self
@@ -87,6 +88,21 @@ DisplayName = Annotated[
     AfterValidator(_display_name),
     Field(json_schema_extra={"pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069@]*$"}),
 ]
+
+
+@cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _known_zone(value: str) -> str:
+    if value not in _zones():
+        raise ValueError("is not an IANA time zone name")
+    return value
+
+
+# An IANA time zone name the server's tz database holds (which its updates change: beyond what a document says)
+TimeZone = Annotated[str, StringConstraints(max_length=64), AfterValidator(_known_zone)]
 
 
 class Empty(Closed):

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import zoneinfo
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import NamedTuple
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from apps.core import words
 from apps.core.changes import Change
@@ -25,7 +24,7 @@ from apps.mail.models import Folder, FolderKind, Message
 from apps.mail.selectors import access_folder_by_name, access_message_by_id
 from apps.operations.context import Context
 from apps.operations.defs.mail_organize import SMALL_CHANGE, ChangedOut
-from apps.operations.defs.shapes import Closed, Id, MessageIds, folder_label
+from apps.operations.defs.shapes import Closed, Id, MessageIds, TimeZone, folder_label
 from apps.operations.registry import Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import reach, the_messages
 
@@ -34,26 +33,12 @@ _BATCH = Bound("message_ids", "BATCH_MAX")
 _AWAY = (FolderKind.TRASH, FolderKind.SPAM)
 
 
-@lru_cache(maxsize=1)
-def _zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
-
-
 class SnoozeIn(MessageIds):
     until: datetime = Field(
         description="when they come back: a time with its offset (2026-12-08T09:00:00+01:00 or …Z), or a local "
         "time (2026-12-08T09:00:00) in the time zone tz; not in the past, at most SNOOZE_MAX_DAYS ahead"
     )
-    tz: str | None = Field(
-        default=None, max_length=64, description="the IANA time zone of a local `until`, e.g. Europe/Paris"
-    )
-
-    @field_validator("tz")
-    @classmethod
-    def _known_zone(cls, value: str | None) -> str | None:
-        if value is not None and value not in _zones():
-            raise ValueError("is not an IANA time zone name")
-        return value
+    tz: TimeZone | None = Field(default=None, description="the IANA time zone of a local `until`, e.g. Europe/Paris")
 
 
 def _until(ctx: Context, data: SnoozeIn) -> datetime:
