@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,12 +21,13 @@ from django.utils import timezone
 from oauth2_provider.models import Application
 
 from apps.agents.models import Connection
-from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount
+from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount, Message, RawMessage, Thread
 from apps.operations import plugins
 from apps.operations.registry import Ceiling, Operation, registry
 from apps.outbound.models import OutboundRequest, State
 from tests.callers import as_agent, as_person, call, joined, refusal
 from tests.conftest import Mailbox, Person, give_mail
+from tests.mailfactory import raw_message
 
 PLUGINS_DIR = Path(__file__).parent / "plugins" / "test-plugins"
 
@@ -116,6 +118,30 @@ class World:
         OutboundRequest.objects.for_tenant(self.alice.tenant).filter(pk=made["request_id"]).update(state=State.UNKNOWN)
         return str(made["request_id"])
 
+    def list_message(self, list_unsubscribe: str) -> str:
+        """A newsletter in the sending mailbox, its bytes kept as received, offering this List-Unsubscribe."""
+        account = self.sender
+        raw = raw_message(
+            subject="Weekly news",
+            sender="News <news@list.example.org>",
+            message_id=f"<{uuid.uuid4().hex}@list.example.org>",
+            extra_headers=[("List-Unsubscribe", list_unsubscribe)],
+        )
+        inbox = Folder.objects.for_tenant(self.alice.tenant).get(account=account, kind="inbox")
+        thread = Thread.objects.create(tenant=self.alice.tenant, account=account, subject="Weekly news")
+        message = Message.objects.create(
+            tenant=self.alice.tenant,
+            account=account,
+            folder=inbox,
+            thread=thread,
+            message_id=uuid.uuid4().hex,
+            subject="Weekly news",
+            sender_address="news@list.example.org",
+            content_hash=uuid.uuid4().hex,
+        )
+        RawMessage.objects.create(tenant=self.alice.tenant, message=message, data=raw)
+        return str(message.pk)
+
     def membership(self, p: Person) -> str:
         members = call(self.me, "list_members")["members"]
         return next(m["membership_id"] for m in members if m["email"] == p.user.email)
@@ -165,6 +191,10 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "send_email": lambda w: [w.email()],
     "set_auto_reply": lambda w: [{"account_id": str(w.sender.pk), "subject": "Away", "text": "Away until Monday."}],
     "send_draft": lambda w: [{"draft_id": w.draft(), "idempotency_key": "draft-1"}],
+    "unsubscribe": lambda w: [
+        {"message_id": w.list_message("<mailto:leave@list.example.org?subject=stop>"), "idempotency_key": "u-1"},
+        {"message_id": w.list_message("<https://list.example.org/leave?t=1>"), "idempotency_key": "u-2"},
+    ],
     "schedule_draft": lambda w: [
         {
             "draft_id": w.draft(),

@@ -183,6 +183,8 @@ def content_hash(
     references: Sequence[str],
     send_at: datetime | None,
     attachments: Sequence[tuple[str, str, str]],
+    kind: str = "email",
+    url: str = "",
 ) -> str:
     """sha256 over exactly what would be sent: what a person approves is bound to this."""
     content = {
@@ -201,6 +203,10 @@ def content_hash(
     if sender_name:
         # only when there is one, so a request made before display names were hashed keeps its digest
         content["sender_name"] = sender_name
+    if kind != "email":
+        # an unsubscribe request: what it is, and where a one-click POST goes (e-mails keep their digests)
+        content["kind"] = kind
+        content["url"] = url
     return hashlib.sha256(canonical_json(content).encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -194,9 +194,17 @@ def begin_data(request_id: Any, attempt: int, *, act: Act) -> None:
 
 
 def record_outcome(
-    request_id: Any, attempt: int, outcome: Outcome, error: str, refused: list[str], *, act: Act
+    request_id: Any,
+    attempt: int,
+    outcome: Outcome,
+    error: str,
+    refused: list[str],
+    *,
+    act: Act,
+    http_status: int | None = None,
 ) -> OutboundRequest:
-    """What the server's answers mean for the request: sent, failed, unknown, or queued for another attempt."""
+    """What the server's answers mean for the request: sent, failed, unknown, or queued for another attempt
+    (`http_status`: a list's answer to a one-click POST, kept on the request)."""
     request = _held(request_id, attempt, or_given_up=True, act=act)
     was = State(request.state)
     data_begun = request.smtp_started_at is not None
@@ -225,6 +233,8 @@ def record_outcome(
         if outcome == "temporary":
             extra["attempts_exhausted"] = True
         new, fields = State.FAILED, {"error": error, "finished_at": now, "refused_recipients": refused}
+    if http_status is not None:
+        fields["http_status"] = http_status
     requests.transition(act.tenant, request.pk, was, new, **fields)
     if new == State.SENT:
         _draft_sent(request, act=act)
@@ -232,6 +242,8 @@ def record_outcome(
         extra["error"] = error
     if refused:
         extra["refused_recipients"] = len(refused)  # how many, never who
+    if http_status is not None:
+        extra["http_status"] = http_status
     act.touch(request.pk, {"state": was}, {"state": new, **extra})
     request.refresh_from_db()
     return request

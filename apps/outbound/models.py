@@ -52,6 +52,15 @@ class State(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
+class Kind(models.TextChoices):
+    """What a request does when it is executed: an e-mail over SMTP (a mailto: unsubscribe is one too, kept
+    apart so the console and the agent can tell why it was made), or an RFC 8058 one-click POST to a list."""
+
+    EMAIL = "email", "E-mail"
+    UNSUBSCRIBE_MAIL = "unsubscribe_mail", "Unsubscribe by e-mail"
+    UNSUBSCRIBE_POST = "unsubscribe_post", "One-click unsubscribe"
+
+
 # States from which a request can still be stopped (nothing has reached a server yet).
 CANCELLABLE = (State.REQUESTED, State.AWAITING_APPROVAL, State.APPROVED, State.QUEUED)
 
@@ -62,6 +71,16 @@ class OutboundRequest(TenantOwned):
     account = models.ForeignKey("mail.MailAccount", on_delete=models.PROTECT, related_name="+")
     draft = models.ForeignKey(Draft, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     state = models.CharField(max_length=20, choices=State.choices, default=State.REQUESTED)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.EMAIL, db_default=Kind.EMAIL)
+    # unsubscribe requests: the message whose List-Unsubscribe header named where to go
+    source_message = models.ForeignKey(
+        "mail.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # a one-click unsubscribe's https URL, part of the content hash; like a secret (its query string often
+    # carries the list's token): never logged or audited, shown only as host and path (apps.outbound.unsubscribe)
+    unsubscribe_url = models.TextField(blank=True, default="", db_default="")
+    # the list's answer to the one-click POST (a redirect's status is its answer: never followed)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     # the content, fixed at creation
     sender = models.CharField(max_length=320)
     # the From header's display name, as sent (empty: the address alone)
@@ -98,6 +117,7 @@ class OutboundRequest(TenantOwned):
     decided_at = models.DateTimeField(null=True, blank=True)
     # execution: each claim by a worker is one attempt (its number guards the claim's later steps)
     attempts = models.PositiveIntegerField(default=0)
+    # DATA began (an e-mail), or the POST began (a one-click unsubscribe): from then on never retried
     smtp_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # a fixed reason code, never a server's text (it could quote the message)

@@ -37,6 +37,7 @@ from apps.outbound.models import (
     CANCELLABLE,
     Automation,
     Draft,
+    Kind,
     OutboundAttachment,
     OutboundRequest,
     OutboxEntry,
@@ -62,6 +63,10 @@ class Content:
     send_at: datetime | None = None
     # (filename, content type, bytes)
     attachments: tuple[tuple[str, str, bytes], ...] = ()
+    # Kind: an e-mail, or an unsubscribe (by e-mail, or a one-click POST to `url`) from `source_message`
+    kind: str = Kind.EMAIL
+    url: str = ""
+    source_message: Any = None
 
     @property
     def sender(self) -> str:
@@ -84,6 +89,8 @@ class Content:
             references=self.references,
             send_at=self.send_at,
             attachments=[(n, t, hashlib.sha256(c).hexdigest()) for n, t, c in self.attachments],
+            kind=self.kind,
+            url=self.url,
         )
 
 
@@ -120,6 +127,8 @@ def stored_digest(request: OutboundRequest) -> str:
             (a.filename, a.content_type, hashlib.sha256(bytes(a.content)).hexdigest())
             for a in request.attachments.order_by("position")
         ],
+        kind=request.kind,
+        url=request.unsubscribe_url,
     )
 
 
@@ -211,6 +220,9 @@ def create_request(
                 account=content.account,
                 draft_id=draft_id,
                 state=State.REQUESTED,
+                kind=content.kind,
+                source_message=content.source_message,
+                unsubscribe_url=content.url,
                 sender=content.sender,
                 sender_name=content.sender_name,
                 to=content.found.to,
@@ -241,19 +253,25 @@ def create_request(
         assert first is not None
         return first, False
     store_files(content.attachments, tenant=act.tenant, request=request)
-    act.touch(
-        request.pk,
-        None,
-        {"state": State.REQUESTED, "recipients": request.recipient_count, "account_id": str(content.account.pk)},
-    )
+    made: dict[str, Any] = {
+        "state": State.REQUESTED,
+        "recipients": request.recipient_count,
+        "account_id": str(content.account.pk),
+    }
+    if content.kind != Kind.EMAIL:
+        # what it is and which message it came from; the URL never (its query string is the list's token)
+        made |= {"kind": content.kind, "message_id": str(content.source_message.pk)}
+    act.touch(request.pk, None, made)
     if standing is not None:
         approve(request, via="standing", expected=State.REQUESTED, act=act)
         request.refresh_from_db()
         return request, True
-    _spend(request.recipient_count, act=act)
+    # a one-click POST reaches one list: it spends one from the hourly budget
+    _spend(max(1, request.recipient_count), act=act)
     if caller.principal == Principal.PERSON:
         approve(request, via="person", expected=State.REQUESTED, act=act)
-    elif (policy := _matching_policy(request, act=act)) is not None:
+    elif content.kind == Kind.EMAIL and (policy := _matching_policy(request, act=act)) is not None:
+        # (an unsubscribe goes where a stranger's mail said: no send policy approves one, only a person)
         approve(request, via="policy", policy=policy, expected=State.REQUESTED, act=act)
     else:
         transition(act.tenant, request.pk, State.REQUESTED, State.AWAITING_APPROVAL)

@@ -35,9 +35,10 @@ from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
 from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_authenticate
 from apps.mail.oauth.tokens import login_config
+from apps.outbound import oneclick
 from apps.outbound import requests as outbound_requests
 from apps.outbound.compose import build_mime
-from apps.outbound.models import OutboundRequest, OutboxEntry, State
+from apps.outbound.models import Kind, OutboundRequest, OutboxEntry, State
 
 log = logging.getLogger("oaken.outbound")
 
@@ -51,6 +52,7 @@ class Outcome:
     kind: str  # "sent" | "refused" | "temporary" | "unknown"
     error: str = ""
     refused: list[str] = field(default_factory=list)
+    http_status: int | None = None
 
 
 class _PrivateHost(Exception):
@@ -207,6 +209,26 @@ def _transmit(request: OutboundRequest, raw: bytes, attempt: int) -> Outcome | N
         _quit(smtp)
 
 
+def _post_one_click(request: OutboundRequest, attempt: int) -> Outcome | None:
+    """A one-click unsubscribe: the POST, marked as begun (like DATA) before its first byte; None when the mark
+    could not be recorded (nothing was sent)."""
+    try:
+        posted = oneclick.post_one_click(
+            request.unsubscribe_url,
+            timeout=bounds.UNSUBSCRIBE_TIMEOUT_SECONDS,
+            begin=lambda: _data_may_begin(request, attempt),
+        )
+    except Exception as exc:
+        # a fault of ours: whether the POST began is what the database says (the sweeper settles it if it did)
+        log.error("outbound request %s: the one-click POST failed: %s", request.pk, type(exc).__name__)
+        fresh = load(request.pk)
+        begun = fresh is not None and fresh.smtp_started_at is not None
+        return Outcome("unknown", "delivery_failed") if begun else Outcome("refused", "delivery_failed")
+    if posted is None:
+        return None
+    return Outcome(posted.kind, posted.error, http_status=posted.http_status)
+
+
 def mime_of(request: OutboundRequest) -> bytes:
     attachments = [(a.filename, a.content_type, bytes(a.content)) for a in request.attachments.order_by("position")]
     return build_mime(
@@ -244,6 +266,9 @@ def deliver(request_id: Any) -> str:
     request = load(request_id)
     assert request is not None
     outcome: Outcome | None
+    if request.kind == Kind.UNSUBSCRIBE_POST:
+        raw, outcome = b"", _post_one_click(request, claimed["attempt"])
+        return _record(request, claimed["attempt"], outcome, raw)
     try:
         raw = mime_of(request)
     except Exception as exc:
@@ -252,22 +277,28 @@ def deliver(request_id: Any) -> str:
         raw, outcome = b"", Outcome("refused", "message_could_not_be_built")
     else:
         outcome = _transmit(request, raw, claimed["attempt"])
+    return _record(request, claimed["attempt"], outcome, raw)
+
+
+def _record(request: OutboundRequest, attempt: int, outcome: Outcome | None, raw: bytes) -> str:
+    """Record what the attempt's conversation said; the state the request ends in."""
     if outcome is None:
         return "not claimed"
     try:
         recorded = _step(
             request,
             "record_outbound_outcome",
-            attempt=claimed["attempt"],
+            attempt=attempt,
             outcome=outcome.kind,
             error=outcome.error,
             refused_recipients=outcome.refused,
+            **({"http_status": outcome.http_status} if outcome.http_status is not None else {}),
         )
     except OakenError as error:
         # the claim stays 'sending': the sweeper settles it (unknown once DATA began, queued again before)
         log.error("outbound request %s: the outcome could not be recorded: %s", request.pk, error.code)
         return State.SENDING
-    if recorded["state"] == State.SENT:
+    if recorded["state"] == State.SENT and request.kind != Kind.UNSUBSCRIBE_POST:
         copy_to_sent(request, raw)
     return str(recorded["state"])
 
@@ -311,8 +342,8 @@ def reconcile(request_id: Any) -> str:
     """For an unknown outcome: the request's Message-ID in Sent means sent. Absent, it stays unknown (the
     server may have delivered it without keeping a copy), for a person to settle; it is never resent."""
     request = load(request_id)
-    if request is None or request.state != State.UNKNOWN:
-        return "not unknown"
+    if request is None or request.state != State.UNKNOWN or request.kind == Kind.UNSUBSCRIBE_POST:
+        return "not unknown"  # (a one-click POST leaves nothing in Sent: a person settles it)
     found = False
     try:
         credentials = _credentials(request.account, "imap")

@@ -10,7 +10,7 @@ from celery import shared_task
 from apps.core.errors import OakenError, error_body
 from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
-from apps.outbound.models import OutboundRequest, State
+from apps.outbound.models import Kind, OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
 from apps.worker import ailabels, autoreplies, awaiting, delivery, rules, snooze
 from apps.workspaces.models import Tenant
@@ -67,7 +67,8 @@ def sweep_outbox_task() -> dict[str, int]:
 def reconcile_unknown_task() -> dict[str, int]:
     """Look for every request of unknown outcome in its account's Sent folder."""
     found = {"sent": 0, "unknown": 0}
-    ids = OutboundRequest.objects.unscoped().filter(state=State.UNKNOWN).values_list("pk", flat=True)[:200]
+    unknown = OutboundRequest.objects.unscoped().filter(state=State.UNKNOWN).exclude(kind=Kind.UNSUBSCRIBE_POST)
+    ids = unknown.values_list("pk", flat=True)[:200]
     for request_id in list(ids):
         found["sent" if delivery.reconcile(request_id) == State.SENT else "unknown"] += 1
     return found

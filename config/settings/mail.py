@@ -17,6 +17,15 @@ DEFAULT_FROM_EMAIL = env_str("OAKEN_FROM_EMAIL", "Oaken <no-reply@localhost>")
 # server). Off for a hosted service: a mailbox must not reach into Oaken's own network.
 MAIL_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_MAIL_ALLOW_PRIVATE_HOSTS", False)
 
+# One-click unsubscribe (RFC 8058, apps.outbound.oneclick): the list's https server may be on a loopback or
+# private address only when this is on (tests; never for a hosted service). The CA file, when set, is the only
+# trust for those POSTs (tests trust their own self-signed server with it); empty: the system's trust store.
+UNSUBSCRIBE_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_UNSUBSCRIBE_ALLOW_PRIVATE_HOSTS", False)
+UNSUBSCRIBE_CA_FILE = env_str("OAKEN_UNSUBSCRIBE_CA_FILE")
+# The DKIM key lookup (apps.outbound.unsubscribe): a dotted path to a function (name: bytes, timeout) -> the TXT
+# record's bytes or None; empty: a DNS TXT lookup (dkimpy's, through dnspython). Tests name one of their own.
+DKIM_DNS_FUNC = env_str("OAKEN_DKIM_DNS_FUNC")
+
 LOGIN_URL = "/accounts/sign-in"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/sign-in"

@@ -153,6 +153,8 @@ OPERATIONS = {
     # the reason a person may give when rejecting a request (reject_outbound), read back by the agent
     "REJECT_REASON_MAX_CHARS": _tunable("REJECT_REASON_MAX_CHARS", 1000, minimum=1, maximum=10_000),
     "SMTP_TIMEOUT_SECONDS": _tunable("SMTP_TIMEOUT_SECONDS", 30, minimum=1),
+    # one-click unsubscribe: the list's POST (connect, TLS, answer) and the DKIM key's DNS lookup, each at most
+    "UNSUBSCRIBE_TIMEOUT_SECONDS": _tunable("UNSUBSCRIBE_TIMEOUT_SECONDS", 10, minimum=1, maximum=60),
     "OUTBOX_REQUEUE_SECONDS": _tunable("OUTBOX_REQUEUE_SECONDS", 300, minimum=10),
     "SENDING_STALE_SECONDS": _tunable("SENDING_STALE_SECONDS", 900, minimum=60),
     # a delivery that certainly sent nothing (no connection, a 4xx before DATA) is tried again, at most this many

@@ -18,6 +18,7 @@ MODULES = (
     "apps.operations.defs.outbound_requests",
     "apps.operations.defs.outbound_review",
     "apps.operations.defs.automations",
+    "apps.operations.defs.unsubscribe",
     "apps.operations.defs.policies",
     "apps.operations.defs.budgets",
     "apps.operations.defs.delivery",

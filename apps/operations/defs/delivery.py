@@ -40,6 +40,9 @@ class OutcomeIn(AttemptIn):
     )
     error: ReasonCode = Field(default="", description="a fixed reason code, never a server's text")
     refused_recipients: list[Annotated[str, StringConstraints(max_length=320)]] = Field(default=[], max_length=500)
+    http_status: int | None = Field(
+        default=None, ge=100, le=599, description="a one-click unsubscribe: the list's answer to the POST"
+    )
 
 
 class StepOut(Closed):
@@ -82,7 +85,8 @@ def claim_outbound_send(ctx: Context, data: RequestRef) -> StepOut:
 
 @operation(
     name="begin_outbound_data",
-    summary="A worker records, before the DATA command, that DATA begins: from then on the request is never retried.",
+    summary="A worker records, before the DATA command (or a one-click unsubscribe's POST), that it begins: from "
+    "then on the request is never retried.",
     input=AttemptIn,
     **_INTERNAL,
 )
@@ -101,7 +105,13 @@ def begin_outbound_data(ctx: Context, data: AttemptIn) -> StepOut:
 def record_outbound_outcome(ctx: Context, data: OutcomeIn) -> StepOut:
     return _step(
         execution.record_outcome(
-            ctx.targets, data.attempt, data.outcome, data.error, list(data.refused_recipients), act=ctx
+            ctx.targets,
+            data.attempt,
+            data.outcome,
+            data.error,
+            list(data.refused_recipients),
+            act=ctx,
+            http_status=data.http_status,
         )
     )
 

@@ -31,8 +31,9 @@ from apps.operations.registry import ALWAYS, NEVER, Ceiling, OpClass, Preview, o
 from apps.operations.targets import account_of, reach
 from apps.outbound import drafts, execution, requests
 from apps.outbound.compose import check_recipient_limit, from_header, recipients
-from apps.outbound.models import Draft, OutboundRequest, State
+from apps.outbound.models import Draft, Kind, OutboundRequest, State
 from apps.outbound.selectors import access_outbound_request_by_id
+from apps.outbound.unsubscribe import shown_target
 
 IdempotencyKey = Annotated[
     str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_CHARS, pattern=IDEMPOTENCY_KEY_PATTERN)
@@ -43,6 +44,15 @@ _KEY_HELP = "the same key with the same content returns the first request; never
 class RequestOut(Closed):
     request_id: str
     state: str
+    kind: str = Field(
+        description="email; unsubscribe_mail (an unsubscribe e-mail to a list's mailto address); unsubscribe_post "
+        "(a one-click unsubscribe: one POST to the list)"
+    )
+    target: str = Field(
+        description="a one-click unsubscribe: where the POST goes, host and path only (its query string is the "
+        "list's token and is never shown); '' for an e-mail"
+    )
+    http_status: int | None = Field(description="a one-click unsubscribe: the list's answer to the POST")
     account_id: str
     sender: str
     from_header: str = Field(description="the From header exactly as it is sent (display name and address)")
@@ -80,7 +90,21 @@ _NEXT = {
 }
 
 
+_NEXT_POST = {
+    State.QUEUED: "Approved and queued: a worker will make the one-click unsubscribe POST shortly, once.",
+    State.SENDING: "The one-click unsubscribe POST is being made now.",
+    State.SENT: "Done: the list answered the one-click unsubscribe POST (http_status). It is never repeated.",
+    State.FAILED: "The list refused the one-click unsubscribe POST, or it could not be made (see error and "
+    "http_status). Nothing more is tried.",
+    State.UNKNOWN: "The connection was lost once the one-click POST began, so the list may or may not have it; it "
+    "is never repeated. A person can record how it ended in the console at {url}.",
+    State.CANCELLED: "Cancelled: nothing is posted.",
+}
+
+
 def _next(request: OutboundRequest, state: State, retry_at: datetime | None) -> str:
+    if request.kind == Kind.UNSUBSCRIBE_POST and state in _NEXT_POST and retry_at is None:
+        return _NEXT_POST[state].format(url=requests.approval_url(request.pk))
     if retry_at is not None:
         return (
             f"Not sent yet: attempt {request.attempts} sent nothing (error says why); it is tried again at "
@@ -101,6 +125,9 @@ def request_out(request: OutboundRequest, retries: dict[Any, datetime] | None = 
     return RequestOut(
         request_id=str(request.pk),
         state=state.value,
+        kind=request.kind,
+        target=shown_target(request.unsubscribe_url),
+        http_status=request.http_status,
         account_id=str(request.account_id),
         sender=request.sender,
         from_header=from_header(request.sender_name, request.sender),

@@ -12,6 +12,13 @@ const STATES = {
   cancelled: "cancelled", unknown: "outcome unknown",
 };
 
+// what a request does: an e-mail (kind "email" shows no tag), or an unsubscribe from a list
+const KINDS = { unsubscribe_mail: "Unsubscribe by e-mail", unsubscribe_post: "One-click unsubscribe" };
+const isPost = (r) => r.request.kind === "unsubscribe_post";
+const kindTag = (r) => (KINDS[r.request.kind] ? el("span", { class: "kind", "data-kind": r.request.kind }, `${KINDS[r.request.kind]}: `) : "");
+// a one-click unsubscribe goes to the list's address, shown without its query string (the list's token)
+const destination = (r) => (isPost(r) ? `the list at ${r.request.target}` : recipients(r));
+
 // the approval link an assistant hands on names its request: that one is picked out (or its fate told)
 const named = new URLSearchParams(window.location.search).get("request");
 const idOf = (r) => r.request.request_id;
@@ -54,7 +61,22 @@ const files = (r) =>
 
 // ------------------------------------------------------------ waiting for approval
 
+// a one-click unsubscribe: no e-mail, one POST of "List-Unsubscribe=One-Click" to the list's address
+function waitingPost(r) {
+  return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
+    el("h3", {}, kindTag(r), "leave a mailing list"),
+    el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}`),
+    el("p", {}, "Once approved, Oaken sends the list's one-click unsubscribe request (the form field List-Unsubscribe=One-Click, nothing else: no cookies, no login) once to ",
+      el("code", {}, r.request.target), ". The address came from the list's own message, whose DKIM signature vouches for it; the part after “?” is the list's token and is not shown."),
+    technical(r),
+    el("div", { class: "row-actions" },
+      button("Approve unsubscribe", () => approveIt(r), { "data-action": "approve" }),
+      button("Reject", () => rejectIt(r), { "data-action": "reject" })),
+  );
+}
+
 function waiting(r) {
+  if (isPost(r)) return waitingPost(r);
   const body = el("pre", { class: "message-text" }, r.body + (r.body_truncated ? "\n…" : ""));
   const approve = button("Approve and send", () => approveIt(r), { "data-action": "approve" });
   const reject = button("Reject", () => rejectIt(r), { "data-action": "reject" });
@@ -76,8 +98,8 @@ function waiting(r) {
     }, { "data-action": "show-whole" });
     parts.push(whole);
   }
-  return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
-    el("h3", { dir: "auto" }, r.subject || "(no subject)"),
+  return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
+    el("h3", { dir: "auto" }, kindTag(r), r.subject || "(no subject)"),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}` +
       (r.request.send_at ? `; to be sent ${when(r.request.send_at)}` : "")),
     headers(r),
@@ -91,7 +113,9 @@ function waiting(r) {
 }
 
 async function approveIt(r) {
-  const asked = await askFirst("Send this e-mail?",
+  const asked = isPost(r)
+    ? await askFirst("Unsubscribe from this list?", `Oaken sends the one-click unsubscribe request once to ${r.request.target}.`, "Approve unsubscribe")
+    : await askFirst("Send this e-mail?",
     `From ${r.request.from_header} to ${recipients(r)}, exactly as shown` +
     (r.files.length ? `, with ${r.files.length === 1 ? "1 attachment" : `${r.files.length} attachments`}` : "") + ". Once approved it is delivered.",
     "Approve and send");
@@ -101,8 +125,8 @@ async function approveIt(r) {
 }
 
 async function rejectIt(r) {
-  const asked = await askFirst("Reject this e-mail?",
-    `“${r.subject || "(no subject)"}” to ${recipients(r)} will not be sent. The assistant that asked is told, with your reason if you give one.`,
+  const asked = await askFirst(isPost(r) ? "Reject this unsubscribe?" : "Reject this e-mail?",
+    `${isPost(r) ? "The unsubscribe request" : `“${r.subject || "(no subject)"}”`} to ${destination(r)} will not be sent. The assistant that asked is told, with your reason if you give one.`,
     "Reject", { label: "Reason (optional; the assistant reads it)" });
   if (!asked) return notice("Nothing was changed.");
   const body = { request_id: idOf(r) };
@@ -114,8 +138,8 @@ async function rejectIt(r) {
 
 const unknown = (r) =>
   el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash },
-    el("h3", { dir: "auto" }, r.subject || "(no subject)"),
-    el("p", {}, `From ${r.request.from_header} to ${recipients(r)}`),
+    el("h3", { dir: "auto" }, kindTag(r), isPost(r) ? "leave a mailing list" : r.subject || "(no subject)"),
+    el("p", {}, isPost(r) ? `To ${destination(r)}` : `From ${r.request.from_header} to ${recipients(r)}`),
     el("p", { class: "hint" }, `Requested ${when(r.request.created_at)}; ${r.request.attempts === 1 ? "1 attempt" : `${r.request.attempts} attempts`} to send it.`),
     el("details", { class: "technical" }, el("summary", {}, "Technical details"),
       el("p", {}, `Message-ID ${r.request.message_id}; last error: ${r.request.error || "none"}.`)),
@@ -186,6 +210,7 @@ const outcome = (r) => {
   if (r.decided_by) parts.push(el("br"), el("span", { class: "hint" }, `${state === "rejected" ? "rejected" : "approved"} by ${r.decided_by} ${when(r.decided_at)}`));
   else if (r.approved_via === "policy") parts.push(el("br"), el("span", { class: "hint" }, "approved by a send policy"));
   if (r.request.reject_reason) parts.push(el("br"), el("span", { class: "reject-reason" }, `Reason: ${r.request.reject_reason}`));
+  if (r.request.http_status) parts.push(el("br"), el("span", { class: "hint http-status" }, `the list answered HTTP ${r.request.http_status}`));
   if (r.error) parts.push(el("br"), el("span", { class: "hint" }, `error: ${r.error}`));
   return parts;
 };
@@ -198,8 +223,8 @@ function drawHistory() {
       ["Asked", "Subject", "To", "Asked by", "State"],
       historyRows.map((r) => row({ "data-request-id": idOf(r), "data-state": r.request.state }, [
         when(r.request.created_at),
-        r.subject || "(no subject)",
-        recipients(r),
+        el("span", {}, kindTag(r), isPost(r) ? "leave a mailing list" : r.subject || "(no subject)"),
+        destination(r),
         asker(r),
         el("span", {}, outcome(r)),
       ])),
