@@ -407,4 +407,4 @@ def counts(tenant: Any, automations: Iterable[Automation]) -> tuple[dict[Any, in
 
 
 def approval_url(automation_id: Any) -> str:
-    return absolute_url(f"/outbound?automation={automation_id}")
+    return absolute_url(f"/automations?automation={automation_id}")

@@ -1,7 +1,7 @@
 """Automatic replies (issue 40): standing send behaviours, approved once, then sent by themselves as approved.
 
 - set_auto_reply (send scope, always confirmed): a person's is approved as they make it (it replaces the
-  mailbox's active one); an agent's waits for a person on /outbound (approve_automation against its content_hash)
+  mailbox's active one); an agent's waits for a person on /outbound (approve_automation against its content_hash, on /automations)
   and changes nothing until then. Nothing edits an automation: a change is a new one.
 - cancel_auto_reply (send scope): it sends nothing more. An agent may cancel one, never change one.
 - list_automations / get_automation: each with its state, what it sends and to whom, and what it did.
