@@ -110,7 +110,7 @@ def test_one_reply_per_sender_none_to_lists_robots_automatic_mail_or_bcc_copies(
     }
     assert (detail["replied"], detail["waiting"]) == (2, 0)
     # each reply is on record as the automatic reply of its approver
-    sent = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="send_auto_reply", outcome="ok")
+    sent = AuditEvent.objects.for_tenant(alice.tenant).filter(operation="send_automatically", outcome="ok")
     assert {(e.principal, e.credential_kind, e.credential_id) for e in sent} == {
         ("person", "autoreply", made["automation_id"])
     }
@@ -286,7 +286,7 @@ def test_racing_workers_reply_once_per_sender(
         from apps.gate.dispatch import dispatch
 
         data = {"automation_id": str(automation.pk), "message_id": str(message.pk)}
-        return dispatch(caller, Door.INTERNAL, "send_auto_reply", data).output["outcome"]
+        return dispatch(caller, Door.INTERNAL, "send_automatically", data).output["outcome"]
 
     twice = [dans[0], dans[0], dans[1], dans[1]]
     order = iter(twice)
@@ -359,3 +359,59 @@ def test_replies_wait_while_budgets_are_spent_or_unreachable_and_go_once_in_orde
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
     with pytest.raises(OakenError):
         call(as_person(mallory), "cancel_auto_reply", {"automation_id": made["automation_id"]})
+
+
+# ---------------------------------------------------------------- forwarding (issue 40 item 3)
+
+
+def test_an_agents_forwarding_forwards_nothing_until_approved_then_each_message_once(
+    alice: Person, mallory: Person, boxes: dict[str, str], imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    user = boxes["alice_user"]
+    for box in (user, boxes["mallory_user"]):
+        for name in ("old-1", "old-2"):
+            put(imap_server, box, name, "Bob <bob@example.test>")
+    sync(boxes["alice"])
+    sync(boxes["mallory"])
+    agent = as_agent(alice, scopes=SENDER)
+    data = {"account_id": boxes["alice"], "to": "Keeper <keeper@example.test>"}
+    proposal = refusal(agent, "set_forwarding", data).proposal
+    assert proposal is not None and "keeper@example.test" in proposal["summary"]
+    assert "would have forwarded 2 messages" in proposal["summary"] and "About old" not in str(proposal)
+    asked = call(agent, "set_forwarding", data, confirmation_token=proposal["token"])
+    assert (asked["state"], asked["forward_to"]) == ("awaiting_approval", "keeper@example.test")
+    put(imap_server, user, "early", "Carol <carol@example.test>")
+    sync(boxes["alice"])
+    assert autoreplies.run() == 0 and deliver_all() == [] and smtp_server.received == []
+    # a write-only agent can neither ask for one nor change this one
+    writer = as_agent(alice, scopes=frozenset({"read", "write"}))
+    assert refusal(writer, "set_forwarding", data).code == "INSUFFICIENT_SCOPE"
+
+    call(
+        as_person(alice),
+        "approve_automation",
+        {"automation_id": asked["automation_id"], "content_hash": asked["content_hash"]},
+    )
+    put(imap_server, user, "new-1", "Dan <dan@example.test>")
+    put(imap_server, user, "new-2", "Erin <erin@example.test>")
+    # the same message delivered again (another copy, the same Message-ID), and one Oaken forwarded already
+    imap_server.append(user, "INBOX", raw_message(sender="Dan <dan@example.test>", to=user, body="Again.\n",
+                                                  message_id="<new-1@example.test>"))  # fmt: skip
+    put(imap_server, user, "loop", "Fay <fay@example.test>", extra_headers=[("X-Oaken-Forwarded", "0123abcd")])
+    sync(boxes["alice"])
+    sync(boxes["alice"])
+    assert autoreplies.run() == 4
+    assert deliver_all() == ["sent", "sent"]
+    got = [message_from_bytes(r.data) for r in smtp_server.received]
+    assert {r.recipients[0] for r in smtp_server.received} == {"keeper@example.test"}
+    assert sorted(m["Subject"] for m in got) == ["Fwd: About new-1", "Fwd: About new-2"]
+    assert {(m["Auto-Submitted"], len(m["X-Oaken-Forwarded"])) for m in got} == {("auto-generated", 32)}
+    detail = call(as_person(alice), "get_automation", {"automation_id": asked["automation_id"]})
+    assert sorted(h["outcome"] for h in detail["history"]) == [
+        "forwarded",
+        "forwarded",
+        "forwarded_already",
+        "forwarded_by_oaken",
+    ]
+    assert not Automation.objects.for_tenant(mallory.tenant).exists()
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

@@ -190,6 +190,7 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "delete_draft": lambda w: [{"draft_id": w.draft()}],
     "send_email": lambda w: [w.email()],
     "set_auto_reply": lambda w: [{"account_id": str(w.sender.pk), "subject": "Away", "text": "Away until Monday."}],
+    "set_forwarding": lambda w: [{"account_id": str(w.sender.pk), "to": "keeper@example.org"}],
     "send_draft": lambda w: [{"draft_id": w.draft(), "idempotency_key": "draft-1"}],
     "unsubscribe": lambda w: [
         {"message_id": w.list_message("<mailto:leave@list.example.org?subject=stop>"), "idempotency_key": "u-1"},

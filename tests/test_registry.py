@@ -247,5 +247,5 @@ def test_only_a_change_whose_output_names_a_request_may_say_it_awaits_approval()
                 awaits_approval=True,
                 target=Registry(),
             )(lambda ctx, data: None)
-    expected = {"send_email", "send_draft", "schedule_draft", "unsubscribe", "set_auto_reply"}
+    expected = {"send_email", "send_draft", "schedule_draft", "unsubscribe", "set_auto_reply", "set_forwarding"}
     assert {op.name for op in registry if op.awaits_approval} == expected

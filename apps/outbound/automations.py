@@ -19,15 +19,17 @@ import hashlib
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count
+from django.utils.crypto import salted_hmac
 
 from apps.audit.log import canonical_json
 from apps.core.acts import Act
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.core.ids import new_id
 from apps.core.kinds import Principal
@@ -35,6 +37,7 @@ from apps.core.links import absolute_url
 from apps.mail.models import FolderKind, MailAccount, Message
 from apps.outbound import requests
 from apps.outbound.compose import recipients, reply_subject
+from apps.outbound.drafts import forwarded
 from apps.outbound.models import (
     Automation,
     AutomationKind,
@@ -42,9 +45,11 @@ from apps.outbound.models import (
     AutoReplyDecision,
     OutboundRequest,
 )
+from apps.outbound.selectors import forwardable_attachments
 
 AUDIENCES = ("everyone", "known")
 REPLIED = "replied"
+FORWARDED = "forwarded"
 
 # senders no automatic reply goes to (RFC 3834 §2, RFC 5230 §4.6): robots, lists' own addresses, bounces
 _ROBOT = re.compile(
@@ -58,23 +63,26 @@ _NOT_ANSWERED = (FolderKind.SENT, FolderKind.DRAFTS, FolderKind.SPAM, FolderKind
 
 
 @dataclass(frozen=True)
-class AutoReplyContent:
-    """What an automatic reply sends and to whom: what a person approves (its hash)."""
+class AutomationContent:
+    """What an automation sends and to whom: what a person approves (its hash). An automatic reply: its subject,
+    text, audience, window and schedule; a forward: where every message goes."""
 
     account: MailAccount
-    subject: str
-    body: str
-    audience: str
-    once_per_days: int
-    starts_at: datetime | None
-    ends_at: datetime | None
-    tz: str
+    kind: str = AutomationKind.AUTO_REPLY
+    subject: str = ""
+    body: str = ""
+    audience: str = ""
+    once_per_days: int = 0
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    tz: str = "UTC"
+    forward_to: str = ""
 
     def digest(self) -> str:
         return hashlib.sha256(
             canonical_json(
                 {
-                    "kind": AutomationKind.AUTO_REPLY,
+                    "kind": str(self.kind),
                     "account": str(self.account.pk),
                     "sender": self.account.email_address,
                     "subject": self.subject,
@@ -84,14 +92,16 @@ class AutoReplyContent:
                     "starts_at": self.starts_at.isoformat() if self.starts_at else None,
                     "ends_at": self.ends_at.isoformat() if self.ends_at else None,
                     "tz": self.tz,
+                    "forward_to": self.forward_to,
                 }
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
 
 
-def content_of(automation: Automation) -> AutoReplyContent:
-    return AutoReplyContent(
+def content_of(automation: Automation) -> AutomationContent:
+    return AutomationContent(
         account=automation.account,
+        kind=automation.kind,
         subject=automation.subject,
         body=automation.body,
         audience=automation.audience,
@@ -99,6 +109,7 @@ def content_of(automation: Automation) -> AutoReplyContent:
         starts_at=automation.starts_at,
         ends_at=automation.ends_at,
         tz=automation.tz,
+        forward_to=automation.forward_to,
     )
 
 
@@ -106,15 +117,15 @@ def _state(automation: Automation) -> dict[str, Any]:
     return {"state": automation.state, "kind": automation.kind, "account_id": str(automation.account_id)}
 
 
-def request_auto_reply(content: AutoReplyContent, *, act: Act) -> Automation:
-    """A new automatic reply for the mailbox: active at once when a person makes it (replacing the one before),
-    else waiting for a person's approval."""
+def request_automation(content: AutomationContent, *, act: Act) -> Automation:
+    """A new automation for the mailbox: active at once when a person makes it (replacing the mailbox's one of its
+    kind), else waiting for a person's approval."""
     caller = act.caller
     requests.check_can_send(content.account)
     automation = Automation.objects.create(
         tenant=act.tenant,
         account=content.account,
-        kind=AutomationKind.AUTO_REPLY,
+        kind=content.kind,
         state=AutomationState.AWAITING_APPROVAL,
         subject=content.subject,
         body=content.body,
@@ -123,6 +134,7 @@ def request_auto_reply(content: AutoReplyContent, *, act: Act) -> Automation:
         starts_at=content.starts_at,
         ends_at=content.ends_at,
         tz=content.tz,
+        forward_to=content.forward_to,
         content_hash=content.digest(),
         requested_by=caller.user,
         principal=caller.principal.value,
@@ -261,10 +273,23 @@ def _addresses(values: Any) -> set[str]:
     return {str(v.get("address", "")).casefold() for v in values or () if isinstance(v, dict)}
 
 
+def forward_mark(account_id: Any) -> str:
+    """The mark an automatic forward from this mailbox carries (X-Oaken-Forwarded): mail carrying any Oaken mark
+    is never forwarded again, so two mailboxes forwarding to each other cannot loop."""
+    return salted_hmac("oaken.outbound.forward", str(account_id)).hexdigest()[:32]
+
+
 def why_not(automation: Automation, message: Message, own: set[str]) -> str | None:
-    """Why this message gets no automatic reply (RFC 3834: never to lists, robots, automatic mail, a Bcc copy or
-    oneself), or None when it may get one (the window per address is settled when it is sent)."""
+    """Why the automation does not act on this message, or None when it may (an automatic reply's window per
+    address is settled when it is sent). An automatic reply follows RFC 3834: never to lists, robots, automatic
+    mail, a Bcc copy or oneself. A forward takes all mail but what Oaken forwarded already and its destination's."""
     headers = {str(k).casefold(): str(v) for k, v in (message.headers or {}).items()}
+    if automation.kind == AutomationKind.FORWARD:
+        if "x-oaken-forwarded" in headers:
+            return "forwarded_by_oaken"
+        if message.sender_address.casefold() == automation.forward_to.casefold():
+            return "from_destination"
+        return None
     sender = message.sender_address.casefold()
     if not sender or "@" not in sender:
         return "no_sender"
@@ -305,6 +330,18 @@ def known_correspondents(account: MailAccount, addresses: Iterable[str]) -> set[
         return {row[0] for row in cursor.fetchall()}
 
 
+def would_forward(content: AutomationContent, *, since: datetime) -> tuple[int, list[Message]]:
+    """How many of the mailbox's messages stored since then a forward would have sent, and the newest three."""
+    rows = (
+        Message.objects.for_tenant(content.account.tenant)
+        .filter(account=content.account, pk__gte=id_at(since))
+        .exclude(folder__kind__in=_NOT_ANSWERED)
+        .exclude(headers__has_key="x-oaken-forwarded")
+        .exclude(sender_address__iexact=content.forward_to)
+    )
+    return rows.count(), list(rows.only("id", "subject").order_by("-pk")[:3])
+
+
 def record_skipped(automation: Automation, decisions: list[tuple[Message, str]], *, now: datetime) -> None:
     """The messages it will not answer, and why (once each: a decision already made stays)."""
     AutoReplyDecision.objects.bulk_create(
@@ -324,8 +361,9 @@ def record_skipped(automation: Automation, decisions: list[tuple[Message, str]],
     )
 
 
-def reply(automation: Automation, message: Message, *, act: Act) -> tuple[str, OutboundRequest | None]:
-    """Answer this message on the automation's standing authority, once: (outcome, the request when replied)."""
+def act_on(automation: Automation, message: Message, *, act: Act) -> tuple[str, OutboundRequest | None]:
+    """Answer or forward this message on the automation's standing authority, once: (outcome, the request when it
+    sent one)."""
     if automation.state != AutomationState.ACTIVE:
         raise OakenError("CONFLICT", "this automation is not active", field="automation_id")
     if automation.content_hash != content_of(automation).digest():
@@ -345,12 +383,18 @@ def reply(automation: Automation, message: Message, *, act: Act) -> tuple[str, O
         )
     if not made:
         return "already_decided", None
-    if reason is None and not _window_open(automation, message.sender_address.casefold(), now=act.now):
-        reason = "replied_recently"
+    if reason is None:
+        reason = _once(automation, message, act=act)
     if reason is not None:
         AutoReplyDecision.objects.for_tenant(act.tenant).filter(pk=decision.pk).update(outcome=reason)
-        act.touch(message.pk, None, {"auto_reply": reason})
+        act.touch(message.pk, None, {automation.kind: reason})
         return reason, None
+    if automation.kind == AutomationKind.FORWARD:
+        request = _forward(automation, message, act=act)
+        AutoReplyDecision.objects.for_tenant(act.tenant).filter(pk=decision.pk).update(
+            outcome=FORWARDED, request=request
+        )
+        return FORWARDED, request
     references = [*message.references, message.message_id] if message.message_id else list(message.references)
     content = requests.Content(
         account=automation.account,
@@ -365,6 +409,42 @@ def reply(automation: Automation, message: Message, *, act: Act) -> tuple[str, O
     )
     AutoReplyDecision.objects.for_tenant(act.tenant).filter(pk=decision.pk).update(request=request)
     return REPLIED, request
+
+
+def _once(automation: Automation, message: Message, *, act: Act) -> str | None:
+    """What was done already: a reply to this sender within the window; a forward of this same message (the same
+    Message-ID, delivered or synced again as another copy)."""
+    if automation.kind == AutomationKind.FORWARD:
+        done = AutoReplyDecision.objects.for_tenant(act.tenant).filter(automation=automation, outcome=FORWARDED)
+        if message.message_id and done.filter(message__message_id=message.message_id).exists():
+            return "forwarded_already"
+        return None
+    if not _window_open(automation, message.sender_address.casefold(), now=act.now):
+        return "replied_recently"
+    return None
+
+
+def _forward(automation: Automation, message: Message, *, act: Act) -> OutboundRequest:
+    """The message to the destination, as a person's forward is made, its files with it when they fit the bounds
+    (else a line says they stayed behind)."""
+    files = forwardable_attachments(tenant=act.tenant, message=message)
+    subject, body, attached = forwarded(tenant=act.tenant, message=message, note="", attachments=files)
+    content = requests.Content(
+        account=automation.account,
+        found=recipients([automation.forward_to], [], []),
+        subject=subject,
+        body=body,
+        attachments=attached,
+    )
+    try:
+        content = requests.checked(content, bounds=bounds)
+    except OakenError:
+        left = f"[{len(attached)} attachment(s) of this message were too large to forward.]\n\n"
+        content = requests.checked(replace(content, body=left + body, attachments=()), bounds=bounds)
+    request, _ = requests.create_request(
+        content, act=act, operation="forward", idempotency_key=f"{automation.pk}:{message.pk}", standing=automation
+    )
+    return request
 
 
 def _window_open(automation: Automation, address: str, *, now: datetime) -> bool:

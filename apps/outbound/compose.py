@@ -246,10 +246,10 @@ def build_mime(
     references: Sequence[str],
     date: datetime,
     attachments: Sequence[tuple[str, str, bytes]] = (),
-    auto_submitted: str = "",
+    automatic: Sequence[tuple[str, str]] = (),
 ) -> bytes:
-    """The message as it is sent (Bcc recipients are in the envelope only, never in a header); `auto_submitted`:
-    the RFC 3834 kind of a message sent by itself ("auto-replied"), so other responders leave it unanswered."""
+    """The message as it is sent (Bcc recipients are in the envelope only, never in a header); `automatic`: the
+    headers of a message sent by itself (RFC 3834's Auto-Submitted, a forward's mark; apps.outbound.automations)."""
     msg = EmailMessage(policy=SMTP)
     msg["From"] = Address(display_name=sender_name, addr_spec=sender) if sender_name else sender
     if to:
@@ -263,8 +263,8 @@ def build_mime(
         msg["In-Reply-To"] = f"<{in_reply_to}>"
     if references:
         msg["References"] = " ".join(f"<{r}>" for r in references)
-    if auto_submitted:
-        msg["Auto-Submitted"] = auto_submitted
+    for name, value in automatic:
+        msg[name] = value
     msg.set_content(body or "\n", subtype="plain", charset="utf-8")
     for filename, content_type, content in attachments:
         maintype, _, subtype = content_type.partition("/")

@@ -181,22 +181,33 @@ def reply_draft(*, act: Act, message: Message, body: str, reply_all: bool, quote
     return draft
 
 
+def forwarded(
+    *, tenant: Tenant, message: Message, note: str, attachments: Sequence[Attachment]
+) -> tuple[str, str, tuple[tuple[str, str, bytes], ...]]:
+    """A forward's subject, body (the note above the forwarded block) and files, as a person's forward and an
+    automatic one (apps.outbound.automations) make it."""
+    text = message_text(tenant=tenant, message=message)
+    note = note.rstrip()
+    body = (note + "\n\n" if note else "") + _forwarded_block(message, text)
+    files = tuple((*stored_attachment(f.filename, f.content_type), bytes(f.content)) for f in attachments)
+    return forward_subject(message.subject), body, files
+
+
 def forward_draft(
     *, act: Act, message: Message, found: Recipients, note: str, attachments: Sequence[Attachment]
 ) -> Draft:
     """A forward of the message, the note above it, with these of its attachments (already held to the bounds)."""
-    text = message_text(tenant=act.tenant, message=message)
-    note = note.rstrip()
+    subject, body, files = forwarded(tenant=act.tenant, message=message, note=note, attachments=attachments)
     draft = _new_draft(
         act=act,
         account=message.account,
         to=found.to,
         cc=found.cc,
         bcc=[],
-        subject=forward_subject(message.subject),
-        body=(note + "\n\n" if note else "") + _forwarded_block(message, text),
+        subject=subject,
+        body=body,
         source_message=message,
-        files=tuple((*stored_attachment(f.filename, f.content_type), bytes(f.content)) for f in attachments),
+        files=files,
     )
     act.touch(draft.pk, None, {"draft": "created", "forward_of": str(message.pk), "attachments": len(attachments)})
     return draft

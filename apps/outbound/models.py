@@ -238,6 +238,7 @@ class Snippet(TenantOwned):
 
 class AutomationKind(models.TextChoices):
     AUTO_REPLY = "auto_reply", "Automatic reply"
+    FORWARD = "forward", "Forwarding"
 
 
 class AutomationState(models.TextChoices):
@@ -256,9 +257,11 @@ class Automation(TenantOwned):
     kind = models.CharField(max_length=20, choices=AutomationKind.choices)
     state = models.CharField(max_length=20, choices=AutomationState.choices)
     subject = models.TextField(blank=True)
-    body = models.TextField()
-    audience = models.CharField(max_length=10)  # everyone | known (addresses the person has written to)
-    once_per_days = models.PositiveSmallIntegerField()
+    body = models.TextField(blank=True)
+    audience = models.CharField(max_length=10, blank=True)  # everyone | known (addresses the person has written to)
+    once_per_days = models.PositiveSmallIntegerField(default=0)
+    # forwarding: where each message goes
+    forward_to = models.CharField(max_length=320, blank=True, default="")
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)
     tz = models.CharField(max_length=64, default="UTC")

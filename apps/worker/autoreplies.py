@@ -4,7 +4,7 @@ Each active automatic reply whose schedule has begun reads its mailbox's mail st
 which leads with the time, re-reading a margin behind: a sync whose ids were made earlier may commit later), a
 batch at a time, holding its row (FOR UPDATE SKIP LOCKED: any number of workers, one per automation at a time).
 Mail that gets no reply (lists, robots, automatic mail, Bcc copies, strangers when it answers known correspondents
-only) is recorded with why, without a call; each other message is one call of `send_auto_reply` as the person who
+only) is recorded with why, without a call; each other message is one call of `send_automatically` as the person who
 approved it (Caller.standing: their role and workspaces of now, audited as "an automatic reply approved by …"),
 which decides once per message and once per sender per window in the database, and makes the reply an outbound
 request on the automation's authority. An approver who left the tenant, was deactivated, or no longer reaches
@@ -27,7 +27,7 @@ from apps.core.kinds import CredentialKind, Door
 from apps.gate.dispatch import dispatch
 from apps.gate.internal import call_internal
 from apps.outbound import automations
-from apps.outbound.models import Automation, AutomationKind, AutomationState
+from apps.outbound.models import Automation, AutomationState
 from apps.workspaces.models import Membership
 
 log = logging.getLogger("oaken.outbound")
@@ -39,7 +39,7 @@ def run(now: datetime | None = None) -> int:
     """Every running automatic reply, one batch each; how many messages they decided."""
     now = now or timezone.now()
     running = Automation.objects.unscoped().filter(
-        Q(starts_at__isnull=True) | Q(starts_at__lte=now), state=AutomationState.ACTIVE, kind=AutomationKind.AUTO_REPLY
+        Q(starts_at__isnull=True) | Q(starts_at__lte=now), state=AutomationState.ACTIVE
     )
     return sum(run_one(pk, now) for pk in running.values_list("pk", flat=True))
 
@@ -70,7 +70,7 @@ def run_one(automation_id: Any, now: datetime) -> int:
                 dispatch(
                     caller,
                     Door.INTERNAL,
-                    "send_auto_reply",
+                    "send_automatically",
                     {"automation_id": str(automation.pk), "message_id": str(message.pk)},
                 )
             except OakenError as error:  # recorded by the gate; the message is left as refused, never retried

@@ -37,8 +37,9 @@ from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp
 from apps.mail.oauth.tokens import login_config
 from apps.outbound import oneclick
 from apps.outbound import requests as outbound_requests
+from apps.outbound.automations import forward_mark
 from apps.outbound.compose import build_mime
-from apps.outbound.models import Kind, OutboundRequest, OutboxEntry, State
+from apps.outbound.models import Automation, AutomationKind, Kind, OutboundRequest, OutboxEntry, State
 
 log = logging.getLogger("oaken.outbound")
 
@@ -243,8 +244,14 @@ def mime_of(request: OutboundRequest) -> bytes:
         references=request.references,
         date=request.created_at,
         attachments=attachments,
-        auto_submitted="auto-replied" if request.approved_via == "standing" else "",
+        automatic=automatic_headers(request.automation) if request.approved_via == "standing" else (),
     )
+
+
+def automatic_headers(automation: Automation | None) -> tuple[tuple[str, str], ...]:
+    if automation is not None and automation.kind == AutomationKind.FORWARD:
+        return (("Auto-Submitted", "auto-generated"), ("X-Oaken-Forwarded", forward_mark(automation.account_id)))
+    return (("Auto-Submitted", "auto-replied"),)
 
 
 def load(request_id: Any) -> OutboundRequest | None:

@@ -15,7 +15,8 @@ from apps.mail.parsing.charsets import decode_bytes, strip_nul
 from apps.mail.parsing.whitespace import collapse_whitespace
 
 _ADDRESS_HEADERS = ("from", "to", "cc", "bcc", "reply-to")
-KEPT_HEADERS = ("list-id", "list-unsubscribe", "auto-submitted", "precedence", "x-mailer")
+# x-oaken-forwarded: the mark an automatic forward carries (apps.outbound.automations), so it is never forwarded again
+KEPT_HEADERS = ("list-id", "list-unsubscribe", "auto-submitted", "precedence", "x-mailer", "x-oaken-forwarded")
 _WANTED_HEADERS = frozenset(
     (*_ADDRESS_HEADERS, *KEPT_HEADERS, "subject", "date", "message-id", "in-reply-to", "references")
 )

@@ -215,7 +215,7 @@ def _actor(event: AuditEvent, person: str | None, credential: str | None) -> str
     if event.credential_kind == "ailabel":
         return f"an AI label of {person or 'a former member'}"
     if event.credential_kind == "autoreply":  # sent by itself on the authority its approver gave
-        return f"an automatic reply approved by {person or 'a former member'}"
+        return f"automatic mail approved by {person or 'a former member'}"
     return person or "a former member"
 
 
