@@ -221,7 +221,13 @@ def mail(
         if membership
         else None
     )
-    return _shell(request, "mail", first_screen=screen, poll_seconds=settings.MAIL_POLL_SECONDS)
+    return _shell(
+        request, "mail", first_screen=screen, poll_seconds=settings.MAIL_POLL_SECONDS, standard_folders=_STANDARD
+    )
+
+
+# a mailbox's standard folders as the side lists them first (mail.js's ORDER and FOLDER_NAMES)
+_STANDARD = ("Inbox", "Drafts", "Sent", "Archive", "Spam", "Trash")
 
 
 # The frame's own policy: no script, no request but (when asked for) remote images, inline styles of the mail

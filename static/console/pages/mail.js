@@ -93,6 +93,12 @@ async function loadAccounts(given) {
     return false;
   }
   if (!state.account) state.account = state.accounts[0].id;
+  // every mailbox's standard folders at once, their counts and own folders after (list_folders): the side keeps
+  // its height while they load, so nothing below it moves (a layout shift)
+  for (const a of state.accounts) {
+    if (!state.folders[a.id]) state.folders[a.id] = ORDER.map((kind) => ({ kind, name: FOLDER_NAMES[kind], unread: 0 }));
+  }
+  renderAccounts();
   return true;
 }
 
