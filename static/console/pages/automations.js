@@ -106,8 +106,8 @@ function article(a) {
     el("div", { class: "row-actions" },
       waiting ? button("Approve", () => approveIt(a), { "data-action": "approve", "aria-label": `Approve the automatic reply of ${name}` }) : null,
       waiting ? button("Reject", () => rejectIt(a), { "data-action": "reject", "aria-label": `Reject the automatic reply of ${name}` }) : null,
-      live ? button("Cancel it", () => cancelIt(a), { "data-action": "cancel", "aria-label": `Cancel the automatic reply of ${name}` }) : null,
-      button("What it did", () => showHistory(a), { "data-action": "history", "aria-label": `What the automatic reply of ${name} did` }),
+      live ? button("Cancel it", () => cancelIt(a), { "data-action": "cancel", "aria-label": `Cancel it: the automatic reply of ${name}` }) : null,
+      button("What it did", () => showHistory(a), { "data-action": "history", "aria-label": `What it did: the automatic reply of ${name}` }),
     ),
   );
 }
