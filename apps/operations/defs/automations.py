@@ -1,8 +1,8 @@
 """Automatic replies (issue 40): standing send behaviours, approved once, then sent by themselves as approved.
 
 - set_auto_reply (send scope, always confirmed): a person's is approved as they make it (it replaces the
-  mailbox's active one); an agent's waits for a person on /outbound (approve_automation against its content_hash, on /automations)
-  and changes nothing until then. Nothing edits an automation: a change is a new one.
+  mailbox's active one); an agent's waits for a person on /automations (approve_automation against its
+  content_hash) and changes nothing until then. Nothing edits an automation: a change is a new one.
 - cancel_auto_reply (send scope): it sends nothing more. An agent may cancel one, never change one.
 - list_automations / get_automation: each with its state, what it sends and to whom, and what it did.
 - send_auto_reply: the engine (apps.worker.autoreplies) answering one message on the automation's authority, as
@@ -99,7 +99,7 @@ def _set_preview(ctx: Context, data: AutoReplyIn) -> Preview:
 
 class AutomationOut(Closed):
     automation_id: str
-    request_id: str = Field(description="the same id: what a person approves on /outbound while it waits")
+    request_id: str = Field(description="the same id: what a person approves on /automations while it waits")
     kind: str
     state: str
     account_id: str
@@ -117,7 +117,7 @@ class AutomationOut(Closed):
     replied: int = Field(description="replies it made")
     waiting: int = Field(description="of them, how many wait in queued because the sending budgets are spent or "
                          "cannot be checked (they go once they allow, in order)")  # fmt: skip
-    waiting_why: list[Literal["budget_spent", "budget_unavailable"]] = Field(
+    waiting_why: list[str] = Field(
         default_factory=list,
         description="why they wait: budget_spent (an hourly sending budget is spent), budget_unavailable (the "
         "budgets cannot be checked right now)",
