@@ -12,6 +12,7 @@ urlpatterns = [
     path("members", views.page, {"name": "members"}, name="console-members"),
     path("exposure", views.page, {"name": "exposure"}, name="console-exposure"),
     path("outbound", views.page, {"name": "outbound"}, name="console-outbound"),
+    path("automations", views.page, {"name": "automations"}, name="console-automations"),
     path("policies", views.page, {"name": "policies"}, name="console-policies"),
     path("mailboxes", views.page, {"name": "mailboxes"}, name="console-mailboxes"),
     path("mailboxes/oauth/start", mailoauth.start, name="console-mailbox-oauth-start"),

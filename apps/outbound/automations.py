@@ -476,14 +476,23 @@ def history(automation: Automation, *, limit: int) -> list[AutoReplyDecision]:
     return list(rows.select_related("request").order_by("-decided_at")[:limit])
 
 
-def counts(tenant: Any, automations: Iterable[Automation]) -> tuple[dict[Any, int], dict[Any, int]]:
-    """How many replies each automation made, and how many of them wait in `queued` for their budgets."""
+def counts(
+    tenant: Any, automations: Iterable[Automation]
+) -> tuple[dict[Any, int], dict[Any, int], dict[Any, list[str]]]:
+    """How many replies each automation made, how many of them wait in `queued` for their budgets, and why they
+    wait (each reason once: budget_spent, budget_unavailable)."""
     ids = [a.pk for a in automations]
     rows = OutboundRequest.objects.for_tenant(tenant).filter(automation__in=ids)
     made = dict(rows.values("automation_id").annotate(n=Count("id")).values_list("automation_id", "n"))
     waiting = rows.filter(state="queued").exclude(waiting="")
-    held = dict(waiting.values("automation_id").annotate(n=Count("id")).values_list("automation_id", "n"))
-    return made, held
+    held: dict[Any, int] = {}
+    why: dict[Any, list[str]] = {}
+    for automation_id, reason, n in (
+        waiting.values("automation_id", "waiting").annotate(n=Count("id")).values_list("automation_id", "waiting", "n")
+    ):
+        held[automation_id] = held.get(automation_id, 0) + n
+        why.setdefault(automation_id, []).append(reason)
+    return made, held, {pk: sorted(reasons) for pk, reasons in why.items()}
 
 
 def approval_url(automation_id: Any) -> str:

@@ -23,6 +23,7 @@ NAV_GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("API keys", "console-keys"),
             ("Connections", "console-connections"),
             ("Outbound", "console-outbound"),
+            ("Automations", "console-automations"),
             ("Send policies", "console-policies"),
             ("Budgets", "console-budgets"),
             ("Exposure", "console-exposure"),

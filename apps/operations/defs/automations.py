@@ -102,7 +102,7 @@ def _set_preview(ctx: Context, data: AutoReplyIn) -> Preview:
 
 class AutomationOut(Closed):
     automation_id: str
-    request_id: str = Field(description="the same id: what a person approves on /outbound while it waits")
+    request_id: str = Field(description="the same id: what a person approves on /automations while it waits")
     kind: str
     state: str
     account_id: str
@@ -121,11 +121,18 @@ class AutomationOut(Closed):
     replied: int = Field(description="replies it made")
     waiting: int = Field(description="of them, how many wait in queued because the sending budgets are spent or "
                          "cannot be checked (they go once they allow, in order)")  # fmt: skip
+    waiting_why: list[str] = Field(
+        default_factory=list,
+        description="why they wait: budget_spent (an hourly sending budget is spent), budget_unavailable (the "
+        "budgets cannot be checked right now)",
+    )
     next: str
     approval_url: str | None
 
 
-def automation_out(automation: Automation, *, replied: int = 0, waiting: int = 0) -> AutomationOut:
+def automation_out(
+    automation: Automation, *, replied: int = 0, waiting: int = 0, waiting_why: list[str] | None = None
+) -> AutomationOut:
     state = AutomationState(automation.state)
     decides = state == AutomationState.AWAITING_APPROVAL
     return AutomationOut(
@@ -148,6 +155,7 @@ def automation_out(automation: Automation, *, replied: int = 0, waiting: int = 0
         reject_reason=automation.reject_reason,
         replied=replied,
         waiting=waiting,
+        waiting_why=waiting_why or [],
         next=_STATE_NEXT[state],
         approval_url=automations.approval_url(automation.pk) if decides else None,
     )
@@ -273,8 +281,13 @@ def cancel_auto_reply(ctx: Context, data: AutomationIn) -> AutomationOut:
 
 
 def _out(ctx: Context, automation: Automation) -> AutomationOut:
-    replied, waiting = automations.counts(ctx.tenant, [automation])
-    return automation_out(automation, replied=replied.get(automation.pk, 0), waiting=waiting.get(automation.pk, 0))
+    replied, waiting, why = automations.counts(ctx.tenant, [automation])
+    return automation_out(
+        automation,
+        replied=replied.get(automation.pk, 0),
+        waiting=waiting.get(automation.pk, 0),
+        waiting_why=why.get(automation.pk, []),
+    )
 
 
 class ListAutomationsIn(Closed):
@@ -303,9 +316,12 @@ def list_automations(ctx: Context, data: ListAutomationsIn) -> AutomationsOut:
     if data.state is not None:
         rows = rows.filter(state=data.state)
     found = list(rows.order_by("-created_at")[: data.limit])
-    replied, waiting = automations.counts(ctx.tenant, found)
+    replied, waiting, why = automations.counts(ctx.tenant, found)
     return AutomationsOut(
-        automations=[automation_out(a, replied=replied.get(a.pk, 0), waiting=waiting.get(a.pk, 0)) for a in found]
+        automations=[
+            automation_out(a, replied=replied.get(a.pk, 0), waiting=waiting.get(a.pk, 0), waiting_why=why.get(a.pk, []))
+            for a in found
+        ]
     )
 
 

@@ -14,10 +14,12 @@
 // folder changed, and puts what came at the top of the list. Keyboard: j/k, o/Enter, e, #, r, a, f, /, Esc, ?.
 // Archive, trash, move, label and read state offer Undo: the reverse operation, called when asked.
 // Snooze (snooze_messages, unsnooze_messages) is on each message the reader opens. "Waiting for reply"
-// (list_awaiting_reply) is listed under the views by mail-awaiting.js, and its threads shown here.
+// (list_awaiting_reply) is listed under the views by mail-awaiting.js, and its threads shown here. Unsubscribe
+// (the operation unsubscribe, which says which kind the message offers) is in mail-unsubscribe.js.
 import { call, describeError, download, el, isAsking, notice, perform, shown, toast } from "../lib.js";
 import * as composing from "./mail-compose.js";
 import { appliedRules } from "./mail-rules.js";
+import { unsubscribeBox, unsubscribeButton } from "./mail-unsubscribe.js";
 import { messageSummary, threadSummary } from "./mail-summary.js";
 import * as savedViews from "./mail-views.js";
 import * as awaiting from "./mail-awaiting.js";
@@ -597,14 +599,17 @@ async function expand(article, summary) {
     body.replaceChildren(el("p", { class: "errors" }, describeError(err)));
     return;
   }
+  const unsubscribing = unsubscribeBox(m); // what Unsubscribe answered (mail-unsubscribe.js)
   const parts = [
     el("div", { class: "message-actions row-actions" },
       el("button", { type: "button", class: "reply", onclick: () => composing.reply(m, false) }, "Reply"),
       el("button", { type: "button", class: "reply-all", onclick: () => composing.reply(m, true) }, "Reply all"),
       el("button", { type: "button", class: "forward", onclick: () => composing.forward(m) }, "Forward"),
       snoozeButton(m),
+      unsubscribeButton(m, unsubscribing),
     ),
     snoozePanel(m),
+    unsubscribing,
     el("dl", { class: "headers" },
       el("dt", {}, "From"), el("dd", { dir: "auto" }, m.sender ? address(m.sender) : "—"),
       el("dt", {}, "To"), el("dd", { dir: "auto" }, m.to.map(address).join(", ") || "—"),
