@@ -83,31 +83,41 @@ function article(a) {
   const name = accountName(a.account_id);
   const waiting = a.state === "awaiting_approval";
   const live = waiting || a.state === "active";
-  const rows = [
-    ["State", el("span", { class: `state state-${a.state}` }, stateWords(a))],
-    ["Mailbox", name],
-    ["Subject", a.subject ? el("bdi", {}, a.subject) : el("span", { class: "hint" }, "“Re:” and the message's own subject")],
-    ["Sent to", audienceWords(a)],
-    ["How often", `At most once per sender in ${a.once_per_days} ${a.once_per_days === 1 ? "day" : "days"}`],
-    ["When", scheduleWords(a)],
-    ["Replies", sentWords(a)],
-  ];
+  const forward = a.kind === "forward";
+  const what = forward ? "Forwarding" : "Automatic reply";
+  const rows = forward
+    ? [
+        ["State", el("span", { class: `state state-${a.state}` }, stateWords(a))],
+        ["Mailbox", name],
+        ["Forwards to", el("bdi", {}, a.forward_to)],
+        ["What", "Every new message, but spam, trash and mail Oaken forwarded already"],
+        ["Forwards", sentWords(a).replace(/repl(y|ies)/, (m) => (m === "reply" ? "forward" : "forwards"))],
+      ]
+    : [
+        ["State", el("span", { class: `state state-${a.state}` }, stateWords(a))],
+        ["Mailbox", name],
+        ["Subject", a.subject ? el("bdi", {}, a.subject) : el("span", { class: "hint" }, "“Re:” and the message's own subject")],
+        ["Sent to", audienceWords(a)],
+        ["How often", `At most once per sender in ${a.once_per_days} ${a.once_per_days === 1 ? "day" : "days"}`],
+        ["When", scheduleWords(a)],
+        ["Replies", sentWords(a)],
+      ];
   if (a.approved_by) rows.push(["Approved by", a.approved_by]);
   if (a.reject_reason) rows.push(["Reason", el("bdi", {}, a.reject_reason)]);
   const title = `${name}: ${stateWords(a)}`;
   return el("article", { class: "outbound automation", tabindex: "-1", "data-automation-id": a.automation_id, "data-state": a.state, "aria-label": title },
-    el("h3", {}, `Automatic reply of ${name}`),
+    el("h3", {}, `${what} of ${name}`),
     waiting ? el("p", { class: "hint" }, "An assistant asked for it. It sends nothing until you approve it; what you approve is exactly what is shown.") : null,
     el("dl", { class: "headers" }, rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-    el("h4", {}, "Text"),
-    el("pre", { class: "message-text", dir: "auto" }, a.text),
+    forward ? null : el("h4", {}, "Text"),
+    forward ? null : el("pre", { class: "message-text", dir: "auto" }, a.text),
     el("details", { class: "technical" }, el("summary", {}, "Technical details"),
       el("dl", {}, el("dt", {}, "Content hash"), el("dd", {}, el("code", {}, a.content_hash)))),
     el("div", { class: "row-actions" },
-      waiting ? button("Approve", () => approveIt(a), { "data-action": "approve", "aria-label": `Approve the automatic reply of ${name}` }) : null,
-      waiting ? button("Reject", () => rejectIt(a), { "data-action": "reject", "aria-label": `Reject the automatic reply of ${name}` }) : null,
-      live ? button("Cancel it", () => cancelIt(a), { "data-action": "cancel", "aria-label": `Cancel it: the automatic reply of ${name}` }) : null,
-      button("What it did", () => showHistory(a), { "data-action": "history", "aria-label": `What it did: the automatic reply of ${name}` }),
+      waiting ? button("Approve", () => approveIt(a), { "data-action": "approve", "aria-label": `Approve the ${what.toLowerCase()} of ${name}` }) : null,
+      waiting ? button("Reject", () => rejectIt(a), { "data-action": "reject", "aria-label": `Reject the ${what.toLowerCase()} of ${name}` }) : null,
+      live ? button("Cancel it", () => cancelIt(a), { "data-action": "cancel", "aria-label": `Cancel it: the ${what.toLowerCase()} of ${name}` }) : null,
+      button("What it did", () => showHistory(a), { "data-action": "history", "aria-label": `What it did: the ${what.toLowerCase()} of ${name}` }),
     ),
   );
 }
