@@ -395,8 +395,14 @@ def test_an_agents_forwarding_forwards_nothing_until_approved_then_each_message_
     put(imap_server, user, "new-1", "Dan <dan@example.test>")
     put(imap_server, user, "new-2", "Erin <erin@example.test>")
     # the same message delivered again (another copy, the same Message-ID), and one Oaken forwarded already
-    imap_server.append(user, "INBOX", raw_message(sender="Dan <dan@example.test>", to=user, body="Again.\n", subject="About new-1",
-                                                  message_id="<new-1@example.test>"))  # fmt: skip
+    again = raw_message(
+        sender="Dan <dan@example.test>",
+        to=user,
+        body="Again.\n",
+        subject="About new-1",
+        message_id="<new-1@example.test>",
+    )
+    imap_server.append(user, "INBOX", again)
     put(imap_server, user, "loop", "Fay <fay@example.test>", extra_headers=[("X-Oaken-Forwarded", "0123abcd")])
     sync(boxes["alice"])
     sync(boxes["alice"])
