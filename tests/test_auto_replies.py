@@ -8,7 +8,6 @@ but never change one; an approver who lost the mailbox ends it; budgets spent or
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from email import message_from_bytes
 from typing import Any
 
@@ -300,16 +299,6 @@ def test_racing_workers_reply_once_per_sender(
     outcomes = _race(4, next_answer)
     assert sorted(outcomes) == ["already_decided", "already_decided", "replied", "replied_recently"]
     assert OutboundRequest.objects.for_tenant(alice.tenant).filter(to=["dan@example.test"]).count() == 1
-
-
-@pytest.fixture
-def redis_away(settings: Any) -> Iterator[None]:
-    real = settings.REDIS_URL
-    settings.REDIS_URL = "unix:///nonexistent/redis.sock"
-    redis_module.redis_client.cache_clear()
-    yield
-    settings.REDIS_URL = real
-    redis_module.redis_client.cache_clear()
 
 
 def test_replies_wait_while_budgets_are_spent_or_unreachable_and_go_once_in_order(

@@ -384,3 +384,28 @@ export function toast(text, actionLabel, onAction, seconds = 8) {
   box.dataset.timer = String(setTimeout(close, seconds * 1000));
   return close;
 }
+
+// A panel of what something did (a rule, an automation): shown and focused at once, filled by `op`'s `history`,
+// newest first, one list item a line (`item`), or `none` when it did nothing yet.
+export async function showHistory({ section, title, body, heading, op, input, none, item }) {
+  section.hidden = false;
+  title.textContent = heading;
+  body.replaceChildren(el("p", { class: "hint" }, "Loading…"));
+  title.focus();
+  let out;
+  try {
+    out = await call(op, { ...input, history: 20 });
+  } catch (err) {
+    body.replaceChildren(el("p", { class: "errors" }, plainError(err)));
+    return;
+  }
+  if (!out.history.length) {
+    body.replaceChildren(el("p", { class: "hint" }, none));
+    return;
+  }
+  const n = out.history.length;
+  body.replaceChildren(
+    el("p", { class: "hint" }, `Its last ${n} ${n === 1 ? "message" : "messages"}, newest first.`),
+    el("ul", { class: "rule-log" }, out.history.map(item)),
+  );
+}

@@ -6,7 +6,7 @@
 // (cancel_auto_reply); setting a new one (set_auto_reply, through the gate's proposal). ?automation=<id> (the
 // approval link an assistant hands on) picks that one out. Below, the unsubscribe requests among the person's
 // latest outbound requests (list_outbound), each followed on /outbound. The page decides nothing of its own.
-import { askFirst, button, call, el, notice, perform, plainError, when } from "../lib.js";
+import { askFirst, button, call, el, notice, perform, plainError, showHistory, when } from "../lib.js";
 
 const listBox = document.getElementById("automations-list");
 const namedBox = document.getElementById("automation-named");
@@ -117,7 +117,7 @@ function article(a) {
       waiting ? button("Approve", () => approveIt(a), { "data-action": "approve", "aria-label": `Approve the ${what.toLowerCase()} of ${name}` }) : null,
       waiting ? button("Reject", () => rejectIt(a), { "data-action": "reject", "aria-label": `Reject the ${what.toLowerCase()} of ${name}` }) : null,
       live ? button("Cancel it", () => cancelIt(a), { "data-action": "cancel", "aria-label": `Cancel it: the ${what.toLowerCase()} of ${name}` }) : null,
-      button("What it did", () => showHistory(a), { "data-action": "history", "aria-label": `What it did: the ${what.toLowerCase()} of ${name}` }),
+      button("What it did", () => showAutomationHistory(a), { "data-action": "history", "aria-label": `What it did: the ${what.toLowerCase()} of ${name}` }),
     ),
   );
 }
@@ -197,35 +197,21 @@ async function cancelIt(a) {
 
 // ------------------------------------------------------------ what it did (get_automation's history)
 
-async function showHistory(a) {
-  historySection.hidden = false;
-  historyTitle.textContent = `What the automatic reply of ${accountName(a.account_id)} did`;
-  historyBody.replaceChildren(el("p", { class: "hint" }, "Loading…"));
-  historyTitle.focus();
-  let out;
-  try {
-    out = await call("get_automation", { automation_id: a.automation_id, history: 20 });
-  } catch (err) {
-    historyBody.replaceChildren(el("p", { class: "errors" }, plainError(err)));
-    return;
-  }
-  if (!out.history.length) {
-    historyBody.replaceChildren(el("p", { class: "hint" }, "It has not decided on any message yet."));
-    return;
-  }
-  historyBody.replaceChildren(
-    el("p", { class: "hint" }, `Its last ${out.history.length} ${out.history.length === 1 ? "message" : "messages"}, newest first.`),
-    el("ul", { class: "rule-log" },
-      out.history.map((h) =>
-        el("li", { "data-outcome": h.outcome },
-          el("bdi", {}, h.sender || "(no sender)"),
-          el("span", { class: "hint" }, ` ${when(h.at)}${h.message_id ? "" : " (a message since deleted)"}`),
-          el("div", {}, outcomeWords(h.outcome),
-            h.request_state ? `; the reply: ${REPLY_STATES[h.request_state] || h.request_state}` : ""),
-        ),
+function showAutomationHistory(a) {
+  const what = a.kind === "forward" ? "forwarding" : "automatic reply";
+  return showHistory({
+    section: historySection, title: historyTitle, body: historyBody,
+    heading: `What the ${what} of ${accountName(a.account_id)} did`,
+    op: "get_automation", input: { automation_id: a.automation_id },
+    none: "It has not decided on any message yet.",
+    item: (h) =>
+      el("li", { "data-outcome": h.outcome },
+        el("bdi", {}, h.sender || "(no sender)"),
+        el("span", { class: "hint" }, ` ${when(h.at)}${h.message_id ? "" : " (a message since deleted)"}`),
+        el("div", {}, outcomeWords(h.outcome),
+          h.request_state ? `; the reply: ${REPLY_STATES[h.request_state] || h.request_state}` : ""),
       ),
-    ),
-  );
+  });
 }
 
 const closeHistory = document.getElementById("automation-history-close");

@@ -6,7 +6,7 @@
 // saved (test_rule: the matches and why) and saves it (create_rule, update_rule) through the gate's proposal, which
 // says what it would have done to the last 30 days. The page decides nothing of its own: it says what the operations
 // answer, and a refusal beside the field it names. list_accounts names the mailboxes.
-import { button, call, el, notice, perform, plainError, row, table, when } from "../lib.js";
+import { button, call, el, notice, perform, plainError, row, showHistory, table, when } from "../lib.js";
 import { outcomeWords } from "./mail-rules.js";
 
 const listBox = document.getElementById("rules-list");
@@ -168,7 +168,7 @@ function actionsCell(r, own, i) {
   });
   return el("div", { class: "row-actions rule-actions" },
     button("Edit", () => edit(r), { class: "edit-rule", "aria-label": `Edit ${r.name}` }),
-    button("History", () => showHistory(r), { class: "rule-history-open", "aria-label": `History of ${r.name}` }),
+    button("History", () => showRuleHistory(r), { class: "rule-history-open", "aria-label": `History of ${r.name}` }),
     button(on ? "Turn off" : "Turn on", () => toggle(r, !on), { class: "toggle-rule", "aria-label": `${on ? "Turn off" : "Turn on"} ${r.name}` }),
     i > 0 ? button("Up", () => move(own, i, -1), { class: "rule-up", "aria-label": `Move ${r.name} up` }) : null,
     i < own.length - 1 ? button("Down", () => move(own, i, 1), { class: "rule-down", "aria-label": `Move ${r.name} down` }) : null,
@@ -209,36 +209,21 @@ async function remove(r) {
 
 // ------------------------------------------------------------ what a rule did (get_rule's history)
 
-async function showHistory(r) {
-  historySection.hidden = false;
+function showRuleHistory(r) {
   historySection.dataset.ruleId = r.id;
-  historyTitle.textContent = `What ${r.name} did`;
-  historyBody.replaceChildren(el("p", { class: "hint" }, "Loading…"));
-  historyTitle.focus();
-  let out;
-  try {
-    out = await call("get_rule", { rule_id: r.id, history: 20 });
-  } catch (err) {
-    historyBody.replaceChildren(el("p", { class: "errors" }, plainError(err)));
-    return;
-  }
-  if (!out.history.length) {
-    historyBody.replaceChildren(el("p", { class: "hint" }, "It has not acted on any message yet."));
-    return;
-  }
-  historyBody.replaceChildren(
-    el("p", { class: "hint" }, `Its last ${out.history.length} ${out.history.length === 1 ? "message" : "messages"}, newest first.`),
-    el("ul", { class: "rule-log" },
-      out.history.map((h) =>
-        el("li", { "data-message-id": h.message_id || "" },
-          el("strong", { dir: "auto" }, h.message_id ? h.subject || "(no subject)" : "(a message since deleted)"),
-          el("span", { class: "hint" }, ` ${when(h.applied_at)}, version ${h.version}`),
-          el("div", {}, "Because ", h.matched.join("; ") || "—"),
-          el("div", {}, "It did: ", h.actions.map((a) => `${a.action} (${outcomeWords(a.outcome)})`).join(", ") || "nothing"),
-        ),
+  return showHistory({
+    section: historySection, title: historyTitle, body: historyBody,
+    heading: `What ${r.name} did`,
+    op: "get_rule", input: { rule_id: r.id },
+    none: "It has not acted on any message yet.",
+    item: (h) =>
+      el("li", { "data-message-id": h.message_id || "" },
+        el("strong", { dir: "auto" }, h.message_id ? h.subject || "(no subject)" : "(a message since deleted)"),
+        el("span", { class: "hint" }, ` ${when(h.applied_at)}, version ${h.version}`),
+        el("div", {}, "Because ", h.matched.join("; ") || "—"),
+        el("div", {}, "It did: ", h.actions.map((a) => `${a.action} (${outcomeWords(a.outcome)})`).join(", ") || "nothing"),
       ),
-    ),
-  );
+  });
 }
 
 const closeHistory = document.getElementById("rule-history-close");
