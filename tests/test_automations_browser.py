@@ -120,6 +120,16 @@ def test_automatic_replies_are_set_approved_explained_and_cancelled(
     expect(listed).to_contain_text("Unsubscribe by e-mail to leave@list.example.org")
     expect(listed).to_contain_text("waiting for approval")
     expect(listed.locator("a")).to_have_attribute("href", f"/outbound?request={unsubscribing['request_id']}")
+    # forwarding through its form: confirmed, saying where to and how much of the last 30 days it would have sent
+    page.fill("#forward-to", "keeper@example.org")
+    page.click("#forward-save")
+    expect(dialog.locator("#confirm-title")).to_have_text("Forward this mailbox's mail?")
+    expect(dialog).to_contain_text("keeper@example.org")
+    page.click("#confirm-yes")
+    expect(page.locator("#notice")).to_contain_text("is forwarded to keeper@example.org")
+    forwarding = page.locator("article.automation", has_text="Forwarding of")
+    expect(forwarding.locator("dd").first).to_have_text("On")
+    expect(forwarding).to_contain_text("keeper@example.org")
     look(page, "automations")
 
     content = page.content()

@@ -224,14 +224,16 @@ const LABELS = {
   once_per_days: "Days between replies to one sender", starts_at: "From", ends_at: "Until", tz: "The time zone",
 };
 
-function clearErrors() {
-  for (const slot of form.querySelectorAll(".errors")) {
+function clearErrors(within = form) {
+  for (const slot of within.querySelectorAll(".errors")) {
     slot.textContent = "";
     slot.hidden = true;
   }
 }
 
-function showError(error) {
+const showError = (error) => showErrorIn(form, error);
+
+function showErrorIn(form, error) {
   const f = error.field || "";
   const slot = form.querySelector(`[data-error-for="${CSS.escape(f)}"]`) || form.querySelector('[data-error-for=""]');
   slot.textContent = plainError(error, LABELS);
@@ -265,6 +267,8 @@ function fillAccounts() {
   // only a mailbox connected over IMAP/SMTP can send (the operation says so of any other)
   const sending = [...accounts.values()].filter((a) => a.kind === "imap" && a.email_address);
   select.replaceChildren(...sending.map((a) => el("option", { value: a.id }, accountName(a.id))));
+  const forwarding = document.getElementById("forward-account");
+  if (forwarding) forwarding.replaceChildren(...sending.map((a) => el("option", { value: a.id }, accountName(a.id))));
   if (!sending.length) {
     select.disabled = true;
     document.getElementById("auto-reply-save").disabled = true;
@@ -280,6 +284,29 @@ if (form) {
     submit.disabled = true;
     try {
       await save();
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
+// ------------------------------------------------------------ forwarding a mailbox: set_forwarding, confirmed
+
+const forwardForm = document.getElementById("forward-form");
+if (forwardForm) {
+  forwardForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const submit = document.getElementById("forward-save");
+    submit.disabled = true;
+    try {
+      clearErrors(forwardForm);
+      const value = (name) => forwardForm.elements.namedItem(name).value;
+      const body = { account_id: value("account_id"), to: value("to").trim() };
+      const out = await perform("set_forwarding", body, null, (error) => showErrorIn(forwardForm, error));
+      if (!out) return;
+      notice(out.state === "active" ? `New mail of ${accountName(out.account_id)} is forwarded to ${out.forward_to}.` : out.next);
+      forwardForm.reset();
+      await refresh();
     } finally {
       submit.disabled = false;
     }
