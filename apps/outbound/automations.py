@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -81,12 +81,18 @@ class AutoReplyContent:
                     "body": self.body,
                     "audience": self.audience,
                     "once_per_days": self.once_per_days,
-                    "starts_at": self.starts_at.isoformat() if self.starts_at else None,
-                    "ends_at": self.ends_at.isoformat() if self.ends_at else None,
+                    "starts_at": _utc(self.starts_at),
+                    "ends_at": _utc(self.ends_at),
                     "tz": self.tz,
                 }
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
+
+
+def _utc(moment: datetime | None) -> str | None:
+    """A moment as the hash takes it: in UTC, whatever offset it was given with (the database gives it back in
+    UTC, and the same automation must hash the same before and after)."""
+    return moment.astimezone(UTC).isoformat() if moment is not None else None
 
 
 def content_of(automation: Automation) -> AutoReplyContent:
@@ -274,7 +280,7 @@ def why_not(automation: Automation, message: Message, own: set[str]) -> str | No
         return "bulk"
     if headers.get("auto-submitted", "no").strip().casefold().split(";")[0].strip() != "no":
         return "automatic"
-    if _ROBOT.match(sender.partition("@")[0]):
+    if _ROBOT.match(sender.partition("@")[0].partition("+")[0]):
         return "robot"
     if sender in own:
         return "own_address"

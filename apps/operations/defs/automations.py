@@ -1,8 +1,8 @@
 """Automatic replies (issue 40): standing send behaviours, approved once, then sent by themselves as approved.
 
 - set_auto_reply (send scope, always confirmed): a person's is approved as they make it (it replaces the
-  mailbox's active one); an agent's waits for a person on /outbound (approve_automation against its content_hash, on /automations)
-  and changes nothing until then. Nothing edits an automation: a change is a new one.
+  mailbox's active one); an agent's waits for a person (approve_automation against its content_hash, on
+  /automations) and changes nothing until then. Nothing edits an automation: a change is a new one.
 - cancel_auto_reply (send scope): it sends nothing more. An agent may cancel one, never change one.
 - list_automations / get_automation: each with its state, what it sends and to whom, and what it did.
 - send_auto_reply: the engine (apps.worker.autoreplies) answering one message on the automation's authority, as
@@ -21,7 +21,7 @@ from pydantic import Field
 from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Scope
+from apps.core.kinds import CredentialKind, Scope
 from apps.mail.models import Message
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
@@ -354,6 +354,10 @@ class SentAutoReplyOut(Closed):
 
 def _answering(ctx: Context, data: SendAutoReplyIn) -> tuple[Automation, Message]:
     automation = _the_automation(ctx, data)
+    # only this automation's own standing authority answers for it (not a rule's, an AI label's or another's)
+    caller = ctx.caller
+    if caller.credential_kind != CredentialKind.AUTOREPLY or caller.credential_id != str(automation.pk):
+        raise OakenError.not_available()
     message = access_message_by_id(data.message_id, reach=reach(ctx))
     if message.account_id != automation.account_id:
         raise OakenError.not_found("message_id")
