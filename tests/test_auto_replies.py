@@ -410,3 +410,18 @@ def test_an_agents_forwarding_forwards_nothing_until_approved_then_each_message_
     ]
     assert not Automation.objects.for_tenant(mallory.tenant).exists()
     assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_cancelling_withdraws_what_waits_to_be_sent(
+    alice: Person, mallory: Person, boxes: dict[str, str], imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    made = auto_reply(alice, boxes["alice"])
+    for name in ("ann", "ben"):
+        put(imap_server, boxes["alice_user"], name, f"{name} <{name}@example.test>")
+    sync(boxes["alice"])
+    autoreplies.run()
+    assert OutboundRequest.objects.for_tenant(alice.tenant).filter(state="queued").count() == 2
+    call(as_agent(alice, scopes=SENDER), "cancel_auto_reply", {"automation_id": made["automation_id"]})
+    assert {r.state for r in OutboundRequest.objects.for_tenant(alice.tenant)} == {"cancelled"}
+    assert deliver_all() == [] and smtp_server.received == []
+    assert not OutboundRequest.objects.for_tenant(mallory.tenant).exists()

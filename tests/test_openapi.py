@@ -68,13 +68,15 @@ def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
 
 def _served() -> list[Operation]:
     """What the REST door serves: every operation but the system's own (internal door only), the server's own
-    side's (cli and internal doors only) and the invitation page's own (accepting an invitation)."""
-    return [op for op in registry if op.callers not in (Callers.INTERNAL, Callers.SERVER, Callers.INVITEES)]
+    side's (cli and internal doors only), a standing authority's (an automatic reply answering by itself) and
+    the invitation page's own (accepting an invitation)."""
+    hidden = (Callers.INTERNAL, Callers.STANDING, Callers.SERVER, Callers.INVITEES)
+    return [op for op in registry if op.callers not in hidden]
 
 
 def test_the_systems_own_operations_have_no_path(document: dict[str, Any]) -> None:
-    internal = [op.name for op in registry if op.callers == Callers.INTERNAL]
-    assert "claim_outbound_send" in internal
+    internal = [op.name for op in registry if op.callers in (Callers.INTERNAL, Callers.STANDING)]
+    assert {"claim_outbound_send", "send_automatically", "stop_automation"} <= set(internal)
     assert not {f"{OPS_PREFIX}{name}" for name in internal} & set(document["paths"])
 
 

@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -39,6 +39,7 @@ from apps.outbound import requests
 from apps.outbound.compose import recipients, reply_subject
 from apps.outbound.drafts import forwarded
 from apps.outbound.models import (
+    CANCELLABLE,
     Automation,
     AutomationKind,
     AutomationState,
@@ -89,13 +90,19 @@ class AutomationContent:
                     "body": self.body,
                     "audience": self.audience,
                     "once_per_days": self.once_per_days,
-                    "starts_at": self.starts_at.isoformat() if self.starts_at else None,
-                    "ends_at": self.ends_at.isoformat() if self.ends_at else None,
+                    "starts_at": _utc(self.starts_at),
+                    "ends_at": _utc(self.ends_at),
                     "tz": self.tz,
                     "forward_to": self.forward_to,
                 }
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
+
+
+def _utc(moment: datetime | None) -> str | None:
+    """A moment as the hash takes it: in UTC, whatever offset it was given with (the database gives it back in
+    UTC, and the same automation must hash the same before and after)."""
+    return moment.astimezone(UTC).isoformat() if moment is not None else None
 
 
 def content_of(automation: Automation) -> AutomationContent:
@@ -204,11 +211,17 @@ def reject(automation: Automation, *, act: Act, reason: str = "") -> None:
 
 
 def cancel(automation: Automation, *, act: Act, reason: str = "") -> None:
-    """It sends nothing more (replies already queued still go: each was approved by it while it stood)."""
+    """It sends nothing more: neither on new mail nor what it made that has not begun sending (after a flood, what
+    waits for the budgets could otherwise go on for days on an authority the person withdrew)."""
     for state in (AutomationState.ACTIVE, AutomationState.AWAITING_APPROVAL):
         ended = {"cancelled_at": act.now, "stopped_reason": reason, "updated_at": act.now}
         if _move(automation, state, AutomationState.CANCELLED, **ended):
             act.touch(automation.pk, {"state": state}, {"state": AutomationState.CANCELLED, "reason": reason or None})
+            waiting = OutboundRequest.objects.for_tenant(act.tenant).filter(
+                automation=automation, state__in=CANCELLABLE
+            )
+            for request_id in waiting.values_list("pk", flat=True):
+                requests.cancel_waiting(request_id, act=act)
             return
     raise OakenError("CONFLICT", "this automation has already ended", field="automation_id")
 
@@ -299,7 +312,7 @@ def why_not(automation: Automation, message: Message, own: set[str]) -> str | No
         return "bulk"
     if headers.get("auto-submitted", "no").strip().casefold().split(";")[0].strip() != "no":
         return "automatic"
-    if _ROBOT.match(sender.partition("@")[0]):
+    if _ROBOT.match(sender.partition("@")[0].partition("+")[0]):
         return "robot"
     if sender in own:
         return "own_address"

@@ -33,7 +33,9 @@ def normalize_address(value: str, field: str) -> str:
         raise OakenError.invalid(field, "holds something that is not an e-mail address")
     local, _, domain = pairs[0][1].strip().rpartition("@")
     address = f"{local}@{domain.lower()}"
-    if not _ADDRESS.match(address) or len(address) > 320:
+    # no control or invisible characters either (NUL, DEL, a bidi override that shows "moc.live" as "evil.com"):
+    # an automatic reply's recipient comes from a stranger's mail, an agent's is shown to a person to approve
+    if not _ADDRESS.match(address) or len(address) > 320 or any(_hidden(c) for c in address):
         raise OakenError.invalid(field, "holds something that is not an e-mail address")
     return address
 
@@ -85,8 +87,12 @@ _BASE64_SPACE = re.compile(r"\s+")
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
+def _hidden(c: str) -> bool:
+    return unicodedata.category(c) in _HIDDEN_CATEGORIES
+
+
 def _unfit(c: str) -> bool:
-    return c in "/\\" or unicodedata.category(c) in _HIDDEN_CATEGORIES
+    return c in "/\\" or _hidden(c)
 
 
 def attachment_filename(value: str, field: str) -> str:
@@ -233,6 +239,11 @@ def quoted(text: str, *, date: datetime | None, sender: str) -> str:
     return f"{when}{who} wrote:\n" + "\n".join(f"> {line}" if line else ">" for line in lines) + "\n"
 
 
+# lines up to RFC 5322's limit: at 78, a message id longer than a line (Outlook's are ~85 characters) is turned
+# into encoded words in In-Reply-To and References, which no client reads as an id (the reply loses its thread)
+_SENT = SMTP.clone(max_line_length=998)
+
+
 def build_mime(
     *,
     sender: str,
@@ -250,7 +261,7 @@ def build_mime(
 ) -> bytes:
     """The message as it is sent (Bcc recipients are in the envelope only, never in a header); `automatic`: the
     headers of a message sent by itself (RFC 3834's Auto-Submitted, a forward's mark; apps.outbound.automations)."""
-    msg = EmailMessage(policy=SMTP)
+    msg = EmailMessage(policy=_SENT)
     msg["From"] = Address(display_name=sender_name, addr_spec=sender) if sender_name else sender
     if to:
         msg["To"] = ", ".join(to)

@@ -6,7 +6,8 @@
 - TLS is verified against the system's trust store, or only UNSUBSCRIBE_CA_FILE when that is set (tests).
 - The request is `POST` with exactly the body `List-Unsubscribe=One-Click`, Content-Type
   application/x-www-form-urlencoded: no cookies, no credentials, no Referer. A redirect is never followed: its
-  status is the list's answer. Every step is bounded by UNSUBSCRIBE_TIMEOUT_SECONDS.
+  status is the list's answer. Every step is bounded by UNSUBSCRIBE_TIMEOUT_SECONDS,
+  and so is the whole exchange once the POST began (a list dripping its answer is given up all the same).
 - `begin()` is called after the connection and TLS are up and before one byte of the request is written: it
   records that the POST began (the SMTP DATA mark's twin). When it cannot be recorded nothing is sent; once
   it is, the outcome is sent, failed or unknown, never a retry.
@@ -19,8 +20,10 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -35,9 +38,36 @@ class PostOutcome:
     http_status: int | None = None
 
 
+# IPv6 prefixes that carry an IPv4 address a gateway may forward to (NAT64, RFC 6052; 6to4, RFC 3056)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _embedded(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+
+
 def _public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and (inner := _embedded(ip)) is not None and not _public(str(inner)):
+        return False  # 64:ff9b::7f00:1 is 127.0.0.1 behind a NAT64 gateway
     return ip.is_global and not ip.is_multicast
+
+
+class _AnswerBy(ssl.SSLSocket):
+    """A TLS socket whose reads end by one deadline for the whole answer (`answer_by`, monotonic), not each read
+    by its own timeout: a list that drips its answer a byte at a time is given up all the same."""
+
+    answer_by: float | None = None
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        if self.answer_by is not None:
+            left = self.answer_by - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the list's answer took too long")
+            self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
 
 
 def _addresses(host: str, port: int) -> list[tuple[int, tuple[object, ...]]] | PostOutcome:
@@ -70,6 +100,7 @@ def tls_context() -> ssl.SSLContext:
     ca_file = getattr(settings, "UNSUBSCRIBE_CA_FILE", "") or None
     context = ssl.create_default_context(cafile=ca_file)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.sslsocket_class = _AnswerBy
     return context
 
 
@@ -98,6 +129,8 @@ def post_one_click(url: str, *, timeout: int, begin: Callable[[], bool]) -> Post
     try:
         if not begin():
             return None
+        if isinstance(tls, _AnswerBy):  # from the first byte written to the last one read: one timeout in all
+            tls.answer_by = time.monotonic() + timeout
         try:
             connection.request(
                 "POST",

@@ -392,6 +392,13 @@ def cancel(request: OutboundRequest, *, act: Act) -> None:
     act.touch(request.pk, {"state": before}, {"state": State.CANCELLED})
 
 
+def cancel_waiting(request_id: Any, *, act: Act) -> None:
+    """Cancel a request if it has not begun sending (one taken by a worker meanwhile goes on)."""
+    before = transition(act.tenant, request_id, CANCELLABLE, State.CANCELLED, finished_at=act.now)
+    if before is not None:
+        act.touch(request_id, {"state": before}, {"state": State.CANCELLED})
+
+
 def enqueue_on_commit(request_id: Any) -> None:
     """Hand the request to a worker once the approval has committed (the sweeper covers a lost hand-off)."""
     transaction.on_commit(lambda: enqueue(request_id))

@@ -277,12 +277,14 @@ def visible_automations(*, reach: Reach) -> QuerySet[Automation]:
 
 
 def access_automation_by_id(automation_id: str, *, reach: Reach) -> Automation:
+    """Checked like a draft: another tenant's id is NOT_FOUND, another workspace's OUT_OF_SCOPE."""
     found = (
-        visible_automations(reach=reach)
+        Automation.objects.for_tenant(reach.tenant)
         .filter(pk=parse_id(automation_id, "automation_id"))
         .select_related("account", "approved_by", "requested_by")
         .first()
     )
     if found is None:
         raise OakenError.not_found("automation_id")
+    access_account_by_id(str(found.account_id), reach=reach, field="automation_id")  # the workspace check
     return found

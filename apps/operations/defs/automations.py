@@ -23,7 +23,7 @@ from pydantic import Field
 from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
-from apps.core.kinds import Principal, Scope
+from apps.core.kinds import CredentialKind, Principal, Scope
 from apps.mail.models import Message
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
@@ -434,6 +434,10 @@ class SentAutoReplyOut(Closed):
 
 def _answering(ctx: Context, data: SendAutoReplyIn) -> tuple[Automation, Message]:
     automation = _the_automation(ctx, data)
+    # only this automation's own standing authority answers for it (not a rule's, an AI label's or another's)
+    caller = ctx.caller
+    if caller.credential_kind != CredentialKind.AUTOREPLY or caller.credential_id != str(automation.pk):
+        raise OakenError.not_available()
     message = access_message_by_id(data.message_id, reach=reach(ctx))
     if message.account_id != automation.account_id:
         raise OakenError.not_found("message_id")
