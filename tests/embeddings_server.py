@@ -91,7 +91,7 @@ class EmbeddingsServer:
         self.ca_file = Path(self._folder.name) / "cert.pem"
         if tls:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*_self_signed(host, Path(self._folder.name)))
+            context.load_cert_chain(*self_signed(host, Path(self._folder.name)))
             # the handshake happens in the request's thread, not in the one accepting connections
             self._httpd.socket = context.wrap_socket(
                 self._httpd.socket, server_side=True, do_handshake_on_connect=False
@@ -147,7 +147,7 @@ class EmbeddingsServer:
         return self._stopping.wait(seconds)
 
 
-def _self_signed(host: str, folder: Path) -> tuple[Path, Path]:
+def self_signed(host: str, folder: Path) -> tuple[Path, Path]:
     """A certificate for this loopback address, and its key (the certificate is its own authority)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "embeddings stand-in")])

@@ -484,9 +484,9 @@ class _DripServer:
 
 
 def test_a_slow_list_server_is_given_up_by_the_deadline(settings: Any, tmp_path: Path) -> None:
-    from tests.test_unsubscribe import _self_signed
+    from tests.embeddings_server import self_signed
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed("127.0.0.1", tmp_path)
     settings.UNSUBSCRIBE_CA_FILE = str(cert)
     settings.UNSUBSCRIBE_ALLOW_PRIVATE_HOSTS = True
     server = _DripServer(cert, key, for_seconds=12)

@@ -378,9 +378,9 @@ def test_a_sync_the_watcher_asked_for_waits_for_a_running_one_and_clears_its_mar
 def test_idle_over_starttls_checks_the_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sync's TLS: the system's default context, the certificate checked against the host; a server whose
     certificate is not trusted is refused."""
-    from tests.embeddings_server import _self_signed
+    from tests.embeddings_server import self_signed
 
-    cert, key = _self_signed("127.0.0.1", tmp_path)
+    cert, key = self_signed("127.0.0.1", tmp_path)
     tls = f"ssl = yes\nssl_cert = <{cert}\nssl_key = <{key}\n"
     with dovecot(tls) as server:
         user = server.add_user("tls@example.test")

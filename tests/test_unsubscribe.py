@@ -6,9 +6,7 @@ Mallory's identical message is untouched, and she cannot reach alice's."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import http.server
-import ipaddress
 import ssl
 import threading
 import uuid
@@ -18,10 +16,8 @@ from typing import Any
 
 import dkim
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 from django.db import connection
 
 from apps.audit.models import AuditEvent
@@ -31,6 +27,7 @@ from apps.outbound.models import OutboundRequest
 from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Person
+from tests.embeddings_server import self_signed
 from tests.mailfactory import raw_message
 from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user, request
@@ -141,33 +138,9 @@ class ListServer:
         self.server.server_close()
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "list.test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "list.pem", tmp / "list.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _self_signed(tmp_path_factory.mktemp("list-tls"))
+    return self_signed("127.0.0.1", tmp_path_factory.mktemp("list-tls"))
 
 
 @pytest.fixture
