@@ -12,7 +12,6 @@ from email import message_from_bytes
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
@@ -23,6 +22,7 @@ from apps.outbound.models import Automation, AutoReplyDecision, OutboundRequest,
 from apps.worker import autoreplies, delivery
 from apps.workspaces.models import Membership, Workspace
 from tests.callers import as_agent, as_person, call, joined, refusal
+from tests.concurrency import race
 from tests.conftest import Person
 from tests.imapbox import connect, sync
 from tests.mailfactory import raw_message
@@ -227,29 +227,6 @@ def test_bad_input_names_the_field_and_never_echoes_it(alice: Person, mallory: P
 # ---------------------------------------------------------------- races and budgets (these commit: threads)
 
 
-def _race(runs: int, work: Any) -> list[Any]:
-    start = threading.Barrier(runs)
-    results: list[Any] = []
-    failures: list[BaseException] = []
-
-    def one() -> None:
-        start.wait()
-        try:
-            results.append(work())
-        except BaseException as exc:  # reported below
-            failures.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=one) for _ in range(runs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert failures == []
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 def test_racing_workers_reply_once_per_sender(
     alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
@@ -264,7 +241,7 @@ def test_racing_workers_reply_once_per_sender(
         put(imap_server, box, "carol", "Carol <carol@example.test>")
     sync(account)
     sync(theirs)
-    _race(4, autoreplies.run)
+    race(4, autoreplies.run)
     # and the calls themselves, raced: the same message twice, and two messages of one sender at once
     automation = Automation.objects.for_tenant(alice.tenant).get(pk=made["automation_id"])
     assert AutoReplyDecision.objects.for_tenant(alice.tenant).filter(automation=automation).count() == 4
@@ -296,7 +273,7 @@ def test_racing_workers_reply_once_per_sender(
             message = next(order)
         return answer(message)
 
-    outcomes = _race(4, next_answer)
+    outcomes = race(4, next_answer)
     assert sorted(outcomes) == ["already_decided", "already_decided", "replied", "replied_recently"]
     assert OutboundRequest.objects.for_tenant(alice.tenant).filter(to=["dan@example.test"]).count() == 1
 

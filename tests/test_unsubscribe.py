@@ -18,7 +18,6 @@ import dkim
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from django.db import connection
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount, Message, RawMessage, Thread
@@ -26,6 +25,7 @@ from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest
 from apps.worker import delivery
 from tests.callers import as_agent, as_person, call, refusal
+from tests.concurrency import race
 from tests.conftest import Person
 from tests.embeddings_server import self_signed
 from tests.mailfactory import raw_message
@@ -262,20 +262,7 @@ def test_two_workers_racing_post_once(
     monkeypatch.setattr(outbound_requests, "enqueue_on_commit", lambda request_id: None)
     mine = stored(alice, _mailbox(alice, "alice@example.test"), signed(list_mail(list_server.url()), list_key, BOTH))
     rid = _unsubscribe(as_person(alice), mine)["request_id"]
-    start, results = threading.Barrier(3), []
-
-    def deliver() -> None:
-        try:
-            start.wait()
-            results.append(delivery.deliver(rid))
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=deliver) for _ in range(3)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    results = race(3, lambda: delivery.deliver(rid))
     assert sorted(results) == ["not claimed", "not claimed", "sent"]
     assert len(list_server.posts) == 1
 
