@@ -22,9 +22,10 @@ from pytest_django import DjangoDbBlocker, Settings
 
 from apps.core.errors import NOT_AVAILABLE_MESSAGE
 from apps.core.pages import encode_cursor
-from apps.mail.models import Message
+from apps.mail.models import MailAccount, Message
 from apps.mail.selectors import NAME_AN_ACCOUNT
 from apps.operations.registry import Ceiling, OpClass, registry
+from apps.outbound.models import Automation
 from tests.mailbox import (
     LONG_BODY,
     Mailbox,
@@ -498,6 +499,16 @@ def _a_rule(box: Mailbox) -> str:
     return str(call(person(box.person), "create_rule", rule, confirm=True)["id"])
 
 
+def _an_automation(box: Mailbox) -> str:
+    """An automatic reply of the mailbox, on (reading it must send and change nothing)."""
+    account = MailAccount.objects.for_tenant(box.person.tenant).get(pk=box.personal)
+    made = Automation.objects.create(
+        tenant=box.person.tenant, account=account, kind="auto_reply", state="active", body="Away.", audience="everyone",
+        once_per_days=7, content_hash="0" * 64, principal="person", door="ui", approved_by=box.person.user,
+    )  # fmt: skip
+    return str(made.pk)
+
+
 def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
     everyone = [box.messages[k] for k in ("trip-0", "trip-1", "newsletter", "long", "notice-09", "zeppelin")]
     return {
@@ -544,6 +555,8 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_views": [{}],
         "list_rules": [{}],
         "get_rule": [{"rule_id": _a_rule(box)}],
+        "list_automations": [{}, {"account_id": box.personal, "state": "active"}],
+        "get_automation": [{"automation_id": _an_automation(box)}],
         "test_rule": [
             {"rule_id": _a_rule(box), "days": 365},
             {

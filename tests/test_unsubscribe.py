@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from apps.audit.models import AuditEvent
 from apps.mail.models import STANDARD_FOLDERS, AccountKind, Folder, MailAccount, Message, RawMessage, Thread
+from apps.mail.parsing.message import parse_message
 from apps.outbound import requests as outbound_requests
 from apps.outbound.models import OutboundRequest
 from apps.worker import delivery
@@ -191,6 +192,7 @@ def stored(p: Person, account: MailAccount, raw: bytes) -> str:
         sender_name="News",
         sender_address="news@list.example.org",
         content_hash=uuid.uuid4().hex,
+        headers=parse_message(raw).headers,  # the headers the store keeps (List-Unsubscribe among them)
     )
     RawMessage.objects.create(tenant=p.tenant, message=message, data=raw)
     return str(message.pk)

@@ -455,6 +455,9 @@ class MessageDetail(MessageSummary):
         description="why rules acted on it, oldest first: each rule (null id once deleted), the conditions that "
         "held and each action with its outcome (ok, skipped, or a refusal code)"
     )
+    list_unsubscribe: bool = Field(
+        description="it carries a List-Unsubscribe header: `unsubscribe` says which kind (one-click, e-mail, a link)"
+    )
 
 
 class MessageOut(Closed):
@@ -478,9 +481,11 @@ def the_message_detail(ctx: Context, data: MessageIn) -> dict[str, Any]:
 
 
 def _extra() -> tuple[str, dict[str, Any]]:
-    """The cached summary and the rules' record, read with the message (one statement)."""
+    """The cached summary, the rules' record and whether it offers to unsubscribe, read with the message (one
+    statement)."""
     summary, params = cached_text_column("m.tenant_id", "m.content_hash")
-    return f"json_build_array({summary}, {applied_column('m.tenant_id', 'm.id')})", params
+    applied = applied_column("m.tenant_id", "m.id")
+    return f"json_build_array({summary}, {applied}, m.headers ? 'list-unsubscribe')", params
 
 
 @operation(
@@ -497,7 +502,7 @@ def get_message(ctx: Context, data: MessageIn) -> MessageOut:
     row: dict[str, Any] = dict(ctx.targets)
     del row["content_hash"]
     # the cached summary and the rules' record, read with the message (the_message_detail)
-    row["summary"], row["applied_rules"] = row.pop("extra")
+    row["summary"], row["applied_rules"], row["list_unsubscribe"] = row.pop("extra")
     row["to"], row["cc"] = _addresses(row["to"]), _addresses(row["cc"])
     row["attachments"] = [
         {"id": str(i), "filename": f, "content_type": media_type(t), "size": s, "inline": n}

@@ -1,5 +1,5 @@
-// /mail: Unsubscribe on a message (the operation `unsubscribe`). get_message does not say whether or how a message
-// offers to unsubscribe (its List-Unsubscribe header, and whether a valid DKIM signature vouches for one-click), so
+// /mail: Unsubscribe on a message (the operation `unsubscribe`), shown on mail that carries a List-Unsubscribe
+// header (get_message's list_unsubscribe). Which kind it is (and whether a valid DKIM signature vouches for one-click)
 // the page does not guess: the button asks the operation, whose proposal says which kind it is ("Unsubscribe with
 // one click?", "Unsubscribe by e-mail?", "Show the list's unsubscribe link?"), or why the message offers none. A
 // person confirms it in the console's dialog; the answer is shown as it came: the request made (followed on
@@ -28,13 +28,14 @@ export const offered = () => {
 
 // the button of a message's actions, and the box its answer shows in (below the actions)
 export function unsubscribeButton(m, answerBox) {
-  if (!offered()) return null;
+  if (!offered() || !m.list_unsubscribe) return null; // only mail that carries a List-Unsubscribe header
+
   return el("button", { type: "button", class: "unsubscribe", "aria-describedby": `unsubscribe-hint-${m.id}`,
     onclick: () => unsubscribe(m, answerBox) }, "Unsubscribe…");
 }
 
 export function unsubscribeBox(m) {
-  if (!offered()) return null;
+  if (!offered() || !m.list_unsubscribe) return null;
   return el("div", { class: "unsubscribe-answer", id: `unsubscribe-${m.id}`, "aria-live": "polite" },
     el("p", { class: "hint", id: `unsubscribe-hint-${m.id}` },
       "Unsubscribe asks the message's own List-Unsubscribe header: you are shown which kind it is before anything is done."));
