@@ -27,6 +27,7 @@ from apps.core.kinds import CredentialKind, Principal, Scope
 from apps.mail.models import Message
 from apps.mail.selectors import access_message_by_id
 from apps.operations.context import Context
+from apps.operations.defs.drafts import Address
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, TimeZone
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
@@ -190,7 +191,7 @@ def _made(ctx: Context) -> AutomationOut:
 
 class ForwardingIn(Closed):
     account_id: Id
-    to: str = Field(min_length=3, max_length=320, description="the address every new message is forwarded to")
+    to: Address = Field(description="the address every new message is forwarded to")
 
 
 def _forwarding(ctx: Context, data: ForwardingIn) -> automations.AutomationContent:
