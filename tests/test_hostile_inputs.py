@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from apps.audit.models import AuditEvent
 from apps.core.callers import Caller
 from apps.core.errors import HTTP_STATUS, OakenError
-from apps.core.kinds import Door
+from apps.core.kinds import CredentialKind, Door
 from apps.gate.dispatch import dispatch
 from apps.mail.importing import import_mail
 from apps.mail.models import MailAccount, Message, Thread
 from apps.operations.registry import Callers, Operation, registry
-from tests.callers import as_person
+from tests.callers import as_person, membership
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox
 
@@ -159,6 +159,9 @@ def ids(alice: Person, mallory: Person, tmp_path: Path) -> list[str]:
 def _caller(op: Operation, alice: Person) -> tuple[Caller, Door]:
     if op.callers == Callers.INTERNAL:
         return Caller.internal(alice.tenant), Door.INTERNAL
+    if op.callers == Callers.STANDING:  # what a person set up, acting by itself (an automatic reply of theirs)
+        standing = Caller.standing(membership(alice), kind=CredentialKind.AUTOREPLY, source_id=str(uuid.uuid4()))
+        return standing, Door.INTERNAL
     if op.callers == Callers.SERVER:  # the server's own side: a person at its command line
         return as_person(alice), Door.CLI
     return as_person(alice), Door.UI

@@ -141,7 +141,7 @@ def test_plugin_operations_are_namespaced_never_on_and_never_mark_read() -> None
 
 
 def test_operations_for_persons_or_the_system_only_are_never_offered_to_agents() -> None:
-    for callers in (Callers.INTERNAL, Callers.PERSONS, Callers.SERVER):
+    for callers in (Callers.INTERNAL, Callers.STANDING, Callers.PERSONS, Callers.SERVER):
         for ceiling in (Ceiling.ON, Ceiling.OFF):
             with pytest.raises(DefinitionError, match="never be offered to agents"):
                 define(Registry(), op_class=OpClass.SEND, ceiling=ceiling, callers=callers)
