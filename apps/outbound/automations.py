@@ -48,7 +48,6 @@ from apps.outbound.models import (
 )
 from apps.outbound.selectors import forwardable_attachments
 
-AUDIENCES = ("everyone", "known")
 REPLIED = "replied"
 FORWARDED = "forwarded"
 
