@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
-from apps.core.kinds import Door, Principal, Scope
-from apps.operations.exposure import is_offered, is_permitted
+from apps.core.kinds import Door
+from apps.operations.exposure import is_offered, is_permitted, refusal
 from apps.operations.registry import Operation, registry
 
 
@@ -25,21 +25,5 @@ def reachable(caller: Caller, door: Door, name: str) -> Operation:
     if op is None or not is_offered(caller, op, door=door):
         raise OakenError.not_available()
     if not is_permitted(caller, op):
-        raise _unauthorized(caller, op)
+        raise refusal(caller, op)
     return op
-
-
-def _unauthorized(caller: Caller, op: Operation) -> OakenError:
-    if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
-        how = (
-            "an API key cannot be widened: a person creates a new key with it in the console"
-            if caller.credential_kind == "apikey"
-            else "a person reconnects the assistant and ticks it on the consent screen"
-        )
-        return OakenError(
-            "INSUFFICIENT_SCOPE",
-            f"this needs the '{Scope(op.scope).label}' permission ({op.scope.value}), which was not granted; to "
-            f"grant it, {how}",
-            missing_scope=op.scope.value,
-        )
-    return OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant")

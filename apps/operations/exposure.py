@@ -8,7 +8,8 @@ from datetime import datetime
 from django.db import connection
 
 from apps.core.callers import Caller
-from apps.core.kinds import Door, Principal, Role
+from apps.core.errors import OakenError
+from apps.core.kinds import Door, Principal, Role, Scope
 from apps.operations.models import ExposureSetting
 from apps.operations.plugin_runtime import plugin_health
 from apps.operations.registry import Callers, Ceiling, Operation, registry
@@ -83,6 +84,25 @@ def is_permitted(caller: Caller, op: Operation) -> bool:
     if caller.role is None or not Role(caller.role).covers(Role(op.role)):
         return False
     return caller.principal != Principal.AGENT or op.scope.value in caller.scopes
+
+
+def refusal(caller: Caller, op: Operation, *, because: str = "") -> OakenError:
+    """Why `caller` may not call `op` (is_permitted said no): INSUFFICIENT_SCOPE naming the missing permission and
+    how it is granted, for an agent; else FORBIDDEN naming the role. `because`: why this call needs it."""
+    why = f"; {because}" if because else ""
+    if caller.principal == Principal.AGENT and caller.role is not None and op.scope.value not in caller.scopes:
+        how = (
+            "an API key cannot be widened: a person creates a new key with it in the console"
+            if caller.credential_kind == "apikey"
+            else "a person reconnects the assistant and ticks it on the consent screen"
+        )
+        return OakenError(
+            "INSUFFICIENT_SCOPE",
+            f"this needs the '{Scope(op.scope).label}' permission ({op.scope.value}), which was not granted{why}; to "
+            f"grant it, {how}",
+            missing_scope=op.scope.value,
+        )
+    return OakenError("FORBIDDEN", f"this needs the {op.role} role in this tenant{why}")
 
 
 def offered_operations(caller: Caller, *, door: Door | None = None) -> list[Operation]:
