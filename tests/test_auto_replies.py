@@ -254,7 +254,7 @@ def test_racing_workers_reply_once_per_sender(
     put(imap_server, user, "dan-2", "Dan <dan@example.test>")
     sync(account)
     dans = list(Message.objects.for_tenant(alice.tenant).filter(sender_address="dan@example.test"))
-    caller = autoreplies._approver(automation)
+    caller = autoreplies.approver(automation)
     assert caller is not None
 
     def answer(message: Message) -> Any:

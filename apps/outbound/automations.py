@@ -77,6 +77,9 @@ class AutomationContent:
     ends_at: datetime | None = None
     tz: str = "UTC"
     forward_to: str = ""
+    # a forwarding rule's: the rule, and its terms (what decides which messages go: apps.operations.forwarding)
+    rule_id: Any = None
+    terms: str = ""
 
     def digest(self) -> str:
         return hashlib.sha256(
@@ -93,6 +96,8 @@ class AutomationContent:
                     "ends_at": _utc(self.ends_at),
                     "tz": self.tz,
                     "forward_to": self.forward_to,
+                    "rule": str(self.rule_id) if self.rule_id is not None else None,
+                    "terms": self.terms,
                 }
             ).encode("utf-8", "surrogatepass")
         ).hexdigest()
@@ -116,6 +121,8 @@ def content_of(automation: Automation) -> AutomationContent:
         ends_at=automation.ends_at,
         tz=automation.tz,
         forward_to=automation.forward_to,
+        rule_id=automation.rule_id,
+        terms=automation.terms,
     )
 
 
@@ -141,6 +148,8 @@ def request_automation(content: AutomationContent, *, act: Act) -> Automation:
         ends_at=content.ends_at,
         tz=content.tz,
         forward_to=content.forward_to,
+        rule_id=content.rule_id,
+        terms=content.terms,
         content_hash=content.digest(),
         requested_by=caller.user,
         principal=caller.principal.value,
@@ -163,14 +172,15 @@ def _move(automation: Automation, expected: str, new: str, **fields: Any) -> boo
 
 
 def approve(automation: Automation, *, act: Act, content_hash: str | None) -> None:
-    """A person's approval, of exactly the content they were shown; the mailbox's active one of its kind ends."""
+    """A person's approval, of exactly the content they were shown; the mailbox's active one of its kind ends (a
+    forwarding rule's: the rule's active one)."""
     if content_hash is not None and content_hash != automation.content_hash:
         raise OakenError("CONFLICT", "this automation is not what was shown: reload it", field="content_hash")
     stored = Automation.objects.for_tenant(act.tenant).filter(pk=automation.pk)
     if stored.values_list("content_hash", flat=True).get() != content_of(automation).digest():
         raise OakenError("CONFLICT", "this automation's content moved since it was made", field="automation_id")
     before = Automation.objects.for_tenant(act.tenant).filter(
-        account=automation.account_id, kind=automation.kind, state=AutomationState.ACTIVE
+        account=automation.account_id, kind=automation.kind, rule=automation.rule_id, state=AutomationState.ACTIVE
     )
     for old in before.exclude(pk=automation.pk):
         _move(old, AutomationState.ACTIVE, AutomationState.CANCELLED, cancelled_at=act.now, updated_at=act.now)
@@ -424,10 +434,17 @@ def act_on(automation: Automation, message: Message, *, act: Act) -> tuple[str, 
 
 
 def _once(automation: Automation, message: Message, *, act: Act) -> str | None:
-    """What was done already: a reply to this sender within the window; a forward of this same message (the same
-    Message-ID, delivered or synced again as another copy)."""
+    """What was done already: a reply to this sender within the window; a forward of this same message to the same
+    address (by any forward of the mailbox, or as another copy with the same Message-ID)."""
     if automation.kind == AutomationKind.FORWARD:
-        done = AutoReplyDecision.objects.for_tenant(act.tenant).filter(automation=automation, outcome=FORWARDED)
+        # by any forward of this mailbox to the same address: the mailbox's own, a rule's, an earlier version's
+        done = AutoReplyDecision.objects.for_tenant(act.tenant).filter(
+            automation__account=automation.account_id,
+            automation__forward_to__iexact=automation.forward_to,
+            outcome=FORWARDED,
+        )
+        if done.filter(message_key=message.pk).exclude(automation=automation).exists():
+            return "forwarded_already"
         if message.message_id and done.filter(message__message_id=message.message_id).exists():
             return "forwarded_already"
         return None

@@ -262,6 +262,10 @@ class Automation(TenantOwned):
     once_per_days = models.PositiveSmallIntegerField(default=0)
     # forwarding: where each message goes
     forward_to = models.CharField(max_length=320, blank=True, default="")
+    # a forwarding rule's forward (the rules engine decides which messages): the rule, and its terms as approved
+    # (its match and conditions, and the versions of the AI labels they name: canonical JSON, in the content hash)
+    rule = models.ForeignKey("rules.Rule", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    terms = models.TextField(blank=True, default="")
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)
     tz = models.CharField(max_length=64, default="UTC")
@@ -287,7 +291,12 @@ class Automation(TenantOwned):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["account", "kind"], name="automation_one_active", condition=Q(state="active")
+                fields=["account", "kind"],
+                name="automation_one_active",
+                condition=Q(state="active", rule__isnull=True),
+            ),
+            models.UniqueConstraint(
+                fields=["rule"], name="automation_one_active_per_rule", condition=Q(state="active", rule__isnull=False)
             ),
         ]
         indexes = [

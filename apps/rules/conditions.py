@@ -77,6 +77,16 @@ class AboutCondition(Closed):
     )
 
 
+class LabelCondition(Closed):
+    field: Literal["label"]
+    label_id: str = Field(
+        min_length=1,
+        max_length=64,
+        description="a label of the mailbox (its id: renaming it changes nothing); holds when the message carries "
+        "it, put on by its description (an AI label, waited for as for about), by the mail server or by hand",
+    )
+
+
 Condition = Annotated[
     AddressCondition
     | TextCondition
@@ -84,7 +94,8 @@ Condition = Annotated[
     | AttachmentCondition
     | FolderCondition
     | AgeCondition
-    | AboutCondition,
+    | AboutCondition
+    | LabelCondition,
     Field(discriminator="field"),
 ]
 
@@ -110,7 +121,17 @@ class SnoozeAction(Closed):
     days: int = Field(ge=1, le=366, description="snoozed for this many days from when the rule acts")
 
 
-Action = Annotated[LabelAction | MoveAction | FlagAction | SnoozeAction, Field(discriminator="action")]
+class ForwardAction(Closed):
+    action: Literal["forward"]
+    to: str = Field(
+        min_length=3,
+        max_length=320,
+        description="the address each matching message is forwarded to. A standing send: it needs the send "
+        "permission, a rule of one mailbox, and a person's approval (an agent's waits for one on /automations)",
+    )
+
+
+Action = Annotated[LabelAction | MoveAction | FlagAction | SnoozeAction | ForwardAction, Field(discriminator="action")]
 
 
 class RuleBody(Closed):
@@ -120,6 +141,14 @@ class RuleBody(Closed):
     conditions: list[Condition] = Field(min_length=1, max_length=20)
     # a rule whose only action is stop is an exception: the mail it matches is left to no later rule
     actions: list[Action] = Field(min_length=1, max_length=10)
+
+    @property
+    def forward(self) -> ForwardAction | None:
+        """The rule's forward (a rule forwards to one address at most: the operations refuse a second)."""
+        return next((a for a in self.actions if isinstance(a, ForwardAction)), None)
+
+    def label_ids(self) -> set[str]:
+        return {c.label_id for c in self.conditions if isinstance(c, LabelCondition)}
 
 
 def stored(body: RuleBody) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -156,6 +185,8 @@ class Facts:
     attachments: list[tuple[str, str]]  # (content type, filename)
     # "about" texts to similarity (absent: not embedded)
     nearness: dict[str, float] = field(default_factory=dict)
+    # the labels it carries, of those the rules name: id (as text) to name
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def _domain_of(address: str) -> str:
@@ -232,6 +263,9 @@ def check(condition: Any, facts: Facts, now: datetime) -> str | None:
         if older == (condition.op == "older_than"):
             return f"age: {condition.op.replace('_', ' ')} {condition.days} days"
         return None
+    if isinstance(condition, LabelCondition):
+        name = facts.labels.get(condition.label_id)
+        return f"label: {name}" if name is not None else None
     assert isinstance(condition, AboutCondition)
     score = facts.nearness.get(condition.text)
     if score is not None and score >= condition.threshold:

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
-from apps.mail.models import Attachment, Message
+from apps.mail.models import Attachment, Label, Message, MessageLabel
 from apps.mail.selectors import Reach, in_reach
 from apps.rules.conditions import AboutCondition, AttachmentCondition, Facts, RuleBody, TextCondition
 from apps.rules.models import Rule, RuleApplication
@@ -119,6 +119,10 @@ def facts_of(tenant: Tenant, messages: QuerySet[Message], bodies: Sequence[RuleB
         found = Attachment.objects.for_tenant(tenant).filter(message_id__in=with_files)
         for message_id, content_type, filename in found.values_list("message_id", "content_type", "filename"):
             files.setdefault(message_id, []).append((content_type, filename))
+    carried: dict[Any, dict[str, str]] = {}
+    wanted_labels = {i for b in bodies for i in b.label_ids()}
+    if wanted_labels:
+        carried = labels_carried(tenant, [r["id"] for r in rows], wanted_labels)
     near: dict[str, dict[Any, float]] = {}
     if abouts:
         ids = [r["id"] for r in rows]
@@ -139,9 +143,37 @@ def facts_of(tenant: Tenant, messages: QuerySet[Message], bodies: Sequence[RuleB
             date=r["date"],
             attachments=files.get(r["id"], []),
             nearness={text: scores[r["id"]] for text, scores in near.items() if r["id"] in scores},
+            labels=carried.get(r["id"], {}),
         )
         for r in rows
     ]
+
+
+def labels_carried(tenant: Tenant, message_ids: Sequence[Any], label_ids: set[str]) -> dict[Any, dict[str, str]]:
+    """Which of these labels each message carries: message id to {label id (text): name}."""
+    ids = [parse_id(i, "label_id") for i in label_ids if _is_id(i)]
+    if not ids:
+        return {}
+    rows = MessageLabel.objects.for_tenant(tenant).filter(message_id__in=list(message_ids), label_id__in=ids)
+    found: dict[Any, dict[str, str]] = {}
+    for message_id, label_id, name in rows.values_list("message_id", "label_id", "label__name"):
+        found.setdefault(message_id, {})[str(label_id)] = name
+    return found
+
+
+def _is_id(value: str) -> bool:
+    try:
+        parse_id(value, "label_id")
+    except OakenError:
+        return False
+    return True
+
+
+def labels_named(tenant: Tenant, label_ids: set[str]) -> dict[str, Label]:
+    """The tenant's labels among these ids (a rule's label conditions), by id as text."""
+    ids = [parse_id(i, "label_id") for i in label_ids if _is_id(i)]
+    rows = Label.objects.for_tenant(tenant).filter(pk__in=ids).select_related("account") if ids else []
+    return {str(label.pk): label for label in rows}
 
 
 def recent_messages(reach: Reach, *, account_id: Any, workspace_id: Any, since: datetime) -> QuerySet[Message]:

@@ -38,8 +38,9 @@ BATCH = 200
 def run(now: datetime | None = None) -> int:
     """Every running automatic reply, one batch each; how many messages they decided."""
     now = now or timezone.now()
+    # a forwarding rule's forward is the rules engine's to run (apps.worker.rules): it decides which messages go
     running = Automation.objects.unscoped().filter(
-        Q(starts_at__isnull=True) | Q(starts_at__lte=now), state=AutomationState.ACTIVE
+        Q(starts_at__isnull=True) | Q(starts_at__lte=now), state=AutomationState.ACTIVE, rule__isnull=True
     )
     return sum(run_one(pk, now) for pk in running.values_list("pk", flat=True))
 
@@ -55,7 +56,7 @@ def run_one(automation_id: Any, now: datetime) -> int:
         )
         if automation is None:
             return 0  # another worker has it, or it ended meanwhile
-        caller = _approver(automation)
+        caller = approver(automation)
         if caller is None:
             return 0
         messages = automations.waiting_messages(automation, now=now, limit=BATCH)
@@ -81,7 +82,7 @@ def run_one(automation_id: Any, now: datetime) -> int:
         return len(messages)
 
 
-def _approver(automation: Automation) -> Caller | None:
+def approver(automation: Automation) -> Caller | None:
     """The person whose authority it sends on, as they are now; None (and the automation ended, audited) when that
     authority is gone."""
     membership = (

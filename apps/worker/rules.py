@@ -13,8 +13,11 @@ are one rule's calls long, so the tenant's audit chain is never held for a whole
 
 A rule whose owner left the tenant, or no longer reaches its workspace, is stopped (the operation `stop_rule`,
 audited) and acts on nothing more until a person who may confirms it again. A message an "about" condition waits
-on is put off until the search enricher has embedded it (at most RULES_EMBEDDING_WAIT_SECONDS; after that the
-condition does not hold).
+on is put off until the search enricher has embedded it, and one a label condition waits on until that AI label
+has decided it (at most RULES_EMBEDDING_WAIT_SECONDS; after that the condition is judged as it stands).
+
+A `forward` action sends only on a person's approval of exactly what the rule is now (apps.operations.forwarding):
+each message is one `send_automatically` call as the person who approved it, once per message whatever re-syncs.
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ from apps.core.kinds import CredentialKind, Door
 from apps.gate.dispatch import dispatch
 from apps.gate.internal import call_internal
 from apps.mail.models import FolderKind, Label, Message
+from apps.operations import forwarding
+from apps.outbound import automations
+from apps.outbound.models import Automation, AutomationState
 from apps.rules import selectors, services
 from apps.rules.conditions import Facts
 from apps.rules.engine import Decision, Loaded, decisions, load
 from apps.rules.models import Rule
+from apps.search.models import LabelDecision
 from apps.search.similarity import embedded
+from apps.worker.autoreplies import approver
 from apps.workspaces.models import Membership, Tenant
 
 log = logging.getLogger("oaken.rules")
@@ -126,7 +134,9 @@ def _handle(tenant: Tenant, rows: list[dict[str, Any]], now: datetime) -> None:
     every = [e for e in entries if e.rule.enabled]
     messages = Message.objects.for_tenant(tenant).filter(pk__in=list({r["message_id"] for r in rows}))
     facts = selectors.facts_of(tenant, messages, [e.body for e in entries])
-    waiting = _waiting_for_embedding(tenant, entries, facts, rows, now)
+    waiting = _waiting_for_embedding(tenant, entries, facts, rows, now) | _waiting_for_labels(
+        tenant, entries, facts, rows, now
+    )
     if waiting:
         services.put_off(
             tenant=tenant, pending_ids=[r["id"] for r in rows if r["message_id"] in waiting], until=now + _PUT_OFF
@@ -159,6 +169,41 @@ def _waiting_for_embedding(
     return set(candidates) - embedded(tenant, candidates)
 
 
+def _waiting_for_labels(
+    tenant: Tenant, entries: list[Loaded], facts: list[Facts], rows: list[dict[str, Any]], now: datetime
+) -> set[Any]:
+    """Messages a rule's label condition cannot judge yet: the label is an AI label (with a description) that has
+    not decided the message (stored after its description), and the message was queued less than the wait ago."""
+    named = {i for e in entries for i in e.body.label_ids()}
+    if not named:
+        return set()
+    labels = [
+        label
+        for label in selectors.labels_named(tenant, named).values()
+        if label.description and not label.ai_stopped and label.description_at is not None
+    ]
+    wait = timedelta(seconds=bounds.RULES_EMBEDDING_WAIT_SECONDS)
+    recent = {r["message_id"] for r in rows if r["queued_at"] > now - wait}
+    candidates = [f for f in facts if f.id in recent]
+    if not labels or not candidates:
+        return set()
+    decided = set(
+        LabelDecision.objects.for_tenant(tenant)
+        .filter(label__in=labels, message_id__in=[f.id for f in candidates])
+        .values_list("label_id", "message_id", "version")
+    )
+    waiting = set()
+    for fact in candidates:
+        for label in labels:
+            ai = str(label.pk)
+            asks = any(ai in e.body.label_ids() and e.covers(fact) for e in entries)
+            after = fact.id >= automations.id_at(label.description_at)  # type: ignore[arg-type]
+            undecided = (label.pk, fact.id, label.description_version) not in decided and ai not in fact.labels
+            if asks and label.account_id == fact.account_id and after and undecided:
+                waiting.add(fact.id)
+    return waiting
+
+
 def _act(tenant: Tenant, found: list[Decision], owners: dict[Any, Membership], now: datetime) -> None:
     """Each rule's actions on the messages it matched, one transaction a rule: the record of what it does to each
     message is written first (once per rule version: a message another run recorded is left out), then the actions
@@ -178,7 +223,8 @@ def _act(tenant: Tenant, found: list[Decision], owners: dict[Any, Membership], n
             for action in entry.body.actions:
                 if action.action == "stop" or not mine:
                     continue
-                for message_id, outcome in _perform(caller, action, mine, now).items():
+                done = _forwarded(entry, mine) if action.action == "forward" else _perform(caller, action, mine, now)
+                for message_id, outcome in done.items():
                     outcomes[message_id].append({"action": _named(action), "outcome": outcome})
             services.finish(tenant=tenant, rule=entry.rule, outcomes=outcomes, now=now)
 
@@ -191,6 +237,8 @@ def _named(action: Any) -> str:
         return f"move to {action.folder}"
     if action.action == "snooze":
         return f"snooze {action.days} days"
+    if action.action == "forward":
+        return f"forward to {action.to}"
     return str(action.action).replace("_", " ")
 
 
@@ -219,6 +267,34 @@ def _each(caller: Caller, name: str, data: dict[str, Any], ids: list[Any]) -> di
         try:
             _call(caller, name, data | {"message_ids": [str(one)]})
             outcomes[one] = "ok"
+        except OakenError as error:
+            outcomes[one] = error.code
+    return outcomes
+
+
+def _forwarded(entry: Loaded, facts: list[Facts]) -> dict[Any, str]:
+    """A forwarding rule's forward: each message sent on the authority of the person who approved exactly what the
+    rule is now (its forward's content hash), as that person; while none did, nothing is sent (awaiting_approval).
+    ok: forwarded; skipped: Oaken forwarded it already (this or another copy), or it came from the destination."""
+    ids = [f.id for f in facts]
+    rule = entry.rule
+    automation = (
+        Automation.objects.for_tenant(rule.tenant)
+        .filter(rule=rule, state=AutomationState.ACTIVE)
+        .select_related("tenant", "account__workspace")
+        .first()
+    )
+    content = forwarding.content_for(rule, entry.body)
+    if automation is None or content is None or automation.content_hash != content.digest():
+        return dict.fromkeys(ids, "awaiting_approval")
+    caller = approver(automation)
+    if caller is None:  # its approver's authority is gone: ended (audited), nothing sent
+        return dict.fromkeys(ids, "approver_gone")
+    outcomes = {}
+    for one in ids:
+        try:
+            done = _call(caller, "send_automatically", {"automation_id": str(automation.pk), "message_id": str(one)})
+            outcomes[one] = "ok" if done["outcome"] == automations.FORWARDED else "skipped"
         except OakenError as error:
             outcomes[one] = error.code
     return outcomes

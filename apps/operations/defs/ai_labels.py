@@ -11,6 +11,7 @@ from apps.core.changes import Change
 from apps.mail import services
 from apps.mail.models import Label, Message
 from apps.mail.selectors import access_labels_by_ids
+from apps.operations import forwarding
 from apps.operations.context import Context
 from apps.operations.defs.mail_organize import LabelResult
 from apps.operations.defs.mail_read import label_out
@@ -30,7 +31,9 @@ class SetDescriptionIn(Closed):
 
 
 def _the_label(ctx: Context, data: SetDescriptionIn) -> Label:
-    return access_labels_by_ids([data.label_id], reach=reach(ctx), field="label_id")[0]
+    label = access_labels_by_ids([data.label_id], reach=reach(ctx), field="label_id")[0]
+    forwarding.guard_labels(ctx, [label], "this label's description")
+    return label
 
 
 def _description_preview(ctx: Context, data: SetDescriptionIn) -> Preview:
@@ -51,6 +54,7 @@ def _description_preview(ctx: Context, data: SetDescriptionIn) -> Preview:
             f"Set the description of the label {name}: new mail that matches it is labelled. Over the last "
             f"{labelling.PREVIEW_DAYS} days it would have labelled {words.count(tried.labelled, 'message')}."
         )
+    summary += forwarding.changes(forwarding.using_labels(ctx.tenant, [label]))
     return Preview(
         (Change(str(label.pk), {"description": label.description}, after),),
         summary=summary,
@@ -74,9 +78,12 @@ def _description_preview(ctx: Context, data: SetDescriptionIn) -> Preview:
 )
 def set_label_description(ctx: Context, data: SetDescriptionIn) -> LabelResult:
     description = " ".join(data.description.split())
-    return LabelResult(
-        label=label_out(services.set_label_description(act=ctx, label=ctx.targets, description=description))
-    )
+    label = services.set_label_description(act=ctx, label=ctx.targets, description=description)
+    # the forwarding rules naming it forward by their terms as approved: theirs changed (an agent's change waits
+    # for a person's approval; a person's is approved as they confirm it)
+    for rule in forwarding.using_labels(ctx.tenant, [label]):
+        forwarding.bind(ctx, rule)
+    return LabelResult(label=label_out(label))
 
 
 class ExampleOut(Closed):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zoneinfo
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ from apps.core.errors import OakenError
 from apps.core.kinds import CredentialKind, Principal, Scope
 from apps.mail.models import Message
 from apps.mail.selectors import access_message_by_id
+from apps.operations import forwarding
 from apps.operations.context import Context
 from apps.operations.defs.drafts import Address
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, TimeZone
@@ -39,7 +40,7 @@ from apps.outbound.selectors import access_automation_by_id, visible_automations
 _STATE_NEXT = {
     AutomationState.AWAITING_APPROVAL: "Nothing is sent by it yet: a person must approve it in the console at "
     "approval_url. Tell the user.",
-    AutomationState.ACTIVE: "On: new mail to the mailbox is answered by itself, as approved.",
+    AutomationState.ACTIVE: "On: new mail of the mailbox is answered or forwarded by itself, exactly as approved.",
     AutomationState.REJECTED: "A person rejected it: it sends nothing. Their reason, if any, is in reject_reason.",
     AutomationState.CANCELLED: "Cancelled: it sends nothing more.",
 }
@@ -112,6 +113,13 @@ class AutomationOut(Closed):
     audience: str = Field(description="an automatic reply's: everyone or known ('' for a forwarding)")
     once_per_days: int
     forward_to: str = Field(description="a forwarding's destination ('' for an automatic reply)")
+    rule_id: str | None = Field(
+        default=None, description="a forwarding rule's forward: the rule (it forwards what the rule matches)"
+    )
+    match: str = Field(default="", description="a forwarding rule's, as approved: all or any of its conditions")
+    conditions: list[dict[str, Any]] = Field(
+        default_factory=list, description="a forwarding rule's conditions as approved (see create_rule)"
+    )
     starts_at: datetime | None
     ends_at: datetime | None
     tz: str
@@ -136,6 +144,7 @@ def automation_out(
 ) -> AutomationOut:
     state = AutomationState(automation.state)
     decides = state == AutomationState.AWAITING_APPROVAL
+    match, conditions = forwarding.conditions_of(automation.terms)
     return AutomationOut(
         automation_id=str(automation.pk),
         request_id=str(automation.pk),
@@ -147,6 +156,9 @@ def automation_out(
         audience=automation.audience,
         once_per_days=automation.once_per_days,
         forward_to=automation.forward_to,
+        rule_id=str(automation.rule_id) if automation.rule_id is not None else None,
+        match=match,
+        conditions=conditions,
         starts_at=automation.starts_at,
         ends_at=automation.ends_at,
         tz=automation.tz,
@@ -251,12 +263,18 @@ def _the_automation(ctx: Context, data: AutomationIn) -> Automation:
     return access_automation_by_id(data.automation_id, reach=reach(ctx))
 
 
+def _kind_words(automation: Automation) -> str:
+    if automation.kind != AutomationKind.FORWARD:
+        return "automatic reply"
+    return "forwarding rule's forward" if automation.rule_id is not None else "forwarding"
+
+
 def _cancel_preview(ctx: Context, data: AutomationIn) -> Preview:
     automation: Automation = ctx.targets
     return Preview(
         (Change(str(automation.pk), {"state": automation.state}, {"state": AutomationState.CANCELLED}),),
-        summary=f"Stop the automatic reply of {words.named(automation.account.name)}: it sends nothing more.",
-        title="Cancel this automatic reply?",
+        summary=f"Stop the {_kind_words(automation)} of {words.named(automation.account.name)}: it sends nothing more.",
+        title=f"Cancel this {_kind_words(automation)}?",
         verb="Cancel it",
     )
 

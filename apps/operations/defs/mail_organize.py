@@ -19,6 +19,7 @@ from apps.mail.selectors import (
     labelled_count,
     labelled_pairs,
 )
+from apps.operations import forwarding
 from apps.operations.context import Context
 from apps.operations.defs.mail_read import LabelOut, label_out
 from apps.operations.defs.shapes import Closed, Id, MessageIds, Name, folder_label
@@ -166,6 +167,9 @@ def _labelling(ctx: Context, data: LabelMessagesIn) -> Labelling:
     accounts = {m.account_id for m in messages}
     if any(label.account_id not in accounts or len(accounts) > 1 for label in labels):
         raise OakenError.invalid("label_ids", "labels belong to an account: use labels of the messages' own account")
+    if not forwarding.may_send(ctx):  # (a person, a rule and an AI label may: no query for them)
+        # what is labelled by hand is what an AI label learns from
+        forwarding.guard_labels(ctx, labels, "labelling by hand")
     return Labelling(messages, labels)
 
 
@@ -288,6 +292,19 @@ def _the_label(ctx: Context, data: RenameLabelIn | LabelIn) -> Label:
     return access_labels_by_ids([data.label_id], reach=reach(ctx), field="label_id")[0]
 
 
+def _renaming(ctx: Context, data: RenameLabelIn) -> Label:
+    label = _the_label(ctx, data)
+    # a rule names the label by id: a new name changes nothing it sends, but the label stays the send's to change
+    forwarding.guard_labels(ctx, [label], "renaming this label")
+    return label
+
+
+def _deleting_label(ctx: Context, data: LabelIn) -> Label:
+    label = _the_label(ctx, data)
+    forwarding.guard_labels(ctx, [label], "deleting this label")
+    return label
+
+
 def _rename_preview(ctx: Context, data: RenameLabelIn) -> Preview:
     label: Label = ctx.targets
     return Preview((Change(str(label.pk), {"name": label.name}, {"name": data.name}),))
@@ -302,7 +319,7 @@ def _rename_preview(ctx: Context, data: RenameLabelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_rename_preview,
     confirm=NEVER,
-    targets=_the_label,
+    targets=_renaming,
 )
 def rename_label(ctx: Context, data: RenameLabelIn) -> LabelResult:
     return LabelResult(label=label_out(services.rename_label(act=ctx, label=ctx.targets, name=data.name)))
@@ -322,10 +339,13 @@ def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
     count = labelled_count(tenant=ctx.tenant, label=label)
     return Preview(
         (Change(str(label.pk), {"name": label.name, "messages": count}, None),),
-        summary=f"Delete the label {words.named(label.name)} and take it off {_messages(count)}. The messages "
-        "stay where they are."
-        if count
-        else f"Delete the label {words.named(label.name)}. No message carries it.",
+        summary=(
+            f"Delete the label {words.named(label.name)} and take it off {_messages(count)}. The messages "
+            "stay where they are."
+            if count
+            else f"Delete the label {words.named(label.name)}. No message carries it."
+        )
+        + forwarding.changes(forwarding.using_labels(ctx.tenant, [label])),
         title="Delete this label?",
         verb="Delete label",
     )
@@ -340,11 +360,14 @@ def _delete_label_preview(ctx: Context, data: LabelIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_delete_label_preview,
     confirm=ALWAYS,
-    targets=_the_label,
+    targets=_deleting_label,
 )
 def delete_label(ctx: Context, data: LabelIn) -> DeletedOut:
     label: Label = ctx.targets
+    naming = forwarding.using_labels(ctx.tenant, [label])
     count = services.delete_label(act=ctx, label=label)
+    for rule in naming:  # their terms changed: a label condition of a label gone holds for no message
+        forwarding.bind(ctx, rule)
     return DeletedOut(deleted=str(label.pk), messages_unlabelled=count)
 
 

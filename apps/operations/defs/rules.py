@@ -27,10 +27,13 @@ from apps.core.changes import Change
 from apps.core.errors import OakenError
 from apps.mail.models import MailAccount, Message
 from apps.mail.selectors import in_reach
+from apps.operations import forwarding
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Id, MailText
 from apps.operations.registry import ALWAYS, Bound, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
+from apps.outbound import automations
+from apps.outbound.models import Automation, AutomationState
 from apps.rules import selectors, services
 from apps.rules.conditions import Action, Condition, RuleBody, loaded
 from apps.rules.engine import Decision, Loaded, decisions
@@ -65,6 +68,13 @@ class RuleOut(Closed):
     last_error: str | None = Field(description="the code of its last failing action (see get_rule's history)")
     last_error_at: datetime | None
     applied_count: int = Field(description="messages it acted on")
+    forward_state: str | None = Field(
+        default=None,
+        description="a forwarding rule's approval: active (it forwards), awaiting_approval (it forwards nothing "
+        "until a person approves it at approval_url), or null (it forwards nothing)",
+    )
+    forward_automation_id: str | None = Field(default=None, description="its forward, in list_automations")
+    approval_url: str | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -75,6 +85,15 @@ def _owner_name(user: User) -> str:
 
 def _out(rule: Rule) -> RuleOut:
     body = loaded(rule.match, rule.conditions, rule.actions)
+    forward = (
+        Automation.objects.for_tenant(rule.tenant)
+        .filter(rule=rule, state__in=(AutomationState.ACTIVE, AutomationState.AWAITING_APPROVAL))
+        .order_by("-created_at")
+        .first()
+        if body.forward is not None
+        else None
+    )
+    waits = forward is not None and forward.state == AutomationState.AWAITING_APPROVAL
     return RuleOut(
         id=str(rule.pk),
         name=rule.name,
@@ -91,6 +110,9 @@ def _out(rule: Rule) -> RuleOut:
         last_error=rule.last_error or None,
         last_error_at=rule.last_error_at,
         applied_count=rule.applied_count,
+        forward_state=forward.state if forward is not None else None,
+        forward_automation_id=str(forward.pk) if forward is not None else None,
+        approval_url=automations.approval_url(forward.pk) if forward is not None and waits else None,
         created_at=rule.created_at,
         updated_at=rule.updated_at,
     )
@@ -155,6 +177,16 @@ def _proposal(ctx: Context, title: str, verb: str, what: str, scope: Scope, body
         f"{what} In the last {_PROPOSAL_DAYS} days it would have acted on "
         f"{words.count(len(found.matches), 'message')}{more}. It acts on new mail as you, with what you may do then."
     )
+    if body.forward is not None:
+        who = (
+            "once you confirm"
+            if ctx.caller.principal == "person"
+            else "once a person approves it on the Automations page (nothing is forwarded before)"
+        )
+        summary += (
+            f" It forwards each message it matches to {body.forward.to}, by itself, on your authority, {who}; "
+            "mail Oaken forwarded already is never forwarded again."
+        )
     lines: tuple[str, ...] = ()
     if ctx.caller.principal == "person":
         subjects = _subjects(ctx, examples)
@@ -267,15 +299,32 @@ class CreateRuleIn(ScopeIn, RuleBody):
     enabled: bool = True
 
 
+@dataclass(frozen=True)
+class Creating:
+    scope: Scope
+    body: RuleBody
+
+
+def _creating(ctx: Context, data: CreateRuleIn) -> Creating:
+    scope = _scope(ctx, data)
+    body = RuleBody(match=data.match, conditions=data.conditions, actions=data.actions)
+    return Creating(scope, forwarding.checked(ctx, scope.workspace, scope.account, body))
+
+
 def _create_preview(ctx: Context, data: CreateRuleIn) -> Preview:
-    scope: Scope = ctx.targets
+    scope = ctx.targets.scope
     where = (
         f"every mailbox of {words.named(scope.workspace.name)}"
         if scope.account is None
         else words.named(scope.account.name)
     )
     return _proposal(
-        ctx, "Create this rule?", "Create rule", f"Create the rule {words.named(data.name)} for {where}.", scope, data
+        ctx,
+        "Create this rule?",
+        "Create rule",
+        f"Create the rule {words.named(data.name)} for {where}.",
+        scope,
+        ctx.targets.body,
     )
 
 
@@ -289,20 +338,21 @@ def _create_preview(ctx: Context, data: CreateRuleIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_create_preview,
     confirm=ALWAYS,
-    targets=_scope,
+    targets=_creating,
 )
 def create_rule(ctx: Context, data: CreateRuleIn) -> RuleOut:
-    scope: Scope = ctx.targets
+    creating: Creating = ctx.targets
     rule = services.create_rule(
         act=ctx,
         owner=_person(ctx),
-        workspace=scope.workspace,
-        account=scope.account,
+        workspace=creating.scope.workspace,
+        account=creating.scope.account,
         name=data.name,
-        body=RuleBody(match=data.match, conditions=data.conditions, actions=data.actions),
+        body=creating.body,
         enabled=data.enabled,
         limit=ctx.bounds.RULES_MAX,
     )
+    forwarding.bind(ctx, rule)
     return _out(rule)
 
 
@@ -328,9 +378,30 @@ def _new_body(rule: Rule, data: UpdateRuleIn) -> RuleBody | None:
     )
 
 
+def _guarded(ctx: Context, rule: Rule) -> Rule:
+    """A forwarding rule changes only with the send permission (what it is decides what is sent)."""
+    forwarding.guard(ctx, forwarding.forwarding([rule]), "this")
+    return rule
+
+
+@dataclass(frozen=True)
+class Updating:
+    rule: Rule
+    body: RuleBody | None
+
+
+def _updating(ctx: Context, data: UpdateRuleIn) -> Updating:
+    rule = _guarded(ctx, _the_rule(ctx, data))
+    body = _new_body(rule, data)
+    if body is not None:
+        body = forwarding.checked(ctx, rule.workspace, rule.account, body)
+    return Updating(rule, body)
+
+
 def _update_preview(ctx: Context, data: UpdateRuleIn) -> Preview:
-    rule: Rule = ctx.targets
-    body = _new_body(rule, data) or loaded(rule.match, rule.conditions, rule.actions)
+    updating: Updating = ctx.targets
+    rule = updating.rule
+    body = updating.body or loaded(rule.match, rule.conditions, rule.actions)
     enabled = rule.enabled if data.enabled is None else data.enabled
     what = f"Change the rule {words.named(rule.name)}" + ("" if enabled else " (off: it acts on nothing)") + "."
     return _proposal(ctx, "Change this rule?", "Change rule", what, Scope(rule.workspace, rule.account), body)
@@ -346,13 +417,14 @@ def _update_preview(ctx: Context, data: UpdateRuleIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_update_preview,
     confirm=ALWAYS,
-    targets=_the_rule,
+    targets=_updating,
 )
 def update_rule(ctx: Context, data: UpdateRuleIn) -> RuleOut:
-    rule: Rule = ctx.targets
+    updating: Updating = ctx.targets
     rule = services.update_rule(
-        act=ctx, rule=rule, owner=_person(ctx), name=data.name, body=_new_body(rule, data), enabled=data.enabled
+        act=ctx, rule=updating.rule, owner=_person(ctx), name=data.name, body=updating.body, enabled=data.enabled
     )
+    forwarding.bind(ctx, rule)
     return _out(rule)
 
 
@@ -364,12 +436,16 @@ class RuleDeletedOut(Closed):
     deleted: bool
 
 
+def _deleting(ctx: Context, data: RuleIn) -> Rule:
+    return _guarded(ctx, _the_rule(ctx, data))
+
+
 def _delete_preview(ctx: Context, data: RuleIn) -> Preview:
     rule: Rule = ctx.targets
     return Preview(
         (Change(str(rule.pk), services.rule_state(rule), None),),
         summary=f"Delete the rule {words.named(rule.name)}: it acts on no new mail. What it did stays done, and the "
-        "messages it acted on still say why.",
+        "messages it acted on still say why." + forwarding.changes(forwarding.forwarding([rule])),
         title="Delete this rule?",
         verb="Delete rule",
     )
@@ -384,10 +460,11 @@ def _delete_preview(ctx: Context, data: RuleIn) -> Preview:
     ceiling=Ceiling.ON,
     preview=_delete_preview,
     confirm=ALWAYS,
-    targets=_the_rule,
+    targets=_deleting,
 )
 def delete_rule(ctx: Context, data: RuleIn) -> RuleDeletedOut:
     rule: Rule = ctx.targets
+    forwarding.end(ctx, rule)
     services.delete_rule(act=ctx, rule=rule)
     return RuleDeletedOut(rule_id=data.rule_id, deleted=True)
 
@@ -415,6 +492,8 @@ def _reordered(ctx: Context, data: ReorderIn) -> list[Rule]:
     by_id = {str(r.pk): r for r in rules}
     if any(i not in by_id for i in data.rule_ids):
         raise OakenError.not_found("rule_ids")
+    # the order decides which rules' stop comes before a forwarding rule: what it sends
+    forwarding.guard(ctx, forwarding.forwarding(rules), "reordering the rules")
     named = set(data.rule_ids)
     return [by_id[i] for i in data.rule_ids] + [r for r in rules if str(r.pk) not in named]
 
@@ -577,7 +656,7 @@ class AppliedOut(Closed):
 
 
 def _to_apply(ctx: Context, data: ApplyRuleIn) -> tuple[Rule, Impact]:
-    rule = selectors.access_rule_by_id(data.rule_id, reach=reach(ctx))
+    rule = _guarded(ctx, selectors.access_rule_by_id(data.rule_id, reach=reach(ctx)))
     if rule.stopped_reason:
         raise OakenError("CONFLICT", "the rule is stopped: a person confirms it again first (update_rule)")
     body = loaded(rule.match, rule.conditions, rule.actions)
