@@ -165,3 +165,70 @@ def test_unsubscribe_on_a_message_says_which_kind_and_never_makes_a_link_clickab
     assert page.locator('a[href*="list.example.org"]').count() == 0  # never clickable
     look(page, "mail-unsubscribe-link")
     assert not OutboundRequest.objects.for_tenant(alice.tenant).exists()
+
+
+@pytest.mark.slow
+def test_a_forwarding_rule_is_built_confirmed_and_an_assistants_is_approved_on_automations(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    """A forwarding rule built on /rules (a label condition, a forward action): the proposal names the destination,
+    and once confirmed it forwards as approved. An assistant's forwarding rule (asked as an agent with send) waits:
+    /rules says so and links to /automations, which shows the rule's terms in words and approves them exactly."""
+    from playwright.sync_api import expect
+
+    mine = str(_mailbox(alice, "alice@example.test").pk)
+    theirs = str(_mailbox(mallory, "mallory@example.test").pk)
+    call(as_person(mallory), "create_label", {"account_id": theirs, "name": "Mallory's secret label"})
+    label = call(as_person(alice), "create_label", {"account_id": mine, "name": "Receipts"})["label"]["id"]
+
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/rules")
+    page.fill("#rule-name", "Receipts to the keeper")
+    page.locator("#rule-scope").select_option(f"account:{mine}")
+    condition = page.locator(".rule-condition").first
+    condition.locator("select[data-kind]").select_option("label")
+    expect(condition.locator('[data-key="label_id"] option')).to_have_count(1)  # hers alone
+    condition.locator('[data-key="label_id"]').select_option(label)
+    action = page.locator(".rule-action").first
+    action.locator("select[data-kind]").select_option("forward")
+    action.locator('[data-key="to"]').fill("keeper@example.org")
+    page.click("#rule-save")
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog.locator("[data-summary]")).to_contain_text("forwards each message it matches to keeper@example.org")
+    look(page, "rules-forward-confirm")
+    page.click("#confirm-yes")
+    listed = page.locator("#rules-list tbody tr")
+    expect(listed.first).to_contain_text("it carries the label “Receipts”")
+    expect(listed.first).to_contain_text("forward it to “keeper@example.org”")
+    expect(listed.first).to_contain_text("Forwards as you approved it.")
+
+    # an assistant's: it waits, and /automations shows exactly what it would forward
+    agent = as_agent(alice, scopes=SENDER)
+    asked = request(
+        agent,
+        "create_rule",
+        {
+            "account_id": mine,
+            "name": "Partners",
+            "conditions": [{"field": "from", "op": "domain", "value": "partner.example"}],
+            "actions": [{"action": "forward", "to": "assistant@example.org"}],
+        },
+    )
+    assert asked["forward_state"] == "awaiting_approval"
+    page.goto("/rules")
+    waiting = page.locator("#rules-list tbody tr", has_text="Partners")
+    expect(waiting).to_contain_text("Forwards nothing until a person approves the forward")
+    waiting.get_by_role("link", name="approves the forward").click()
+    named = page.locator(f'article[data-automation-id="{asked["forward_automation_id"]}"]')
+    expect(named).to_contain_text("Waiting for your approval")
+    expect(named).to_contain_text("assistant@example.org")
+    expect(named).to_contain_text("the sender is in the domain “partner.example”")
+    look(page, "automations-forwarding-rule")
+    named.locator('button[data-action="approve"]').click()
+    page.click("#ask-first-yes")
+    expect(named.locator("dd").first).to_have_text("On")
+    page.goto("/rules")
+    expect(page.locator("#rules-list tbody tr", has_text="Partners")).to_contain_text("Forwards as you approved it.")
+    assert "secret label" not in page.content()
+    assert not Automation.objects.for_tenant(mallory.tenant).exists()

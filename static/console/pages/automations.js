@@ -7,6 +7,7 @@
 // approval link an assistant hands on) picks that one out. Below, the unsubscribe requests among the person's
 // latest outbound requests (list_outbound), each followed on /outbound. The page decides nothing of its own.
 import { askFirst, button, call, el, notice, perform, plainError, showHistory, when } from "../lib.js";
+import { conditionWords, labelNames } from "./mail-rules.js";
 
 const listBox = document.getElementById("automations-list");
 const namedBox = document.getElementById("automation-named");
@@ -79,18 +80,25 @@ function sentWords(a) {
   return `${sent}; ${a.waiting} ${a.waiting === 1 ? "waits" : "wait"} for the sending budgets (${why}), and ${a.waiting === 1 ? "goes" : "go"} once they allow`;
 }
 
+// a forwarding rule's terms, exactly as approved (its conditions, in words)
+const ruleTerms = (a) =>
+  el("div", {},
+    el("span", {}, `What its rule matches (${a.match === "any" ? "any" : "all"} of), but mail Oaken forwarded already:`),
+    el("ul", { class: "rule-terms" }, a.conditions.map((c) => el("li", {}, conditionWords(c)))),
+  );
+
 function article(a) {
   const name = accountName(a.account_id);
   const waiting = a.state === "awaiting_approval";
   const live = waiting || a.state === "active";
   const forward = a.kind === "forward";
-  const what = forward ? "Forwarding" : "Automatic reply";
+  const what = forward ? (a.rule_id ? "Forwarding rule" : "Forwarding") : "Automatic reply";
   const rows = forward
     ? [
         ["State", el("span", { class: `state state-${a.state}` }, stateWords(a))],
         ["Mailbox", name],
         ["Forwards to", el("bdi", {}, a.forward_to)],
-        ["What", "Every new message, but spam, trash and mail Oaken forwarded already"],
+        ["What", a.rule_id ? ruleTerms(a) : "Every new message, but spam, trash and mail Oaken forwarded already"],
         ["Forwards", sentWords(a).replace(/repl(y|ies)/, (m) => (m === "reply" ? "forward" : "forwards"))],
       ]
     : [
@@ -188,8 +196,9 @@ async function rejectIt(a) {
 }
 
 async function cancelIt(a) {
-  const asked = await askFirst("Cancel this automatic reply?",
-    `The automatic reply of ${accountName(a.account_id)} sends nothing more (replies already on their way still go).`,
+  const what = a.kind !== "forward" ? "automatic reply" : a.rule_id ? "forwarding rule's forward" : "forwarding";
+  const asked = await askFirst(`Cancel this ${what}?`,
+    `The ${what} of ${accountName(a.account_id)} sends nothing more: what it made that has not begun sending is withdrawn.`,
     "Cancel it");
   if (!asked) return notice("Nothing was changed.");
   if (await perform("cancel_auto_reply", { automation_id: a.automation_id }, "Cancelled: it sends nothing more.")) await refresh();
@@ -349,12 +358,14 @@ async function loadUnsubscribes() {
 
 // ------------------------------------------------------------ start
 
-call("list_accounts", {}).then(
-  (out) => {
+Promise.all([
+  call("list_accounts", {}).then((out) => {
     accounts = new Map(out.accounts.map((a) => [a.id, a]));
-  },
-  () => {},
-).finally(async () => {
+  }, () => {}),
+  call("list_labels", {}).then((out) => {
+    for (const l of out.labels) labelNames.set(l.id, l.name);
+  }, () => {}),
+]).finally(async () => {
   if (form) fillAccounts();
   const shown = await refresh();
   await pickOut(shown);

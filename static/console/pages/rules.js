@@ -7,7 +7,7 @@
 // says what it would have done to the last 30 days. The page decides nothing of its own: it says what the operations
 // answer, and a refusal beside the field it names. list_accounts names the mailboxes.
 import { button, call, el, notice, perform, plainError, row, showHistory, table, when } from "../lib.js";
-import { outcomeWords } from "./mail-rules.js";
+import { HEADERS, actionWords, conditionWords, labelNames, outcomeWords } from "./mail-rules.js";
 
 const listBox = document.getElementById("rules-list");
 const historySection = document.getElementById("rule-history");
@@ -16,6 +16,11 @@ const historyBody = document.getElementById("rule-history-body");
 const form = document.getElementById("rule-editor");
 
 let accounts = new Map(); // id -> account (list_accounts)
+let labels = []; // list_labels: what a label condition can name
+
+// a label as the editor offers it: its name, and its mailbox's when there are several
+const labelChoices = () =>
+  labels.map((l) => [l.id, accounts.size > 1 ? `${l.name} (${accountName(l.account_id)})` : l.name + (l.ai_state === "on" ? " (AI label)" : "")]);
 let rules = [];
 
 const accountName = (id) => {
@@ -26,66 +31,6 @@ const scopeWords = (r) => (r.account_id ? `The mailbox ${accountName(r.account_i
 
 // ------------------------------------------------------------ a rule in words (its own terms, as stored)
 
-const ADDRESS_OPS = { is: "is", domain: "is in the domain", contains: "contains" };
-const HEADERS = {
-  "list-id": "List-Id",
-  "list-unsubscribe": "List-Unsubscribe",
-  "auto-submitted": "Auto-Submitted",
-  precedence: "Precedence",
-  "x-mailer": "X-Mailer",
-};
-const FIELD_WORDS = { subject: "the subject", body: "the text", list_id: "the List-Id" };
-
-export function conditionWords(c) {
-  switch (c.field) {
-    case "from":
-      return `the sender ${ADDRESS_OPS[c.op] || c.op} “${c.value}”`;
-    case "to":
-      return `a recipient ${ADDRESS_OPS[c.op] || c.op} “${c.value}”`;
-    case "subject":
-    case "body":
-    case "list_id":
-      return `${FIELD_WORDS[c.field]} ${c.op === "is" ? "is" : "contains"} “${c.value}”`;
-    case "header":
-      return c.op === "present"
-        ? `it has a ${HEADERS[c.name] || c.name} header`
-        : `its ${HEADERS[c.name] || c.name} header ${c.op === "is" ? "is" : "contains"} “${c.value}”`;
-    case "attachment":
-      return c.type === "*" ? "it has an attachment" : `it has an attachment of type “${c.type}”`;
-    case "folder":
-      return `it is in the folder “${c.value}”`;
-    case "age":
-      return `it is ${c.op === "older_than" ? "older" : "newer"} than ${c.days} days`;
-    case "about":
-      return `it is about “${c.text}” (a likeness of at least ${Number(c.threshold).toFixed(2)})`;
-    default:
-      return String(c.field);
-  }
-}
-
-export function actionWords(a) {
-  switch (a.action) {
-    case "add_label":
-      return `add the label “${a.label}”`;
-    case "remove_label":
-      return `remove the label “${a.label}”`;
-    case "move":
-      return `move it to “${a.folder}”`;
-    case "mark_read":
-      return "mark it read";
-    case "pin":
-      return "pin it";
-    case "skip_inbox":
-      return "skip the inbox (to the archive)";
-    case "snooze":
-      return `snooze it for ${a.days} days`;
-    case "stop":
-      return "stop: no later rule acts on it";
-    default:
-      return String(a.action);
-  }
-}
-
 const STOPPED = {
   owner_left: "Stopped: its owner left this tenant. Turn it on again to run it as you.",
   owner_lost_workspace: "Stopped: its owner no longer reaches this workspace. Turn it on again to run it as you.",
@@ -94,7 +39,19 @@ const STOPPED = {
 
 function stateCell(r) {
   if (r.stopped) return el("span", { class: "rule-stopped" }, STOPPED[r.stopped] || `Stopped (${r.stopped}). Turn it on again to run it as you.`);
-  return el("span", { class: r.enabled ? "status-ok" : "hint" }, r.enabled ? "On" : "Off");
+  return el("span", {},
+    el("span", { class: r.enabled ? "status-ok" : "hint" }, r.enabled ? "On" : "Off"),
+    forwardState(r),
+  );
+}
+
+// a forwarding rule's approval: it forwards only what a person approved, exactly as the rule is now
+function forwardState(r) {
+  if (!r.actions.some((a) => a.action === "forward")) return null;
+  if (r.forward_state === "active") return el("div", { class: "hint" }, "Forwards as you approved it.");
+  if (r.forward_state === "awaiting_approval")
+    return el("div", { class: "rule-stopped" }, "Forwards nothing until a person ", el("a", { href: r.approval_url }, "approves the forward"), ".");
+  return el("div", { class: "rule-stopped" }, "Forwards nothing: its forward was cancelled. Save the rule again to approve it.");
 }
 
 // its last failing action, under its state
@@ -242,6 +199,7 @@ const CONDITION_KINDS = [
   ["folder", "Folder"],
   ["age", "Age"],
   ["about", "About (by meaning)"],
+  ["label", "Carries a label (or AI label)"],
 ];
 const ACTION_KINDS = [
   ["add_label", "Add a label"],
@@ -252,6 +210,7 @@ const ACTION_KINDS = [
   ["skip_inbox", "Skip the inbox"],
   ["snooze", "Snooze"],
   ["stop", "Stop: no later rule"],
+  ["forward", "Forward to an address"],
 ];
 
 let serial = 0;
@@ -304,6 +263,8 @@ function conditionInputs(id, kind, c) {
         field(`${id}-text`, "text", "About", text(c.text, "e.g. invoices and receipts")),
         field(`${id}-threshold`, "threshold", "Least likeness (0 to 1)", el("input", { type: "number", min: "0", max: "1", step: "0.05", value: c.threshold ?? "", placeholder: "the default" })),
       ];
+    case "label":
+      return [field(`${id}-label`, "label_id", "Label", choose(labelChoices(), c.label_id))];
     default:
       return [];
   }
@@ -319,6 +280,10 @@ function actionInputs(id, kind, a) {
       return [field(`${id}-folder`, "folder", "Folder", text(a.folder || "archive", "archive, spam, trash, inbox or a folder's name"))];
     case "snooze":
       return [field(`${id}-days`, "days", "Days", number(a.days ?? 7, { min: "1", max: "366" }))];
+    case "forward": {
+      const to = el("input", { type: "email", maxlength: "320", value: a.to || "", placeholder: "e.g. assistant@example.com", autocomplete: "off" });
+      return [field(`${id}-to`, "to", "To (sent by itself: it needs a person's approval)", to)];
+    }
     default:
       return [];
   }
@@ -526,12 +491,15 @@ if (form) {
   reset();
 }
 
-call("list_accounts", {}).then(
-  (out) => {
+Promise.all([
+  call("list_accounts", {}).then((out) => {
     accounts = new Map(out.accounts.map((a) => [a.id, a]));
-  },
-  () => {},
-).finally(() => {
+  }, () => {}),
+  call("list_labels", {}).then((out) => {
+    labels = out.labels;
+    for (const l of labels) labelNames.set(l.id, l.name);
+  }, () => {}),
+]).finally(() => {
   if (form) fillScopes();
   refresh();
 });
