@@ -254,9 +254,8 @@ def test_a_forward_is_checked_and_refusals_name_the_field_never_the_value(
     del workspace_wide["account_id"]
     cases = [
         (workspace_wide, "account_id"),
-        (rule_body(account, to="not an <address"), "actions"),
-        (rule_body(account, to="x@evil.test\u202e"), "actions"),
-        (rule_body(account) | {"actions": [{"action": "forward", "to": "a@b.test"}] * 2}, "actions"),
+        (rule_body(account, to="not an <address"), "actions.1.to"),
+        (rule_body(account, to="x@evil.test\u202e"), "actions.1.to"),
     ]
     for data, field in cases:
         refused = refusal(me, "create_rule", data, confirm=True)

@@ -62,20 +62,21 @@ def require_send(ctx: Context, because: str) -> None:
 
 
 def checked(ctx: Context, workspace: Workspace, account: MailAccount | None, body: RuleBody) -> RuleBody:
-    """The rule's body as it is stored: a forward needs the send permission and a rule of one mailbox, goes to one
+    """The rule's body as it is stored: a forward needs the send permission and a rule of one mailbox, goes to an
     address (normalized, not the mailbox's own); a label condition names a label of the rule's mailbox (or, for a
     workspace's rule, of one of its mailboxes)."""
-    forwards = [a for a in body.actions if isinstance(a, ForwardAction)]
-    if forwards:
+    if body.forwards:
         require_send(ctx, "a rule that forwards mail sends by itself")
-        if len(forwards) > 1:
-            raise OakenError.invalid("actions", "forwards twice: a rule forwards to one address")
         if account is None:
             raise OakenError.invalid("account_id", "is required for a rule that forwards (it sends from one mailbox)")
-        to = normalize_address(forwards[0].to, "actions")
-        if to.casefold() == account.email_address.casefold():
-            raise OakenError.invalid("actions", "forwards to this mailbox's own address")
-        actions = [ForwardAction(action="forward", to=to) if a is forwards[0] else a for a in body.actions]
+        actions = []
+        for index, action in enumerate(body.actions):
+            if isinstance(action, ForwardAction):
+                to = normalize_address(action.to, f"actions.{index}.to")
+                if to.casefold() == account.email_address.casefold():
+                    raise OakenError.invalid(f"actions.{index}.to", "is this mailbox's own address")
+                action = ForwardAction(action="forward", to=to)
+            actions.append(action)
         body = body.model_copy(update={"actions": actions})
     named = sorted(body.label_ids())
     for label in access_labels_by_ids(named, reach=reach(ctx), field="conditions") if named else []:
@@ -97,39 +98,36 @@ def terms(tenant: Tenant, body: RuleBody) -> str:
     )
 
 
-def content_for(rule: Rule, body: RuleBody | None = None) -> automations.AutomationContent | None:
-    """The forward the rule holds now (None: it forwards nothing)."""
+def contents_for(rule: Rule, body: RuleBody | None = None) -> list[automations.AutomationContent]:
+    """The forwards the rule holds now: one per destination (none: it forwards nothing)."""
     body = body or loaded(rule.match, rule.conditions, rule.actions)
-    forward = body.forward
-    if forward is None or rule.account is None:
-        return None
-    return automations.AutomationContent(
-        account=rule.account,
-        kind=AutomationKind.FORWARD,
-        forward_to=forward.to,
-        rule_id=rule.pk,
-        terms=terms(rule.tenant, body),
-    )
+    if rule.account is None:
+        return []
+    rule_terms = terms(rule.tenant, body) if body.forwards else ""
+    return [
+        automations.AutomationContent(
+            account=rule.account, kind=AutomationKind.FORWARD, forward_to=to, rule_id=rule.pk, terms=rule_terms
+        )
+        for to in body.forwards
+    ]
 
 
-def bind(ctx: Context, rule: Rule) -> Automation | None:
+def bind(ctx: Context, rule: Rule) -> None:
     """After a change of the rule (or of a label it names): the rule's forwards that are no longer what it is end;
     what it forwards now is approved when a person confirmed it, else waits for a person's approval."""
-    content = content_for(rule)
-    digest = content.digest() if content is not None else None
-    kept = None
+    wanted = {c.digest(): c for c in contents_for(rule)}
+    kept: dict[str, Automation] = {}
     for automation in Automation.objects.for_tenant(ctx.tenant).filter(rule=rule, state__in=_LIVE):
-        if automation.content_hash == digest and kept is None:
-            kept = automation
+        if automation.content_hash in wanted and automation.content_hash not in kept:
+            kept[automation.content_hash] = automation
             continue
         automations.cancel(automation, act=ctx, reason="rule_changed")
-    if content is None:
-        return None
-    if kept is None:
-        return automations.request_automation(content, act=ctx)
-    if kept.state == AutomationState.AWAITING_APPROVAL and ctx.caller.principal == Principal.PERSON:
-        automations.approve(kept, act=ctx, content_hash=digest)
-    return kept
+    for digest, content in wanted.items():
+        automation = kept.get(digest)
+        if automation is None:
+            automations.request_automation(content, act=ctx)
+        elif automation.state == AutomationState.AWAITING_APPROVAL and ctx.caller.principal == Principal.PERSON:
+            automations.approve(automation, act=ctx, content_hash=digest)
 
 
 def end(ctx: Context, rule: Rule) -> None:
@@ -176,8 +174,7 @@ def changes(rules: Sequence[Rule]) -> str:
 
 
 def _destination(rule: Rule) -> str:
-    forward = loaded(rule.match, rule.conditions, rule.actions).forward
-    return forward.to if forward is not None else ""
+    return ", ".join(loaded(rule.match, rule.conditions, rule.actions).forwards)
 
 
 def conditions_of(terms_json: str) -> tuple[str, list[dict[str, object]]]:

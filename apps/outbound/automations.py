@@ -173,7 +173,7 @@ def _move(automation: Automation, expected: str, new: str, **fields: Any) -> boo
 
 def approve(automation: Automation, *, act: Act, content_hash: str | None) -> None:
     """A person's approval, of exactly the content they were shown; the mailbox's active one of its kind ends (a
-    forwarding rule's: the rule's active one)."""
+    forwarding rule's: the rule's active one to the same destination)."""
     if content_hash is not None and content_hash != automation.content_hash:
         raise OakenError("CONFLICT", "this automation is not what was shown: reload it", field="content_hash")
     stored = Automation.objects.for_tenant(act.tenant).filter(pk=automation.pk)
@@ -182,6 +182,8 @@ def approve(automation: Automation, *, act: Act, content_hash: str | None) -> No
     before = Automation.objects.for_tenant(act.tenant).filter(
         account=automation.account_id, kind=automation.kind, rule=automation.rule_id, state=AutomationState.ACTIVE
     )
+    if automation.rule_id is not None:  # a rule forwards to each of its destinations
+        before = before.filter(forward_to=automation.forward_to)
     for old in before.exclude(pk=automation.pk):
         _move(old, AutomationState.ACTIVE, AutomationState.CANCELLED, cancelled_at=act.now, updated_at=act.now)
         act.touch(old.pk, {"state": AutomationState.ACTIVE}, {"state": AutomationState.CANCELLED, "replaced": True})

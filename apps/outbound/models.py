@@ -296,7 +296,9 @@ class Automation(TenantOwned):
                 condition=Q(state="active", rule__isnull=True),
             ),
             models.UniqueConstraint(
-                fields=["rule"], name="automation_one_active_per_rule", condition=Q(state="active", rule__isnull=False)
+                fields=["rule", "forward_to"],
+                name="automation_one_active_per_rule",
+                condition=Q(state="active", rule__isnull=False),
             ),
         ]
         indexes = [

@@ -24,7 +24,11 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# at least one character that is space to neither side: the published pattern (ECMA's \s) and the stripping
+# (Python's, which also takes \x1c-\x1f and \x85) agree on what is blank
+Text = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200, pattern=r"[^\s\x1c-\x1f\x85]")
+]
 # the headers Oaken keeps of every message (apps.mail.parsing.message.KEPT_HEADERS), the ones a rule can test
 HeaderName = Literal["list-id", "list-unsubscribe", "auto-submitted", "precedence", "x-mailer"]
 
@@ -126,6 +130,7 @@ class ForwardAction(Closed):
     to: str = Field(
         min_length=3,
         max_length=320,
+        json_schema_extra={"format": "email"},
         description="the address each matching message is forwarded to. A standing send: it needs the send "
         "permission, a rule of one mailbox, and a person's approval (an agent's waits for one on /automations)",
     )
@@ -143,9 +148,9 @@ class RuleBody(Closed):
     actions: list[Action] = Field(min_length=1, max_length=10)
 
     @property
-    def forward(self) -> ForwardAction | None:
-        """The rule's forward (a rule forwards to one address at most: the operations refuse a second)."""
-        return next((a for a in self.actions if isinstance(a, ForwardAction)), None)
+    def forwards(self) -> list[str]:
+        """Where the rule forwards what it matches: each destination once, in the order given."""
+        return list(dict.fromkeys(a.to for a in self.actions if isinstance(a, ForwardAction)))
 
     def label_ids(self) -> set[str]:
         return {c.label_id for c in self.conditions if isinstance(c, LabelCondition)}

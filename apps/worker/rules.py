@@ -43,7 +43,7 @@ from apps.operations import forwarding
 from apps.outbound import automations
 from apps.outbound.models import Automation, AutomationState
 from apps.rules import selectors, services
-from apps.rules.conditions import Facts
+from apps.rules.conditions import Facts, ForwardAction
 from apps.rules.engine import Decision, Loaded, decisions, load
 from apps.rules.models import Rule
 from apps.search.models import LabelDecision
@@ -223,7 +223,10 @@ def _act(tenant: Tenant, found: list[Decision], owners: dict[Any, Membership], n
             for action in entry.body.actions:
                 if action.action == "stop" or not mine:
                     continue
-                done = _forwarded(entry, mine) if action.action == "forward" else _perform(caller, action, mine, now)
+                if isinstance(action, ForwardAction):
+                    done = _forwarded(entry, action.to, mine)
+                else:
+                    done = _perform(caller, action, mine, now)
                 for message_id, outcome in done.items():
                     outcomes[message_id].append({"action": _named(action), "outcome": outcome})
             services.finish(tenant=tenant, rule=entry.rule, outcomes=outcomes, now=now)
@@ -272,20 +275,21 @@ def _each(caller: Caller, name: str, data: dict[str, Any], ids: list[Any]) -> di
     return outcomes
 
 
-def _forwarded(entry: Loaded, facts: list[Facts]) -> dict[Any, str]:
-    """A forwarding rule's forward: each message sent on the authority of the person who approved exactly what the
-    rule is now (its forward's content hash), as that person; while none did, nothing is sent (awaiting_approval).
-    ok: forwarded; skipped: Oaken forwarded it already (this or another copy), or it came from the destination."""
+def _forwarded(entry: Loaded, to: str, facts: list[Facts]) -> dict[Any, str]:
+    """A forwarding rule's forward to `to`: each message sent on the authority of the person who approved exactly
+    what the rule is now (that forward's content hash), as that person; while none did, nothing is sent
+    (awaiting_approval). ok: forwarded; skipped: Oaken forwarded it there already (this or another copy), or it came
+    from the destination."""
     ids = [f.id for f in facts]
     rule = entry.rule
     automation = (
         Automation.objects.for_tenant(rule.tenant)
-        .filter(rule=rule, state=AutomationState.ACTIVE)
+        .filter(rule=rule, forward_to=to, state=AutomationState.ACTIVE)
         .select_related("tenant", "account__workspace")
         .first()
     )
-    content = forwarding.content_for(rule, entry.body)
-    if automation is None or content is None or automation.content_hash != content.digest():
+    approved = {c.digest() for c in forwarding.contents_for(rule, entry.body) if c.forward_to == to}
+    if automation is None or automation.content_hash not in approved:
         return dict.fromkeys(ids, "awaiting_approval")
     caller = approver(automation)
     if caller is None:  # its approver's authority is gone: ended (audited), nothing sent

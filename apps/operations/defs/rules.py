@@ -85,12 +85,13 @@ def _owner_name(user: User) -> str:
 
 def _out(rule: Rule) -> RuleOut:
     body = loaded(rule.match, rule.conditions, rule.actions)
+    # a forward waiting for approval first (what a person must act on), else the newest active
     forward = (
         Automation.objects.for_tenant(rule.tenant)
         .filter(rule=rule, state__in=(AutomationState.ACTIVE, AutomationState.AWAITING_APPROVAL))
-        .order_by("-created_at")
+        .order_by("state", "-created_at")
         .first()
-        if body.forward is not None
+        if body.forwards
         else None
     )
     waits = forward is not None and forward.state == AutomationState.AWAITING_APPROVAL
@@ -177,14 +178,14 @@ def _proposal(ctx: Context, title: str, verb: str, what: str, scope: Scope, body
         f"{what} In the last {_PROPOSAL_DAYS} days it would have acted on "
         f"{words.count(len(found.matches), 'message')}{more}. It acts on new mail as you, with what you may do then."
     )
-    if body.forward is not None:
+    if body.forwards:
         who = (
             "once you confirm"
             if ctx.caller.principal == "person"
             else "once a person approves it on the Automations page (nothing is forwarded before)"
         )
         summary += (
-            f" It forwards each message it matches to {body.forward.to}, by itself, on your authority, {who}; "
+            f" It forwards each message it matches to {', '.join(body.forwards)}, by itself, on your authority, {who}; "
             "mail Oaken forwarded already is never forwarded again."
         )
     lines: tuple[str, ...] = ()
@@ -295,6 +296,21 @@ def _scope(ctx: Context, data: ScopeIn) -> Scope:
 
 
 class CreateRuleIn(ScopeIn, RuleBody):
+    # a rule that forwards names its mailbox (it sends from it): published with the input
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["account_id"], "properties": {"account_id": {"type": "string"}}},
+                {
+                    "properties": {
+                        "actions": {
+                            "items": {"not": {"required": ["action"], "properties": {"action": {"const": "forward"}}}}
+                        }
+                    }
+                },
+            ]
+        }
+    )
     name: RuleName
     enabled: bool = True
 
