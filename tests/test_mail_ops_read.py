@@ -556,6 +556,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_rules": [{}],
         "get_rule": [{"rule_id": _a_rule(box)}],
         "list_automations": [{}, {"account_id": box.personal, "state": "active"}],
+        "list_events": [{"account_id": box.personal}, {"account_id": box.personal, "types": ["message."], "limit": 5}],
         "get_automation": [{"automation_id": _an_automation(box)}],
         "test_rule": [
             {"rule_id": _a_rule(box), "days": 365},

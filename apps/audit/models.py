@@ -99,6 +99,10 @@ class ChainHead(models.Model):
     tenant = models.OneToOneField("workspaces.Tenant", on_delete=models.PROTECT, primary_key=True, related_name="+")
     seq = models.PositiveBigIntegerField(default=0)
     hash = models.CharField(max_length=64, default=ZERO_HASH)
+    # the tenant's event feed (apps.events): the last number given out, and the highest one retention removed
+    # (a cursor below it has missed events). Kept here so the feed's writers and the audit's share one lock.
+    event_seq = models.BigIntegerField(default=0, db_default=0)
+    events_pruned = models.BigIntegerField(default=0, db_default=0)
 
     def __str__(self) -> str:
         return f"head #{self.seq}"

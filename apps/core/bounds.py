@@ -127,6 +127,8 @@ class Bounds:
     RULE_SCAN_MAX = Bound()
     RULE_DAYS_MAX = Bound()
     RULES_EMBEDDING_WAIT_SECONDS = Bound()
+    EVENTS_RETENTION_DAYS = Bound()
+    EVENTS_PAGE_MAX = Bound()
     SEARCH_RRF_K = Bound()
     SEARCH_KEYWORD_WEIGHT = Bound()
     SEARCH_SEMANTIC_WEIGHT = Bound()

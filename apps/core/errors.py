@@ -27,6 +27,9 @@ HTTP_STATUS = {
     "CONFIRMATION_REQUIRED": 409,
     "CONFIRMATION_INVALID": 409,
     "CONFLICT": 409,
+    # a feed cursor older than the feed's retention: the events after it are gone (the message says from where to
+    # read on)
+    "CURSOR_EXPIRED": 410,
     "LAST_OWNER": 409,
     "LIMIT_EXCEEDED": 422,
     "IDEMPOTENCY_MISMATCH": 422,

@@ -3,11 +3,15 @@ which runs the operation `import_mail` so the work it starts is checked and audi
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
+from apps.core.bounds import bounds
 from apps.core.errors import OakenError, error_body
+from apps.events import feed
 from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import Kind, OutboundRequest, State
@@ -56,6 +60,12 @@ def ai_labels_task() -> int:
 def auto_replies_task() -> int:
     """Automatic replies answering new mail (apps.worker.autoreplies; each message once, each sender once a window)."""
     return autoreplies.run()
+
+
+@shared_task(name="events.prune", ignore_result=True)
+def prune_events_task() -> int:
+    """The event feed keeps EVENTS_RETENTION_DAYS (a cursor older than that answers CURSOR_EXPIRED)."""
+    return feed.prune(before=timezone.now() - timedelta(days=bounds.EVENTS_RETENTION_DAYS))
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

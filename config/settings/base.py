@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "apps.search",
     "apps.summaries",
     "apps.rules",
+    "apps.events",
     "apps.audit",
     "apps.server",
     "apps.operations",

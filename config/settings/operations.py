@@ -194,6 +194,10 @@ OPERATIONS = {
     "RULE_SCAN_MAX": _tunable("RULE_SCAN_MAX", 5000, minimum=1, maximum=100_000),
     "RULE_DAYS_MAX": _tunable("RULE_DAYS_MAX", 365, minimum=1, maximum=3650),
     "RULES_EMBEDDING_WAIT_SECONDS": _tunable("RULES_EMBEDDING_WAIT_SECONDS", 600, minimum=0, maximum=86400),
+    # the event feed (apps.events): how many days an event is kept (a cursor older than that is CURSOR_EXPIRED),
+    # and how many one list_events page holds at most
+    "EVENTS_RETENTION_DAYS": _tunable("EVENTS_RETENTION_DAYS", 30, minimum=1, maximum=3650),
+    "EVENTS_PAGE_MAX": _tunable("EVENTS_PAGE_MAX", 500, minimum=1, maximum=10_000),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)

@@ -19,6 +19,7 @@ MODULES = (
     "apps.operations.defs.outbound_review",
     "apps.operations.defs.automations",
     "apps.operations.defs.unsubscribe",
+    "apps.operations.defs.events",
     "apps.operations.defs.policies",
     "apps.operations.defs.budgets",
     "apps.operations.defs.delivery",
