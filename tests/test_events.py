@@ -158,9 +158,14 @@ def test_a_cursor_older_than_retention_is_refused_never_skipped(alice: Person, m
 def test_a_rolled_back_change_leaves_no_event(alice: Person, tmp_path: Path) -> None:
     ids = deliver(alice, tmp_path, "Personal", 1)
     before = Event.objects.for_tenant(alice.tenant).count()
-    with pytest.raises(RuntimeError), transaction.atomic():
+
+    @transaction.atomic
+    def change_then_fail() -> None:
         Message.objects.for_tenant(alice.tenant).filter(pk=ids[0]).update(read=True)
         raise RuntimeError("the change fails after its write")
+
+    with pytest.raises(RuntimeError):
+        change_then_fail()
     assert Event.objects.for_tenant(alice.tenant).count() == before
 
 
