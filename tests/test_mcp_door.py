@@ -48,7 +48,7 @@ ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextp
 
 @pytest.fixture(autouse=True)
 def _fresh_counters() -> None:
-    for key in redis_client().scan_iter("mcp-requests:*"):
+    for key in redis_client().scan_iter("agent-requests:*"):
         redis_client().delete(key)
 
 

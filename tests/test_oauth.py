@@ -537,7 +537,13 @@ def test_what_clients_send_as_resource_all_mean_mcp(db: None, browser: Client, r
 
 def test_another_resource_is_refused_at_authorization_and_token(db: None, browser: Client, alice: Person) -> None:
     # before the consent page is shown (issue 35): an error redirect to the client, with its state and our iss
-    for foreign in (["https://elsewhere.example/mcp"], [RESOURCE, "https://elsewhere.example/mcp"], ["not a uri"]):
+    for foreign in (
+        ["https://elsewhere.example/mcp"],
+        [RESOURCE, "https://elsewhere.example/mcp"],
+        ["not a uri"],
+        [RESOURCE, ORIGIN + "/api/v1"],  # each of ours, but one token is for one of them
+        [ORIGIN + "/api/v2"],
+    ):
         auth = start(browser, resource=None)
         response = browser.get(auth.url() + "&" + urlencode([("resource", r) for r in foreign]))
         params = redirect_params(response)
@@ -550,6 +556,32 @@ def test_another_resource_is_refused_at_authorization_and_token(db: None, browse
     code = redirect_params(consent(browser, auth))["code"]
     response = exchange(browser, auth, code, resource="https://elsewhere.example/mcp")
     assert response.status_code == 400 and response.json()["error"] == "invalid_target"
+
+
+@pytest.mark.parametrize("resource", [ORIGIN + "/api/v1", ORIGIN + "/api/v1/"])
+def test_a_token_for_the_rest_api_is_bound_to_it_alone_and_keeps_it_when_refreshed(
+    db: None, browser: Client, resource: str
+) -> None:
+    auth = start(browser, resource=resource)
+    tokens = exchange(browser, auth, redirect_params(consent(browser, auth))["code"]).json()
+    api = ORIGIN + "/api/v1"
+    assert AccessToken.objects.get(oaken_link__isnull=False).resource == [api]
+    assert caller_for_token(tokens["access_token"], api) is not None
+    assert caller_for_token(tokens["access_token"], RESOURCE) is None
+    renewed = refresh(browser, auth, tokens["refresh_token"]).json()
+    assert caller_for_token(renewed["access_token"], api) is not None
+    assert caller_for_token(renewed["access_token"], RESOURCE) is None
+    # a refresh cannot move the token to the other resource
+    moved = browser.post(
+        "/oauth/token/",
+        {
+            "grant_type": "refresh_token",
+            "refresh_token": renewed["refresh_token"],
+            "client_id": auth.client_id,
+            "resource": RESOURCE,
+        },
+    )
+    assert moved.status_code == 400 and moved.json()["error"] == "invalid_target"
 
 
 def test_tokens_are_stored_only_as_hashes(db: None, browser: Client) -> None:

@@ -11,8 +11,12 @@ from django.conf import settings
 from django.test import Client
 from jsonschema import Draft202012Validator
 
+from apps.core.callers import Caller
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
-from apps.operations.registry import Callers, Operation, registry
+from apps.core.kinds import Door
+from apps.gate.preflight import may_call
+from apps.operations.registry import Callers, Ceiling, OpClass, Operation, registry
+from tests.callers import membership
 from tests.conftest import Mailbox, Person, give_mail
 from tests.test_rest_door import api_client, post
 
@@ -264,7 +268,7 @@ def test_the_idempotency_key_tenant_and_listing_answers_are_described(document: 
         assert parameters["Oaken-Tenant"]["schema"] == {"type": "string", "format": "uuid"}
         assert "413" in document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]["responses"]
     listing = document["paths"]["/api/v1/ops"]["get"]
-    assert {"200", "401", "404", "503"} <= set(listing["responses"])
+    assert {"200", "400", "401", "404", "429", "503"} <= set(listing["responses"])
     assert "Oaken-Tenant" in {p["name"] for p in listing["parameters"]}
     # and the door answers the listing's 401 as described
     answer = Client().get("/api/v1/ops")
@@ -347,3 +351,45 @@ def test_every_array_and_free_form_object_of_a_request_says_the_item_bound_every
                 objects += 1
             stack.extend(node.values())
     assert arrays > 20 and objects >= 1
+
+
+def _agent(alice: Person, kind: str) -> Caller:
+    """An agent of alice's granted everything a credential of `kind` can be, in a tenant offering every operation
+    up to its ceiling: what no credential of that kind can call, none ever can."""
+    return Caller.agent(
+        membership(alice),
+        scopes={"read", "write", "send"},
+        workspaces=(),
+        credential_id="any",
+        credential_kind=kind,
+        exposure={op.name: "on" for op in registry},
+    )
+
+
+def test_the_security_schemes_say_who_may_call_each_operation(document: dict[str, Any], alice: Person) -> None:
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearer"]["type"] == "http" and schemes["bearer"]["scheme"] == "bearer"
+    assert schemes["cookieAuth"] == {"type": "apiKey", "in": "cookie", "name": settings.SESSION_COOKIE_NAME}
+    by_key, by_token = _agent(alice, "apikey"), _agent(alice, "oauth")
+    for op in _served():
+        if op.plugin is not None:
+            continue  # a plugin's operations are offered while it is healthy, which no document can know
+        spec = document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]
+        callers = spec["x-oaken-callers"]
+        assert callers[0] == "person", op.name
+        assert ("api_key" in callers) is may_call(by_key, Door.API, op.name), op.name
+        assert ("oauth" in callers) is may_call(by_token, Door.API, op.name), op.name
+        if callers == ["person"]:
+            assert op.callers == Callers.PERSONS or op.ceiling == Ceiling.NEVER, op.name
+            assert spec["security"] == [{"cookieAuth": []}], op.name
+            assert "confirmation_token" not in {p["name"] for p in spec["parameters"]}, op.name
+        else:
+            assert spec["security"] == [{"bearer": []}, {"cookieAuth": []}], op.name
+            token = "confirmation_token" in {p["name"] for p in spec["parameters"]}
+            assert token is (op.op_class == OpClass.MUTATE), op.name
+    assert {"create_api_key", "approve_outbound", "list_audit_events"} <= {
+        op.name
+        for op in _served()
+        if document["paths"][f"{OPS_PREFIX}{op.name}"]["post"]["security"] == [{"cookieAuth": []}]
+    }
+    assert document["paths"]["/api/v1/ops"]["get"]["security"] == [{"bearer": []}, {"cookieAuth": []}]

@@ -1,9 +1,10 @@
 """Schemathesis against the REST door's own OpenAPI document: every operation, signed in as a person (alice, the
-OWNER of her tenant, who may call every operation the door serves), seeded (hypothesis derandomized), positive
-and negative cases. No answer is a server error or anything but JSON; every answer's status, content type and
-body are what the document says; a request the document calls valid is never refused as invalid (every bound
-the gate holds a call to is in the document); and nothing of another tenant's (mallory's ids, names, subjects)
-appears in any answer, whatever alice sends."""
+OWNER of her tenant, who may call every operation the door serves), and every operation the document offers a
+bearer credential, called with alice's API key (every scope and workspace, in a tenant offering every operation
+up to its ceiling); seeded (hypothesis derandomized), positive and negative cases. No answer is a server error or
+anything but JSON; every answer's status, content type and body are what the document says; a request the
+document calls valid is never refused as invalid (every bound the gate holds a call to is in the document); and
+nothing of another tenant's (mallory's ids, names, subjects) appears in any answer, whatever alice sends."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from django.middleware.csrf import CSRF_ALLOWED_CHARS, CSRF_SECRET_LENGTH
 from django.test import Client
+from django.utils import timezone
 from django.utils.crypto import get_random_string
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase
@@ -36,10 +38,14 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from apps.agents.keys import issue_key
 from apps.audit.models import AuditEvent
 from apps.mail.importing import import_mail
 from apps.mail.models import Label, MailAccount, Message
+from apps.operations.exposure import set_exposure
+from apps.operations.registry import Ceiling, registry
 from apps.outbound.models import Draft
+from apps.workspaces.models import Membership
 from tests.conftest import Person
 from tests.mailfactory import raw_message, write_mbox
 
@@ -190,6 +196,10 @@ def _fuzz(operation: Any, signed_in: dict[str, Any], alice: Person, mallory: Per
         sent += 1
         theirs = AuditEvent.objects.for_tenant(mallory.tenant).count()
         foreign = _own_key_and_tenant(case, alice, mallory)
+        if "Authorization" not in signed_in["headers"] and case.headers:
+            # a session's case carries the session alone: a bearer credential generated from the document's other
+            # security scheme beside it is two credentials, refused as such (tests/test_rest_bearer.py)
+            case.headers.pop("Authorization", None)
         response = case.call(headers=signed_in["headers"], cookies=signed_in["cookies"])
         case.validate_response(response, checks=CHECKS, headers=signed_in["headers"])
         if foreign and case.meta.generation.mode.is_positive:
@@ -204,25 +214,69 @@ def _fuzz(operation: Any, signed_in: dict[str, Any], alice: Person, mallory: Per
     return sent
 
 
-def test_no_request_gets_a_server_error_html_an_undocumented_answer_or_another_tenants_data(
-    signed_in: dict[str, Any], alice: Person, mallory: Person
-) -> None:
-    """Every operation of the document in one session (one setup: the cases of all of them share alice's and
-    mallory's data); a failing operation does not hide the others'."""
-    failures: dict[str, str] = {}
-    sent = 0
-    began = time.monotonic()
+def _operations() -> list[Any]:
     operations = []
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result  # the document itself is valid
         operations.append(result.ok())
+    return operations
+
+
+def _fuzz_all(operations: list[Any], credentials: dict[str, Any], alice: Person, mallory: Person) -> int:
+    """Every one of `operations`, each answered as the document says; the cases sent. A failing operation does not
+    hide the others': all are reported together."""
+    failures: dict[str, str] = {}
+    sent = 0
+    began = time.monotonic()
     for operation in operations:
         try:
-            sent += _fuzz(operation, signed_in, alice, mallory)
+            sent += _fuzz(operation, credentials, alice, mallory)
         except (Exception, BaseExceptionGroup) as failure:  # every operation runs; all are reported together
             failures[operation.label] = str(failure)[:3000]
     took = time.monotonic() - began
     print(f"schemathesis: {sent} cases over {len(operations)} operations in {took:.1f} s")
     assert not failures, "\n\n".join(f"{label}:\n{text}" for label, text in failures.items())
+    return sent
+
+
+def test_no_request_gets_a_server_error_html_an_undocumented_answer_or_another_tenants_data(
+    signed_in: dict[str, Any], alice: Person, mallory: Person
+) -> None:
+    """Every operation of the document in one session (one setup: the cases of all of them share alice's and
+    mallory's data); a failing operation does not hide the others'."""
+    operations = _operations()
+    sent = _fuzz_all(operations, signed_in, alice, mallory)
     assert {operation.path for operation in operations} == set(_document["paths"])
     assert len(operations) > 50 and sent >= len(operations) * 2
+
+
+@pytest.fixture
+def with_a_key(alice: Person, mallory: Person, tmp_path: Path, in_process: None, settings: Any) -> dict[str, Any]:
+    """Alice's API key with every scope and workspace, her tenant offering agents every operation up to its
+    ceiling, both tenants holding mail, labels and drafts, and what of mallory's must stay out of every answer."""
+    mallorys = f"mallory-{uuid.uuid4().hex}"
+    _give_mail(alice, tmp_path, "alice-mail")
+    _give_mail(mallory, tmp_path, mallorys)
+    for op in registry:
+        if op.ceiling == Ceiling.OFF:
+            set_exposure(tenant=alice.tenant, target=op.name, level="on", now=timezone.now())
+    # the cases come faster than any client's minute allows
+    settings.OPERATIONS = {**settings.OPERATIONS, "MCP_REQUESTS_PER_MINUTE": 1_000_000}
+    membership = Membership.objects.for_user(alice.user).select_related("tenant", "user").get(tenant=alice.tenant)
+    key = issue_key(
+        membership=membership, scopes=["read", "write", "send"], workspaces=[], allow_list=None, expires_at=None
+    )[1]
+    return {"cookies": {}, "headers": {"Authorization": f"Bearer {key}"}, "theirs": _theirs(mallory, mallorys)}
+
+
+def test_a_key_gets_no_server_error_an_undocumented_answer_or_another_tenants_data(
+    with_a_key: dict[str, Any], alice: Person, mallory: Person
+) -> None:
+    """Every operation the document offers a bearer credential (its security names `bearer`), called with an API
+    key: answered as the document says, for an agent as for a person, and never with mallory's data."""
+    operations = [op for op in _operations() if {"bearer": []} in op.definition.raw.get("security", [])]
+    sent = _fuzz_all(operations, with_a_key, alice, mallory)
+    assert len(operations) > 40 and sent >= len(operations) * 2
+    # every call of the key was the agent's, on the REST API's door
+    events = AuditEvent.objects.for_tenant(alice.tenant).filter(principal="agent")
+    assert events.exists() and set(events.values_list("door", flat=True)) == {"api"}

@@ -30,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
-from apps.operations.registry import Operation
+from apps.operations.registry import Callers, Ceiling, OpClass, Operation
 from apps.operations.schema import input_json_schema
 
 TENANT_HEADER = "Oaken-Tenant"
@@ -121,17 +121,56 @@ TENANT = OpenApiParameter(
     {"type": "string", "format": "uuid"},
     OpenApiParameter.HEADER,
     description="tenant id (default: the one chosen in the console, else your first); a tenant you are not in "
-    "is not found",
+    "is not found. A bearer credential's tenant is its own: naming another is not found",
 )
 CONFIRM = OpenApiParameter(
-    "confirm", bool, OpenApiParameter.QUERY, description="I asked for exactly this change (true; false is no)"
+    "confirm",
+    bool,
+    OpenApiParameter.QUERY,
+    description="a person (session): I asked for exactly this change (true; false is no). An agent cannot "
+    "confirm: it sends confirmation_token instead",
 )
+CONFIRMATION_TOKEN_PARAMETER = "confirmation_token"  # noqa: S105 (a parameter's name, not a secret)
+CONFIRMATION_TOKEN = OpenApiParameter(
+    CONFIRMATION_TOKEN_PARAMETER,
+    {"type": "string", "minLength": 1, "maxLength": 200},
+    OpenApiParameter.QUERY,
+    description="an agent (bearer): the token of the proposal a CONFIRMATION_REQUIRED answer carried, to repeat "
+    "the same call (the same body) once it was shown to the user; single-use, bound to the operation, the input "
+    "and the credential",
+)
+
+# who may call an operation over the network (x-oaken-callers): a person by session; an agent by an API key or an
+# OAuth token, within the operation's ceiling (a person-bound operation: OAuth tokens only, SPEC §7)
+PERSON, API_KEY, OAUTH = "person", "api_key", "oauth"
+SESSION_SCHEME, BEARER_SCHEME = "cookieAuth", "bearer"
+
+
+def callers(op: Operation) -> list[str]:
+    """Who may call `op` through the REST door at all (the tenant's exposure settings and each credential's
+    scopes, workspaces and allow-list narrow it further, call by call)."""
+    if not bearer_may_call(op):
+        return [PERSON]
+    return [PERSON, OAUTH] if op.person_bound else [PERSON, API_KEY, OAUTH]
+
+
+def bearer_may_call(op: Operation) -> bool:
+    """Whether any agent could ever be offered `op`: one any principal may call, under a ceiling above never."""
+    return op.callers == Callers.ANY and op.ceiling != Ceiling.NEVER
+
+
+def security(op: Operation) -> list[dict[str, list[str]]]:
+    """The operation's OpenAPI security: the session alone for what only persons may call, else either."""
+    session: dict[str, list[str]] = {SESSION_SCHEME: []}
+    return [{BEARER_SCHEME: []}, session] if bearer_may_call(op) else [session]
 
 
 def parameters(op: Operation) -> list[OpenApiParameter]:
-    """What an operation's path takes beside its body: a key only where the gate accepts one."""
+    """What an operation's path takes beside its body: a key only where the gate accepts one, a confirmation
+    token only where an agent could be asked for one."""
     accepted = not op.returns_secret and not op.commits_in_batches
-    return [*([IDEMPOTENCY_KEY] if accepted else []), TENANT, CONFIRM]
+    token = op.op_class == OpClass.MUTATE and bearer_may_call(op)
+    return [*([IDEMPOTENCY_KEY] if accepted else []), TENANT, CONFIRM, *([CONFIRMATION_TOKEN] if token else [])]
 
 
 # documents kept per (URL patterns, version, language); a handful at most, each made once

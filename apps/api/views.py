@@ -1,11 +1,15 @@
-"""The REST door for the console: POST /api/v1/ops/<name> per operation, GET /api/v1/ops, OpenAPI 3.1.
+"""The REST door: POST /api/v1/ops/<name> per operation, GET /api/v1/ops, OpenAPI 3.1.
 
-A door only translates: it authenticates (session + CSRF), builds the person's Caller,
-hands the JSON body to `dispatch`, and renders the Result or the OakenError.
+Two kinds of caller come through it (apps.api.authentication): the console's person, by session + CSRF, on the
+`ui` door, and an agent, by a bearer API key or OAuth token, on the `api` door, held to exactly the rules of
+/mcp (exposure, scopes, workspaces, confirmation by proposal and token, its credential's requests a minute).
+A door only translates: it authenticates, builds the Caller, hands the JSON body to `dispatch`, and renders the
+Result or the OakenError.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import HttpResponse
@@ -18,7 +22,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.agents.bearer import rate_limited
 from apps.api import schema
+from apps.api.authentication import CredentialRefused, challenge
 from apps.api.parsers import UnreadBodyParser
 from apps.core import uploads
 from apps.core.bounds import bounds
@@ -50,17 +56,29 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
-def refused(error: OakenError) -> HttpResponse:
-    """A refusal in the one error shape (apps.core.errors), with 413 for a body refused by its size."""
-    return error_response(error, 413 if isinstance(error, payload.BodyTooLargeError) else None)
+def refused(error: OakenError, caller: Caller | None = None, request: Request | None = None) -> HttpResponse:
+    """A refusal in the one error shape (apps.core.errors), with 413 for a body refused by its size; an OAuth
+    caller missing a scope also gets RFC 6750's insufficient_scope challenge naming the scopes to ask for."""
+    headers: dict[str, str] = {}
+    if error.missing_scope and caller is not None and caller.credential_kind == "oauth" and request is not None:
+        wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))
+        headers["WWW-Authenticate"] = challenge(request._request, "insufficient_scope", scope=wanted)
+    return error_response(error, 413 if isinstance(error, payload.BodyTooLargeError) else None, headers)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
-    """DRF's own refusals (authentication, CSRF, parsing) in the one error shape."""
+    """DRF's own refusals (authentication, CSRF, parsing) in the one error shape; a 401 (and a request with two
+    credentials) says, in WWW-Authenticate, how to authenticate with a bearer credential."""
     if isinstance(exc, OakenError):
         return refused(exc)
+    request = context.get("request")
+    if isinstance(exc, CredentialRefused):
+        how = challenge(request._request if request is not None else None, exc.challenge)
+        return error_response(exc.error, None, {"WWW-Authenticate": how})
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
-        return refused(OakenError("UNAUTHENTICATED", "sign in first"))
+        how = challenge(request._request if request is not None else None)
+        unauthenticated = OakenError("UNAUTHENTICATED", "sign in first, or send an API key or OAuth token as Bearer")
+        return error_response(unauthenticated, None, {"WWW-Authenticate": how})
     if isinstance(exc, drf_exceptions.PermissionDenied):
         return refused(OakenError("FORBIDDEN", "this request was refused (CSRF or permission)"))
     if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
@@ -86,6 +104,31 @@ def person_caller(request: Request) -> Caller:
     return Caller.person(membership)
 
 
+def caller_of(request: Request) -> tuple[Caller, Door]:
+    """Who calls, through which door: the agent of a bearer credential (`api`), else the signed-in person (`ui`).
+
+    An agent's tenant is its credential's: an Oaken-Tenant header naming another is not found, as for a person
+    naming a tenant they are not in. Each credential's requests a minute are counted over /mcp and this door
+    together (apps.agents.bearer.rate_limited), before anything else is done for it."""
+    if not isinstance(request.auth, Caller):
+        return person_caller(request), Door.UI
+    caller = request.auth
+    named = request.headers.get(TENANT_HEADER)
+    if named is not None and not _names(named, caller.tenant.pk):
+        raise OakenError.not_found("tenant")
+    wait = rate_limited(caller)
+    if wait is not None:
+        raise OakenError("RATE_LIMITED", "too many requests for this credential", retry_after=wait)
+    return caller, Door.API
+
+
+def _names(text: str, tenant_id: uuid.UUID) -> bool:
+    try:
+        return uuid.UUID(text) == tenant_id
+    except ValueError:
+        return False
+
+
 # what an operation's path may answer besides its output: the one error shape (413: a body over
 # OPERATION_BODY_MAX_BYTES, refused before it is parsed)
 _ERRORS = {status: ErrorOut for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
@@ -103,6 +146,9 @@ def operation_view(op: Operation) -> Any:
             responses={200: op.output_model, **_ERRORS},
             parameters=schema.parameters(op),
             tags=[op.op_class.value],
+            # security requirement objects, as drf-spectacular uses them (its annotation says names)
+            auth=schema.security(op),  # type: ignore[arg-type]
+            extensions={"x-oaken-callers": schema.callers(op)},
         )
         def post(self, request: Request) -> HttpResponse:
             return call_operation(request, op.name)
@@ -112,20 +158,29 @@ def operation_view(op: Operation) -> Any:
 
 
 def call_operation(request: Request, name: str) -> HttpResponse:
-    """Dispatch one call of `name` with the JSON body, and render its output or its OakenError."""
+    """Dispatch one call of `name` with the JSON body, and render its output or its OakenError.
+
+    A person confirms with ?confirm=true; an agent repeats the same call (the same body) with
+    ?confirmation_token=<the proposal's token>. Each is the gate's to weigh for its own principal (it ignores the
+    other), as the MCP door passes an agent's token."""
+    try:
+        caller, door = caller_of(request)
+    except OakenError as error:
+        return refused(error)
     if not isinstance(request.data, dict):
         return refused(OakenError.invalid("", "the body must be a JSON object"))
     try:
         result = dispatch(
-            person_caller(request),
-            Door.UI,
+            caller,
+            door,
             name,
             dict(request.data),
             confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
+            confirmation_token=request.query_params.get(schema.CONFIRMATION_TOKEN_PARAMETER) or None,
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
     except OakenError as error:
-        return refused(error)
+        return refused(error, caller, request)
     response = Response(result.output)
     if result.replayed:
         response["Idempotent-Replayed"] = "true"
@@ -157,7 +212,7 @@ class ImportUploadView(APIView):
     @extend_schema(exclude=True)
     def post(self, request: Request) -> HttpResponse:
         try:
-            caller = person_caller(request)
+            caller, door = caller_of(request)
         except OakenError as error:
             return refused(error)
         fields = {name: request.query_params[name] for name in _UPLOAD_FIELDS if name in request.query_params}
@@ -167,7 +222,7 @@ class ImportUploadView(APIView):
         except ValueError:
             declared = 0
         token: str | None = None
-        if declared > limit or not may_call(caller, Door.UI, "upload_import"):
+        if declared > limit or not may_call(caller, door, "upload_import"):
             size = declared  # refused (by the gate, audited) without reading a byte of it
         else:
             try:
@@ -178,7 +233,7 @@ class ImportUploadView(APIView):
         if token is not None:
             data["upload"] = token
         try:
-            result = dispatch(caller, Door.UI, "upload_import", data)
+            result = dispatch(caller, door, "upload_import", data)
         except OakenError as error:
             if token is not None:
                 uploads.discard(token)
@@ -207,17 +262,18 @@ class OperationListView(APIView):
         operation_id="list_operations",
         summary="What you may call here.",
         parameters=[schema.TENANT],
-        # 401 without a session, 404 for a tenant the person is not in, 503 while the database is away
-        responses={200: OperationList, **{status: ErrorOut for status in (401, 404, 503)}},
+        # 400 for a session and a bearer credential at once, 401 without a credential (or a bad one), 404 for a
+        # tenant the caller is not in, 429 for a credential past its requests a minute, 503 while the database is away
+        responses={200: OperationList, **{status: ErrorOut for status in (400, 401, 404, 429, 503)}},
     )
     def get(self, request: Request) -> HttpResponse:
         try:
-            caller = person_caller(request)
+            caller, door = caller_of(request)
         except OakenError as error:
             return refused(error)
         rows = [
             {"name": op.name, "summary": op.summary, "op_class": op.op_class.value, "needs_role": op.role}
-            for op in offered_operations(caller, door=Door.UI)
+            for op in offered_operations(caller, door=door)
         ]
         return Response({"operations": rows})
 

@@ -18,6 +18,8 @@ class Door(models.TextChoices):
     UI = "ui", "Web console"
     CLI = "cli", "Command line"
     MCP = "mcp", "MCP"
+    # the REST API called with an agent's bearer credential (a person's session at the same paths is `ui`)
+    API = "api", "REST API"
     INTERNAL = "internal", "Internal"
 
 
@@ -25,7 +27,8 @@ class Door(models.TextChoices):
 DOORS_OF = {
     # persons through the internal door: what a person set up to act by itself (a rule, an AI label) acting as them
     Principal.PERSON: frozenset({Door.UI, Door.CLI, Door.INTERNAL}),
-    Principal.AGENT: frozenset({Door.MCP}),
+    # an agent's bearer credential works on /mcp and on the REST API alike, under the same rules
+    Principal.AGENT: frozenset({Door.MCP, Door.API}),
     Principal.INTERNAL: frozenset({Door.INTERNAL}),
 }
 

@@ -34,13 +34,20 @@ def public_origin(request: HttpRequest | None = None) -> str:
     return f"http://{host}:{settings.SERVE_PORT}"
 
 
-# the one protected resource Oaken's tokens are for, named by its canonical URL (mcp_resource)
+# the protected resources Oaken's tokens are for, each named by its canonical URL: the MCP endpoint (mcp_resource)
+# and the REST API (api_resource); a token is bound to one of them and accepted only there
 MCP_PATH = "/mcp"
+API_PATH = "/api/v1"
 
 
 def mcp_resource(request: HttpRequest | None = None) -> str:
     """The canonical /mcp URL (RFC 8707 resource indicator, RFC 9728 `resource`): no trailing slash."""
     return public_origin(request) + MCP_PATH
+
+
+def api_resource(request: HttpRequest | None = None) -> str:
+    """The canonical REST API URL, /api/v1 (RFC 8707 resource indicator, RFC 9728 `resource`): no trailing slash."""
+    return public_origin(request) + API_PATH
 
 
 def absolute_url(path: str, request: HttpRequest | None = None) -> str:

@@ -11,19 +11,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.agents.connections import caller_for_token
-from apps.agents.keys import KEY_PREFIX, caller_for_key
-from apps.core.bounds import bounds
+from apps.agents.bearer import caller_for_bearer, presented, rate_limited
 from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
 from apps.core.links import mcp_resource, public_origin
-from apps.core.redis_client import LocalWindowCounter, SharedWindowLimit
 from apps.gate import payload
 from apps.gate.dispatch import Result, audit_refusal, dispatch
 from apps.mcp import elicitation, tools
@@ -70,14 +66,9 @@ def _challenge(
 
 
 def _caller(request: HttpRequest) -> Caller | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, credential = header.partition(" ")
-    if scheme.lower() != "bearer" or not credential.strip():
-        return None
-    credential = credential.strip()
-    if credential.startswith(KEY_PREFIX):
-        return caller_for_key(credential)
-    return caller_for_token(credential, mcp_resource(request))
+    """The agent a bearer credential stands for here: an API key, or an OAuth token issued for /mcp."""
+    credential = presented(request.headers.get("Authorization"))
+    return None if credential is None else caller_for_bearer(credential, mcp_resource(request))
 
 
 def _origin_refused(request: HttpRequest) -> bool:
@@ -90,24 +81,6 @@ def _origin_refused(request: HttpRequest) -> bool:
         return True
     allowed = settings.MCP_ALLOWED_ORIGINS
     return "*" not in allowed and origin.rstrip("/") not in allowed and origin.rstrip("/") != public_origin(request)
-
-
-_SHARED_COUNTS = SharedWindowLimit()
-_LOCAL_COUNTS = LocalWindowCounter()
-
-
-def _rate_limited(caller: Caller) -> int | None:
-    """Seconds to wait when this credential used up its requests for the minute, else None.
-
-    Counted in Redis for every web process, a few requests at a time (apps.core.redis_client.SharedWindowLimit).
-    While Redis is away the minute is counted in this process instead: reads keep working, still bounded, and
-    whatever needs a send budget is refused by its own check (SERVICE_UNAVAILABLE)."""
-    limit = bounds.MCP_REQUESTS_PER_MINUTE
-    key = f"mcp-requests:{caller.credential_kind}:{caller.credential_id}"
-    try:
-        return _SHARED_COUNTS.wait(key, limit, 60)
-    except redis.RedisError:
-        return 60 if _LOCAL_COUNTS.hit(key, 60) > limit else None
 
 
 @csrf_exempt
@@ -129,7 +102,7 @@ def endpoint(request: HttpRequest) -> HttpResponse:
             error="invalid_token" if presented else None,
             description="the credential is unknown, expired or revoked" if presented else "",
         )
-    wait = _rate_limited(caller)
+    wait = rate_limited(caller)  # one budget per credential, over /mcp and the REST API together
     if wait is not None:
         return _refused(OakenError("RATE_LIMITED", "too many requests for this credential", retry_after=wait))
     accept = request.headers.get("Accept", "*/*")

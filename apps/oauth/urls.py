@@ -22,6 +22,11 @@ urlpatterns = [
         views.ProtectedResourceMetadataView.as_view(),
         name="oauth-resource-metadata-mcp",
     ),
+    path(
+        ".well-known/oauth-protected-resource/api/v1",
+        views.ApiResourceMetadataView.as_view(),
+        name="oauth-resource-metadata-api",
+    ),
     path("oauth/authorize/", views.ConsentView.as_view(), name="authorize"),
     path("oauth/token/", views.TokenView.as_view(), name="token"),
     path("oauth/revoke/", dot.RevokeTokenView.as_view(), name="revoke-token"),

@@ -5,7 +5,8 @@
 - A code redeemed twice (even concurrently: the connection row is locked) revokes the connection and every
   token it issued. A rotated refresh token presented again revokes its family and the connection.
 - An access token never outlives its connection's deadline, and refreshing never moves the deadline.
-- Resource indicators are mapped onto the one resource there is, /mcp; a token is always bound to it.
+- Resource indicators are mapped onto one of the two resources there are, /mcp (the default) or the REST API
+  (/api/v1); a token is always bound to exactly one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from apps.agents.models import Connection, ConnectionToken
 from apps.audit.log import append_internal_event
 from apps.core.changes import Change
 from apps.core.links import public_origin
-from apps.oauth.resource import canonical_resources
+from apps.oauth.resource import INVALID_TARGET, canonical_resources
 
 
 def _digest(value: str) -> str:
@@ -129,7 +130,7 @@ class OakenValidator(OAuth2Validator):
             if canonical is None:
                 raise errors.CustomOAuth2Error(
                     error="invalid_target",
-                    description="this server has one resource: its /mcp endpoint",
+                    description=INVALID_TARGET,
                     request=request,
                 )
             request.resource = canonical

@@ -28,11 +28,11 @@ from apps.core.callers import Caller
 from apps.core.clients import client_address
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Scope, recorded_scopes
-from apps.core.links import mcp_resource, public_origin
+from apps.core.links import api_resource, mcp_resource, public_origin
 from apps.core.redis_client import count_hit
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
-from apps.oauth.resource import canonical_resources
+from apps.oauth.resource import INVALID_TARGET, canonical_resources
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
@@ -131,7 +131,7 @@ class ConsentView(dot.AuthorizationView):
         # now, RFC 6749 §4.1.2.1), not after the person clicked Allow
         if canonical_resources(request.GET.getlist("resource"), public_origin(request)) is None:
             target = CustomOAuth2Error(
-                error="invalid_target", description="this server's one resource is /mcp", state=credentials.get("state")
+                error="invalid_target", description=INVALID_TARGET, state=credentials.get("state")
             )
             raise OAuthToolkitError(error=target, redirect_uri=credentials["redirect_uri"])
         return scopes, credentials
@@ -225,9 +225,7 @@ class ConsentView(dot.AuthorizationView):
         granted = recorded_scopes(requested & ticked)
         resources = canonical_resources((data.get("resource") or "").split(), public_origin(self.request))
         if resources is None:  # refused before the page (validate_authorization_request); kept as a last check
-            error = CustomOAuth2Error(
-                error="invalid_target", description="this server's one resource is /mcp", state=data.get("state")
-            )
+            error = CustomOAuth2Error(error="invalid_target", description=INVALID_TARGET, state=data.get("state"))
             return self.error_response(OAuthToolkitError(error=error, redirect_uri=data["redirect_uri"]), app)
         try:
             connection = dispatch(
@@ -266,10 +264,17 @@ class ConsentView(dot.AuthorizationView):
 
 
 class ProtectedResourceMetadataView(dot.OAuthProtectedResourceMetadataView):
-    """RFC 9728: both the root and the /mcp-suffixed documents describe the one resource, /mcp."""
+    """RFC 9728: both the root and the /mcp-suffixed documents describe the MCP endpoint, /mcp."""
 
     def get_resource(self, request: HttpRequest) -> str:
         return mcp_resource(request)
+
+
+class ApiResourceMetadataView(dot.OAuthProtectedResourceMetadataView):
+    """RFC 9728: the /api/v1-suffixed document describes the REST API, a resource of its own (apps.oauth.resource)."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return api_resource(request)
 
 
 class OpenRegistration:

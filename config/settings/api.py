@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # a bearer credential first: a request with an Authorization header is never taken for the session's
+        "apps.api.authentication.BearerAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["apps.api.parsers.BoundedJSONParser"],
@@ -14,7 +18,9 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Oaken API",
-    "DESCRIPTION": "Every operation of the registry, one path each; the console uses exactly this API.",
+    "DESCRIPTION": "Every operation of the registry, one path each; the console uses exactly this API with its "
+    "session, and an agent with an API key or an OAuth token as Bearer (docs/rest.md). Each operation's "
+    "`security` and `x-oaken-callers` say who may call it: operations only persons may call take the session alone.",
     "VERSION": "1",
     "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,

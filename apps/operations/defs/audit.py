@@ -198,7 +198,13 @@ class _Names:
         return self.rows[key][1] if key in self.rows else None
 
 
-_DOOR_WORDS = {"ui": "in the console", "cli": "at the command line", "mcp": "over MCP", "internal": ""}
+_DOOR_WORDS = {
+    "ui": "in the console",
+    "cli": "at the command line",
+    "mcp": "over MCP",
+    "api": "over the REST API",
+    "internal": "",
+}
 _CREDENTIAL_WORDS = {"apikey": "API key", "oauth": "connection"}
 
 
@@ -406,6 +412,7 @@ _DOOR_NAMES = {
     "ui": "the web console",
     "cli": "the command line",
     "mcp": "MCP (an assistant's door)",
+    "api": "the REST API (an assistant's or a script's key or token)",
     "internal": "inside Oaken (tasks and plugins)",
 }
 
