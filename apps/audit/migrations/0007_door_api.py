@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("audit", "0005_credential_kind_autoreply"),
+        ("audit", "0006_event_feed_counter"),
     ]
 
     operations = [
