@@ -61,3 +61,23 @@ def test_a_person_defines_a_set_and_limits_a_new_key_to_it(
     assert caller is not None and {op.name for op in offered_operations(caller)} == {"list_messages", "get_message"}
     assert ApiKey.objects.for_tenant(alice.tenant).get().tool_set == "triage"
     assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
+
+
+@pytest.mark.slow
+def test_the_connections_page_names_the_set_chosen_at_consent(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.oauthflow import connect
+
+    for person in (alice, mallory):
+        consenting = Client()
+        consenting.force_login(person.user)
+        connect(consenting, write=True, tool_set="mail-organize" if person is alice else "")
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/connections")
+    rows = page.locator("#connections-list tr[data-connection-id]")
+    expect(rows).to_have_count(1)  # mallory's is not shown
+    expect(rows).to_contain_text("the set mail-organize")
