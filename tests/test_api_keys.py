@@ -17,6 +17,7 @@ from apps.core.kinds import Door, Principal
 from apps.gate.dispatch import dispatch
 from apps.gate.models import IdempotencyRecord
 from apps.operations.exposure import offered_operations
+from apps.operations.registry import OpClass
 from tests.callers import as_agent, as_person, call, refusal
 from tests.commands import run_json
 from tests.conftest import Person
@@ -132,6 +133,16 @@ def test_the_cli_creates_and_revokes(alice: Person, mallory: Person) -> None:
     assert code == 1 and error["error"]["field"] == "expires_in"
     code, error = _cli("revoke", "not-an-id", "--user", alice.user.email)
     assert code == 1 and error["error"]["code"] == "NOT_FOUND"
+    assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
+
+
+def test_the_cli_limits_a_key_to_a_tool_set(alice: Person, mallory: Person) -> None:
+    code, created = _cli("create", "--user", alice.user.email, "--scopes", "write", "--tool-set", "mail-read")
+    assert code == 0 and created["api_key"]["tool_set"] == "mail-read"
+    caller = caller_for_key(created["key"])
+    assert caller is not None and {op.op_class for op in offered_operations(caller)} == {OpClass.READ}
+    code, error = _cli("create", "--user", alice.user.email, "--scopes", "read", "--tool-set", "not-a-set")
+    assert code == 1 and (error["error"]["code"], error["error"]["field"]) == ("INVALID_INPUT", "tool_set")
     assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
 
 

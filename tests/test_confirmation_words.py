@@ -66,6 +66,13 @@ class World:
     def confirmed(self, op: str, data: dict[str, Any]) -> dict[str, Any]:
         return call(self.me, op, data, confirm=True)
 
+    def tool_set(self, name: str, *, used: bool = False) -> str:
+        """A tool set of alice's (and, when `used`, a key limited to it); its name."""
+        self.confirmed("create_tool_set", {"name": name, "operations": ["search"]})
+        if used:
+            self.confirmed("create_api_key", {"scopes": ["read"], "tool_set": name})
+        return name
+
     def draft(self) -> str:
         made = call(
             self.me,
@@ -210,7 +217,10 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "create_api_key": lambda w: [
         {"name": "ci-bot", "scopes": ["read", "write"], "workspaces": ["default"], "expires_in_days": 30},
         {"scopes": ["send"], "workspaces": [], "operations": ["search", "get_message"]},
+        {"scopes": ["write"], "tool_set": "mail-organize"},
     ],
+    "create_tool_set": lambda w: [{"name": "triage", "operations": ["list_messages", "get_message", "mark_read"]}],
+    "delete_tool_set": lambda w: [{"name": w.tool_set("triage")}, {"name": w.tool_set("in-use", used=True)}],
     "revoke_api_key": lambda w: [
         {"api_key_id": w.confirmed("create_api_key", {"name": "ci-bot", "scopes": ["read"]})["api_key"]["id"]}
     ],

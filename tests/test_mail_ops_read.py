@@ -572,6 +572,7 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "fill_snippet": [{"snippet_id": _a_snippet(box), "account_id": box.personal, "message_id": everyone[0]}],
         "list_api_keys": [{}],
         "list_connections": [{}],
+        "list_tool_sets": [{}],
         "list_members": [{}],
         "list_workspaces": [{}],
         "list_drafts": [{"account_id": box.personal}],

@@ -201,7 +201,8 @@ PERSON_DECISIONS = (
     "approve_outbound", "reject_outbound", "settle_outbound_request", "create_send_policy", "delete_send_policy",
     "set_operation_exposure", "create_api_key", "revoke_api_key", "grant_connection", "revoke_connection",
     "connect_mailbox", "update_mailbox_credentials", "remove_mailbox", "invite_member", "cancel_invitation",
-    "change_member_role", "remove_member", "create_workspace", "rename_workspace",
+    "change_member_role", "remove_member", "create_workspace", "rename_workspace", "create_tool_set",
+    "delete_tool_set",
 )  # fmt: skip
 
 

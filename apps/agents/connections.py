@@ -6,15 +6,27 @@ import hashlib
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken
 
-from apps.agents.models import Connection, ConnectionToken
+from apps.agents.keys import tool_set_grant
+from apps.agents.models import Connection, ConnectionToken, ToolSet
 from apps.core.callers import Caller
 from apps.workspaces.models import Membership, current_role, current_workspace_ids
 
 # last-use times are kept to the minute, as for API keys
 _LAST_USED_GRANULARITY = timedelta(minutes=1)
+
+
+def _own_tool_set() -> Subquery:
+    """The operations of the person's own tool set the connection names, read with the token (NULL: none)."""
+    rows = ToolSet.objects.unscoped().filter(
+        tenant_id=OuterRef("connection__tenant_id"),
+        user_id=OuterRef("connection__user_id"),
+        name=OuterRef("connection__tool_set"),
+    )
+    return Subquery(rows.values("operations")[:1])
 
 
 def caller_for_token(token: str, resource: str) -> Caller | None:
@@ -29,7 +41,11 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
     link = (
         ConnectionToken.objects.filter(access_token__token_checksum=checksum)
         .select_related("access_token", "connection", "connection__tenant", "connection__user")
-        .annotate(role=current_role(via="connection__"), given=current_workspace_ids(via="connection__"))
+        .annotate(
+            role=current_role(via="connection__"),
+            given=current_workspace_ids(via="connection__"),
+            own_set=_own_tool_set(),
+        )
         .first()
     )
     now = timezone.now()
@@ -48,6 +64,7 @@ def caller_for_token(token: str, resource: str) -> Caller | None:
         membership,
         scopes=granted,
         workspaces=tuple(connection.workspaces),
+        tool_set=tool_set_grant(connection.tool_set, link.own_set),
         credential_id=str(connection.pk),
         credential_kind="oauth",
     )

@@ -63,6 +63,8 @@ class ApiKey(Credential):
     workspaces = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     # operations the key may call; null: every operation its scopes allow
     allow_list = ArrayField(models.CharField(max_length=200), null=True, blank=True)
+    # the named set of tools the key is limited to (a built-in set or its person's own, by name); '': none
+    tool_set = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_via = models.CharField(max_length=20, default="console")  # console | cli
@@ -86,6 +88,8 @@ class Connection(Credential):
     redirect_uri = models.TextField()
     scopes = ArrayField(models.CharField(max_length=10))
     workspaces = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    # the named set of tools the connection is limited to, chosen at consent (as for an API key); '': none
+    tool_set = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)  # the deadline; refreshing never moves it
     # the authorization code that starts it (hash), and when it was redeemed: a second redemption revokes
@@ -110,3 +114,22 @@ class ConnectionToken(models.Model):
 
     def __str__(self) -> str:
         return str(self.connection_id)
+
+
+class ToolSet(TenantOwned):
+    """A person's own named set of tools: the operations a key or connection of theirs limited to it may call
+    (never more than its scopes allow). Credentials name it, and read its operations on every call; deleting it
+    leaves them reaching nothing. The built-in sets are no rows: the registry's definitions make them."""
+
+    owner_field: ClassVar[str] = "user"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tool_sets")
+    name = models.CharField(max_length=64)
+    operations = ArrayField(models.CharField(max_length=200))
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user", "name"], name="one_tool_set_per_name")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 from oauth2_provider.models import Application
 
-from apps.agents.models import ApiKey, Connection, CredentialQuerySet
+from apps.agents.models import ApiKey, Connection, CredentialQuerySet, ToolSet
 from apps.core.callers import Caller
 from apps.core.errors import OakenError
 from apps.core.ids import parse_id
@@ -78,3 +78,24 @@ def connections_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID], with_user:
 def unrevoked_keys_naming(*, tenant: Tenant, workspace: str) -> int:
     """How many of the tenant's API keys not revoked list this workspace name."""
     return ApiKey.objects.for_tenant(tenant).filter(revoked_at__isnull=True, workspaces__contains=[workspace]).count()
+
+
+def own_tool_sets(*, tenant: Tenant, actor: Caller) -> QuerySet[ToolSet]:
+    """The actor's own tool sets in this tenant, by name. A set is personal even to an ADMIN: only its person's
+    credentials are limited by it, so no one else's list shows it."""
+    return ToolSet.objects.for_tenant(tenant).filter(user=actor.user).order_by("name")
+
+
+def access_tool_set_by_name(name: str, *, tenant: Tenant, actor: Caller) -> ToolSet:
+    row = own_tool_sets(tenant=tenant, actor=actor).filter(name=name).first()
+    if row is None:
+        raise OakenError.not_found("name")
+    return row
+
+
+def live_credentials_naming(*, tenant: Tenant, actor: Caller, tool_set: str) -> int:
+    """How many of the actor's keys and connections, not revoked, are limited to the tool set of this name."""
+    live = live_credentials(tenant=tenant, user_id=actor.user.pk) if actor.user is not None else None
+    if live is None:
+        return 0
+    return live.api_keys.filter(tool_set=tool_set).count() + live.connections.filter(tool_set=tool_set).count()

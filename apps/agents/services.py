@@ -8,13 +8,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from oauth2_provider.models import Application
 
 from apps.accounts.models import User
 from apps.agents.connections import revoke_connection
-from apps.agents.models import ApiKey, Connection
+from apps.agents.models import ApiKey, Connection, ToolSet
 from apps.agents.selectors import live_credentials
+from apps.core.errors import OakenError
 from apps.workspaces.models import Tenant
 
 
@@ -37,6 +38,7 @@ def grant_connection(
     workspaces: list[str],
     now: datetime,
     expires_at: datetime | None,
+    tool_set: str = "",
 ) -> Connection:
     """A connection letting `application` act for `user` in `tenant` (its code not yet redeemed)."""
     return Connection.objects.create(
@@ -47,6 +49,7 @@ def grant_connection(
         redirect_uri=redirect_uri,
         scopes=scopes,
         workspaces=workspaces,
+        tool_set=tool_set,
         created_at=now,
         expires_at=expires_at,
     )
@@ -69,3 +72,17 @@ def revoke_credentials_of(*, tenant: Tenant, user_id: uuid.UUID, now: datetime) 
         revoke_connection(grant, "member_removed")
         connections.append(grant.pk)
     return RevokedCredentials(api_keys=keys, connections=connections)
+
+
+def tool_set_name_taken() -> OakenError:
+    return OakenError("CONFLICT", "name: you already have a tool set with this name", field="name")
+
+
+def create_tool_set(*, tenant: Tenant, user: User, name: str, operations: list[str], now: datetime) -> ToolSet:
+    """A person's new named set of tools; CONFLICT when they have one by this name (a concurrent call may take it
+    first)."""
+    try:
+        with transaction.atomic():
+            return ToolSet.objects.create(tenant=tenant, user=user, name=name, operations=operations, created_at=now)
+    except IntegrityError:
+        raise tool_set_name_taken() from None

@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from apps.workspaces.models import Membership, Tenant
 
 
+@dataclass(frozen=True)
+class ToolSetGrant:
+    """The named set of tools a credential is limited to. A built-in set (operations None): the registry's own
+    definitions decide its members (apps.operations.exposure), so it follows the operations as they are defined. A
+    person's own set: its operations, read with the credential on every call, so a change reaches the credential at
+    once; a set deleted since holds nothing, and the credential then reaches nothing rather than everything."""
+
+    name: str
+    operations: frozenset[str] | None = None
+
+
 class DoorMismatchError(RuntimeError):
     """A caller arrived through a door that is not theirs: a programming error, refused outright."""
 
@@ -33,6 +44,8 @@ class Caller:
     # persons and their agents: the workspaces the person is given (a limited MEMBER); None: every workspace
     member_workspaces: tuple[str, ...] | None = None
     allow_list: frozenset[str] | None = None
+    # agents only: the named set of tools the credential is limited to, checked where the allow-list is (None: none)
+    tool_set: ToolSetGrant | None = None
     credential_id: str = ""
     credential_kind: str = CredentialKind.NONE
     # the tenant's exposure settings (target -> level), when the door read them with the credential in the same
@@ -63,6 +76,7 @@ class Caller:
         scopes: set[str] | frozenset[str],
         workspaces: tuple[str, ...] = ("default",),
         allow_list: set[str] | frozenset[str] | None = None,
+        tool_set: ToolSetGrant | None = None,
         credential_id: str,
         credential_kind: str,
         exposure: Mapping[str, str] | None = None,
@@ -76,6 +90,7 @@ class Caller:
             scopes=granted_scopes(scopes),
             workspaces=tuple(workspaces),
             allow_list=frozenset(allow_list) if allow_list is not None else None,
+            tool_set=tool_set,
             credential_id=credential_id,
             credential_kind=credential_kind,
             exposure=exposure,

@@ -11,6 +11,7 @@ import orjson
 
 from apps.core.errors import OakenError, error_body
 from apps.core.ids import IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from apps.core.kinds import Scope
 from apps.operations.registry import OpClass, Operation
 from apps.operations.schema import input_json_schema
 
@@ -96,16 +97,51 @@ def tool(op: Operation) -> dict[str, Any]:
     description = op.summary + (f"\n\n{op.description}" if op.description else "")
     return {
         "name": op.name,
-        "title": op.name.replace("_", " ").capitalize(),
+        "title": title(op),
         "description": description,
         "inputSchema": input_schema,
         "outputSchema": output_schema,
-        "annotations": {
-            "readOnlyHint": op.op_class == OpClass.READ,
-            "destructiveHint": op.op_class != OpClass.READ and op.confirm.kind != "never",
-            "idempotentHint": op.op_class == OpClass.READ,
-            "openWorldHint": op.op_class == OpClass.SEND,
-        },
+        "annotations": tool_annotations(op),
+    }
+
+
+# A mutation's first word says what it does to what is there (names are verb first: apps.operations.registry). These
+# only add something (a draft, a label, a request a person approves) or change what is as easily changed back (read
+# state, a snooze); every other mutation may remove or overwrite something, MCP's own default for a tool that says
+# nothing. A built-in operation whose verb is in neither list fails tests/test_mcp_annotations.py until it is placed.
+ADDITIVE_VERBS = frozenset(
+    {"create", "add", "reply", "forward", "mark", "restore", "snooze", "unsnooze", "summarize", "sync", "schedule",
+     "send", "reorder"}
+)  # fmt: skip
+DESTRUCTIVE_VERBS = frozenset(
+    {"delete", "trash", "remove", "cancel", "update", "rename", "set", "move", "apply", "unsubscribe"}
+)
+
+
+def verb(op: Operation) -> str:
+    """An operation's first word (a plugin's: after its namespace)."""
+    return op.name.rsplit(".", 1)[-1].split("_", 1)[0]
+
+
+def title(op: Operation) -> str:
+    """The name a person reads in a client's tool list: 'List messages' (a plugin's: 'Calendar: list invites')."""
+    if op.plugin is not None:
+        return f"{op.plugin.capitalize()}: {op.name.split('.', 1)[1].replace('_', ' ')}"
+    return op.name.replace("_", " ").capitalize()
+
+
+def tool_annotations(op: Operation) -> dict[str, Any]:
+    """The MCP tool annotations (hints to a client, never the rule: the gate is), from the operation's definition: a
+    read changes nothing; what may remove or overwrite is destructive (by its verb, above); a read, or a request
+    bound to an idempotency key it requires, repeats without further effect; a send request reaches people outside
+    the mailbox (the open world), while everything else stays inside this workspace."""
+    read = op.op_class == OpClass.READ
+    return {
+        "title": title(op),
+        "readOnlyHint": read,
+        "destructiveHint": not read and verb(op) not in ADDITIVE_VERBS,
+        "idempotentHint": read or op.idempotent_input,
+        "openWorldHint": op.op_class == OpClass.SEND or op.scope == Scope.SEND,
     }
 
 

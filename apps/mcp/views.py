@@ -36,6 +36,11 @@ INSTRUCTIONS = (
     + SECURITY_RULES
 )
 CHALLENGE_SCOPE = "read write send"
+# listChanged is false, honestly: the door is stateless (no session, no GET stream, nothing kept between POSTs), so
+# it has no channel on which to send notifications/tools/list_changed when exposure, a tool set or a revocation
+# changes what a credential may call. What stands in for it: a client never keeps a list (the 2026 era's answer says
+# ttlMs 0, cacheScope private), and a tool no longer offered answers NOT_AVAILABLE, so the next tools/list is right.
+CAPABILITIES = {"tools": {"listChanged": False}}
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
@@ -208,7 +213,7 @@ def _answer(
     request: HttpRequest, caller: Caller, body: dict[str, Any], version: str, modern: bool
 ) -> dict[str, Any] | HttpResponse:
     method, params = body["method"], _params(body)
-    capabilities = {"tools": {"listChanged": False}}
+    capabilities = CAPABILITIES
     if method == "initialize" and not modern:
         offered = params.get("protocolVersion")
         chosen = offered if offered in p.HANDSHAKE_VERSIONS else p.LATEST_HANDSHAKE

@@ -73,17 +73,33 @@ class ConsentForm(AllowForm):
     all_workspaces = forms.BooleanField(required=False, label="Every workspace, also ones made later")
     workspaces = forms.MultipleChoiceField(required=False, choices=(), widget=forms.CheckboxSelectMultiple)
     lifetime = forms.ChoiceField(choices=LIFETIMES, initial="24h", widget=forms.RadioSelect)
+    # the named set of tools the connection is limited to ('': none); the choices are the person's (list_tool_sets),
+    # and grant_connection checks the one chosen again
+    tool_set = forms.ChoiceField(
+        required=False,
+        choices=(),
+        label="Tool set",
+        # Django's own words quote the value sent; ours never echo it
+        error_messages={"invalid_choice": "Pick one of the tool sets listed."},
+    )
     # the tenant the page showed: the grant goes there or nowhere, whatever the session says by the time of POST
     tenant = forms.UUIDField(widget=forms.HiddenInput())
     seal = forms.CharField(widget=forms.HiddenInput(), required=False)  # missing or bad: refused in form_valid
     forged = False
 
     def __init__(
-        self, *args: Any, workspace_names: list[str], limited: bool, request: HttpRequest, **kwargs: Any
+        self,
+        *args: Any,
+        workspace_names: list[str],
+        limited: bool,
+        request: HttpRequest,
+        tool_sets: list[tuple[str, str]],
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.request = request
         self.fields["workspaces"].choices = [(name, name) for name in workspace_names]
+        self.fields["tool_set"].choices = [("", "None: every tool the permissions above allow"), *tool_sets]
         if limited:  # a MEMBER given some workspaces: "every" is every one of theirs, now and later
             self.fields["all_workspaces"].label = "Every workspace given to you, also ones given later"
 
@@ -161,10 +177,21 @@ class ConsentView(dot.AuthorizationView):
         given = membership.workspace_names()
         return [name for name in names if given is None or name in given]
 
+    def _tool_sets(self) -> list[tuple[str, str]]:
+        """The tool sets the person may limit the connection to, as list_tool_sets gives them (name, words)."""
+        listed = dispatch(Caller.person(self._membership()), Door.UI, "list_tool_sets", {}).output["tool_sets"]
+        return [(s["name"], f"{s['name']}: {s['description']}" if s["built_in"] else s["name"]) for s in listed]
+
     def get_form_kwargs(self) -> dict[str, Any]:
         limited = self._membership().limited
         names = self._workspace_names()
-        return {**super().get_form_kwargs(), "workspace_names": names, "limited": limited, "request": self.request}
+        return {
+            **super().get_form_kwargs(),
+            "workspace_names": names,
+            "limited": limited,
+            "request": self.request,
+            "tool_sets": self._tool_sets(),
+        }
 
     def get_initial(self) -> dict[str, Any]:
         names = self._workspace_names()
@@ -238,6 +265,7 @@ class ConsentView(dot.AuthorizationView):
                     "scopes": granted,
                     "workspaces": [] if data.get("all_workspaces") else list(data.get("workspaces") or []),
                     "lifetime": data["lifetime"],
+                    "tool_set": data.get("tool_set") or None,
                 },
                 confirm=True,
             ).output

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from apps.core.callers import Caller
+from apps.core.callers import Caller, ToolSetGrant
 from apps.core.errors import OakenError
 from apps.core.kinds import Door, Principal, Role, Scope
 from apps.operations.models import ExposureSetting
@@ -71,6 +71,8 @@ def is_offered(
     if op.plugin is not None and not plugin_health(op.plugin, caller.tenant):
         return False
     if caller.allow_list is not None and op.name not in caller.allow_list:
+        return False
+    if caller.tool_set is not None and not in_tool_set(op, caller.tool_set):
         return False
     return not (op.person_bound and caller.credential_kind != "oauth")
 
@@ -163,3 +165,45 @@ def group_members(group: str) -> list[Operation]:
         and op.ceiling != Ceiling.NEVER
         and group_of(op) == group
     ]
+
+
+# ---------------------------------------------------------------- tool sets: what a credential may be limited to
+#
+# A credential (an API key, an OAuth connection) may be limited to a named set of tools. The built-in sets are made of
+# the groups above, so they too come from each operation's own definition: every set holds every tool that only
+# reads (scope read: an assistant that cannot find mail can do nothing with it), and the groups named here besides.
+# Plugins' operations are in no built-in set (a person names them in a set of their own). A set only ever narrows: the
+# gate checks it where it checks the allow-list (is_offered), and scopes, role and exposure are checked as ever, so a
+# set naming a send request offers nothing to a key without the send permission.
+
+TOOL_SETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "mail-read": ("Search, list and open mail, drafts and automations. Changes nothing.", ()),
+    "mail-organize": ("Read mail, and organize it: labels, folders, read state, pins, snoozes, rules.", ("organize",)),
+    "drafting": ("Read mail, and write drafts, replies and forwards. Nothing is sent.", ("draft",)),
+    "sending": ("Read mail, write drafts, and ask to send them (a person approves each send).", ("draft", "send")),
+}
+
+
+def in_built_in_set(op: Operation, name: str) -> bool:
+    """Whether the built-in set `name` holds `op` (an unknown name holds nothing)."""
+    if name not in TOOL_SETS or op.plugin is not None or op.ceiling == Ceiling.NEVER or op.callers != Callers.ANY:
+        return False
+    return op.scope == Scope.READ or group_of(op) in TOOL_SETS[name][1]
+
+
+def in_tool_set(op: Operation, granted: ToolSetGrant) -> bool:
+    """Whether a credential limited to `granted` may be offered `op`: a person's set by its operations, a built-in
+    one by the registry's definitions (a name that is neither, such as a person's set deleted since: nothing)."""
+    if granted.operations is not None:
+        return op.name in granted.operations
+    return in_built_in_set(op, granted.name)
+
+
+def built_in_set_members(name: str) -> list[Operation]:
+    """The operations of a built-in set, in the registry's order."""
+    return [op for op in registry if in_built_in_set(op, name)]
+
+
+def may_be_in_a_set(op: Operation) -> bool:
+    """Whether a person's own set may name `op`: an operation that agents could ever be offered."""
+    return op.ceiling != Ceiling.NEVER and op.callers == Callers.ANY

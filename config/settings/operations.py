@@ -82,6 +82,8 @@ OPERATIONS = {
     "CONFIRMATION_TOKENS_PER_CALLER": _tunable("CONFIRMATION_TOKENS_PER_CALLER", 5, minimum=1),
     # tenancy: workspaces per tenant, open invitations per tenant, and how long an invitation link works
     "WORKSPACES_MAX": _tunable("WORKSPACES_MAX", 100, minimum=1),
+    # a person's own named sets of tools (apps.operations.defs.tool_sets), per person and tenant
+    "TOOL_SETS_MAX": _tunable("TOOL_SETS_MAX", 50, minimum=1),
     "INVITATIONS_OPEN_MAX": _tunable("INVITATIONS_OPEN_MAX", 100, minimum=1),
     "INVITATION_TTL_DAYS": _tunable("INVITATION_TTL_DAYS", 7, minimum=1, maximum=90),
     # an invitation link opened by someone not signed in: the signed reference the sign-up or sign-in that follows

@@ -33,6 +33,7 @@ MODULES = (
     "apps.operations.defs.snippets",
     "apps.operations.defs.reference",
     "apps.operations.defs.agents",
+    "apps.operations.defs.tool_sets",
     "apps.operations.defs.tenancy",
     "apps.operations.defs.plugins",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from apps.core.errors import OakenError
 from apps.core.kinds import recorded_scopes
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id
+from apps.operations.defs.tool_sets import tool_set_named, tool_set_words
 from apps.operations.registry import ALWAYS, Callers, Ceiling, OpClass, Preview, operation, registry
 from apps.workspaces.models import DEFAULT_WORKSPACE, Membership
 from apps.workspaces.selectors import membership_of
@@ -40,6 +42,7 @@ class ApiKeyOut(Closed):
     scopes: list[str]
     workspaces: list[str]
     operations: list[str] | None
+    tool_set: str | None = Field(description="the named set of tools it is limited to (list_tool_sets); null: none")
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -54,6 +57,7 @@ def key_out(row: ApiKey) -> ApiKeyOut:
         scopes=list(row.scopes),
         workspaces=list(row.workspaces),
         operations=list(row.allow_list) if row.allow_list is not None else None,
+        tool_set=row.tool_set or None,
         created_at=row.created_at,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
@@ -89,6 +93,12 @@ class CreateKeyIn(Closed):
         # each an operation of the registry, checked by _allow_list: published here, read when a schema is made
         json_schema_extra=_operation_names,
     )
+    tool_set: str | None = Field(
+        default=None,
+        max_length=64,
+        description="limit the key to a named set of tools: a built-in set or one of yours (list_tool_sets); "
+        "null: none. Not together with an allow-list",
+    )
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
 
 
@@ -97,20 +107,37 @@ class CreatedKeyOut(Closed):
     key: str = Field(description="the key itself: shown this once, never stored")
 
 
-def _allow_list(ctx: Context, data: CreateKeyIn) -> list[str] | None:
-    """The operations the key may call, each one that exists (None: every one its scopes allow)."""
+@dataclass(frozen=True)
+class KeyReach:
+    """What a new key may call: an allow-list (None: every operation its scopes allow), or a tool set ('': none)."""
+
+    allow_list: list[str] | None
+    tool_set: str
+
+
+def _allow_list(ctx: Context, data: CreateKeyIn) -> KeyReach:
+    """The operations the key may call, each one that exists, or the tool set it is limited to, one of the person's
+    (one or the other: a set and a list together would leave a person guessing which one holds)."""
     for name in data.operations or ():
         if name not in registry:
             raise OakenError.invalid("operations", "names an operation that does not exist")
     if any(not w or len(w) > 100 for w in data.workspaces):
         raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
-    return sorted(set(data.operations)) if data.operations is not None else None
+    if data.operations is not None and data.tool_set:
+        raise OakenError.invalid("tool_set", "a key is limited by an operation allow-list or a tool set, not both")
+    return KeyReach(
+        allow_list=sorted(set(data.operations)) if data.operations is not None else None,
+        tool_set=tool_set_named(ctx, data.tool_set),
+    )
 
 
 def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
     name = f" {words.named(data.name)}" if data.name else ""
     expiry = f"expires in {words.count(data.expires_in_days, 'day')}" if data.expires_in_days else "never expires"
-    reach = "every operation its permissions allow" if data.operations is None else "only the operations you chose"
+    if data.tool_set:
+        reach = tool_set_words(data.tool_set)
+    else:
+        reach = "every operation its permissions allow" if data.operations is None else "only the operations you chose"
     return Preview(
         (Change("new api key", None, {"scopes": recorded_scopes(data.scopes), "workspaces": data.workspaces}),),
         summary=f"Create the API key{name}: it may {words.scopes(recorded_scopes(data.scopes))} "
@@ -145,12 +172,14 @@ def create_api_key(ctx: Context, data: CreateKeyIn) -> CreatedKeyOut:
         membership=_membership(ctx),
         scopes=list(data.scopes),
         workspaces=list(dict.fromkeys(data.workspaces)),
-        allow_list=ctx.targets,
+        allow_list=ctx.targets.allow_list,
         expires_at=expires,
         name=data.name,
         created_via=ctx.door,
+        tool_set=ctx.targets.tool_set,
     )
-    ctx.touch(row.pk, None, {"prefix": row.prefix, "scopes": row.scopes, "workspaces": row.workspaces})
+    made = {"prefix": row.prefix, "scopes": row.scopes, "workspaces": row.workspaces}
+    ctx.touch(row.pk, None, {**made, "tool_set": row.tool_set} if row.tool_set else made)
     return CreatedKeyOut(api_key=key_out(row), key=key)
 
 
@@ -227,6 +256,7 @@ class ConnectionOut(Closed):
     redirect_host: str
     scopes: list[str]
     workspaces: list[str]
+    tool_set: str | None = Field(description="the named set of tools it is limited to (list_tool_sets); null: none")
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -241,6 +271,7 @@ def connection_out(row: Connection) -> ConnectionOut:
         redirect_host=urlsplit(row.redirect_uri).netloc,
         scopes=list(row.scopes),
         workspaces=list(row.workspaces),
+        tool_set=row.tool_set or None,
         created_at=row.created_at,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
@@ -255,13 +286,20 @@ class GrantConnectionIn(Closed):
     scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
     workspaces: list[str] = Field(default=[DEFAULT_WORKSPACE], max_length=50, description="empty: every workspace")
     lifetime: Literal["24h", "until_revoked"] = "24h"
+    tool_set: str | None = Field(
+        default=None,
+        max_length=64,
+        description="limit the connection to a named set of tools: a built-in set or one of yours (list_tool_sets); "
+        "null: none",
+    )
 
 
 def _grantee(ctx: Context, data: GrantConnectionIn) -> Application:
-    """The client asking, at a redirect address it registered."""
+    """The client asking, at a redirect address it registered (and the tool set, if any, one of the person's)."""
     app = access_application_by_client_id(data.client_id, redirect_uri=data.redirect_uri)
     if any(not w or len(w) > 100 for w in data.workspaces):
         raise OakenError.invalid("workspaces", "workspace names are 1 to 100 characters")
+    tool_set_named(ctx, data.tool_set)
     return app
 
 
@@ -285,6 +323,7 @@ def _grant_preview(ctx: Context, data: GrantConnectionIn) -> Preview:
         verb="Allow",
         lines=(
             "It may act for you for 24 hours." if data.lifetime == "24h" else "It may act for you until you revoke it.",
+            *((f"It may call {tool_set_words(data.tool_set)}.",) if data.tool_set else ()),
         ),
     )
 
@@ -314,11 +353,13 @@ def grant_connection(ctx: Context, data: GrantConnectionIn) -> ConnectionOut:
         workspaces=list(dict.fromkeys(data.workspaces)),
         now=ctx.now,
         expires_at=ctx.now + timedelta(hours=hours) if data.lifetime == "24h" else None,
+        tool_set=data.tool_set or "",
     )
+    granted = {"client_id": app.client_id, "scopes": row.scopes, "workspaces": row.workspaces}
     ctx.touch(
         row.pk,
         None,
-        {"client_id": app.client_id, "scopes": row.scopes, "workspaces": row.workspaces, "lifetime": data.lifetime},
+        {**granted, "lifetime": data.lifetime, **({"tool_set": row.tool_set} if row.tool_set else {})},
     )
     return connection_out(row)
 

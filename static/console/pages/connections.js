@@ -5,13 +5,14 @@ const refresh = () =>
   load("list_connections", "connections-list", (out) =>
     out.connections.length
       ? table(
-          ["Assistant", "Returns to", "Permissions", "Workspaces", "Connected", "Ends", "Last used", "Status", ""],
+          ["Assistant", "Returns to", "Permissions", "Workspaces", "Tools", "Connected", "Ends", "Last used", "Status", ""],
           out.connections.map((c) =>
             row({ "data-connection-id": c.id }, [
               c.client_name || "—",
               c.redirect_host || "—",
               list(c.scopes),
               list(c.workspaces, "every workspace"),
+              c.tool_set ? `the set ${c.tool_set}` : "all its permissions allow",
               when(c.created_at),
               c.expires_at ? when(c.expires_at) : "when revoked",
               c.last_used_at ? when(c.last_used_at) : "never",

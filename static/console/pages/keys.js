@@ -18,7 +18,11 @@ const refresh = () =>
               el("code", {}, `${k.prefix}_…`),
               list(k.scopes),
               list(k.workspaces, "every workspace"),
-              k.operations ? list(k.operations, "none") : "all its permissions allow",
+              k.tool_set
+                ? `the set ${k.tool_set}`
+                : k.operations
+                  ? list(k.operations, "none")
+                  : "all its permissions allow",
               when(k.created_at),
               k.expires_at ? when(k.expires_at) : "never",
               k.last_used_at ? when(k.last_used_at) : "never",
@@ -61,6 +65,8 @@ onSubmit("create-key", async (form) => {
     scopes: [...form.querySelectorAll('input[name="scopes"]:checked')].map((i) => i.value),
     workspaces: names(data.get("workspaces") || ""),
   };
+  const toolSet = data.get("tool_set") || "";
+  if (toolSet) body.tool_set = toolSet;
   const operations = names(data.get("operations") || "");
   if (operations.length) body.operations = operations;
   const days = (data.get("expires_in_days") || "").trim();
@@ -74,6 +80,49 @@ onSubmit("create-key", async (form) => {
   notice(`Key ${out.api_key.prefix} is created.`);
   shown.scrollIntoView();
   refresh();
+  refreshSets();
+});
+
+// the tool sets: listed with their tools, offered in the key form, defined and deleted here
+const setChoice = document.getElementById("key-tool-set");
+
+const refreshSets = async () => {
+  const out = await load("list_tool_sets", "tool-sets-list", (listed) =>
+    table(
+      ["Name", "What it allows", "Tools", "Used by", ""],
+      listed.tool_sets.map((s) =>
+        row({ "data-tool-set": s.name }, [
+          s.built_in ? `${s.name} (built in)` : s.name,
+          s.description,
+          list(s.operations, "none"),
+          s.in_use ? `${s.in_use} key${s.in_use === 1 ? "" : "s"} or connection${s.in_use === 1 ? "" : "s"}` : "none",
+          s.built_in ? "" : button("Delete", () => deleteSet(s), { "data-action": "delete-tool-set" }),
+        ]),
+      ),
+    ),
+  );
+  if (!out) return;
+  const chosen = setChoice.value;
+  setChoice.replaceChildren(
+    el("option", { value: "" }, "None: every tool its permissions allow"),
+    ...out.tool_sets.map((s) => el("option", { value: s.name }, s.built_in ? `${s.name} (built in)` : s.name)),
+  );
+  setChoice.value = out.tool_sets.some((s) => s.name === chosen) ? chosen : "";
+};
+
+const deleteSet = async (s) => {
+  if (await perform("delete_tool_set", { name: s.name }, `The tool set ${s.name} is deleted.`)) refreshSets();
+};
+
+onSubmit("create-tool-set", async (form) => {
+  const data = new FormData(form);
+  const body = { name: (data.get("name") || "").trim(), operations: names(data.get("operations") || "") };
+  const out = await perform("create_tool_set", body);
+  if (!out) return;
+  form.reset();
+  notice(`The tool set ${out.name} is defined.`);
+  refreshSets();
 });
 
 refresh();
+refreshSets();

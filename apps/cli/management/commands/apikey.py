@@ -1,4 +1,5 @@
-"""`oaken apikey create --user EMAIL --scopes read,write[,send] [--workspaces a,b] [--ops x,y] [--expires-in 30d]`
+"""`oaken apikey create --user EMAIL --scopes read,write[,send] [--workspaces a,b] [--ops x,y | --tool-set NAME]
+[--expires-in 30d]`
 and `oaken apikey revoke ID --user EMAIL`: through the gate, as the person (the cli door), with the operations the
 console uses."""
 
@@ -28,6 +29,7 @@ class Command(JsonCommand):
         create.add_argument("--scopes", required=True, help="read,write,send")
         create.add_argument("--workspaces", help="comma-separated names (default: default; '' for every workspace)")
         create.add_argument("--ops", help="comma-separated operation allow-list")
+        create.add_argument("--tool-set", help="a tool set to limit the key to (e.g. mail-read; list_tool_sets)")
         create.add_argument("--expires-in", help="e.g. 30d")
         create.add_argument("--name", default="")
         revoke = sub.add_parser("revoke", help="Revoke a key by id, as a person who may (its holder, or an ADMIN).")
@@ -45,6 +47,8 @@ class Command(JsonCommand):
             data["workspaces"] = _names(options["workspaces"])
         if options["ops"] is not None:
             data["operations"] = _names(options["ops"])
+        if options["tool_set"] is not None:
+            data["tool_set"] = options["tool_set"]
         if options["expires_in"] is not None:
             match = _DAYS.match(options["expires_in"].strip())
             if match is None:
