@@ -634,3 +634,9 @@ def test_the_secret_is_never_audited_logged_or_in_an_error(
     # and the list never shows one
     assert made["secret"] not in json.dumps(call(as_person(alice), "list_webhooks"), default=str)
 
+
+def test_the_console_lists_webhooks_with_their_state_on_the_keys_page(alice: Person, mallory: Person) -> None:
+    from tests.test_console import _signed_in
+
+    html = _signed_in(alice).get("/keys").content.decode()
+    assert 'id="webhooks-list"' in html and "<h2>Webhooks</h2>" in html

@@ -1,4 +1,4 @@
-// /keys: the person's API keys; a new key is shown once, right after it is created.
+// /keys: the person's API keys (a new key is shown once, right after it is created), and their webhooks' states.
 import { auditLink, button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
 
 const status = (k) => {
@@ -33,8 +33,43 @@ const refresh = () =>
       : el("p", { class: "hint" }, "No keys yet."),
   );
 
+const hookState = (h) => {
+  if (h.state === "disabled")
+    return el("span", { class: "status-revoked" }, h.disabled_reason === "failing" ? "disabled: failed for a day" : "disabled");
+  return h.failing_since ? el("span", { class: "status-expired" }, `failing since ${when(h.failing_since)}`) : "active";
+};
+
+const refreshHooks = () =>
+  load("list_webhooks", "webhooks-list", (out) =>
+    out.webhooks.length
+      ? table(
+          ["Endpoint", "Events", "Workspaces", "Waiting", "Last delivered", "Status", ""],
+          out.webhooks.map((h) =>
+            row({ "data-webhook-id": h.id }, [
+              el("code", {}, new URL(h.url).host),
+              list(h.types, "every event"),
+              list(h.workspaces, "every workspace"),
+              String(h.pending),
+              h.last_success_at ? when(h.last_success_at) : "never",
+              hookState(h),
+              el("span", { class: "row-actions" },
+                h.mine ? button(h.state === "active" ? "Disable" : "Enable", () => toggle(h), { "data-action": "toggle" }) : "",
+              ),
+            ]),
+          ),
+        )
+      : el("p", { class: "hint" }, "No webhooks."),
+  );
+
+const toggle = async (h) => {
+  const enabled = h.state !== "active";
+  const done = enabled ? "The webhook delivers again." : "The webhook is disabled.";
+  if (await perform("update_webhook", { webhook_id: h.id, enabled }, done)) refreshHooks();
+};
+
 const revoke = async (k) => {
   if (await perform("revoke_api_key", { api_key_id: k.id }, `Key ${k.prefix} is revoked.`)) refresh();
+refreshHooks();
 };
 
 const shown = document.getElementById("new-key");
@@ -74,6 +109,8 @@ onSubmit("create-key", async (form) => {
   notice(`Key ${out.api_key.prefix} is created.`);
   shown.scrollIntoView();
   refresh();
+refreshHooks();
 });
 
 refresh();
+refreshHooks();
