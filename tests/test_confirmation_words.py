@@ -149,6 +149,18 @@ class World:
         RawMessage.objects.create(tenant=self.alice.tenant, message=message, data=raw)
         return str(message.pk)
 
+    def webhook(self) -> str:
+        """A webhook to an endpoint that is never contacted (nothing is delivered in these tests)."""
+        made = self.confirmed("create_webhook", {"url": "https://hooks.example.org/oaken?t=1", "types": ["message."]})
+        return str(made["webhook"]["id"])
+
+    def redelivery(self) -> dict[str, str]:
+        """A webhook, and an event it carries (a message marked read after it was made)."""
+        hook = self.webhook()
+        call(self.me, "mark_read", {"message_ids": self.ids[:1]})
+        event = call(self.me, "list_events", {"types": ["message.changed"]})["events"][-1]["id"]
+        return {"webhook_id": hook, "event_id": event}
+
     def membership(self, p: Person) -> str:
         members = call(self.me, "list_members")["members"]
         return next(m["membership_id"] for m in members if m["email"] == p.user.email)
@@ -283,6 +295,17 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     "reorder_rules": lambda w: [
         {"rule_ids": [w.confirmed("create_rule", _RULE | {"name": n})["id"] for n in ("First", "Second")][::-1]}
     ],
+    "create_webhook": lambda w: [
+        {"url": "https://hooks.example.org/oaken", "types": ["message.received", "outbound."]},
+        {"url": "https://hooks.example.org:8443/in", "workspaces": ["default"], "description": "CRM sync"},
+    ],
+    "update_webhook": lambda w: [
+        {"webhook_id": (hook := w.webhook()), "types": ["outbound."], "enabled": False},
+        {"webhook_id": hook, "url": "https://other.example.org/in", "workspaces": ["default"], "description": "CRM"},
+    ],
+    "delete_webhook": lambda w: [{"webhook_id": w.webhook()}],
+    "rotate_webhook_secret": lambda w: [{"webhook_id": w.webhook()}],
+    "redeliver_event": lambda w: [w.redelivery()],
     "delete_snippet": lambda w: [
         {"snippet_id": call(w.me, "create_snippet", {"name": "Thanks", "text": "Thanks, {first_name}."})["id"]}
     ],

@@ -97,6 +97,8 @@ def test_the_pages_name_the_operations_they_call(alice: Person) -> None:
         "create_api_key",
         "list_api_keys",
         "revoke_api_key",
+        "list_webhooks",
+        "update_webhook",
         "list_connections",
         "revoke_connection",
         "list_workspaces",

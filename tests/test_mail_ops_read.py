@@ -571,6 +571,8 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "list_snippets": [{}],
         "fill_snippet": [{"snippet_id": _a_snippet(box), "account_id": box.personal, "message_id": everyone[0]}],
         "list_api_keys": [{}],
+        "list_webhooks": [{}],
+        "list_webhook_deliveries": [{"webhook_id": _a_webhook(box)}, {"webhook_id": _a_webhook(box), "limit": 1}],
         "list_connections": [{}],
         "list_tool_sets": [{}],
         "list_members": [{}],
@@ -597,6 +599,17 @@ def _a_view(box: Mailbox, query: str) -> str:
     row = SavedView.objects.create(
         tenant=box.person.tenant, user=box.person.user, name=f"view {query}", query=query, account_id=box.personal,
         unread=True,
+    )  # fmt: skip
+    return str(row.pk)
+
+
+def _a_webhook(box: Mailbox) -> str:
+    """A webhook of the person's, as a row (listing its deliveries reads no mail)."""
+    from apps.webhooks.models import Webhook
+
+    row = Webhook.objects.create(
+        tenant=box.person.tenant, user=box.person.user, url="https://hooks.example.org/in",
+        secrets={"current": "whsec_" + "A" * 44},
     )  # fmt: skip
     return str(row.pk)
 

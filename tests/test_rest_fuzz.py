@@ -78,6 +78,7 @@ BEYOND_THE_DOCUMENT = {
     "upload": "a file the upload door stored a moment ago",
     "tz": "a time zone in the server's own tz database (which its updates change)",
     "settings": "a plugin's settings, held to the plugin's own schema (list_plugins gives it)",
+    "url": "a webhook's endpoint at a port that exists and an address that is not loopback or private",
 }
 
 

@@ -17,6 +17,10 @@ INTERNAL_EVENTS = MappingProxyType(
             "an IMAP sync followed the server: read and pinned flags, folders and removals of messages already "
             "held (ids with before and after values; storing new mail is not an event)"
         ),
+        "webhook_disabled": (
+            "a webhook whose endpoint failed every delivery for a day was disabled by the delivery worker (the "
+            "webhook's id, with its state before and after)"
+        ),
         "connection_revoked": (
             "a connection was ended by the system, not by a person: its authorization code or a refresh token was "
             "presented again, or its client gave up a token (the connection's id, with the reason in words)"

@@ -42,7 +42,12 @@ TYPES = (
     "rule.applied",
     "account.sync_failed",
     "account.needs_reconnect",
+    # a webhook disabled after a day of failures (apps.webhooks): its person is told; never shown to agents
+    "webhook.disabled",
 )
+
+# families only persons read: webhooks are never offered to agents (SPEC §15), nor are their events
+PERSONS_ONLY = ("webhook.",)
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ class Page:
     latest: int
 
 
-def _head(tenant: Tenant) -> tuple[int, int]:
+def head(tenant: Tenant) -> tuple[int, int]:
+    """(the tenant's newest event number, the number up to which retention removed events)."""
     row = ChainHead.objects.filter(tenant=tenant).values_list("event_seq", "events_pruned").first()
     return (row[0], row[1]) if row is not None else (0, 0)
 
@@ -67,10 +73,12 @@ def read(
     account_id: Any | None,
     types: Collection[str],
     limit: int,
+    hidden: Collection[str] = (),
 ) -> Page:
     """Up to `limit` events after the cursor (None: from the oldest retained), of these workspaces (None: every one,
-    and the tenant's own events too), this account, these types (empty: all; 'outbound.' covers its family)."""
-    latest, pruned = _head(tenant)
+    and the tenant's own events too), this account, these types (empty: all; 'outbound.' covers its family), none
+    of the `hidden` families."""
+    latest, pruned = head(tenant)
     if after is not None and after < pruned:
         raise OakenError(
             "CURSOR_EXPIRED",
@@ -88,6 +96,8 @@ def read(
         for kind in types:
             wanted |= Q(type__startswith=kind) if kind.endswith(".") else Q(type=kind)
         rows = rows.filter(wanted)
+    for family in hidden:
+        rows = rows.exclude(type__startswith=family)
     found = list(rows.order_by("seq")[:limit])
     # a filtered page moves the cursor past what it skipped, up to the newest number read
     cursor = found[-1].seq if found else start

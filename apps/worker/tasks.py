@@ -16,6 +16,7 @@ from apps.gate.internal import call_internal
 from apps.mail.importing import fail_run
 from apps.outbound.models import Kind, OutboundRequest, State
 from apps.outbound.requests import DELIVER_TASK
+from apps.webhooks import delivery as webhook_delivery
 from apps.worker import ailabels, autoreplies, awaiting, delivery, rules, snooze
 from apps.workspaces.models import Tenant
 
@@ -64,8 +65,16 @@ def auto_replies_task() -> int:
 
 @shared_task(name="events.prune", ignore_result=True)
 def prune_events_task() -> int:
-    """The event feed keeps EVENTS_RETENTION_DAYS (a cursor older than that answers CURSOR_EXPIRED)."""
-    return feed.prune(before=timezone.now() - timedelta(days=bounds.EVENTS_RETENTION_DAYS))
+    """The event feed keeps EVENTS_RETENTION_DAYS (a cursor older than that answers CURSOR_EXPIRED), and so do
+    webhooks' settled deliveries."""
+    before = timezone.now() - timedelta(days=bounds.EVENTS_RETENTION_DAYS)
+    return feed.prune(before=before) + webhook_delivery.prune(before=before)
+
+
+@shared_task(name="webhooks.deliver", ignore_result=True)
+def deliver_webhooks_task() -> dict[str, int]:
+    """Send each due webhook what it is due, in order, one worker per endpoint (apps.webhooks.delivery)."""
+    return webhook_delivery.run()
 
 
 @shared_task(name="outbound.sweep_outbox", ignore_result=True)

@@ -10,3 +10,4 @@ from .plugins import *  # noqa: F403
 from .queue import *  # noqa: F403
 from .search import *  # noqa: F403
 from .summaries import *  # noqa: F403
+from .webhooks import *  # noqa: F403

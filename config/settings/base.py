@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "apps.summaries",
     "apps.rules",
     "apps.events",
+    "apps.webhooks",
     "apps.audit",
     "apps.server",
     "apps.operations",

@@ -200,6 +200,17 @@ OPERATIONS = {
     # and how many one list_events page holds at most
     "EVENTS_RETENTION_DAYS": _tunable("EVENTS_RETENTION_DAYS", 30, minimum=1, maximum=3650),
     "EVENTS_PAGE_MAX": _tunable("EVENTS_PAGE_MAX", 500, minimum=1, maximum=10_000),
+    # webhooks (apps.webhooks): how many one person keeps in a tenant; one delivery's POST (connect, TLS, the whole
+    # answer) at most this long; a failed delivery is tried again after the base doubling per attempt up to the
+    # cap, with jitter, and an endpoint failing this many hours without a success is disabled; a rotated secret
+    # still signs (beside the new one) this many hours; deliveries one claim of an endpoint sends at most
+    "WEBHOOKS_MAX": _tunable("WEBHOOKS_MAX", 20, minimum=1, maximum=1000),
+    "WEBHOOK_TIMEOUT_SECONDS": _tunable("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1, maximum=60),
+    "WEBHOOK_RETRY_BASE_SECONDS": _tunable("WEBHOOK_RETRY_BASE_SECONDS", 10, minimum=1, maximum=3600),
+    "WEBHOOK_RETRY_MAX_SECONDS": _tunable("WEBHOOK_RETRY_MAX_SECONDS", 3600, minimum=1, maximum=86_400),
+    "WEBHOOK_FAILING_HOURS": _tunable("WEBHOOK_FAILING_HOURS", 24, minimum=1, maximum=720),
+    "WEBHOOK_SECRET_GRACE_HOURS": _tunable("WEBHOOK_SECRET_GRACE_HOURS", 24, minimum=0, maximum=720),
+    "WEBHOOK_CLAIM_BATCH": _tunable("WEBHOOK_CLAIM_BATCH", 50, minimum=1, maximum=1000),
     # search (apps.search): reciprocal-rank fusion of the keyword and the vector side (k, and each side's weight
     # in percent), how many candidates each side brings at least, how deep results go, and when a tenant's
     # vector search leaves the exact scan for an HNSW index of its own (apps.search.vectors)

@@ -20,6 +20,7 @@ MODULES = (
     "apps.operations.defs.automations",
     "apps.operations.defs.unsubscribe",
     "apps.operations.defs.events",
+    "apps.operations.defs.webhooks",
     "apps.operations.defs.policies",
     "apps.operations.defs.budgets",
     "apps.operations.defs.delivery",

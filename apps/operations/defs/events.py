@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from apps.core.kinds import Principal
 from apps.events import feed
 from apps.events.models import Event
 from apps.operations.context import Context
@@ -22,7 +23,8 @@ from apps.operations.registry import Bound, Ceiling, OpClass, operation
 from apps.operations.targets import account_of, reach
 from apps.workspaces.models import Workspace
 
-EventType = Literal[
+# what a webhook carries: the events of a workspace's mail
+MailEventType = Literal[
     "message.received",
     "message.changed",
     "message.deleted",
@@ -49,6 +51,8 @@ EventType = Literal[
     "outbound.",
     "account.",
 ]
+# and the tenant's own, about a person's webhooks (persons only)
+EventType = Literal[MailEventType, "webhook.disabled", "webhook."]
 
 
 class ListEventsIn(Closed):
@@ -76,7 +80,7 @@ class EventOut(Closed):
     account_id: str | None
     subject_id: str | None = Field(
         description="the id it reports: a message (message.*, rule.applied), a draft, an outbound request "
-        "(outbound.*, approval.needed) or the mailbox (account.*)"
+        "(outbound.*, approval.needed), the mailbox (account.*) or a webhook (webhook.*, persons only)"
     )
     data: dict[str, Any] = Field(description="more ids and fixed words (a request's state; what of a message changed)")
 
@@ -115,7 +119,14 @@ def _scope(ctx: Context, data: ListEventsIn) -> tuple[list[Any] | None, Any | No
 def list_events(ctx: Context, data: ListEventsIn) -> EventsOut:
     workspaces, account = ctx.targets
     page = feed.read(
-        ctx.tenant, after=data.after, workspace_ids=workspaces, account_id=account, types=data.types, limit=data.limit
+        ctx.tenant,
+        after=data.after,
+        workspace_ids=workspaces,
+        account_id=account,
+        types=data.types,
+        limit=data.limit,
+        # a webhook's events are a person's, as webhooks are (SPEC §15)
+        hidden=() if ctx.caller.principal == Principal.PERSON else feed.PERSONS_ONLY,
     )
     names = dict(Workspace.objects.for_tenant(ctx.tenant).values_list("pk", "name"))
     return EventsOut(events=[_out(e, names) for e in page.events], cursor=page.cursor, latest=page.latest)

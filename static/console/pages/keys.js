@@ -1,4 +1,4 @@
-// /keys: the person's API keys; a new key is shown once, right after it is created.
+// /keys: the person's API keys (a new key is shown once, right after it is created), and their webhooks' states.
 import { auditLink, button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
 
 const status = (k) => {
@@ -36,6 +36,40 @@ const refresh = () =>
         )
       : el("p", { class: "hint" }, "No keys yet."),
   );
+
+const hookState = (h) => {
+  if (h.state === "disabled")
+    return el("span", { class: "status-revoked" }, h.disabled_reason === "failing" ? "disabled: failed for a day" : "disabled");
+  return h.failing_since ? el("span", { class: "status-expired" }, `failing since ${when(h.failing_since)}`) : "active";
+};
+
+const refreshHooks = () =>
+  load("list_webhooks", "webhooks-list", (out) =>
+    out.webhooks.length
+      ? table(
+          ["Endpoint", "Events", "Workspaces", "Waiting", "Last delivered", "Status", ""],
+          out.webhooks.map((h) =>
+            row({ "data-webhook-id": h.id }, [
+              el("code", {}, new URL(h.url).host),
+              list(h.types, "every event"),
+              list(h.workspaces, "every workspace"),
+              String(h.pending),
+              h.last_success_at ? when(h.last_success_at) : "never",
+              hookState(h),
+              el("span", { class: "row-actions" },
+                h.mine ? button(h.state === "active" ? "Disable" : "Enable", () => toggle(h), { "data-action": "toggle" }) : "",
+              ),
+            ]),
+          ),
+        )
+      : el("p", { class: "hint" }, "No webhooks."),
+  );
+
+const toggle = async (h) => {
+  const enabled = h.state !== "active";
+  const done = enabled ? "The webhook delivers again." : "The webhook is disabled.";
+  if (await perform("update_webhook", { webhook_id: h.id, enabled }, done)) refreshHooks();
+};
 
 const revoke = async (k) => {
   if (await perform("revoke_api_key", { api_key_id: k.id }, `Key ${k.prefix} is revoked.`)) refresh();
@@ -81,6 +115,7 @@ onSubmit("create-key", async (form) => {
   shown.scrollIntoView();
   refresh();
   refreshSets();
+  refreshHooks();
 });
 
 // the tool sets: listed with their tools, offered in the key form, defined and deleted here
@@ -126,3 +161,4 @@ onSubmit("create-tool-set", async (form) => {
 
 refresh();
 refreshSets();
+refreshHooks();
