@@ -142,7 +142,7 @@ def test_the_cli_limits_a_key_to_a_tool_set(alice: Person, mallory: Person) -> N
     caller = caller_for_key(created["key"])
     assert caller is not None and {op.op_class for op in offered_operations(caller)} == {OpClass.READ}
     code, error = _cli("create", "--user", alice.user.email, "--scopes", "read", "--tool-set", "not-a-set")
-    assert code == 1 and (error["error"]["code"], error["error"]["field"]) == ("INVALID_INPUT", "tool_set")
+    assert code == 1 and (error["error"]["code"], error["error"]["field"]) == ("NOT_FOUND", "tool_set")
     assert not ApiKey.objects.for_tenant(mallory.tenant).exists()
 
 

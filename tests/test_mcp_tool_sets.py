@@ -195,7 +195,7 @@ def test_a_set_is_checked_when_it_is_made_and_when_a_key_names_it(alice: Person,
     both = refusal(me, "create_api_key", {"scopes": ["read"], "tool_set": "triage", "operations": ["search"]})
     assert (both.code, both.field) == ("INVALID_INPUT", "tool_set")
     unknown = refusal(me, "create_api_key", {"scopes": ["read"], "tool_set": "nothing-here"})
-    assert (unknown.code, unknown.field) == ("INVALID_INPUT", "tool_set")
+    assert (unknown.code, unknown.field) == ("NOT_FOUND", "tool_set")
     built_in = refusal(me, "delete_tool_set", {"name": "mail-read"}, confirm=True)
     assert (built_in.code, built_in.field) == ("INVALID_INPUT", "name")
     assert not ApiKey.objects.for_tenant(alice.tenant).exists()
@@ -208,7 +208,7 @@ def test_a_second_tenants_sets_are_invisible(client: Client, alice: Person, mall
     assert [s["name"] for s in mine if not s["built_in"]] == []
     # alice cannot name mallory's set, nor delete it: to her it does not exist
     named = refusal(as_person(alice), "create_api_key", {"scopes": ["write"], "tool_set": "triage"}, confirm=True)
-    assert (named.code, named.field) == ("INVALID_INPUT", "tool_set")
+    assert (named.code, named.field) == ("NOT_FOUND", "tool_set")
     gone = refusal(as_person(alice), "delete_tool_set", {"name": "triage"}, confirm=True)
     assert (gone.code, gone.field) == ("NOT_FOUND", "name")
     # a set of alice's own by the same name is hers: her key reads her set, never mallory's

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from oauth2_provider.models import Application
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from apps.agents.connections import revoke_connection, revoked_reason_words
 from apps.agents.keys import issue_key
@@ -77,6 +77,15 @@ def _operation_names(schema: dict[str, Any]) -> None:
 
 
 class CreateKeyIn(Closed):
+    # an allow-list or a tool set, never both (_allow_list refuses the pair): published with the input
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["operations", "tool_set"],
+                "properties": {"operations": {"type": "array"}, "tool_set": {"type": "string", "minLength": 1}},
+            }
+        }
+    )
     name: str = Field(default="", max_length=200)
     scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
     workspaces: list[str] = Field(

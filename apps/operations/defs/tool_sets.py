@@ -47,7 +47,8 @@ def tool_set_named(ctx: Context, name: str | None, *, field: str = "tool_set") -
         return ""
     if name in TOOL_SETS or own_tool_sets(tenant=ctx.tenant, actor=ctx.caller).filter(name=name).exists():
         return name
-    raise OakenError.invalid(field, "names no tool set of yours (list_tool_sets shows them)")
+    # as absent as any id of another's: NOT_FOUND, as delete_tool_set answers
+    raise OakenError.not_found(field)
 
 
 def tool_set_words(name: str) -> str:
