@@ -20,31 +20,7 @@ from apps.core.errors import OakenError
 from apps.events.models import Event
 from apps.workspaces.models import Tenant
 
-# what the feed reports (migration 0002's triggers): a consumer filters by these, or by a prefix ending in '.'
-TYPES = (
-    "message.received",
-    "message.changed",
-    "message.deleted",
-    "draft.created",
-    "draft.updated",
-    "draft.deleted",
-    "outbound.requested",
-    "outbound.awaiting_approval",
-    "outbound.approved",
-    "outbound.queued",
-    "outbound.sending",
-    "outbound.sent",
-    "outbound.failed",
-    "outbound.unknown",
-    "outbound.cancelled",
-    "outbound.rejected",
-    "approval.needed",
-    "rule.applied",
-    "account.sync_failed",
-    "account.needs_reconnect",
-    # a webhook disabled after a day of failures (apps.webhooks): its person is told; never shown to agents
-    "webhook.disabled",
-)
+# (what the feed reports is listed once, as list_events' EventType: the triggers of migration 0002 write them)
 
 # families only persons read: webhooks are never offered to agents (SPEC §15), nor are their events
 PERSONS_ONLY = ("webhook.",)
