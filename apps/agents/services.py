@@ -78,6 +78,11 @@ def tool_set_name_taken() -> OakenError:
     return OakenError("CONFLICT", "name: you already have a tool set with this name", field="name")
 
 
+def delete_tool_set(tool_set: ToolSet) -> None:
+    """The set goes; the credentials naming it stay, limited to a set that is no more: they reach no tool."""
+    ToolSet.objects.for_tenant(tool_set.tenant).filter(pk=tool_set.pk).delete()
+
+
 def create_tool_set(*, tenant: Tenant, user: User, name: str, operations: list[str], now: datetime) -> ToolSet:
     """A person's new named set of tools; CONFLICT when they have one by this name (a concurrent call may take it
     first)."""

@@ -56,6 +56,11 @@ def endpoint_host(url: str) -> str:
     return f"{parts.hostname}{f':{parts.port}' if parts.port not in (None, 443) else ''}"
 
 
+def delete_webhook(webhook: Webhook) -> None:
+    """The webhook goes, and its deliveries with it (the feed keeps what happened)."""
+    Webhook.objects.for_tenant(webhook.tenant).filter(pk=webhook.pk).delete()
+
+
 def create_webhook(
     *, tenant: Tenant, user: User, url: str, description: str, types: list[str], workspaces: list[str], now: datetime
 ) -> tuple[Webhook, str]:

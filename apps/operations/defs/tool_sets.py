@@ -17,6 +17,7 @@ from pydantic import Field
 
 from apps.agents.selectors import access_tool_set_by_name, live_credentials_naming, own_tool_sets
 from apps.agents.services import create_tool_set as create_set
+from apps.agents.services import delete_tool_set as delete_set
 from apps.agents.services import tool_set_name_taken
 from apps.core import words
 from apps.core.changes import Change
@@ -226,5 +227,5 @@ def delete_tool_set(ctx: Context, data: DeleteToolSetIn) -> ToolSetOut:
         created_at=row.created_at,
     )
     ctx.touch(row.pk, {"name": row.name, "operations": list(row.operations)}, None)
-    row.delete()
+    delete_set(row)
     return out

@@ -374,9 +374,8 @@ class WebhookDeletedOut(Closed):
 def delete_webhook(ctx: Context, data: WebhookIn) -> WebhookDeletedOut:
     row: Webhook = ctx.targets
     ctx.touch(row.pk, {"host": services.endpoint_host(row.url)}, None)
-    row_id = str(row.pk)
-    row.delete()
-    return WebhookDeletedOut(deleted=row_id)
+    services.delete_webhook(row)
+    return WebhookDeletedOut(deleted=str(row.pk))
 
 
 # --- rotate ------------------------------------------------------------------------------------------------
