@@ -14,6 +14,7 @@ import pytest
 from django.db import connections
 
 from apps.accounts.models import User
+from apps.events.wake import hub
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
 from apps.workspaces.models import Tenant, Workspace
@@ -84,6 +85,13 @@ def account_mail_here(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
             return _task.apply(args, kwargs, throw=True)
 
         monkeypatch.setattr(task, "apply_async", here)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def wake_stops_before_the_database_goes(django_db_setup: None) -> Iterator[None]:
+    """A wait's listening connection (apps.events.wake) is closed before the test database is dropped."""
+    yield
+    hub.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -557,6 +557,11 @@ def _read_calls(box: Mailbox) -> dict[str, list[dict[str, Any]]]:
         "get_rule": [{"rule_id": _a_rule(box)}],
         "list_automations": [{}, {"account_id": box.personal, "state": "active"}],
         "list_events": [{"account_id": box.personal}, {"account_id": box.personal, "types": ["message."], "limit": 5}],
+        # the mail that came before the call's start, matched (the gate answers at once: a door would wait)
+        "wait_for_message": [
+            {"account_id": box.personal, "arrived_after": "2000-01-01T00:00:00Z"},
+            {"account_id": box.personal, "from": "a", "subject_contains": "e", "timeout_seconds": 1},
+        ],
         "get_automation": [{"automation_id": _an_automation(box)}],
         "test_rule": [
             {"rule_id": _a_rule(box), "days": 365},

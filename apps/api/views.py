@@ -9,6 +9,7 @@ Result or the OakenError.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -31,11 +32,11 @@ from apps.core.bounds import bounds
 from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
-from apps.gate import payload
-from apps.gate.dispatch import dispatch
+from apps.gate import payload, waiting
+from apps.gate.dispatch import Result, dispatch
 from apps.gate.preflight import may_call
 from apps.operations.exposure import offered_operations
-from apps.operations.registry import Operation
+from apps.operations.registry import Operation, registry
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
 
 TENANT_HEADER = schema.TENANT_HEADER
@@ -169,18 +170,26 @@ def call_operation(request: Request, name: str) -> HttpResponse:
         return refused(error)
     if not isinstance(request.data, dict):
         return refused(OakenError.invalid("", "the body must be a JSON object"))
-    try:
-        result = dispatch(
-            caller,
-            door,
-            name,
-            dict(request.data),
-            confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
-            confirmation_token=request.query_params.get(schema.CONFIRMATION_TOKEN_PARAMETER) or None,
-            idempotency_key=request.headers.get("Idempotency-Key"),
-        )
-    except OakenError as error:
-        return refused(error, caller, request)
+    start, since, data = waiting.began(request.META), time.monotonic(), dict(request.data)
+
+    def call() -> Result | HttpResponse:
+        try:
+            return dispatch(
+                caller,
+                door,
+                name,
+                data,
+                confirm=request.query_params.get("confirm") in {"1", "true", "yes"},
+                confirmation_token=request.query_params.get(schema.CONFIRMATION_TOKEN_PARAMETER) or None,
+                idempotency_key=request.headers.get("Idempotency-Key"),
+                began=start,
+            )
+        except OakenError as error:
+            return refused(error, caller, request)
+
+    result = waiting.settle(request.META, registry.get(name), call(), call, since=since, start=start)
+    if isinstance(result, HttpResponse):
+        return result
     response = Response(result.output)
     if result.replayed:
         response["Idempotent-Replayed"] = "true"

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
 
 from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_body
 from apps.core.kinds import Door
-from apps.gate.dispatch import dispatch
+from apps.gate import waiting
+from apps.gate.dispatch import Result, dispatch
+from apps.operations.registry import registry
 
 if TYPE_CHECKING:
     from apps.workspaces.models import Membership
@@ -55,16 +59,23 @@ class JsonCommand(BaseCommand):
         confirm: bool = False,
         idempotency_key: str | None = None,
     ) -> None:
-        """Call `operation` as this person through the cli door; print its output, or its refusal and exit 1."""
-        try:
-            result = dispatch(
+        """Call `operation` as this person through the cli door; print its output, or its refusal and exit 1.
+        A waiting operation (wait_for_message) waits here, on this thread (apps.gate.waiting)."""
+        start, since = timezone.now(), time.monotonic()
+
+        def once() -> Result:
+            return dispatch(
                 Caller.person(membership),
                 Door.CLI,
                 operation,
                 data,
                 confirm=confirm,
                 idempotency_key=idempotency_key,
+                began=start,
             )
+
+        try:
+            result = waiting.settle({}, registry.get(operation), once(), once, since=since, start=start)
         except OakenError as error:
             self.emit(error_body(error))
             raise SystemExit(1) from None

@@ -130,6 +130,8 @@ class Bounds:
     RULES_EMBEDDING_WAIT_SECONDS = Bound()
     EVENTS_RETENTION_DAYS = Bound()
     EVENTS_PAGE_MAX = Bound()
+    WAIT_DEFAULT_SECONDS = Bound()
+    WAIT_MAX_SECONDS = Bound()
     WEBHOOKS_MAX = Bound()
     WEBHOOK_TIMEOUT_SECONDS = Bound()
     WEBHOOK_RETRY_BASE_SECONDS = Bound()

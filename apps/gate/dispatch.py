@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -79,8 +80,10 @@ def dispatch(
     confirm: bool = False,
     confirmation_token: str | None = None,
     idempotency_key: str | None = None,
+    began: datetime | None = None,
 ) -> Result:
-    """Check, run and audit one call of operation `name`; raises OakenError on any refusal."""
+    """Check, run and audit one call of operation `name`; raises OakenError on any refusal. `began`: the time of
+    the call a client made, when this is a waiting operation's call again (apps.gate.waiting)."""
     door = Door(door)
     if door not in DOORS_OF[caller.principal]:
         raise DoorMismatchError(f"a {caller.principal} cannot call through the {door} door")
@@ -99,7 +102,7 @@ def dispatch(
             if stored is not None:
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
-        ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=bounds)
+        ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=bounds, began=began)
         if op.targets is not None:
             ctx.targets = op.targets(ctx, data)
         _class(caller, op)

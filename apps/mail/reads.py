@@ -133,6 +133,11 @@ _WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
     "read": ("m.read", ()),
     "has_attachment": ("m.has_attachments = %(has_attachment)s", ("has_attachment",)),
     "since": ("m.date >= %(since)s", ("since",)),
+    # what wait_for_message waits for: mail that came in (not what the mailbox sent, nor its drafts) since a time
+    # Oaken stored it, whose subject holds a part (a like_pattern)
+    "incoming": ("f.kind NOT IN ('sent', 'drafts')", ()),
+    "arrived_after": ("m.received_at > %(arrived_after)s", ("arrived_after",)),
+    "subject": ("m.subject ILIKE %(subject)s", ("subject",)),
     "until": ("m.date < %(until)s", ("until",)),
 }
 
@@ -143,7 +148,12 @@ def like_pattern(part: str) -> str:
 
 
 # a listing, newest first by LISTED_AT (so a message a snooze brought back is on top); a thread, by Date
-_ORDER = {"newest": f"{LISTED_AT} DESC NULLS LAST, m.id DESC", "oldest": "m.date, m.id", "none": "m.id"}
+_ORDER = {
+    "newest": f"{LISTED_AT} DESC NULLS LAST, m.id DESC",
+    "oldest": "m.date, m.id",
+    "arrived": "m.received_at, m.id",
+    "none": "m.id",
+}
 
 
 @cache

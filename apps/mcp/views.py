@@ -8,6 +8,8 @@ no stream (405). Anything a repeated call needs comes back signed in the 2026 er
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +22,7 @@ from apps.core.callers import Caller
 from apps.core.errors import OakenError, error_response, wrong_method_response
 from apps.core.kinds import Door
 from apps.core.links import mcp_resource, public_origin
-from apps.gate import payload
+from apps.gate import payload, waiting
 from apps.gate.dispatch import Result, audit_refusal, dispatch
 from apps.mcp import elicitation, tools
 from apps.mcp import protocol as p
@@ -268,7 +270,14 @@ def _call_tool(
         for field, value in (("confirmation_token", token), ("idempotency_key", key)):
             if value is not None and not isinstance(value, str):
                 return tools.refusal(OakenError.invalid(field, "must be a string"))
-        answer = _through_gate(request, caller, op, name, arguments, token, key)
+        start, since = waiting.began(request.META), time.monotonic()
+
+        def call() -> Result | dict[str, Any] | HttpResponse:
+            return _through_gate(request, caller, op, name, arguments, token, key, began=start)
+
+        answer = waiting.settle(request.META, op, call(), call, since=since, start=start)
+        if isinstance(answer, HttpResponse):
+            return answer
         if modern and isinstance(answer, Result) and op is not None:
             url = elicitation.waiting_approval_url(op, answer.output)
             if url is not None and elicitation.url_supported(params):
@@ -287,10 +296,11 @@ def _through_gate(
     arguments: dict[str, Any],
     token: str | None = None,
     key: str | None = None,
+    began: datetime | None = None,
 ) -> Result | dict[str, Any] | HttpResponse:
     """One dispatch: its result, or the refusal as a tool result of `op`, or an OAuth step-up challenge."""
     try:
-        return dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key)
+        return dispatch(caller, Door.MCP, name, arguments, confirmation_token=token, idempotency_key=key, began=began)
     except OakenError as error:
         if error.code == "INSUFFICIENT_SCOPE" and caller.credential_kind == "oauth" and error.missing_scope:
             wanted = " ".join(sorted(caller.scopes | {error.missing_scope}))

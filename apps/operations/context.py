@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from apps.core.acts import Act
@@ -20,6 +21,13 @@ class Context(Act):
     gathered: Any = None
     # the call's own transaction is open: targets resolved now are what the change works from (and may lock)
     in_transaction: bool = False
+    # when the call began: `now`, unless it is a waiting operation's call again (apps.gate.waiting), which carries
+    # the first one's time, so its defaults and deadline stay those of the call the client made
+    began: datetime | None = None
+
+    @property
+    def started(self) -> datetime:
+        return self.began or self.now
 
     @property
     def workspaces(self) -> tuple[str, ...] | None:

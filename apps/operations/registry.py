@@ -26,6 +26,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -147,6 +148,15 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """What a waiting operation's answer still waits for: a wake-up on any of `keys` (apps.events.wake), until
+    `deadline`."""
+
+    keys: tuple[str, ...]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     summary: str
@@ -189,6 +199,10 @@ class Operation:
     # the handler commits its work in batches of its own (an import): the gate runs it outside a transaction,
     # so its progress shows and a failure keeps the batches it finished, and audits it after it returns
     commits_in_batches: bool = False
+    # (output) -> what its answer waits for, or None when the answer is final: a wait's first answer found nothing
+    # yet, and a door calls it again (the whole gate) when one of the keys is woken or at the deadline
+    # (apps.gate.waiting, apps.events.wake)
+    waits: Callable[[dict[str, Any]], Wait | None] | None = None
     description: str = field(default="", compare=False)
 
     @property
@@ -339,6 +353,7 @@ def operation(
     returns_secret: bool = False,
     callers: Callers = Callers.ANY,
     commits_in_batches: bool = False,
+    waits: Callable[[dict[str, Any]], Wait | None] | None = None,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -369,6 +384,7 @@ def operation(
             returns_secret=returns_secret,
             callers=callers,
             commits_in_batches=commits_in_batches,
+            waits=waits,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

@@ -200,6 +200,9 @@ OPERATIONS = {
     # and how many one list_events page holds at most
     "EVENTS_RETENTION_DAYS": _tunable("EVENTS_RETENTION_DAYS", 30, minimum=1, maximum=3650),
     "EVENTS_PAGE_MAX": _tunable("EVENTS_PAGE_MAX", 500, minimum=1, maximum=10_000),
+    # wait_for_message: how long a call waits when it does not say, and at most (apps.gate.waiting)
+    "WAIT_DEFAULT_SECONDS": _tunable("WAIT_DEFAULT_SECONDS", 30, minimum=1, maximum=120),
+    "WAIT_MAX_SECONDS": _tunable("WAIT_MAX_SECONDS", 120, minimum=1, maximum=600),
     # webhooks (apps.webhooks): how many one person keeps in a tenant; one delivery's POST (connect, TLS, the whole
     # answer) at most this long; a failed delivery is tried again after the base doubling per attempt up to the
     # cap, with jitter, and an endpoint failing this many hours without a success is disabled; a rotated secret

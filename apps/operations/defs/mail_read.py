@@ -3,9 +3,10 @@ None of it marks anything read."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.utils import timezone
 from pydantic import ConfigDict, Field
 
 from apps.core.errors import OakenError
@@ -38,7 +39,7 @@ from apps.operations.defs.shapes import (
     Page,
     cut,
 )
-from apps.operations.registry import Bound, Ceiling, OpClass, operation
+from apps.operations.registry import Bound, Ceiling, OpClass, Wait, operation
 from apps.operations.targets import (
     FOLDER_NEEDS_ACCOUNT,
     AccountIn,
@@ -640,4 +641,75 @@ def mailbox_counts(ctx: Context, data: OptionalAccountIn) -> CountsOut:
         folders[f["account_id"]].append({"folder": label, "total": f["total"], "unread": f["unread"]})
     return CountsOut.model_validate(
         {"accounts": [{"account_id": str(pk), "name": name, "folders": folders[pk]} for pk, name in listed]}
+    )
+
+
+# ---------------------------------------------------------------- wait_for_message
+
+
+class WaitForMessageIn(Closed):
+    account_id: Id
+    from_: str | None = Field(
+        default=None, alias="from", min_length=1, max_length=320, description="part of the sender's address or name"
+    )
+    subject_contains: str | None = Field(default=None, min_length=1, max_length=500, description="part of the subject")
+    arrived_after: datetime | None = Field(
+        default=None,
+        description="only mail that reached Oaken after this time (ISO 8601, with offset); left out: the call's start",
+    )
+    timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=600,
+        description="wait at most this long (left out: WAIT_DEFAULT_SECONDS; at most WAIT_MAX_SECONDS)",
+    )
+
+
+class WaitForMessageOut(Closed):
+    matched: bool = Field(description="false: nothing matching came before the deadline")
+    message: MessageSummary | None = Field(description="the first matching message to arrive (read it: get_message)")
+    account_id: str
+    arrived_after: datetime
+    deadline: datetime
+
+
+def _still_waiting(output: dict[str, Any]) -> Wait | None:
+    """What an answer that found nothing waits for: new mail of its account, until its deadline."""
+    deadline = datetime.fromisoformat(output["deadline"])
+    if output["matched"] or deadline <= timezone.now():
+        return None
+    return Wait(keys=(output["account_id"],), deadline=deadline)
+
+
+@operation(
+    name="wait_for_message",
+    summary="Wait (at most timeout_seconds) for a message to arrive in a mailbox, from a sender and with a subject "
+    "part when given; returns the first one, or matched false at the deadline.",
+    input=WaitForMessageIn,
+    output=WaitForMessageOut,
+    op_class=OpClass.READ,
+    ceiling=Ceiling.ON,
+    targets=the_account,
+    bounds=(Bound("timeout_seconds", "WAIT_MAX_SECONDS"),),
+    waits=_still_waiting,
+)
+def wait_for_message(ctx: Context, data: WaitForMessageIn) -> WaitForMessageOut:
+    """For a verification code or a reply the assistant expects: it waits for mail that arrives after the call
+    began (or after arrived_after), answering as soon as one is stored. Mail reaches Oaken when the mailbox syncs
+    (at once with IMAP IDLE). It holds no connection while it waits; each look is a read of the mailbox."""
+    account: MailAccount = ctx.targets
+    after = data.arrived_after or ctx.started
+    deadline = ctx.started + timedelta(seconds=data.timeout_seconds or ctx.bounds.WAIT_DEFAULT_SECONDS)
+    where: dict[str, Any] = {"account": account.pk, "incoming": (), "arrived_after": after}
+    if data.from_ is not None:
+        where["sender"] = like_pattern(data.from_)
+    if data.subject_contains is not None:
+        where["subject"] = like_pattern(data.subject_contains)
+    found = summaries(reach(ctx), where, order="arrived", limit=1)
+    return WaitForMessageOut(
+        matched=bool(found),
+        message=MessageSummary.model_validate(found[0]) if found else None,
+        account_id=str(account.pk),
+        arrived_after=after,
+        deadline=deadline,
     )
