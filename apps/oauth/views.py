@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -32,6 +31,7 @@ from apps.core.links import api_resource, mcp_resource, public_origin
 from apps.core.redis_client import count_hit
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
+from apps.oauth.redirects import MAX_CLIENT_NAME_LENGTH, MAX_REDIRECT_URIS, redirect_uri_problem
 from apps.oauth.resource import INVALID_TARGET, canonical_resources
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
@@ -313,33 +313,6 @@ class OpenRegistration:
         return True
 
 
-MAX_REDIRECT_URIS = 10
-MAX_REDIRECT_URI_LENGTH = 2000
-MAX_CLIENT_NAME_LENGTH = 200
-_BLOCKED_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
-
-
-def _redirect_uri_problem(uri: str) -> str | None:
-    """Why a redirect URI cannot be registered (https, loopback http, or a native app's own scheme), or None."""
-    if len(uri) > MAX_REDIRECT_URI_LENGTH or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in uri):
-        return "redirect URIs are at most 2000 characters, without spaces or control characters"
-    parts = urlsplit(uri)
-    if parts.fragment or "#" in uri:
-        return "redirect URIs may not carry a fragment"
-    if parts.scheme == "https" and parts.netloc:
-        return None
-    if parts.scheme == "http":
-        host = (parts.hostname or "").strip("[]")
-        try:
-            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        return None if loopback else "http redirect URIs must be loopback (127.0.0.1, [::1] or localhost)"
-    if parts.scheme in settings.OAUTH_NATIVE_REDIRECT_SCHEMES and parts.scheme not in _BLOCKED_SCHEMES:
-        return None
-    return "redirect URIs must be https, loopback http, or a known native-app scheme"
-
-
 class RegistrationView(DynamicClientRegistrationView):
     """RFC 7591 registration: rate-limited, redirect URIs checked, authorization code only."""
 
@@ -370,7 +343,7 @@ class RegistrationView(DynamicClientRegistrationView):
                 return _registration_error("invalid_redirect_uri", "at most 10 redirect URIs", 400)
             if isinstance(uris, list):
                 for uri in uris:
-                    problem = _redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
+                    problem = redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
                     if problem:
                         return _registration_error("invalid_redirect_uri", problem, 400)
             grants = metadata.get("grant_types", ["authorization_code"])
