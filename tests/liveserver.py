@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -44,11 +45,12 @@ def wait_until_serving(url: str, proc: subprocess.Popen[str], timeout: float = 6
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
-    """http://127.0.0.1:<port> of a gunicorn with two workers: no state may live in one of them."""
+@contextlib.contextmanager
+def serving(extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """http://127.0.0.1:<port> of a gunicorn with two workers (no state may live in one of them), its environment
+    the session's with `extra_env` on top (settings a module's tests need in the server too)."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0"}
+    env = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0", **(extra_env or {})}
     # its output into a file: what it logs over a module's tests (errors a test provokes on purpose) would fill a
     # pipe nobody reads, and a worker writing to a full pipe stops answering
     with tempfile.TemporaryDirectory(prefix="oaken-live-") as folder:
@@ -67,3 +69,10 @@ def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
             yield url
         finally:
             stop(proc)
+
+
+@pytest.fixture(scope="module")
+def live_url(django_db_setup: None, django_db_blocker: object) -> Iterator[str]:
+    """The real web server for a module's tests (`serving`)."""
+    with serving() as url:
+        yield url

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from oauth2_provider.models import Application
@@ -45,7 +46,7 @@ def grant_connection(
         tenant=tenant,
         user=user,
         application=application,
-        client_name=application.name[:255],
+        client_name=client_words(application)[:255],
         redirect_uri=redirect_uri,
         scopes=scopes,
         workspaces=workspaces,
@@ -53,6 +54,45 @@ def grant_connection(
         created_at=now,
         expires_at=expires_at,
     )
+
+
+def client_words(application: Application) -> str:
+    """How a client is named to people: its name, and for a client described by a metadata document, the host that
+    publishes it (the name is that site's claim; the host is what vouches for it)."""
+    if application.registration_source == Application.RegistrationSource.CIMD:
+        return f"{application.name} ({urlsplit(application.client_id).netloc})"
+    return application.name
+
+
+def record_document_client(
+    *, client_id: str, name: str, redirect_uris: list[str], expires_at: datetime
+) -> Application | None:
+    """The OAuth client a client ID metadata document describes (apps.oauth.cimd), created or brought up to date:
+    public, authorization code, the document's name and redirect URIs, fetched again after `expires_at`. None when
+    the client_id belongs to a client registered another way: a document never takes one over."""
+    fields = {
+        "name": name,
+        "redirect_uris": " ".join(redirect_uris),
+        "client_type": Application.CLIENT_PUBLIC,
+        "authorization_grant_type": Application.GRANT_AUTHORIZATION_CODE,
+        "registration_source": Application.RegistrationSource.CIMD,
+        "cimd_expires_at": expires_at,
+        "user": None,
+    }
+    with transaction.atomic():
+        app = Application.objects.select_for_update().filter(client_id=client_id).first()
+        if app is None:
+            try:
+                with transaction.atomic():
+                    return Application.objects.create(client_id=client_id, **fields)
+            except IntegrityError:  # the same document fetched at once for another request: it made the row
+                app = Application.objects.select_for_update().get(client_id=client_id)
+        if app.registration_source != Application.RegistrationSource.CIMD:
+            return None
+        for field, value in fields.items():
+            setattr(app, field, value)
+        app.save()
+        return app
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from apps.agents.models import Connection
 
 @shared_task(name="oauth.forget_unused_clients", ignore_result=True)
 def forget_unused_clients() -> dict[str, int]:
-    """Remove consents whose code was never redeemed, and dynamically registered clients that never became a
-    connection within OAKEN_OAUTH_UNUSED_CLIENT_HOURS (open registration must not grow the table forever)."""
+    """Remove consents whose code was never redeemed, and clients (registered, or described by a metadata
+    document) that never became a connection within OAKEN_OAUTH_UNUSED_CLIENT_HOURS (open registration must not
+    grow the table forever)."""
     now = timezone.now()
     cutoff = now - timedelta(hours=settings.OAUTH_UNUSED_CLIENT_HOURS)
     # housekeeping across tenants: the system's own work
@@ -24,8 +25,10 @@ def forget_unused_clients() -> dict[str, int]:
     pending = gone.get(Connection._meta.label, 0)
     used = Connection.objects.unscoped().filter(application=OuterRef("pk"))
     live_grant = get_grant_model().objects.filter(application=OuterRef("pk"), expires__gt=now)
-    unused = Application.objects.filter(
-        registration_source=Application.RegistrationSource.DCR, created__lt=cutoff
-    ).filter(~Exists(used), ~Exists(live_grant))
+    # a client described by a metadata document is recorded again from its document when next asked for
+    sources = (Application.RegistrationSource.DCR, Application.RegistrationSource.CIMD)
+    unused = Application.objects.filter(registration_source__in=sources, created__lt=cutoff).filter(
+        ~Exists(used), ~Exists(live_grant)
+    )
     _, deleted = unused.delete()
     return {"pending_connections": pending, "clients": deleted.get(Application._meta.label, 0)}

@@ -11,7 +11,7 @@ from apps.oauth import views
 app_name = "oauth2_provider"
 
 urlpatterns = [
-    path(".well-known/oauth-authorization-server", dot.OAuthServerMetadataView.as_view(), name="oauth-server-metadata"),
+    path(".well-known/oauth-authorization-server", views.ServerMetadataView.as_view(), name="oauth-server-metadata"),
     path(
         ".well-known/oauth-protected-resource",
         views.ProtectedResourceMetadataView.as_view(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
+import json
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -12,6 +12,7 @@ from django import forms
 from django.conf import settings
 from django.core import signing
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from oauth2_provider import views as dot
 from oauth2_provider.exceptions import OAuthToolkitError
@@ -32,6 +33,8 @@ from apps.core.links import api_resource, mcp_resource, public_origin
 from apps.core.redis_client import count_hit
 from apps.gate import payload
 from apps.gate.dispatch import dispatch
+from apps.oauth.cimd import DocumentRefused, client_for_document, names_a_document
+from apps.oauth.redirects import MAX_CLIENT_NAME_LENGTH, MAX_REDIRECT_URIS, redirect_uri_problem
 from apps.oauth.resource import INVALID_TARGET, canonical_resources
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import SESSION_TENANT_KEY, NotAMemberError, access_membership
@@ -209,7 +212,11 @@ class ConsentView(dot.AuthorizationView):
         # what the client asked for: the seal's (a POST shown again), else the request just validated (a GET)
         sealed = _unseal(self.request, form["seal"].value() or "") if form.is_bound else None
         requested = set((sealed["scope"] if sealed else form["scope"].value() or "").split())
+        application = context.get("application")
+        described = application is not None and application.registration_source == Application.RegistrationSource.CIMD
         context.update(
+            # a client named by its metadata document: the host publishing that document is who vouches for it
+            vouched_by=urlsplit(application.client_id).netloc if described else "",
             requested_write="write" in requested,
             requested_send="send" in requested,
             redirect_host=urlsplit(form["redirect_uri"].value() or "").netloc,
@@ -230,6 +237,12 @@ class ConsentView(dot.AuthorizationView):
             self._membership()
         except NotAMemberError:
             return self._refuse("no_tenant", "You are not a member of any tenant.", 200)
+        client_id = request.GET.get("client_id") or ""
+        if names_a_document(client_id):  # a client ID metadata document: fetched now unless a fresh one is held
+            try:
+                client_for_document(client_id, client=client_address(request), now=timezone.now())
+            except DocumentRefused as refusal:  # the client is not known: nothing goes back to its redirect URI
+                return self._refuse(refusal.error, refusal.description, refusal.status)
         return super().get(request, *args, **kwargs)
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -291,6 +304,19 @@ class ConsentView(dot.AuthorizationView):
         return self.redirect(uri, app)
 
 
+class ServerMetadataView(dot.OAuthServerMetadataView):
+    """RFC 8414, with client ID metadata documents advertised when Oaken takes them (apps.oauth.cimd; the
+    toolkit's own CIMD, which its view would advertise, stays off)."""
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = super().get(request, *args, **kwargs)
+        document = json.loads(response.content)
+        document["client_id_metadata_document_supported"] = bool(settings.OAUTH_CLIENT_DOCUMENTS)
+        answer = JsonResponse(document)
+        answer["Access-Control-Allow-Origin"] = "*"
+        return answer
+
+
 class ProtectedResourceMetadataView(dot.OAuthProtectedResourceMetadataView):
     """RFC 9728: both the root and the /mcp-suffixed documents describe the MCP endpoint, /mcp."""
 
@@ -311,33 +337,6 @@ class OpenRegistration:
 
     def has_permission(self, request: HttpRequest) -> bool:
         return True
-
-
-MAX_REDIRECT_URIS = 10
-MAX_REDIRECT_URI_LENGTH = 2000
-MAX_CLIENT_NAME_LENGTH = 200
-_BLOCKED_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
-
-
-def _redirect_uri_problem(uri: str) -> str | None:
-    """Why a redirect URI cannot be registered (https, loopback http, or a native app's own scheme), or None."""
-    if len(uri) > MAX_REDIRECT_URI_LENGTH or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in uri):
-        return "redirect URIs are at most 2000 characters, without spaces or control characters"
-    parts = urlsplit(uri)
-    if parts.fragment or "#" in uri:
-        return "redirect URIs may not carry a fragment"
-    if parts.scheme == "https" and parts.netloc:
-        return None
-    if parts.scheme == "http":
-        host = (parts.hostname or "").strip("[]")
-        try:
-            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-        return None if loopback else "http redirect URIs must be loopback (127.0.0.1, [::1] or localhost)"
-    if parts.scheme in settings.OAUTH_NATIVE_REDIRECT_SCHEMES and parts.scheme not in _BLOCKED_SCHEMES:
-        return None
-    return "redirect URIs must be https, loopback http, or a known native-app scheme"
 
 
 class RegistrationView(DynamicClientRegistrationView):
@@ -370,7 +369,7 @@ class RegistrationView(DynamicClientRegistrationView):
                 return _registration_error("invalid_redirect_uri", "at most 10 redirect URIs", 400)
             if isinstance(uris, list):
                 for uri in uris:
-                    problem = _redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
+                    problem = redirect_uri_problem(uri) if isinstance(uri, str) else "redirect URIs are strings"
                     if problem:
                         return _registration_error("invalid_redirect_uri", problem, 400)
             grants = metadata.get("grant_types", ["authorization_code"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from apps.core.kinds import Scope
-from config.env import env_bool, env_int, env_list
+from config.env import env_bool, env_int, env_list, env_str
 from config.settings.base import PUBLIC_URL
 
 # OAKEN_PUBLIC_URL, when it is set, names the issuer and the /mcp resource tokens are bound to; when it is not,
@@ -22,6 +22,17 @@ OAUTH_UNUSED_CLIENT_HOURS = env_int("OAKEN_OAUTH_UNUSED_CLIENT_HOURS", 24, minim
 OAUTH_NATIVE_REDIRECT_SCHEMES = env_list(
     "OAKEN_OAUTH_NATIVE_REDIRECT_SCHEMES", ["cursor", "vscode", "vscode-insiders", "windsurf", "zed"]
 )
+
+# Client ID Metadata Documents (apps.oauth.cimd): a client may name itself by an https URL whose JSON document
+# describes it, fetched by Oaken through apps.core.pinned when a person opens the consent page. The toolkit's own
+# CIMD (CIMD_ENABLED below) stays off: its fetcher knows neither this allowance nor this trust, it may fetch on the
+# token endpoint for anyone, and its bounds would live outside the OPERATIONS block (OAUTH_CLIENT_DOCUMENT_*).
+OAUTH_CLIENT_DOCUMENTS = env_bool("OAKEN_OAUTH_CIMD", True)
+# a document's host may be a loopback or private address only when this is on (tests; never for a hosted service:
+# a client must not make Oaken reach into its own network). The CA file, when set, is the only trust for these
+# fetches (tests trust their own self-signed document server with it); empty: the system's trust store.
+OAUTH_CLIENT_DOCUMENT_ALLOW_PRIVATE_HOSTS = env_bool("OAKEN_OAUTH_CIMD_ALLOW_PRIVATE_HOSTS", False)
+OAUTH_CLIENT_DOCUMENT_CA_FILE = env_str("OAKEN_OAUTH_CIMD_CA_FILE")
 
 OAUTH2_PROVIDER = {
     "OAUTH2_VALIDATOR_CLASS": "apps.oauth.validator.OakenValidator",
@@ -60,7 +71,7 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("apps.oauth.views.OpenRegistration",),
     "DCR_REGISTRATION_TOKEN_EXPIRE_SECONDS": 90 * 24 * 3600,
-    "CIMD_ENABLED": env_bool("OAKEN_OAUTH_CIMD", False),
+    "CIMD_ENABLED": False,  # Oaken's own (OAUTH_CLIENT_DOCUMENTS above)
 }
 
 # Browser Origins the MCP endpoint answers (DNS-rebinding defence); "*" allows any well-formed origin, which is

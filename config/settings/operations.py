@@ -111,6 +111,20 @@ OPERATIONS = {
     # all per hour, so a flood spread over many addresses cannot grow the table unbounded
     "OAUTH_REGISTRATIONS_PER_HOUR": _tunable("OAUTH_REGISTRATIONS_PER_HOUR", 30, minimum=1),
     "OAUTH_REGISTRATIONS_ALL_PER_HOUR": _tunable("OAUTH_REGISTRATIONS_ALL_PER_HOUR", 2000, minimum=1),
+    # client ID metadata documents (apps.oauth.cimd): a document is at most this many bytes, fetched within this
+    # many seconds (connecting, the handshake, and the whole answer each); it is kept as long as its Cache-Control
+    # max-age says, within the floor and the ceiling (no max-age, or no-store / no-cache: the floor). Each fetch
+    # counts as a registration against the two bounds above.
+    "OAUTH_CLIENT_DOCUMENT_MAX_BYTES": _tunable("OAUTH_CLIENT_DOCUMENT_MAX_BYTES", 5120, minimum=512, maximum=65_536),
+    "OAUTH_CLIENT_DOCUMENT_TIMEOUT_SECONDS": _tunable(
+        "OAUTH_CLIENT_DOCUMENT_TIMEOUT_SECONDS", 5, minimum=1, maximum=30
+    ),
+    "OAUTH_CLIENT_DOCUMENT_CACHE_MIN_SECONDS": _tunable(
+        "OAUTH_CLIENT_DOCUMENT_CACHE_MIN_SECONDS", 300, minimum=0, maximum=86_400
+    ),
+    "OAUTH_CLIENT_DOCUMENT_CACHE_MAX_SECONDS": _tunable(
+        "OAUTH_CLIENT_DOCUMENT_CACHE_MAX_SECONDS", 86_400, minimum=60, maximum=7 * 86_400
+    ),
     # requests one agent credential (API key or connection) may make to /mcp per minute
     "MCP_REQUESTS_PER_MINUTE": _tunable("MCP_REQUESTS_PER_MINUTE", 600, minimum=1),
     # how long the requestState of an MCP input_required answer (URL elicitation) may come back with the repeat

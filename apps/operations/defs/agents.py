@@ -290,7 +290,7 @@ def connection_out(row: Connection) -> ConnectionOut:
 
 
 class GrantConnectionIn(Closed):
-    client_id: str = Field(min_length=1, max_length=100)
+    client_id: str = Field(min_length=1, max_length=255)
     redirect_uri: str = Field(min_length=1, max_length=2000)
     scopes: list[Literal["read", "write", "send"]] = Field(min_length=1, max_length=3)
     workspaces: list[str] = Field(default=[DEFAULT_WORKSPACE], max_length=50, description="empty: every workspace")
