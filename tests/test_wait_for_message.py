@@ -7,6 +7,9 @@ workspace never waits on another's mailbox, and mallory's mail and waits never m
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import threading
 import time
 from datetime import timedelta
@@ -14,14 +17,19 @@ from typing import Any
 
 import httpx2
 import pytest
+from django.db import connection, connections
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.events.wake import hub
 from apps.mail.models import MailAccount
 from apps.mail.sync import run_sync
+from apps.server.management.commands.serve import web_command
 from apps.workspaces.models import Workspace
 from tests.callers import as_agent, call, refusal
 from tests.conftest import Person
+from tests.liveserver import _database_url, wait_until_serving
+from tests.loopback import free_port, stop
 from tests.mailfactory import raw_message
 from tests.mailservers import ImapServer, SmtpServer
 from tests.outbound_accounts import imap_account, mail_user
@@ -81,8 +89,11 @@ class Waiting(threading.Thread):
         self.start_at = time.monotonic()
 
     def run(self) -> None:
-        self.answer = self.make()
-        self.after = time.monotonic() - self.start_at
+        try:
+            self.answer = self.make()
+            self.after = time.monotonic() - self.start_at
+        finally:
+            connections.close_all()  # a call through the test client opened this thread's own
 
 
 def test_mail_delivered_during_the_wait_answers_both_doors_and_waiters_hold_no_thread(
@@ -191,3 +202,58 @@ def test_mail_already_there_after_the_time_asked_answers_at_once_and_bounds_name
     assert too_long.code == "LIMIT_EXCEEDED" and too_long.field == "timeout_seconds"
     bad = refusal(agent, "wait_for_message", {"account_id": account, "arrived_after": "yesterday-ish"})
     assert bad.code == "INVALID_INPUT" and bad.field == "arrived_after" and "yesterday" not in bad.message
+
+
+def test_a_server_that_stops_answers_its_parked_waits_first(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    account, _ = _mailbox(alice, imap_server, smtp_server, "alice")
+    _mailbox(mallory, imap_server, smtp_server, "mallory")
+    key = key_for(alice, ["read"])
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": _database_url(), "OAKEN_DB_CONN_MAX_AGE": "0"}
+    proc = subprocess.Popen(
+        web_command(f"127.0.0.1:{port}", 2, quiet=True), env=env, stdout=subprocess.DEVNULL, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(url, proc)
+        waiting = Waiting(lambda: _rest(url, key, {"account_id": account, "timeout_seconds": 60}))
+        waiting.start()
+        time.sleep(2.0)
+        assert waiting.answer is None
+        proc.send_signal(signal.SIGTERM)
+        waiting.join(20)
+        # its answer as it stands (nothing yet), well before the deadline: not a connection dropped at the end of
+        # the grace period
+        assert waiting.answer is not None and waiting.answer.status_code == 200
+        assert waiting.answer.json()["matched"] is False and waiting.after < 15
+        assert proc.wait(30) == 0
+    finally:
+        stop(proc)
+
+
+def test_a_lost_listening_connection_loses_no_wake(
+    alice: Person, mallory: Person, imap_server: ImapServer, smtp_server: SmtpServer
+) -> None:
+    """The connection that LISTENs is killed mid-wait (a database restart, a proxy): every waiter looks again, the
+    thread connects again, and mail that comes next still answers the wait."""
+    account, user = _mailbox(alice, imap_server, smtp_server, "alice")
+    theirs, their_user = _mailbox(mallory, imap_server, smtp_server, "mallory")
+    key = key_for(alice, ["read"])
+    waiting = Waiting(lambda: rest_call(key, "wait_for_message", {"account_id": account, "timeout_seconds": 40}))
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while not hub.listening.is_set():
+        assert time.monotonic() < deadline, "the wait never listened"
+        time.sleep(0.05)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [hub.backend_pid])
+        assert cursor.fetchall() == [(True,)]
+    time.sleep(2.5)  # the waiter looked again and waits on; the thread is listening again
+    assert waiting.answer is None and hub.listening.is_set()
+    _deliver_and_sync(imap_server, their_user, theirs, "Code 1", "codes@bank.example")
+    _deliver_and_sync(imap_server, user, account, "Code 2", "codes@bank.example")
+    waiting.join(20)
+    assert waiting.answer is not None and waiting.answer.json()["matched"] is True
+    assert waiting.answer.json()["message"]["subject"] == "Code 2" and waiting.after < 20

@@ -58,6 +58,7 @@ class Hub:
         self._params: dict[str, Any] = {}
         # set while LISTEN is in force (waiters subscribed before are all woken once then: a wake may have been missed)
         self.listening = threading.Event()
+        self.backend_pid = 0  # the listening connection's server process (tests end it, as a restart would)
 
     # ------------------------------------------------------------ for the waiting side
 
@@ -123,6 +124,7 @@ class Hub:
             try:
                 with psycopg.connect(**self._params) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    self.backend_pid = conn.info.backend_pid
                     self.listening.set()
                     pause = 1.0
                     self._fire(self._take_all())  # subscribed before LISTEN was in force
