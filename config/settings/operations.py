@@ -200,6 +200,9 @@ OPERATIONS = {
     # and how many one list_events page holds at most
     "EVENTS_RETENTION_DAYS": _tunable("EVENTS_RETENTION_DAYS", 30, minimum=1, maximum=3650),
     "EVENTS_PAGE_MAX": _tunable("EVENTS_PAGE_MAX", 500, minimum=1, maximum=10_000),
+    # how many days before an API key's or an OAuth connection's deadline the feed says `connection.expiring`
+    # (once per credential and deadline; apps.agents.services.notice_expiring, the beat's agents.notice_expiring)
+    "CREDENTIAL_EXPIRING_DAYS": _tunable("CREDENTIAL_EXPIRING_DAYS", 7, minimum=1, maximum=365),
     # webhooks (apps.webhooks): how many one person keeps in a tenant; one delivery's POST (connect, TLS, the whole
     # answer) at most this long; a failed delivery is tried again after the base doubling per attempt up to the
     # cap, with jitter, and an endpoint failing this many hours without a success is disabled; a rotated secret
