@@ -41,6 +41,7 @@ class Credential(TenantOwned):
     # the fields every credential has (each model declares them, so their migrations stay as they are)
     revoked_at: Any
     expires_at: Any
+    expiry_noticed: Any
 
     class Meta:
         abstract = True
@@ -69,6 +70,8 @@ class ApiKey(Credential):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_via = models.CharField(max_length=20, default="console")  # console | cli
     expires_at = models.DateTimeField(null=True, blank=True)
+    # the deadline the feed's connection.expiring was written for (apps.agents.services.notice_expiring): once each
+    expiry_noticed = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -92,6 +95,8 @@ class Connection(Credential):
     tool_set = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)  # the deadline; refreshing never moves it
+    # the deadline the feed's connection.expiring was written for (as for an API key)
+    expiry_noticed = models.DateTimeField(null=True, blank=True)
     # the authorization code that starts it (hash), and when it was redeemed: a second redemption revokes
     code_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
     activated_at = models.DateTimeField(null=True, blank=True)

@@ -1,15 +1,16 @@
-"""Writes of API keys and OAuth connections: granting a connection, revoking a key, and ending every credential
-a person holds in a tenant when they leave it. Issuing a key is apps.agents.keys.issue_key; ending one connection
-and its tokens is apps.agents.connections.revoke_connection."""
+"""Writes of API keys and OAuth connections: granting a connection, revoking a key, ending every credential a
+person holds in a tenant when they leave it, and marking those whose deadline nears. Issuing a key is
+apps.agents.keys.issue_key; ending one connection and its tokens is apps.agents.connections.revoke_connection."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from oauth2_provider.models import Application
 
 from apps.accounts.models import User
@@ -93,6 +94,28 @@ def record_document_client(
             setattr(app, field, value)
         app.save()
         return app
+
+
+def notice_expiring(*, now: datetime, days: int) -> int:
+    """Mark every live key and connection (of every tenant) whose deadline comes within `days`, once per deadline;
+    the mark's UPDATE writes the feed's `connection.expiring` (events/0004). How many were marked.
+
+    Only a credential that entered the window is marked: one made to last less than `days` (a connection's default
+    24 hours) was given that short a life on purpose, the day it was made, and is never warned about. A statement
+    per kind, each row once: a run racing another re-reads a row it waited for and finds it marked already."""
+    window = timedelta(days=days)
+    marked = 0
+    for model in (ApiKey, Connection):
+        due = model.objects.unscoped().filter(
+            revoked_at__isnull=True,
+            expires_at__gt=now,
+            expires_at__lte=now + window,
+            created_at__lt=F("expires_at") - window,
+        )
+        if model is Connection:
+            due = due.filter(activated_at__isnull=False)  # a code never redeemed gave nothing to expire
+        marked += due.exclude(expiry_noticed=F("expires_at")).update(expiry_noticed=F("expires_at"))
+    return marked
 
 
 @dataclass(frozen=True)

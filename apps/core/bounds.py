@@ -136,6 +136,7 @@ class Bounds:
     EVENTS_PAGE_MAX = Bound()
     WAIT_DEFAULT_SECONDS = Bound()
     WAIT_MAX_SECONDS = Bound()
+    CREDENTIAL_EXPIRING_DAYS = Bound()
     WEBHOOKS_MAX = Bound()
     WEBHOOK_TIMEOUT_SECONDS = Bound()
     WEBHOOK_RETRY_BASE_SECONDS = Bound()

@@ -4,6 +4,7 @@ message, and details where they help)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpResponse
@@ -53,6 +54,7 @@ class OakenError(Exception):
         missing_scope: str | None = None,
         retry_after: int | None = None,
         proposal: dict[str, Any] | None = None,
+        record: Callable[[], None] | None = None,
     ) -> None:
         if code not in HTTP_STATUS:
             raise ValueError(f"unknown error code {code}")
@@ -63,6 +65,9 @@ class OakenError(Exception):
         self.missing_scope = missing_scope
         self.retry_after = retry_after
         self.proposal = proposal
+        # what the refusal itself writes (a budget found spent, SPEC §22): the gate runs it in the transaction of
+        # the refusal's audit event, after whatever the call had begun rolled back; never part of the answer
+        self.record = record
 
     @property
     def http_status(self) -> int:

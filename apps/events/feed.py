@@ -20,10 +20,14 @@ from apps.core.errors import OakenError
 from apps.events.models import Event
 from apps.workspaces.models import Tenant
 
-# (what the feed reports is listed once, as list_events' EventType: the triggers of migration 0002 write them)
+# (what the feed reports is listed once, as list_events' EventType: the triggers of migrations 0002 to 0004 write
+# them)
 
-# families only persons read: webhooks are never offered to agents (SPEC §15), nor are their events
-PERSONS_ONLY = ("webhook.",)
+# families only persons read, and no webhook carries: webhooks are never offered to agents (SPEC §15), nor are their
+# events; nor are credentials (a key's or a connection's deadline, the send budget a credential spent): what an agent
+# could learn of another credential of its person's, or of another person's, is none of its business, and its own
+# spent budget it was told already, in the refusal (RATE_LIMITED, with retry_after)
+PERSONS_ONLY = ("webhook.", "budget.", "connection.")
 
 
 @dataclass(frozen=True)

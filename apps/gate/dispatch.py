@@ -8,7 +8,7 @@ Every call appends exactly one audit event, refusals included.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -117,7 +117,7 @@ def dispatch(
     except _Audited:
         raise
     except OakenError as refusal:
-        _audit_refusal(caller, door, op_name, refusal.code, digest)
+        _audit_refusal(caller, door, op_name, refusal.code, digest, refusal.record)
         raise
     except _DATABASE_AWAY as exc:
         away = _database_away(op_name, exc)
@@ -399,10 +399,30 @@ def audit_refusal(caller: Caller, door: Door, name: str, code: str) -> None:
     _audit_refusal(caller, door, _audited_name(name), code, "")
 
 
-def _audit_refusal(caller: Caller, door: Door, operation: str, code: str, digest: str) -> None:
+def _audit_refusal(
+    caller: Caller, door: Door, operation: str, code: str, digest: str, record: Callable[[], None] | None = None
+) -> None:
+    """Audit a refusal; with what the refusal itself writes (`record`: a budget found spent), in one transaction."""
     try:
-        _append(caller, door.value, operation, code, digest, alone=True)
+        if record is None:
+            _append(caller, door.value, operation, code, digest, alone=True)
+            return
+        with transaction.atomic():
+            _recorded(operation, record)
+            _append(caller, door.value, operation, code, digest)
     except _DATABASE_AWAY as exc:
         # nothing can be written while the database is away, and the refusal changed nothing: the caller still
         # gets its answer (SERVICE_UNAVAILABLE, or the refusal) rather than a crash
         log.error("a refusal of %s could not be audited (database unavailable): %s", operation, type(exc).__name__)
+
+
+def _recorded(operation: str, record: Callable[[], None]) -> None:
+    """Run a refusal's own write in a savepoint: a bug in it is logged by its type, and the refusal is audited
+    (and answered) all the same."""
+    try:
+        with transaction.atomic():
+            record()
+    except _DATABASE_AWAY:
+        raise
+    except Exception as exc:
+        log.error("operation %s: what its refusal records was not written: %s", operation, type(exc).__name__)

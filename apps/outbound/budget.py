@@ -10,6 +10,7 @@ run unchecked (SPEC §4.7, §10).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis
 
@@ -68,6 +69,11 @@ def window_key(name: BudgetName, now: float) -> tuple[str, int]:
     """The counter of the current clock hour for `name`, and the seconds until that hour ends."""
     window = int(now) // WINDOW_SECONDS
     return f"{KEY_PREFIX}{name}:{window}", WINDOW_SECONDS - int(now) % WINDOW_SECONDS
+
+
+def hour_of(now: float) -> datetime:
+    """The clock hour (its start) whose window counts what is taken at `now`."""
+    return datetime.fromtimestamp(int(now) // WINDOW_SECONDS * WINDOW_SECONDS, UTC)
 
 
 def index_key(window: int) -> str:

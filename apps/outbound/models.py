@@ -217,6 +217,26 @@ class BudgetUsage(TenantOwned):
         indexes = [models.Index(fields=["window_start"], name="budget_usage_age")]
 
 
+class BudgetExhaustion(TenantOwned):
+    """An hourly send budget that refused a request (apps.outbound.requests): kept once per budget and clock hour,
+    written with the refusal's audit event, so the feed says `budget.exhausted` once an hour however many requests
+    are refused after it (the trigger of events/0003 writes the event with this row). Forgotten with BudgetUsage."""
+
+    kind = models.CharField(max_length=10)  # apikey | oauth | person (apps.outbound.budget.KINDS)
+    budget_id = models.CharField(max_length=100)  # the credential's or person's id
+    window_start = models.DateTimeField()  # the clock hour
+    per_hour = models.PositiveIntegerField()  # the recipients the hour allowed
+    # the mailbox the first refused request was for (its workspace is the event's)
+    account = models.ForeignKey("mail.MailAccount", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "kind", "budget_id", "window_start"], name="budget_spent_once"),
+        ]
+        indexes = [models.Index(fields=["window_start"], name="budget_spent_age")]
+
+
 class Snippet(TenantOwned):
     """A reusable text of one person in one tenant (create_snippet), with placeholders ({first_name}, …) filled
     as plain text when a draft is written from it (apps.outbound.snippets); never evaluated."""

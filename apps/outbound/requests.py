@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from celery import current_app
@@ -36,6 +37,7 @@ from apps.outbound.compose import (
 from apps.outbound.models import (
     CANCELLABLE,
     Automation,
+    BudgetExhaustion,
     Draft,
     Kind,
     OutboundAttachment,
@@ -267,7 +269,7 @@ def create_request(
         request.refresh_from_db()
         return request, True
     # a one-click POST reaches one list: it spends one from the hourly budget
-    _spend(max(1, request.recipient_count), act=act)
+    _spend(max(1, request.recipient_count), act=act, account_id=content.account.pk)
     if caller.principal == Principal.PERSON:
         approve(request, via="person", expected=State.REQUESTED, act=act)
     elif content.kind == Kind.EMAIL and (policy := _matching_policy(request, act=act)) is not None:
@@ -280,15 +282,34 @@ def create_request(
     return request, True
 
 
-def _spend(amount: int, *, act: Act) -> None:
+def _spend(amount: int, *, act: Act, account_id: Any) -> None:
+    """Take the request's recipients from its caller's hourly budget; refused (RATE_LIMITED) when they do not fit,
+    and the refusal records that the budget is spent (the feed's budget.exhausted, once an hour)."""
     limit = bounds.SEND_RECIPIENTS_PER_HOUR
     now = time.time()
-    if budget.take(budget_name(act=act), amount, limit, now) is None:
+    name = budget_name(act=act)
+    if budget.take(name, amount, limit, now) is None:
+        spent = partial(_exhausted, name, tenant=act.tenant, now=now, limit=limit, account_id=account_id)
         raise OakenError(
             "RATE_LIMITED",
             f"at most {limit} recipients an hour for this connection or key",
             retry_after=budget.seconds_left(now),
+            record=spent,
         )
+
+
+def _exhausted(name: budget.BudgetName, *, tenant: Tenant, now: float, limit: int, account_id: Any) -> None:
+    """Keep that this budget refused a request this hour: one row per budget and hour (a later refusal, or one
+    racing this, inserts nothing), whose insert writes the feed's `budget.exhausted` (events/0003)."""
+    row = BudgetExhaustion(
+        tenant=tenant,
+        kind=name.kind,
+        budget_id=name.budget_id[:100],
+        window_start=budget.hour_of(now),
+        per_hour=limit,
+        account_id=account_id,
+    )
+    BudgetExhaustion.objects.bulk_create([row], ignore_conflicts=True)
 
 
 def _allowed(policy: SendPolicy, addresses: Iterable[str]) -> bool:

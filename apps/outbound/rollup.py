@@ -31,7 +31,7 @@ from apps.core.bounds import bounds
 from apps.core.ids import new_id
 from apps.core.redis_client import redis_client
 from apps.outbound import budget
-from apps.outbound.models import BudgetUsage
+from apps.outbound.models import BudgetExhaustion, BudgetUsage
 from apps.workspaces.models import Tenant
 
 log = logging.getLogger("oaken.outbound")
@@ -168,12 +168,14 @@ def _upsert(rows: Sequence[tuple[uuid.UUID, str, str, datetime, int]], at: datet
 
 
 def _forget(*, before: datetime, limit: int) -> int:
-    """Remove up to `limit` rows of hours older than `before` (housekeeping across every tenant)."""
-    old = BudgetUsage.objects.unscoped().filter(window_start__lt=before)
-    ids = list(old.values_list("pk", flat=True)[:limit])
-    if not ids:
-        return 0
-    deleted, _ = BudgetUsage.objects.unscoped().filter(pk__in=ids).delete()
+    """Remove up to `limit` rows of hours older than `before`, of the figures and of the hours a budget was found
+    spent in (housekeeping across every tenant)."""
+    deleted = 0
+    for model in (BudgetUsage, BudgetExhaustion):
+        old = model.objects.unscoped().filter(window_start__lt=before)
+        ids = list(old.values_list("pk", flat=True)[:limit])
+        if ids:
+            deleted += model.objects.unscoped().filter(pk__in=ids).delete()[0]
     return deleted
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
+from apps.agents import services as agent_services
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError, error_body
 from apps.events import feed
@@ -69,6 +70,13 @@ def prune_events_task() -> int:
     webhooks' settled deliveries."""
     before = timezone.now() - timedelta(days=bounds.EVENTS_RETENTION_DAYS)
     return feed.prune(before=before) + webhook_delivery.prune(before=before)
+
+
+@shared_task(name="agents.notice_expiring", ignore_result=True)
+def notice_expiring_task() -> int:
+    """The feed's connection.expiring for each key and connection entering its last CREDENTIAL_EXPIRING_DAYS
+    (once per credential and deadline, whatever runs this at the same time)."""
+    return agent_services.notice_expiring(now=timezone.now(), days=bounds.CREDENTIAL_EXPIRING_DAYS)
 
 
 @shared_task(name="webhooks.deliver", ignore_result=True)

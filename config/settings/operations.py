@@ -217,6 +217,9 @@ OPERATIONS = {
     # wait_for_message: how long a call waits when it does not say, and at most (apps.gate.waiting)
     "WAIT_DEFAULT_SECONDS": _tunable("WAIT_DEFAULT_SECONDS", 30, minimum=1, maximum=120),
     "WAIT_MAX_SECONDS": _tunable("WAIT_MAX_SECONDS", 120, minimum=1, maximum=600),
+    # how many days before an API key's or an OAuth connection's deadline the feed says `connection.expiring`
+    # (once per credential and deadline; apps.agents.services.notice_expiring, the beat's agents.notice_expiring)
+    "CREDENTIAL_EXPIRING_DAYS": _tunable("CREDENTIAL_EXPIRING_DAYS", 7, minimum=1, maximum=365),
     # webhooks (apps.webhooks): how many one person keeps in a tenant; one delivery's POST (connect, TLS, the whole
     # answer) at most this long; a failed delivery is tried again after the base doubling per attempt up to the
     # cap, with jitter, and an endpoint failing this many hours without a success is disabled; a rotated secret

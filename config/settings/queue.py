@@ -55,6 +55,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "outbound-auto-replies": {"task": "outbound.auto_replies", "schedule": 15.0, "options": {"expires": 15.0}},
     # the event feed: events older than EVENTS_RETENTION_DAYS go (apps.events.feed.prune)
     "events-prune": {"task": "events.prune", "schedule": 3600.0, "options": {"expires": 3600.0}},
+    # keys and connections whose deadline comes within CREDENTIAL_EXPIRING_DAYS: connection.expiring, once each
+    # (apps.agents.services.notice_expiring)
+    "agents-notice-expiring": {"task": "agents.notice_expiring", "schedule": 3600.0, "options": {"expires": 3600.0}},
     # webhooks: the feed's events to each due endpoint, in order, retried with backoff (apps.webhooks.delivery; a
     # claim per endpoint, so copies running at once never send to one endpoint together)
     "webhooks-deliver": {"task": "webhooks.deliver", "schedule": 5.0, "options": {"expires": 5.0}},

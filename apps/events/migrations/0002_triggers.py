@@ -7,6 +7,8 @@ them, in one statement. Only ids and fixed words are written: the mail's own tex
 
 from django.db import migrations
 
+from apps.events.migrations._triggers import trigger as _trigger
+
 EMIT = """
 CREATE FUNCTION events_emit(p_tenant uuid[], p_type text[], p_workspace uuid[], p_account uuid[],
                             p_subject uuid[], p_data jsonb[]) RETURNS void LANGUAGE plpgsql AS $$
@@ -28,32 +30,6 @@ BEGIN
     FROM src s JOIN counts c ON c.t = s.t JOIN bumped b ON b.tenant_id = s.t;
 END $$;
 """
-
-# each trigger: SELECT its events into arrays, in a stable order, and emit them when there are any
-_BODY = """
-DECLARE
-    t uuid[]; ty text[]; w uuid[]; a uuid[]; s uuid[]; d jsonb[];
-BEGIN
-    SELECT array_agg(e.tenant_id ORDER BY e.k), array_agg(e.type ORDER BY e.k), array_agg(e.workspace_id ORDER BY e.k),
-           array_agg(e.account_id ORDER BY e.k), array_agg(e.subject_id ORDER BY e.k), array_agg(e.data ORDER BY e.k)
-    INTO t, ty, w, a, s, d
-    FROM ({select}) AS e;
-    IF t IS NOT NULL THEN
-        PERFORM events_emit(t, ty, w, a, s, d);
-    END IF;
-    RETURN NULL;
-END
-"""
-
-
-def _trigger(name: str, table: str, when: str, referencing: str, select: str) -> tuple[str, str]:
-    create = f"""
-CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $${_BODY.replace("{select}", select)}$$;
-CREATE TRIGGER {name} AFTER {when} ON {table} REFERENCING {referencing} FOR EACH STATEMENT EXECUTE FUNCTION {name}();
-"""
-    drop = f"DROP TRIGGER IF EXISTS {name} ON {table}; DROP FUNCTION IF EXISTS {name}();"
-    return create, drop
-
 
 TRIGGERS = [
     # new mail (not what the mailbox sent, nor its drafts)

@@ -51,8 +51,18 @@ MailEventType = Literal[
     "outbound.",
     "account.",
 ]
-# and the tenant's own, about a person's webhooks (persons only)
-EventType = Literal[MailEventType, "webhook.disabled", "webhook."]
+# and the persons' own (apps.events.feed.PERSONS_ONLY: never read by agents, never carried by webhooks): a webhook
+# disabled, a send budget spent for the hour, an API key's or a connection's deadline near
+EventType = Literal[
+    MailEventType,
+    "webhook.disabled",
+    "budget.exhausted",
+    "connection.expiring",
+    # families
+    "webhook.",
+    "budget.",
+    "connection.",
+]
 
 
 class ListEventsIn(Closed):
@@ -80,7 +90,8 @@ class EventOut(Closed):
     account_id: str | None
     subject_id: str | None = Field(
         description="the id it reports: a message (message.*, rule.applied), a draft, an outbound request "
-        "(outbound.*, approval.needed), the mailbox (account.*) or a webhook (webhook.*, persons only)"
+        "(outbound.*, approval.needed), the mailbox (account.*); persons only: a webhook (webhook.*), the API key or "
+        "connection (connection.expiring) or the credential or person whose send budget ran out (budget.exhausted)"
     )
     data: dict[str, Any] = Field(description="more ids and fixed words (a request's state; what of a message changed)")
 

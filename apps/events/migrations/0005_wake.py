@@ -24,7 +24,7 @@ def _with_wake(emit: str) -> str:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("events", "0002_triggers")]
+    dependencies = [("events", "0004_connection_expiring")]
 
     operations = [
         migrations.RunSQL(_with_wake(EMIT), EMIT.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)),
