@@ -147,8 +147,15 @@ class EmbeddingsServer:
         return self._stopping.wait(seconds)
 
 
+def _alternative_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
 def self_signed(host: str, folder: Path) -> tuple[Path, Path]:
-    """A certificate for this loopback address, and its key (the certificate is its own authority)."""
+    """A certificate for this loopback address (or name), and its key (the certificate is its own authority)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "embeddings stand-in")])
     now = datetime.now(UTC)
@@ -160,7 +167,7 @@ def self_signed(host: str, folder: Path) -> tuple[Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - timedelta(minutes=5))
         .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([_alternative_name(host)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )

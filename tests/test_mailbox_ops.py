@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import json
 import smtplib
+import socket
+import ssl
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,14 +269,54 @@ def test_connecting_right_away_starts_a_sync(
 
 
 def test_a_mailbox_on_a_private_network_is_refused_by_default(settings, alice: Person, mallory: Person) -> None:
-    from apps.mail.imap import MailServerError, require_public_host
+    from apps.mail.imap import MailServerError, pinned_address
 
     settings.MAIL_ALLOW_PRIVATE_HOSTS = False
-    for host in ("127.0.0.1", "10.1.2.3", "192.168.0.9", "169.254.169.254", "::1", "localhost"):
+    private = ("127.0.0.1", "10.1.2.3", "192.168.0.9", "169.254.169.254", "::1", "localhost")
+    # IPv4 carried in IPv6: mapped, NAT64, 6to4
+    carried = ("::ffff:127.0.0.1", "64:ff9b::a01:203", "2002:7f00:1::1")
+    for host in private + carried:
         with pytest.raises(MailServerError) as refused:
-            require_public_host(host, 993, "imap.host")
+            pinned_address(host, 993, "imap.host")
         assert refused.value.reason == "private_host" and host not in refused.value.message
-    require_public_host("8.8.8.8", 993, "imap.host")  # a global address: resolved locally, nothing is sent
+    assert pinned_address("8.8.8.8", 993, "imap.host") == "8.8.8.8"  # global: resolved locally, nothing is sent
+
+
+def test_a_name_is_resolved_once_and_the_connection_goes_to_that_address(
+    settings, monkeypatch: pytest.MonkeyPatch, alice: Person, mallory: Person
+) -> None:
+    """DNS rebinding: a name that answers a public address to the check and loopback a moment later. The IMAP and
+    SMTP connections go to the address that was checked (here refused before any packet leaves), never to a
+    second answer; each name is looked up once per connection."""
+    from apps.mail.imap import MailServerError, check_imap, check_smtp
+
+    settings.MAIL_ALLOW_PRIVATE_HOSTS = False
+    answers = iter(["8.8.4.4", "203.0.113.7", "127.0.0.1", "127.0.0.1", "127.0.0.1"])
+    looked_up: list[str] = []
+    connected: list[Any] = []
+    real = socket.getaddrinfo
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "mail.rebind.example":
+            return real(host, port, *args, **kwargs)
+        looked_up.append(host)
+        address = next(answers)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))]
+
+    def refuse(address: Any, *args: Any, **kwargs: Any) -> Any:
+        connected.append(address[0])
+        raise ConnectionRefusedError  # nothing is sent anywhere
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    imap = {"host": "mail.rebind.example", "port": 993, "security": "ssl", "username": "u", "password": "p"}
+    with pytest.raises(MailServerError) as refused:
+        check_imap(imap)
+    assert refused.value.reason == "connection_failed" and connected == ["8.8.4.4"]
+    with pytest.raises(MailServerError) as refused:
+        check_smtp({**imap, "port": 465})  # 203.0.113.7 is documentation space: refused before connecting
+    assert refused.value.reason == "private_host" and connected == ["8.8.4.4"]
+    assert looked_up == ["mail.rebind.example"] * 2
 
 
 def _queued_by(action: Callable[[], Any]) -> tuple[Any, list[Any]]:
@@ -350,3 +395,44 @@ def test_delivery_logs_in_beyond_ascii_as_check_smtp_does(smtp_with_auth: tuple[
         smtp.quit()
     with pytest.raises(smtplib.SMTPAuthenticationError):
         _smtp(config | {"password": "wrong-pässwörd"}, timeout=10)
+
+
+def test_tls_to_the_pinned_address_checks_the_certificate_against_the_servers_name(tmp_path: Path) -> None:
+    """The connection goes to the address the name was resolved to, and the handshake checks the certificate
+    against the name (a certificate for the name is accepted on that address, one for another name is not, and a
+    plain context given the address would refuse a real server's certificate: why the name is carried)."""
+    from apps.mail.imap import name_checking_context
+    from tests.embeddings_server import self_signed
+
+    cert, key = self_signed("mail.tls.example", tmp_path)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with suppress(OSError, ssl.SSLError), served.wrap_socket(conn, server_side=True) as tls:
+                tls.sendall(b"220 mail.tls.example ESMTP\r\n")
+                tls.recv(1024)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        context = name_checking_context("mail.tls.example")
+        context.load_verify_locations(cert)
+        smtp = smtplib.SMTP_SSL("127.0.0.1", port, timeout=10, context=context)
+        assert isinstance(smtp.sock, ssl.SSLSocket) and smtp.sock.server_hostname == "mail.tls.example"
+        smtp.close()
+        other = name_checking_context("other.example")
+        other.load_verify_locations(cert)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            smtplib.SMTP_SSL("127.0.0.1", port, timeout=10, context=other)
+        plain = ssl.create_default_context(cafile=str(cert))
+        with pytest.raises(ssl.SSLCertVerificationError):
+            smtplib.SMTP_SSL("127.0.0.1", port, timeout=10, context=plain)
+    finally:
+        listener.close()

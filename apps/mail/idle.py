@@ -50,6 +50,9 @@ class ImapLogin:
     # an OAuth mailbox: an access token and the provider's SASL mechanism (XOAUTH2 or OAUTHBEARER) instead
     bearer: str = field(default="", repr=False)
     mechanism: str = ""
+    # where to connect: the address `host` was resolved to and checked at (apps.mail.imap.pinned_address); TLS
+    # checks the certificate against `host`. Empty: `host` itself
+    address: str = ""
 
 
 def _quoted(value: str) -> bytes:
@@ -70,9 +73,10 @@ class IdleConnection:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(
-                    login.host,
+                    login.address or login.host,
                     login.port,
                     ssl=context if login.security == "ssl" else None,
+                    server_hostname=login.host if login.security == "ssl" else None,
                     limit=_LINE_MAX,
                 ),
                 timeout,

@@ -11,9 +11,7 @@ reason and the setting at fault: never the server's own words, which could quote
 from __future__ import annotations
 
 import base64
-import ipaddress
 import smtplib
-import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -23,6 +21,7 @@ from django.conf import settings
 from imapclient import IMAPClient
 from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
+from apps.core import pinned
 from apps.core.bounds import bounds
 from apps.mail.models import MailAccount
 from apps.mail.oauth.tokens import login_config
@@ -37,30 +36,47 @@ def _timeout() -> float:
     return float(bounds.MAIL_SERVER_TIMEOUT_SECONDS)
 
 
-def require_public_host(host: str, port: int, field: str) -> None:
-    """Refuse a mail server that resolves to a loopback, private, link-local or reserved address, so a
-    mailbox cannot be pointed at Oaken's own network (OAKEN_MAIL_ALLOW_PRIVATE_HOSTS lifts it: tests,
+def pinned_address(host: str, port: int, field: str) -> str:
+    """The one address a mail server is reached at: its name resolved once, here, and every address it has checked
+    (never a loopback, private, link-local or reserved one, nor one that carries such an IPv4 address inside an
+    IPv6 one: apps.core.pinned), so a mailbox cannot be pointed at Oaken's own network. The connection goes to this
+    address, so a name that resolves elsewhere a moment later (DNS rebinding) changes nothing; TLS still checks the
+    certificate against the name (name_checking_context). OAKEN_MAIL_ALLOW_PRIVATE_HOSTS lifts the check (tests,
     self-hosting next to the mail server)."""
-    if settings.MAIL_ALLOW_PRIVATE_HOSTS:
-        return
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
-    except (OSError, UnicodeError):
-        raise MailServerError("connection_failed", field) from None
-    for address in addresses:
-        ip = ipaddress.ip_address(str(address).split("%")[0])
-        if not ip.is_global or ip.is_multicast:
-            raise MailServerError("private_host", field)
+        addresses = pinned.resolve(host, port, allow_private=settings.MAIL_ALLOW_PRIVATE_HOSTS)
+    except pinned.Unreachable as refused:
+        raise MailServerError("private_host" if refused.reason == "private" else "connection_failed", field) from None
+    return str(addresses[0][1][0])
+
+
+class _NameCheckingContext(ssl.SSLContext):
+    """A client TLS context that checks the certificate against the server's name, whatever address the socket
+    was connected to (the libraries wrap with the host they were given: here the pinned address)."""
+
+    server_name = ""
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["server_hostname"] = self.server_name
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
+def name_checking_context(server_name: str) -> ssl.SSLContext:
+    """The system's trust and hostname checking (as ssl.create_default_context), for `server_name`."""
+    context = _NameCheckingContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    context.server_name = server_name
+    return context
 
 
 def open_imap(config: Mapping[str, Any]) -> IMAPClient:
     """A logged-in IMAPClient for the "imap" part of a mailbox's credentials."""
     security = config["security"]
-    require_public_host(config["host"], int(config["port"]), "imap.host")
-    context = ssl.create_default_context()
+    address = pinned_address(config["host"], int(config["port"]), "imap.host")
+    context = name_checking_context(config["host"])
     try:
         client = IMAPClient(
-            config["host"],
+            address,
             port=int(config["port"]),
             ssl=security == "ssl",
             ssl_context=context if security == "ssl" else None,
@@ -186,14 +202,14 @@ def check_imap(config: Mapping[str, Any]) -> None:
 def check_smtp(config: Mapping[str, Any]) -> None:
     """EHLO, STARTTLS where asked, and AUTH where the server offers it; or raise MailServerError."""
     security = config["security"]
-    context = ssl.create_default_context()
     host, port = config["host"], int(config["port"])
-    require_public_host(host, port, "smtp.host")
+    address = pinned_address(host, port, "smtp.host")
+    context = name_checking_context(host)
     try:
         if security == "ssl":
-            smtp: smtplib.SMTP = smtplib.SMTP_SSL(host, port, timeout=_timeout(), context=context)
+            smtp: smtplib.SMTP = smtplib.SMTP_SSL(address, port, timeout=_timeout(), context=context)
         else:
-            smtp = smtplib.SMTP(host, port, timeout=_timeout())
+            smtp = smtplib.SMTP(address, port, timeout=_timeout())
     except ssl.SSLError:
         raise MailServerError("tls_failed", "smtp.security") from None
     except (OSError, smtplib.SMTPException):

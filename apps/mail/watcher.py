@@ -78,7 +78,7 @@ def watchable_accounts() -> list[str]:
 def watch_login(account_id: str) -> ImapLogin | None:
     """The one place a watcher obtains an account's IMAP login (decrypted here, in memory; None when the account
     is gone). An OAuth mailbox gets a fresh access token here."""
-    from apps.mail.imap import require_public_host
+    from apps.mail.imap import pinned_address
 
     close_old_connections()
     account = MailAccount.objects.unscoped().filter(pk=account_id, kind=AccountKind.IMAP).first()
@@ -90,7 +90,7 @@ def watch_login(account_id: str) -> ImapLogin | None:
         imap = login_config(account, "imap")
     except MailServerError:
         return None  # needs reconnecting, or unreadable: the next scan looks again, the poll reports it
-    require_public_host(imap["host"], int(imap["port"]), "imap.host")
+    address = pinned_address(imap["host"], int(imap["port"]), "imap.host")
     return ImapLogin(
         imap["host"],
         int(imap["port"]),
@@ -99,6 +99,7 @@ def watch_login(account_id: str) -> ImapLogin | None:
         imap.get("password", ""),
         bearer=imap.get("bearer", ""),
         mechanism=imap.get("mechanism", ""),
+        address=address,
     )
 
 

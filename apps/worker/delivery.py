@@ -33,7 +33,7 @@ from imapclient.imapclient import SENT
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.gate.internal import call_internal
-from apps.mail.imap import MailServerError, open_imap, require_public_host, smtp_authenticate
+from apps.mail.imap import MailServerError, name_checking_context, open_imap, pinned_address, smtp_authenticate
 from apps.mail.oauth.tokens import login_config
 from apps.outbound import oneclick
 from apps.outbound import requests as outbound_requests
@@ -100,18 +100,18 @@ def _ehlo(smtp: smtplib.SMTP) -> None:
 def _smtp(credentials: dict[str, Any], timeout: int) -> smtplib.SMTP:
     host, port, security = credentials["host"], int(credentials["port"]), credentials.get("security", "ssl")
     try:
-        require_public_host(host, port, "smtp.host")
+        address = pinned_address(host, port, "smtp.host")
     except MailServerError:
         raise _PrivateHost from None
     smtp: smtplib.SMTP
     if security == "ssl":
-        smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
+        smtp = smtplib.SMTP_SSL(address, port, timeout=timeout, context=name_checking_context(host))
     else:
-        smtp = smtplib.SMTP(host, port, timeout=timeout)
+        smtp = smtplib.SMTP(address, port, timeout=timeout)
     try:
         _ehlo(smtp)
         if security == "starttls":
-            smtp.starttls(context=ssl.create_default_context())
+            smtp.starttls(context=name_checking_context(host))
             _ehlo(smtp)
         smtp_authenticate(smtp, credentials)
     except BaseException:
