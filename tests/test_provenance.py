@@ -272,3 +272,21 @@ def test_a_shared_span_is_found_wherever_it_starts() -> None:
     assert shares_span("intro: the quick brown fox jumps over the lazy dog and", source, 40)
     assert not shares_span("the quick brown fox jumps", source, 40)
     assert not shares_span("a" * 100, "b" * 100, 40)
+
+
+def test_a_person_sets_lockdown_on_their_key_and_no_one_else_can(alice: Person, mallory: Person) -> None:
+    made = request(
+        as_person(alice), "create_api_key", {"name": "careful", "scopes": ["read", "send"], "lockdown": True}
+    )
+    key = made["api_key"]
+    assert key["lockdown"] is True
+    assert ApiKey.objects.for_tenant(alice.tenant).get(pk=key["id"]).lockdown is True
+    ended = request(as_person(alice), "set_api_key_lockdown", {"api_key_id": key["id"], "lockdown": False})
+    assert ended["lockdown"] is False
+    assert [k["lockdown"] for k in call(as_person(alice), "list_api_keys")["api_keys"]] == [False]
+    # another tenant's person finds no such key; an agent is never offered the switch
+    assert refusal(as_person(mallory), "set_api_key_lockdown", {"api_key_id": key["id"], "lockdown": True}).code == (
+        "NOT_FOUND"
+    )
+    agent = _agent(alice)
+    assert refusal(agent, "set_api_key_lockdown", {"api_key_id": key["id"], "lockdown": False}).code == "NOT_AVAILABLE"

@@ -67,7 +67,7 @@ def reads_of(tenant_id: object, credential_kind: str, credential_id: str) -> lis
     named, when one did). Raises OakenError (SERVICE_UNAVAILABLE) when Redis cannot answer."""
     since = time.time() - bounds.PROVENANCE_WINDOW_HOURS * 3600
     try:
-        rows = redis_client().zrevrangebyscore(
+        rows: list[tuple[bytes | str, float]] = redis_client().zrevrangebyscore(  # type: ignore[assignment]
             _key(tenant_id, credential_kind, credential_id), "+inf", since, withscores=True
         )
     except redis.RedisError:
@@ -77,7 +77,8 @@ def reads_of(tenant_id: object, credential_kind: str, credential_id: str) -> lis
     found: dict[str, Read] = {}
     for member, score in rows:
         text = member.decode() if isinstance(member, bytes) else str(member)
-        message_id, sender = text.partition(" ")[::2]
+        cut = text.find(" ")
+        message_id, sender = (text, "") if cut < 0 else (text[:cut], text[cut + 1 :])
         earlier = found.get(message_id)
         if earlier is None:
             found[message_id] = Read(message_id, sender, datetime.fromtimestamp(float(score), UTC))
