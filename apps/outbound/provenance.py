@@ -93,6 +93,7 @@ class _Seen:
     at: datetime
     account_id: Any = None
     text: str = ""
+    thread_id: str | None = None
 
 
 def _normal(text: str) -> str:
@@ -178,7 +179,7 @@ def _seen(tenant: Tenant, recorded: list[reads.Read]) -> list[_Seen]:
         for row in Message.objects.for_tenant(tenant)
         .filter(pk__in=ids)
         .annotate(text=Left("text_body", bounds.TEXT_MAX_CHARS))
-        .values("id", "account_id", "sender_address", "subject", "text")
+        .values("id", "account_id", "thread_id", "sender_address", "subject", "text")
     }
     seen = []
     for read in recorded:
@@ -187,7 +188,8 @@ def _seen(tenant: Tenant, recorded: list[reads.Read]) -> list[_Seen]:
             seen.append(_Seen(read.message_id, read.sender, read.at))
             continue
         text = f"{row['subject']}\n{row['text']}"
-        seen.append(_Seen(read.message_id, row["sender_address"].casefold(), read.at, row["account_id"], text))
+        sender = row["sender_address"].casefold()
+        seen.append(_Seen(read.message_id, sender, read.at, row["account_id"], text, str(row["thread_id"])))
     return seen
 
 
@@ -227,19 +229,32 @@ def assess(
         found.flag(FIRST_CONTACT, recipient=address, message_id=None, sender=None, read_at=None)
     for s in untrusted:
         if s.sender not in to:
-            found.flag(AFTER_UNTRUSTED_READ, message_id=s.message_id, sender=s.sender or None, read_at=s.at)
+            found.flag(
+                AFTER_UNTRUSTED_READ,
+                message_id=s.message_id,
+                thread_id=s.thread_id,
+                sender=s.sender or None,
+                read_at=s.at,
+            )
     for address in strangers:
         for s in untrusted:
             if s.sender != address and address in s.text.casefold():
                 found.flag(
-                    RECIPIENT_FROM_UNTRUSTED, recipient=address, message_id=s.message_id, sender=s.sender, read_at=s.at
+                    RECIPIENT_FROM_UNTRUSTED,
+                    recipient=address,
+                    message_id=s.message_id,
+                    thread_id=s.thread_id,
+                    sender=s.sender,
+                    read_at=s.at,
                 )
     others = [s for s in seen if s.text and s.sender not in to and s.sender not in own]
     wrote = _normal(text)
     span = bounds.PROVENANCE_SPAN_CHARS
     for s in others:
         if shares_span(wrote, _normal(s.text), span):
-            found.flag(CONTENT_FROM_UNTRUSTED, message_id=s.message_id, sender=s.sender, read_at=s.at)
+            found.flag(
+                CONTENT_FROM_UNTRUSTED, message_id=s.message_id, thread_id=s.thread_id, sender=s.sender, read_at=s.at
+            )
     _received_files(found, tenant, list(files), to | own, {s.message_id: s.at for s in seen})
     found.lockdown = bool(untrusted) and _lockdown(tenant, caller.credential_kind, caller.credential_id)
     return found
@@ -256,7 +271,7 @@ def _received_files(
         match = (
             Attachment.objects.for_tenant(tenant)
             .filter(size=len(data), content=data)
-            .values("message_id", "message__sender_address")
+            .values("message_id", "message__thread_id", "message__sender_address")
             .order_by("-message_id")
         )
         for row in match[:EVIDENCE_PER_FLAG]:

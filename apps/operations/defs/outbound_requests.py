@@ -47,6 +47,7 @@ Flag = Literal["recipient_from_untrusted", "content_from_untrusted", "first_cont
 class EvidenceOut(Closed):
     flag: Flag
     message_id: str | None = Field(default=None, description="the message read (or whose file is attached)")
+    thread_id: str | None = Field(default=None, description="its conversation")
     sender: MailText | None = Field(default=None, description="its sender's address")
     read_at: datetime | None = Field(default=None, description="when this key or connection read it (null: not read)")
     recipient: MailText | None = Field(default=None, description="the recipient the flag is about, where one is")
