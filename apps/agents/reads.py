@@ -8,7 +8,7 @@ tenant's id, so no tenant's reads ever reach another's requests.
 
 Redis, not a table: a read at the gate otherwise commits nothing but its one audit statement, and a table row
 would turn it into a transaction of its own (three round trips more on every read); Redis's one round trip costs
-a read a few per cent (docs/provenance.md has the figures). When Redis is away the read is refused, not
+a read a few per cent (bench/mcp_latency.py). When Redis is away the read is refused, not
 answered unrecorded: a read the record missed could otherwise lend a stranger's address to a request unflagged.
 """
 
