@@ -230,6 +230,7 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
         {"name": "ci-bot", "scopes": ["read", "write"], "workspaces": ["default"], "expires_in_days": 30},
         {"scopes": ["send"], "workspaces": [], "operations": ["search", "get_message"]},
         {"scopes": ["write"], "tool_set": "mail-organize"},
+        {"name": "careful", "scopes": ["read", "send"], "lockdown": True},
     ],
     "create_tool_set": lambda w: [{"name": "triage", "operations": ["list_messages", "get_message", "mark_read"]}],
     "delete_tool_set": lambda w: [{"name": w.tool_set("triage")}, {"name": w.tool_set("in-use", used=True)}],
@@ -246,6 +247,16 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
         }
     ],
     "revoke_connection": lambda w: [{"connection_id": str(w.connection().pk)}],
+    "set_api_key_lockdown": lambda w: [
+        {
+            "api_key_id": w.confirmed("create_api_key", {"name": "ci-bot", "scopes": ["read"]})["api_key"]["id"],
+            "lockdown": on,
+        }
+        for on in (True, False)
+    ],
+    "set_connection_lockdown": lambda w: [
+        {"connection_id": str(w.connection().pk), "lockdown": on} for on in (True, False)
+    ],
     "create_send_policy": lambda w: [
         {
             "name": "Accounts team",

@@ -38,6 +38,7 @@ def issue_key(
     name: str = "",
     created_via: str = "console",
     tool_set: str = "",
+    lockdown: bool = False,
 ) -> tuple[ApiKey, str]:
     """A new key for this person in this tenant; returns the row and the key, which is never shown again."""
     public = secrets.token_hex(4)
@@ -55,6 +56,7 @@ def issue_key(
         created_by=membership.user,
         created_via=created_via,
         expires_at=expires_at,
+        lockdown=lockdown,
     )
     return row, key
 

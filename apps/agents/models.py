@@ -69,6 +69,9 @@ class ApiKey(Credential):
     created_at = models.DateTimeField(default=timezone.now)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_via = models.CharField(max_length=20, default="console")  # console | cli
+    # lockdown (SPEC §23): once it has read mail from an unknown sender, every request of it that acts outside the
+    # mailbox waits for a person, whatever the send policies say
+    lockdown = models.BooleanField(default=False, db_default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     # the deadline the feed's connection.expiring was written for (apps.agents.services.notice_expiring): once each
     expiry_noticed = models.DateTimeField(null=True, blank=True)
@@ -95,6 +98,9 @@ class Connection(Credential):
     tool_set = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)  # the deadline; refreshing never moves it
+    # lockdown (SPEC §23): once it has read mail from an unknown sender, every request of it that acts outside the
+    # mailbox waits for a person, whatever the send policies say
+    lockdown = models.BooleanField(default=False, db_default=False)
     # the deadline the feed's connection.expiring was written for (as for an API key)
     expiry_noticed = models.DateTimeField(null=True, blank=True)
     # the authorization code that starts it (hash), and when it was redeemed: a second redemption revokes

@@ -29,6 +29,7 @@ from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
 from apps.gate import confirmation, idempotency, payload
 from apps.gate.preflight import reachable
+from apps.operations import reads
 from apps.operations.context import Context
 from apps.operations.registry import OpClass, Operation, Preview, registry
 
@@ -309,6 +310,9 @@ def _run(ctx: Context, op: Operation, data: BaseModel, digest: str, idempotency_
                 # a change works from what it reads inside its own transaction, not from the checks' reads
                 ctx.targets = op.targets(ctx, data)
             output = _output(op, op.handler(ctx, data))
+            if op.returns_mail and caller.principal == Principal.AGENT:
+                # what this agent was given, kept for its credential before the answer leaves (SPEC §23)
+                reads.record(caller, output)
             if idempotency_key is not None:
                 idempotency.keep(caller, op.name, idempotency_key, output)
             alone = _holds_nothing()

@@ -203,6 +203,9 @@ class Operation:
     # yet, and a door calls it again (the whole gate) when one of the keys is woken or at the deadline
     # (apps.gate.waiting, apps.events.wake)
     waits: Callable[[dict[str, Any]], Wait | None] | None = None
+    # its answer gives the caller mail written by others (a message's text, subject or start): the gate keeps, for
+    # an agent's credential, which messages it was given (apps.operations.reads; SPEC §23)
+    returns_mail: bool = False
     description: str = field(default="", compare=False)
 
     @property
@@ -300,6 +303,8 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: plugin operations are for every caller their ceiling allows")
         if op.callers == Callers.INTERNAL and (op.person_bound or op.idempotent_input or op.returns_secret):
             raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
+    if op.returns_mail and op.op_class != OpClass.READ:
+        raise DefinitionError(f"{op.name!r}: only a read returns mail to be recorded as read")
     if op.awaits_approval and (
         op.op_class == OpClass.READ or not {"request_id", "approval_url"} <= set(op.output_model.model_fields)
     ):
@@ -354,6 +359,7 @@ def operation(
     callers: Callers = Callers.ANY,
     commits_in_batches: bool = False,
     waits: Callable[[dict[str, Any]], Wait | None] | None = None,
+    returns_mail: bool = False,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -385,6 +391,7 @@ def operation(
             callers=callers,
             commits_in_batches=commits_in_batches,
             waits=waits,
+            returns_mail=returns_mail,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

@@ -134,6 +134,9 @@ class OutboundRequest(TenantOwned):
     automation = models.ForeignKey(
         "Automation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
+    # an agent's request: where it came from (apps.outbound.provenance): {"flags": [...], "evidence": [...],
+    # "lockdown": bool}; message ids, addresses and times only, never mail text ({} for a person's own)
+    provenance = models.JSONField(default=dict, blank=True, db_default={})
     # why an automatic send waits in `queued` (its budgets spent, or they cannot be checked); '' when it does not
     waiting = models.CharField(max_length=30, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)

@@ -25,7 +25,7 @@ from apps.core.errors import OakenError
 from apps.core.kinds import Principal
 from apps.core.links import absolute_url
 from apps.mail.models import AccountKind, MailAccount
-from apps.outbound import budget
+from apps.outbound import budget, provenance
 from apps.outbound.compose import (
     Recipients,
     check_attachment_limits,
@@ -215,6 +215,14 @@ def create_request(
     if first is not None:
         return first, False
     caller = act.caller
+    # where an agent's request came from (SPEC §23): what its credential read decides whether a policy may approve
+    origin = provenance.assess(
+        act=act,
+        account=content.account,
+        recipients=[*content.found.to, *content.found.cc, *content.found.bcc],
+        text=f"{content.subject}\n{content.body}",
+        files=[data for _, _, data in content.attachments],
+    ).as_json()
     try:
         with transaction.atomic():
             request = OutboundRequest.objects.create(
@@ -246,6 +254,7 @@ def create_request(
                 caller_key=caller.key,
                 idempotency_key=key,
                 automation=standing,
+                provenance=origin if caller.principal == Principal.AGENT else {},
                 created_at=act.now,
                 updated_at=act.now,
             )
@@ -263,6 +272,9 @@ def create_request(
     if content.kind != Kind.EMAIL:
         # what it is and which message it came from; the URL never (its query string is the list's token)
         made |= {"kind": content.kind, "message_id": str(content.source_message.pk)}
+    if origin["flags"] or origin["lockdown"]:
+        # the flags' names only: their evidence (addresses, message ids) stays on the request
+        made["provenance"] = [*origin["flags"], *(["lockdown"] if origin["lockdown"] else [])]
     act.touch(request.pk, None, made)
     if standing is not None:
         approve(request, via="standing", expected=State.REQUESTED, act=act)
@@ -272,8 +284,13 @@ def create_request(
     _spend(max(1, request.recipient_count), act=act, account_id=content.account.pk)
     if caller.principal == Principal.PERSON:
         approve(request, via="person", expected=State.REQUESTED, act=act)
-    elif content.kind == Kind.EMAIL and (policy := _matching_policy(request, act=act)) is not None:
-        # (an unsubscribe goes where a stranger's mail said: no send policy approves one, only a person)
+    elif (
+        content.kind == Kind.EMAIL
+        and not provenance.held(origin)
+        and (policy := _matching_policy(request, act=act)) is not None
+    ):
+        # (an unsubscribe goes where a stranger's mail said: no send policy approves one, only a person; nor one
+        # whose provenance says it may come from mail the agent read, or its credential's lockdown holds)
         approve(request, via="policy", policy=policy, expected=State.REQUESTED, act=act)
     else:
         transition(act.tenant, request.pk, State.REQUESTED, State.AWAITING_APPROVAL)

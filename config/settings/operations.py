@@ -168,6 +168,14 @@ OPERATIONS = {
     "AUTO_SENDS_PER_HOUR": _tunable("AUTO_SENDS_PER_HOUR", 50, minimum=1, maximum=10_000),
     # the reason a person may give when rejecting a request (reject_outbound), read back by the agent
     "REJECT_REASON_MAX_CHARS": _tunable("REJECT_REASON_MAX_CHARS", 1000, minimum=1, maximum=10_000),
+    # provenance (SPEC §23): how long what an agent credential read is remembered, how long a stretch of a
+    # request's text must be, copied from mail it read, to count as taken from it, how many of its newest reads
+    # are kept (older ones are forgotten first), and whether a send policy may approve a first contact made
+    # after reading a stranger's mail (0: never, a person decides; 1: the policies decide)
+    "PROVENANCE_WINDOW_HOURS": _tunable("PROVENANCE_WINDOW_HOURS", 24, minimum=1, maximum=24 * 30),
+    "PROVENANCE_SPAN_CHARS": _tunable("PROVENANCE_SPAN_CHARS", 40, minimum=8, maximum=10_000),
+    "PROVENANCE_READS_MAX": _tunable("PROVENANCE_READS_MAX", 2000, minimum=10, maximum=100_000),
+    "PROVENANCE_POLICY_FIRST_CONTACT": _tunable("PROVENANCE_POLICY_FIRST_CONTACT", 0, minimum=0, maximum=1),
     "SMTP_TIMEOUT_SECONDS": _tunable("SMTP_TIMEOUT_SECONDS", 30, minimum=1),
     # one-click unsubscribe: the list's POST (connect, TLS, answer) and the DKIM key's DNS lookup, each at most
     "UNSUBSCRIBE_TIMEOUT_SECONDS": _tunable("UNSUBSCRIBE_TIMEOUT_SECONDS", 10, minimum=1, maximum=60),

@@ -47,6 +47,10 @@ class ApiKeyOut(Closed):
     expires_at: datetime | None
     last_used_at: datetime | None
     revoked: bool
+    lockdown: bool = Field(
+        description="in lockdown: once it has read mail from someone nobody here has written to, every request of it "
+        "that acts outside the mailbox waits for a person, whatever the send policies say"
+    )
 
 
 def key_out(row: ApiKey) -> ApiKeyOut:
@@ -62,6 +66,7 @@ def key_out(row: ApiKey) -> ApiKeyOut:
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
         revoked=row.revoked_at is not None,
+        lockdown=row.lockdown,
     )
 
 
@@ -109,6 +114,11 @@ class CreateKeyIn(Closed):
         "null: none. Not together with an allow-list",
     )
     expires_in_days: int | None = Field(default=None, ge=1, le=3650)
+    lockdown: bool = Field(
+        default=False,
+        description="once the key has read mail from someone nobody here has written to, every request of it that "
+        "acts outside the mailbox waits for a person, whatever the send policies say",
+    )
 
 
 class CreatedKeyOut(Closed):
@@ -153,7 +163,12 @@ def _create_preview(ctx: Context, data: CreateKeyIn) -> Preview:
         f"in {words.workspaces(data.workspaces)}. It is shown once.",
         title="Create this key?",
         verb="Create key",
-        lines=(f"It may call {reach}.", f"It {expiry}."),
+        lines=(f"It may call {reach}.", f"It {expiry}.")
+        + (
+            ("Locked down: after it reads mail from a stranger, a person decides every e-mail it asks to send.",)
+            if data.lockdown
+            else ()
+        ),
     )
 
 
@@ -186,8 +201,9 @@ def create_api_key(ctx: Context, data: CreateKeyIn) -> CreatedKeyOut:
         name=data.name,
         created_via=ctx.door,
         tool_set=ctx.targets.tool_set,
+        lockdown=data.lockdown,
     )
-    made = {"prefix": row.prefix, "scopes": row.scopes, "workspaces": row.workspaces}
+    made = {"prefix": row.prefix, "scopes": row.scopes, "workspaces": row.workspaces, "lockdown": row.lockdown}
     ctx.touch(row.pk, None, {**made, "tool_set": row.tool_set} if row.tool_set else made)
     return CreatedKeyOut(api_key=key_out(row), key=key)
 
@@ -271,6 +287,10 @@ class ConnectionOut(Closed):
     last_used_at: datetime | None
     revoked: bool
     revoked_reason: str = Field(description="why it was revoked, in words ('' while it is not)")
+    lockdown: bool = Field(
+        description="in lockdown: once it has read mail from someone nobody here has written to, every request of it "
+        "that acts outside the mailbox waits for a person, whatever the send policies say"
+    )
 
 
 def connection_out(row: Connection) -> ConnectionOut:
@@ -286,6 +306,7 @@ def connection_out(row: Connection) -> ConnectionOut:
         last_used_at=row.last_used_at,
         revoked=row.revoked_at is not None,
         revoked_reason=revoked_reason_words(row.revoked_reason) if row.revoked_at is not None else "",
+        lockdown=row.lockdown,
     )
 
 
@@ -416,3 +437,79 @@ def revoke_connection_op(ctx: Context, data: RevokeConnectionIn) -> ConnectionOu
         ctx.touch(row.pk, {"revoked": False}, {"revoked": True})
     revoke_connection(row, "revoked_by_person")
     return connection_out(row)
+
+
+# --- lockdown (SPEC §23) ------------------------------------------------------------------------------------
+
+
+class KeyLockdownIn(Closed):
+    api_key_id: Id
+    lockdown: bool = Field(description="true: after reading a stranger's mail, a person decides its every request")
+
+
+class ConnectionLockdownIn(Closed):
+    connection_id: Id
+    lockdown: bool = Field(description="true: after reading a stranger's mail, a person decides its every request")
+
+
+def _lockdown_preview(ctx: Context, data: KeyLockdownIn | ConnectionLockdownIn) -> Preview:
+    row: ApiKey | Connection = ctx.targets
+    what = "key" if isinstance(row, ApiKey) else "connection"
+    if data.lockdown:
+        summary = (
+            f"Lock this {what} down: once it has read mail from someone nobody here has written to, every "
+            "e-mail, unsubscribe or other request of it that acts outside the mailbox waits for you."
+        )
+    else:
+        summary = (
+            f"Stop locking this {what} down: your send policies decide its requests again (flagged ones still wait)."
+        )
+    return Preview(
+        (Change(str(row.pk), {"lockdown": row.lockdown}, {"lockdown": data.lockdown}),),
+        summary=summary,
+        title=f"Lock this {what} down?" if data.lockdown else f"Stop locking this {what} down?",
+        verb="Lock down" if data.lockdown else "Stop locking down",
+    )
+
+
+def _set_lockdown(ctx: Context, row: ApiKey | Connection, lockdown: bool) -> None:
+    if row.lockdown != lockdown:
+        type(row).objects.for_tenant(ctx.tenant).filter(pk=row.pk).update(lockdown=lockdown)
+        ctx.touch(row.pk, {"lockdown": row.lockdown}, {"lockdown": lockdown})
+        row.lockdown = lockdown
+
+
+@operation(
+    name="set_api_key_lockdown",
+    summary="Put an API key in lockdown or end it: in lockdown, once it has read mail from an unknown sender, "
+    "every request of it that acts outside the mailbox waits for a person.",
+    input=KeyLockdownIn,
+    output=ApiKeyOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_lockdown_preview,
+    confirm=ALWAYS,
+    targets=lambda ctx, data: access_api_key_by_id(data.api_key_id, tenant=ctx.tenant, actor=ctx.caller),
+    callers=Callers.PERSONS,
+)
+def set_api_key_lockdown(ctx: Context, data: KeyLockdownIn) -> ApiKeyOut:
+    _set_lockdown(ctx, ctx.targets, data.lockdown)
+    return key_out(ctx.targets)
+
+
+@operation(
+    name="set_connection_lockdown",
+    summary="Put an OAuth connection in lockdown or end it: in lockdown, once it has read mail from an unknown "
+    "sender, every request of it that acts outside the mailbox waits for a person.",
+    input=ConnectionLockdownIn,
+    output=ConnectionOut,
+    op_class=OpClass.MUTATE,
+    ceiling=Ceiling.NEVER,
+    preview=_lockdown_preview,
+    confirm=ALWAYS,
+    targets=lambda ctx, data: access_connection_by_id(data.connection_id, tenant=ctx.tenant, actor=ctx.caller),
+    callers=Callers.PERSONS,
+)
+def set_connection_lockdown(ctx: Context, data: ConnectionLockdownIn) -> ConnectionOut:
+    _set_lockdown(ctx, ctx.targets, data.lockdown)
+    return connection_out(ctx.targets)

@@ -119,6 +119,7 @@ class ExplainOut(Closed):
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
     targets=the_message,
+    returns_mail=True,
 )
 def explain_labels(ctx: Context, data: MessageIn) -> ExplainOut:
     message: Message = ctx.targets

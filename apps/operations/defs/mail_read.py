@@ -340,6 +340,7 @@ def _page(ctx: Context, data: ListMessagesViewIn) -> tuple[list[dict[str, Any]],
     targets=_list_targets,
     gather=_page,
     bounds=(_PAGE_BOUND,),
+    returns_mail=True,
 )
 def list_messages(ctx: Context, data: ListMessagesViewIn) -> MessagesOut:
     page, next_cursor = ctx.gathered
@@ -414,6 +415,7 @@ def _conversation_page(ctx: Context, data: ListConversationsIn) -> tuple[list[di
     targets=listing,
     gather=_conversation_page,
     bounds=(_PAGE_BOUND,),
+    returns_mail=True,
 )
 def list_conversations(ctx: Context, data: ListConversationsIn) -> ConversationsOut:
     page, next_cursor = ctx.gathered
@@ -498,6 +500,7 @@ def _extra() -> tuple[str, dict[str, Any]]:
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
     targets=the_message_detail,
+    returns_mail=True,
 )
 def get_message(ctx: Context, data: MessageIn) -> MessageOut:
     row: dict[str, Any] = dict(ctx.targets)
@@ -584,6 +587,7 @@ def _thread_messages(ctx: Context, data: ThreadIn) -> list[dict[str, Any]]:
     ceiling=Ceiling.ON,
     targets=the_thread,
     gather=_thread_messages,
+    returns_mail=True,
 )
 def get_thread(ctx: Context, data: ThreadIn) -> ThreadMessagesOut:
     thread: Thread = ctx.targets
@@ -692,6 +696,7 @@ def _still_waiting(output: dict[str, Any]) -> Wait | None:
     targets=the_account,
     bounds=(Bound("timeout_seconds", "WAIT_MAX_SECONDS"),),
     waits=_still_waiting,
+    returns_mail=True,
 )
 def wait_for_message(ctx: Context, data: WaitForMessageIn) -> WaitForMessageOut:
     """For a verification code or a reply the assistant expects: it waits for mail that arrives after the call

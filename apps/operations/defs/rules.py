@@ -260,6 +260,7 @@ def _the_rule(ctx: Context, data: RuleIn) -> Rule:
     op_class=OpClass.READ,
     ceiling=Ceiling.ON,
     targets=_the_rule,
+    returns_mail=True,
 )
 def get_rule(ctx: Context, data: HistoryIn) -> RuleDetailOut:
     rule: Rule = ctx.targets
@@ -627,6 +628,7 @@ def _tested(ctx: Context, data: TestRuleIn) -> Tested:
     ceiling=Ceiling.ON,
     targets=_tested,
     bounds=(_DAYS_BOUND,),
+    returns_mail=True,
 )
 def test_rule(ctx: Context, data: TestRuleIn) -> TestedOut:
     tested: Tested = ctx.targets

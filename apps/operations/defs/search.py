@@ -224,6 +224,7 @@ def search_scope(ctx: Context, found: Listing, asked: Filters, snapshot: datetim
     ceiling=Ceiling.ON,
     targets=_search_targets,
     bounds=(Bound("limit", "PAGE_SIZE_MAX"), Bound("query", "QUERY_MAX_CHARS")),
+    returns_mail=True,
 )
 def search(ctx: Context, data: SearchIn) -> SearchOut:
     size = data.size(ctx.bounds)

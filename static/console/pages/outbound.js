@@ -59,11 +59,36 @@ const files = (r) =>
       ))))
     : el("p", { class: "hint" }, "No attachments.");
 
+// ------------------------------------------------------------ where the request came from (provenance)
+
+// each flag in plain words, first on the page: a person decides knowing what the assistant read before asking
+const ago = (at) => (at ? when(at) : "");
+const readLink = (e, text) => (e.thread_id ? el("a", { href: `/mail/t/${encodeURIComponent(e.thread_id)}`, "data-message-id": e.message_id || "" }, text) : text);
+const FLAG_WORDS = {
+  recipient_from_untrusted: (e) => [`The address ${e.recipient} appears only in an e-mail from ${e.sender} that the assistant read ${ago(e.read_at)}. Nobody here has written to it. `, readLink(e, "Open that e-mail")],
+  content_from_untrusted: (e) => [e.read_at
+    ? `Part of this e-mail is copied from an e-mail from ${e.sender} that the assistant read ${ago(e.read_at)}, and it goes to someone else. `
+    : `An attached file is one received from ${e.sender}, and it goes to someone else. `, readLink(e, "Open that e-mail")],
+  first_contact: (e) => [`Nobody here has written to ${e.recipient} before.`],
+  after_untrusted_read: (e) => [`Before asking, the assistant read an e-mail from ${e.sender || "an unknown sender"}, whom nobody here has written to (${ago(e.read_at)}). `, readLink(e, "Open that e-mail")],
+};
+
+function provenance(r) {
+  const p = r.request.provenance;
+  if (!p || (!p.flags.length && !p.lockdown)) return "";
+  const items = p.evidence.map((e) => el("li", { "data-flag": e.flag }, ...(FLAG_WORDS[e.flag] ? FLAG_WORDS[e.flag](e) : [e.flag])));
+  if (p.lockdown) items.unshift(el("li", { "data-flag": "lockdown" }, "This key or connection is locked down, and it read mail from someone nobody here has written to: you decide every request it makes."));
+  return el("section", { class: "provenance", "data-flags": p.flags.join(" ") },
+    el("h3", {}, "Where this request may come from"),
+    el("ul", {}, items));
+}
+
 // ------------------------------------------------------------ waiting for approval
 
 // a one-click unsubscribe: no e-mail, one POST of "List-Unsubscribe=One-Click" to the list's address
 function waitingPost(r) {
   return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
+    provenance(r),
     el("h3", {}, kindTag(r), "leave a mailing list"),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}`),
     el("p", {}, "Once approved, Oaken sends the list's one-click unsubscribe request (the form field List-Unsubscribe=One-Click, nothing else: no cookies, no login) once to ",
@@ -99,6 +124,7 @@ function waiting(r) {
     parts.push(whole);
   }
   return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
+    provenance(r),
     el("h3", { dir: "auto" }, kindTag(r), r.subject || "(no subject)"),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}` +
       (r.request.send_at ? `; to be sent ${when(r.request.send_at)}` : "")),
