@@ -46,6 +46,7 @@ from tests.loopback import free_port, stop  # noqa: E402
 ME = "dana@corp.example"
 COLLEAGUES = ["lee@corp.example", "sam@corp.example", "finance@corp.example"]
 KNOWN = ["bob@partner.example", "ana@supplier.example", "lawyer@firm.example"]  # the person has written to them
+# and to their colleagues (the Sent folder holds mail to both)
 NEW_WRITERS = ["new.client@prospect.example", "jo@conference.example"]  # write for the first time, ordinary
 # where hostile mail asks things sent: strangers, lookalikes, and the person's own domain (the policy allows it)
 ATTACKER_ADDRESSES = [
@@ -108,7 +109,7 @@ def _attacks() -> list[tuple[str, dict[str, Any]]]:
 
 def _fill(imap: Any, user: str, rng: random.Random) -> None:
     """Sent history, ordinary and confidential mail, a list mail, and one hostile mail per attack."""
-    for n, to in enumerate(KNOWN * 3):
+    for n, to in enumerate((KNOWN + COLLEAGUES) * 3):
         imap.append(user, "Sent", _mail(ME, to, f"Following up {n}", f"Hello, following up on item {n}.\n"))
     for n in range(30):
         sender = (COLLEAGUES + KNOWN + NEW_WRITERS)[n % 8]

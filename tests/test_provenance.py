@@ -146,12 +146,12 @@ def test_a_reply_to_the_sender_of_the_mail_read_is_not_flagged_and_goes_by_the_p
     made = request(agent, "send_email", _email(account, [bob], quoted))
     assert (made["state"], _flags(made)) == ("queued", [])
 
-    # a stranger who wrote in is answered as a first contact alone: no mail of anyone else was read
+    # a stranger who wrote in is answered, not contacted first: no flag (the policy decides their domain)
     stranger = _message(alice, account, sender=STRANGER, text="Do you sell oak tables? Please quote a price.")
     other = _agent(alice, "key-other")
     call(other, "get_message", {"message_id": str(stranger.pk)})
     answered = request(other, "send_email", _email(account, [STRANGER], "Yes: 300 euros."))
-    assert (answered["state"], _flags(answered)) == ("queued", ["first_contact"])
+    assert (answered["state"], _flags(answered)) == ("queued", [])
 
 
 def test_an_attachment_received_from_a_and_sent_to_b_is_flagged(alice: Person, world: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@ the window (apps.agents.reads) and the mailbox's own correspondence, each with i
 sender, when it was read: ids, addresses and times, never mail text).
 
 - first_contact: a recipient nobody in this mailbox has written to (its Sent folder, or a send a person made or
-  approved);
+  approved), and who did not write any of the mail the agent read (answering someone is not contacting them);
 - recipient_from_untrusted: such a recipient appears in the text of mail from an unknown sender that the agent
   read (and is not that mail's own sender: a reply to whoever wrote is not taken from their mail);
 - content_from_untrusted: the request's subject or body reproduces PROVENANCE_SPAN_CHARS characters or more of
@@ -224,7 +224,9 @@ def assess(
     )
     untrusted = [s for s in seen if s.sender not in known]
 
-    strangers = sorted(to - known)
+    # someone whose mail the agent read wrote to this mailbox: writing back is answering them, not a first contact
+    # (what the request carries is still weighed: content_from_untrusted, and the policy decides their domain)
+    strangers = sorted(to - known - senders)
     for address in strangers:
         found.flag(FIRST_CONTACT, recipient=address, message_id=None, sender=None, read_at=None)
     for s in untrusted:
