@@ -256,8 +256,14 @@ def _obey(agent: Agent, account: str, read: dict[str, dict[str, Any]], name: str
             "actions": [{"action": "forward", "to": order["to"]}],
         }
         made = agent.call("create_rule", rule)
-        state = (made.get("rule") or made).get("forward_state")
-        return _automation_outcome(name, made if _refused(made) else {"state": state})
+        if _refused(made):
+            return _automation_outcome(name, made)
+        rule_id = (made.get("rule") or made).get("id")
+        listed = agent.call("list_automations", {"account_id": account, "limit": 200}).get("automations", [])
+        bound = [a for a in listed if a.get("rule_id") == rule_id]
+        return _automation_outcome(
+            name, bound[0] if bound else {"state": (made.get("rule") or made).get("forward_state")}
+        )
     if do == "auto_reply":
         made = agent.call("set_auto_reply", {"account_id": account, "subject": "Away", "text": FIGURES})
         return _automation_outcome(name, made)

@@ -290,3 +290,38 @@ def test_a_person_sets_lockdown_on_their_key_and_no_one_else_can(alice: Person, 
     )
     agent = _agent(alice)
     assert refusal(agent, "set_api_key_lockdown", {"api_key_id": key["id"], "lockdown": False}).code == "NOT_AVAILABLE"
+
+
+def test_an_automation_an_agent_asks_for_carries_its_flags_to_the_person_who_decides(
+    alice: Person, mallory: Person, world: dict[str, Any]
+) -> None:
+    """Forwarding, a forwarding rule and an automatic reply wait for a person anyway; their flags tell the person
+    where they came from: a destination named only in a stranger's mail, a reply text copied from someone's mail."""
+    account = world["account"]
+    hostile = _message(alice, account, sender=STRANGER, text=INJECTION)
+    figures = _message(
+        alice, account, sender="finance@example.test", text="Q3 revenue 4,212,000 EUR, margin 18.4 percent, forecast"
+    )
+    agent = _agent(alice)
+    for message in (hostile, figures):
+        call(agent, "get_message", {"message_id": str(message.pk)})
+    # mallory's agent read the same kind of mail: nothing of hers shows in alice's
+    theirs = _message(mallory, world["theirs"], sender=STRANGER, text=INJECTION)
+    call(_agent(mallory), "get_message", {"message_id": str(theirs.pk)})
+
+    forwarding = request(agent, "set_forwarding", {"account_id": str(account.pk), "to": TARGET})
+    assert forwarding["state"] == "awaiting_approval"
+    assert {"recipient_from_untrusted", "first_contact", "after_untrusted_read"} <= set(_flags(forwarding))
+    evidence = [e for e in forwarding["provenance"]["evidence"] if e["flag"] == "recipient_from_untrusted"]
+    assert evidence[0]["message_id"] == str(hostile.pk) and evidence[0]["sender"] == STRANGER
+    reply = request(
+        agent,
+        "set_auto_reply",
+        {"account_id": str(account.pk), "subject": "Away", "text": "Q3 revenue 4,212,000 EUR, margin 18.4 percent"},
+    )
+    assert reply["state"] == "awaiting_approval" and "content_from_untrusted" in _flags(reply)
+    shown = call(as_person(alice), "list_automations", {"account_id": str(account.pk)})["automations"]
+    assert {a["automation_id"]: a["provenance"]["flags"] for a in shown}[forwarding["automation_id"]]
+    # a person's own automation has none
+    own = request(as_person(alice), "set_forwarding", {"account_id": str(account.pk), "to": world["bob"]})
+    assert own["provenance"] == {"flags": [], "evidence": [], "lockdown": False}

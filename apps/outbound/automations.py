@@ -35,7 +35,7 @@ from apps.core.ids import new_id
 from apps.core.kinds import Principal
 from apps.core.links import absolute_url
 from apps.mail.models import FolderKind, MailAccount, Message
-from apps.outbound import requests
+from apps.outbound import provenance, requests
 from apps.outbound.compose import recipients, reply_subject
 from apps.outbound.drafts import forwarded
 from apps.outbound.models import (
@@ -135,6 +135,13 @@ def request_automation(content: AutomationContent, *, act: Act) -> Automation:
     kind), else waiting for a person's approval."""
     caller = act.caller
     requests.check_can_send(content.account)
+    # what its credential read before asking (SPEC §23): shown to the person who decides
+    origin = provenance.assess(
+        act=act,
+        account=content.account,
+        recipients=[content.forward_to] if content.forward_to else [],
+        text=f"{content.subject}\n{content.body}",
+    ).as_json()
     automation = Automation.objects.create(
         tenant=act.tenant,
         account=content.account,
@@ -156,6 +163,7 @@ def request_automation(content: AutomationContent, *, act: Act) -> Automation:
         door=act.door,
         credential_id=caller.credential_id,
         credential_kind=caller.credential_kind,
+        provenance=origin,
         created_at=act.now,
         updated_at=act.now,
     )

@@ -277,6 +277,10 @@ class Automation(TenantOwned):
     change is a new automation, the old one cancelled (apps.outbound.automations)."""
 
     account = models.ForeignKey("mail.MailAccount", on_delete=models.CASCADE, related_name="+")
+    # where an agent's automation came from (apps.outbound.provenance, as a request's): {"flags", "evidence",
+    # "lockdown"}; ids, addresses and times only ({} for a person's own). It waits for a person's approval anyway:
+    # the flags tell them why they might refuse it
+    provenance = models.JSONField(default=dict, blank=True, db_default={})
     kind = models.CharField(max_length=20, choices=AutomationKind.choices)
     state = models.CharField(max_length=20, choices=AutomationState.choices)
     subject = models.TextField(blank=True)

@@ -33,7 +33,7 @@ from apps.core.acts import Act
 from apps.core.bounds import bounds
 from apps.core.kinds import CredentialKind, Principal
 from apps.mail.models import Attachment, MailAccount, Message
-from apps.outbound.models import OutboundRequest, State
+from apps.outbound.models import Automation, OutboundRequest, State
 from apps.workspaces.models import Tenant
 
 RECIPIENT_FROM_UNTRUSTED = "recipient_from_untrusted"
@@ -287,8 +287,8 @@ def _received_files(
             break
 
 
-def of_request(request: OutboundRequest) -> dict[str, Any]:
-    """A request's provenance as answered: its flags and evidence (none for a person's own)."""
+def of_request(request: OutboundRequest | Automation) -> dict[str, Any]:
+    """A request's (or an automation's) provenance as answered: its flags and evidence (none for a person's own)."""
     stored = request.provenance or {}
     return {
         "flags": list(stored.get("flags", [])),

@@ -29,10 +29,11 @@ from apps.mail.selectors import access_message_by_id
 from apps.operations import forwarding
 from apps.operations.context import Context
 from apps.operations.defs.drafts import Address
+from apps.operations.defs.outbound_requests import ProvenanceOut
 from apps.operations.defs.shapes import Closed, HeaderText, Id, MailBody, TimeZone
 from apps.operations.registry import ALWAYS, NEVER, Callers, Ceiling, OpClass, Preview, operation
 from apps.operations.targets import account_of, reach
-from apps.outbound import automations
+from apps.outbound import automations, provenance
 from apps.outbound.compose import normalize_address
 from apps.outbound.models import Automation, AutomationKind, AutomationState
 from apps.outbound.selectors import access_automation_by_id, visible_automations
@@ -137,6 +138,9 @@ class AutomationOut(Closed):
     )
     next: str
     approval_url: str | None
+    provenance: ProvenanceOut = Field(
+        description="an agent's: where it may come from (as get_outbound_request's), shown to the person who decides"
+    )
 
 
 def automation_out(
@@ -171,6 +175,7 @@ def automation_out(
         waiting_why=waiting_why or [],
         next=_STATE_NEXT[state],
         approval_url=automations.approval_url(automation.pk) if decides else None,
+        provenance=ProvenanceOut.model_validate(provenance.of_request(automation)),
     )
 
 

@@ -8,6 +8,7 @@
 // latest outbound requests (list_outbound), each followed on /outbound. The page decides nothing of its own.
 import { askFirst, button, call, el, notice, perform, plainError, showHistory, when } from "../lib.js";
 import { conditionWords, labelNames } from "./mail-rules.js";
+import { provenanceSection } from "./provenance.js";
 
 const listBox = document.getElementById("automations-list");
 const namedBox = document.getElementById("automation-named");
@@ -114,6 +115,7 @@ function article(a) {
   if (a.reject_reason) rows.push(["Reason", el("bdi", {}, a.reject_reason)]);
   const title = `${name}: ${stateWords(a)}`;
   return el("article", { class: "outbound automation", tabindex: "-1", "data-automation-id": a.automation_id, "data-state": a.state, "aria-label": title },
+    provenanceSection(a.provenance),
     el("h3", {}, `${what} of ${name}`),
     waiting ? el("p", { class: "hint" }, "An assistant asked for it. It sends nothing until you approve it; what you approve is exactly what is shown.") : null,
     el("dl", { class: "headers" }, rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),

@@ -3,6 +3,7 @@
 // by cursor. list_outbound, get_outbound_attachment, approve_outbound, reject_outbound, settle_outbound_request
 // and get_outbound_request; the page polls every few seconds so states change while it is open.
 import { askFirst, button, call, describeError, download, el, isAsking, list, notice, perform, row, shown, table, when } from "../lib.js";
+import { provenanceSection } from "./provenance.js";
 
 const POLL_MS = 5000;
 const HISTORY_PAGE = 10;
@@ -61,27 +62,7 @@ const files = (r) =>
 
 // ------------------------------------------------------------ where the request came from (provenance)
 
-// each flag in plain words, first on the page: a person decides knowing what the assistant read before asking
-const ago = (at) => (at ? when(at) : "");
-const readLink = (e, text) => (e.thread_id ? el("a", { href: `/mail/t/${encodeURIComponent(e.thread_id)}`, "data-message-id": e.message_id || "" }, text) : text);
-const FLAG_WORDS = {
-  recipient_from_untrusted: (e) => [`The address ${e.recipient} appears only in an e-mail from ${e.sender} that the assistant read ${ago(e.read_at)}. Nobody here has written to it. `, readLink(e, "Open that e-mail")],
-  content_from_untrusted: (e) => [e.read_at
-    ? `Part of this e-mail is copied from an e-mail from ${e.sender} that the assistant read ${ago(e.read_at)}, and it goes to someone else. `
-    : `An attached file is one received from ${e.sender}, and it goes to someone else. `, readLink(e, "Open that e-mail")],
-  first_contact: (e) => [`Nobody here has written to ${e.recipient} before.`],
-  after_untrusted_read: (e) => [`Before asking, the assistant read an e-mail from ${e.sender || "an unknown sender"}, whom nobody here has written to (${ago(e.read_at)}). `, readLink(e, "Open that e-mail")],
-};
-
-function provenance(r) {
-  const p = r.request.provenance;
-  if (!p || (!p.flags.length && !p.lockdown)) return "";
-  const items = p.evidence.map((e) => el("li", { "data-flag": e.flag }, ...(FLAG_WORDS[e.flag] ? FLAG_WORDS[e.flag](e) : [e.flag])));
-  if (p.lockdown) items.unshift(el("li", { "data-flag": "lockdown" }, "This key or connection is locked down, and it read mail from someone nobody here has written to: you decide every request it makes."));
-  return el("section", { class: "provenance", "data-flags": p.flags.join(" ") },
-    el("h3", {}, "Where this request may come from"),
-    el("ul", {}, items));
-}
+const provenance = (r) => provenanceSection(r.request.provenance);
 
 // ------------------------------------------------------------ waiting for approval
 
