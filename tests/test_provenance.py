@@ -325,3 +325,31 @@ def test_an_automation_an_agent_asks_for_carries_its_flags_to_the_person_who_dec
     # a person's own automation has none
     own = request(as_person(alice), "set_forwarding", {"account_id": str(account.pk), "to": world["bob"]})
     assert own["provenance"] == {"flags": [], "evidence": [], "lockdown": False}
+
+
+def test_an_agents_read_redis_cannot_record_is_refused_not_answered_unrecorded(
+    alice: Person, mallory: Person, world: dict[str, Any], settings: Any
+) -> None:
+    """Redis away: a read the record would miss could later lend a stranger's address to a request unflagged, so
+    the agent's read is refused (SERVICE_UNAVAILABLE, nothing of the mail in it); a person's read, which nothing
+    records, is answered."""
+    from apps.core import redis_client as redis_module
+    from apps.core.errors import OakenError
+
+    account = world["account"]
+    hostile = _message(alice, account, sender=STRANGER, text=INJECTION)
+    working = settings.REDIS_URL
+    settings.REDIS_URL = "unix:///nonexistent/redis.sock"
+    redis_module.redis_client.cache_clear()
+    try:
+        with pytest.raises(OakenError) as refused:
+            call(_agent(alice), "get_message", {"message_id": str(hostile.pk)})
+        assert refused.value.code == "SERVICE_UNAVAILABLE" and TARGET not in refused.value.message
+        assert call(as_person(alice), "get_message", {"message_id": str(hostile.pk)})["message"]["id"] == str(
+            hostile.pk
+        )
+    finally:
+        settings.REDIS_URL = working
+        redis_module.redis_client.cache_clear()
+    assert reads.reads_of(alice.tenant.pk, "apikey", "key-prov") == []
+    assert reads.reads_of(mallory.tenant.pk, "apikey", "key-prov") == []
