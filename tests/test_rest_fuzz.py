@@ -40,8 +40,10 @@ from schemathesis.specs.openapi.checks import (
 
 from apps.agents.keys import issue_key
 from apps.audit.models import AuditEvent
+from apps.mail import imap as mail_imap
 from apps.mail.importing import import_mail
 from apps.mail.models import Label, MailAccount, Message
+from apps.mail.reasons import MailServerError
 from apps.operations.exposure import set_exposure
 from apps.operations.registry import Ceiling, registry
 from apps.outbound.models import Draft
@@ -106,9 +108,17 @@ CHECKS = [
 
 
 @pytest.fixture
-def in_process() -> Iterator[None]:
+def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Requests served in this process share the test's transaction: as Django's test client does, the
-    handler must not close the connection when a request ends."""
+    handler must not close the connection when a request ends. And no generated mail server is ever connected to:
+    the tests allow loopback and private hosts, so a generated "0.1.0" reached whatever answers on this machine's
+    network (a TLS alert was answered as the security setting's fault); a mail server's name is the world's, not
+    the document's (BEYOND_THE_DOCUMENT), and every one of them is unreachable here."""
+
+    def unreachable(host: str, port: int, field: str) -> str:
+        raise MailServerError("connection_failed", field)
+
+    monkeypatch.setattr(mail_imap, "pinned_address", unreachable)
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     yield
