@@ -26,7 +26,9 @@ from tests.outbound_accounts import imap_account, mail_user, request
 
 @pytest.fixture
 def key_id(alice: Person) -> str:
-    made = call(as_person(alice), "create_api_key", {"name": "helper", "scopes": ["read", "write", "send"]}, confirm=True)
+    made = call(
+        as_person(alice), "create_api_key", {"name": "helper", "scopes": ["read", "write", "send"]}, confirm=True
+    )
     return str(made["api_key"]["id"])
 
 
@@ -55,9 +57,7 @@ def _undo(alice: Person, key_id: str, since: Any, **kw: Any) -> dict[str, Any]:
 
 
 def _proposal(alice: Person, key_id: str, since: Any) -> dict[str, Any]:
-    refused = refusal(
-        as_person(alice), "undo_agent_actions", {"credential_id": key_id, "since": since.isoformat()}
-    )
+    refused = refusal(as_person(alice), "undo_agent_actions", {"credential_id": key_id, "since": since.isoformat()})
     assert refused.code == "CONFIRMATION_REQUIRED"
     assert refused.proposal is not None
     return refused.proposal
@@ -126,9 +126,9 @@ def test_the_preview_lists_sent_mail_as_not_undoable(
         {"account_id": str(account.pk), "to": ["carol@example.test"], "subject": "hi", "idempotency_key": "k1"},
     )
     proposal = _proposal(alice, key_id, since)
-    assert any(
-        line.startswith("Cannot be undone: mail to carol@example.test") for line in proposal["lines"]
-    ), proposal["lines"]
+    assert any(line.startswith("Cannot be undone: mail to carol@example.test") for line in proposal["lines"]), proposal[
+        "lines"
+    ]
     out = _undo(alice, key_id, since, confirm=True)
     assert out["undone"] == [] and out["sent"][0].startswith("mail to carol@example.test")
 

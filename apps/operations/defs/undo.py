@@ -122,7 +122,7 @@ def _credential(ctx: Context, credential_id: str) -> tuple[str, str]:
     """(kind, name) of an API key or connection the caller may see; NOT_FOUND otherwise (another tenant's too)."""
     try:
         key = access_api_key_by_id(credential_id, tenant=ctx.tenant, actor=ctx.caller)
-        return "apikey", f"the API key {words.named(key.name or 'unnamed')} ({key.prefix}_…)"
+        return "apikey", f"the API key {words.named(key.name or 'unnamed')} (prefix {key.prefix})"
     except OakenError:
         pass
     try:
@@ -233,7 +233,7 @@ def _reverse(
         return ""
     if op in _READ or op == "set_pinned" or op in _LABELS or op in _FOLDERS:
         if not isinstance(before, dict) or not isinstance(after, dict):
-            return f"{op} recorded no values to go back to"
+            return f"{op.replace('_', ' ')} recorded no values to go back to"
         state = messages.get(tid)
         if state is None:
             return "the message is gone, or out of your reach"
@@ -270,7 +270,7 @@ def _reverse(
             Step(event.seq, tid, "update_rule", {"rule_id": tid, **back}, "rule back", detail=str(before["name"]))
         )
         return None
-    return f"{registry.get(op).summary if registry.get(op) else op} cannot be undone here"  # type: ignore[union-attr]
+    return f"{op.replace('_', ' ')}: not something Oaken undoes"
 
 
 def _same_rule(now: dict[str, Any], recorded: dict[str, Any]) -> bool:
@@ -294,7 +294,9 @@ def _message_step(
         if state["pinned"] != after["pinned"]:
             return "changed"
         back = bool(before.get("pinned"))
-        step = Step(seq, tid, "set_pinned", {**ids, "pinned": back}, "pin" if back else "unpin", before=after)
+        step = Step(
+            seq, tid, "set_pinned", {**ids, "pinned": back}, "pin" if back else "unpin", before=after, after=before
+        )
         plan.steps.append(step)
         state["pinned"] = back
         return None
@@ -304,25 +306,35 @@ def _message_step(
             return "changed"
         name = "remove_labels" if on else "add_labels"
         plan.steps.append(
-            Step(seq, tid, name, {**ids, "label_ids": [label]}, "label off" if on else "label on", detail=label)
+            Step(
+                seq,
+                tid,
+                name,
+                {**ids, "label_ids": [label]},
+                "label off" if on else "label on",
+                detail=label,
+                before=after,
+                after=before,
+            )
         )
         (state["labels"].discard if on else state["labels"].add)(label)
         return None
     if "folder" in after:
         if state["folder"] != after["folder"]:
             return "changed"
-        back = str(before["folder"])
-        if back == "trash":
-            name, data = "trash_messages", ids
-        elif after["folder"] == "trash" and state["trashed_from"] == back:
-            name, data = "restore_messages", ids
+        to = str(before["folder"])
+        data: dict[str, Any] = ids
+        if to == "trash":
+            name = "trash_messages"
+        elif after["folder"] == "trash" and state["trashed_from"] == to:
+            name = "restore_messages"
         else:
-            name, data = "move_messages", {**ids, "folder": back}
-        plan.steps.append(Step(seq, tid, name, data, "move", detail=back, before=after, after=before))
-        state["trashed_from"] = state["folder"] if back == "trash" else None
-        state["folder"] = back
+            name, data = "move_messages", {**ids, "folder": to}
+        plan.steps.append(Step(seq, tid, name, data, "move", detail=to, before=after, after=before))
+        state["trashed_from"] = state["folder"] if to == "trash" else None
+        state["folder"] = to
         return None
-    return f"{op} recorded no values to go back to"
+    return f"{op.replace('_', ' ')} recorded no values to go back to"
 
 
 # ---------------------------------------------------------------- in words
@@ -395,7 +407,7 @@ def _preview(ctx: Context, data: UndoIn) -> Preview:
     return Preview(
         changes,
         summary=f"Undo {what} that {plan.credential} made"
-        + (f"; {words.count(len(plan.skipped), 'change')} changed since stay as they are" if plan.skipped else "")
+        + (f"; what changed since ({words.count(len(plan.skipped), 'change')}) stays as it is" if plan.skipped else "")
         + (f"; {words.count(len(plan.sent), 'sent message')} cannot be called back" if plan.sent else "")
         + ".",
         title="Undo what this assistant did?",
