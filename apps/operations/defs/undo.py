@@ -416,6 +416,24 @@ def _preview(ctx: Context, data: UndoIn) -> Preview:
     )
 
 
+def _calls(steps: list[Step]) -> list[list[Step]]:
+    """The steps as calls: one event's reversals of messages by the same operation and input go in one call (its
+    messages together), so the call's audit event names that event; every other step is a call of its own."""
+    calls: list[list[Step]] = []
+    for step in steps:
+        last = calls[-1][0] if calls else None
+        if (
+            last is not None
+            and "message_ids" in step.input
+            and (last.event, last.operation) == (step.event, step.operation)
+            and {**last.input, "message_ids": None} == {**step.input, "message_ids": None}
+        ):
+            calls[-1].append(step)
+        else:
+            calls.append([step])
+    return calls
+
+
 class UndoneOut(Closed):
     event: int = Field(description="the audit event (seq) whose change this is")
     target: str = Field(description="the id it changed")
@@ -453,14 +471,18 @@ def undo_agent_actions(ctx: Context, data: UndoIn) -> UndoOut:
     assert ctx.call is not None
     undone: list[UndoneOut] = []
     skipped = [UndoneOut(event=s.event, target=s.target, operation="", why=s.why) for s in plan.skipped]
-    for step in plan.steps:
+    for group in _calls(plan.steps):
+        first = group[0]
+        data_in = dict(first.input)
+        if "message_ids" in data_in:
+            data_in["message_ids"] = [s.target for s in group]
         try:
-            ctx.call(step.operation, step.input, reverses=step.event)
+            ctx.call(first.operation, data_in, reverses=first.event)
         except OakenError as refused:
             why = refused.message
-            skipped.append(UndoneOut(event=step.event, target=step.target, operation=step.operation, why=why))
+            skipped.extend(UndoneOut(event=s.event, target=s.target, operation=s.operation, why=why) for s in group)
             continue
-        undone.append(UndoneOut(event=step.event, target=step.target, operation=step.operation, why=""))
+        undone.extend(UndoneOut(event=s.event, target=s.target, operation=s.operation, why="") for s in group)
     ctx.touch(
         data.credential_id or "events",
         None,
