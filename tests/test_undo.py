@@ -17,6 +17,7 @@ from django.utils import timezone
 from apps.audit.models import AuditEvent
 from apps.core.callers import Caller
 from apps.mail.models import Message, MessageLabel
+from apps.operations.defs.undo import AGAIN
 from apps.outbound.models import Draft
 from tests.callers import as_agent, as_person, call, refusal
 from tests.conftest import Mailbox, Person
@@ -188,3 +189,38 @@ def test_an_agent_is_never_offered_undo(alice: Person, agent: Caller, key_id: st
 def test_it_needs_a_credential_and_a_time_or_events(alice: Person):
     refused = refusal(as_person(alice), "undo_agent_actions", {"until": timezone.now().isoformat()})
     assert refused.code == "INVALID_INPUT"
+
+
+RULE: dict[str, Any] = {
+    "name": "Receipts",
+    "conditions": [{"field": "from", "op": "domain", "value": "shop.example"}],
+    "actions": [{"action": "mark_read"}],
+}
+
+
+def test_rules_it_made_are_deleted_and_rules_it_switched_are_put_back(alice: Person, agent: Caller, key_id: str):
+    since = timezone.now() - timedelta(seconds=1)
+    made = request(agent, "create_rule", RULE)
+    mine = call(as_person(alice), "create_rule", {**RULE, "name": "Mine"}, confirm=True)
+    request(agent, "update_rule", {"rule_id": mine["id"], "enabled": False})
+    request(agent, "update_rule", {"rule_id": mine["id"], "actions": [{"action": "pin"}]})  # what it does: no way back
+
+    proposal = _proposal(alice, key_id, since)
+    assert "Delete the rule “Receipts” it made." in proposal["lines"]
+    assert "Put the rule “Mine” back as it was." not in proposal["lines"]  # changed again since: its body
+    out = _undo(alice, key_id, since, confirm=True)
+    assert [(u["target"], u["operation"]) for u in out["undone"]] == [(made["id"], "delete_rule")]
+    assert {n["why"] for n in out["not_undoable"]} == {"a rule's earlier conditions and actions are not recorded"}
+    assert {s["why"] for s in out["skipped"]} == {AGAIN}
+    assert [r["name"] for r in call(as_person(alice), "list_rules")["rules"]] == ["Mine"]
+
+
+def test_a_rule_switched_off_is_switched_on_again(alice: Person, agent: Caller, key_id: str):
+    mine = call(as_person(alice), "create_rule", {**RULE, "name": "Mine"}, confirm=True)
+    since = timezone.now() - timedelta(seconds=1)
+    request(agent, "update_rule", {"rule_id": mine["id"], "enabled": False, "name": "Switched off"})
+    proposal = _proposal(alice, key_id, since)
+    assert "Put the rule “Mine” back as it was." in proposal["lines"]
+    _undo(alice, key_id, since, confirm=True)
+    (rule,) = call(as_person(alice), "list_rules")["rules"]
+    assert (rule["name"], rule["enabled"]) == ("Mine", True)

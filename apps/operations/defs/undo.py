@@ -44,6 +44,7 @@ _FOLDERS = ("move_messages", "trash_messages", "restore_messages")
 _LABELS = ("add_labels", "remove_labels")
 _DRAFTS = ("create_draft", "reply_to_message", "forward_message")
 CHANGED_SINCE = "a person changed it since"
+AGAIN = "the assistant changed it again since, in a way that cannot be undone"
 _SINCE_BY = {
     "person": CHANGED_SINCE,
     "agent": "another assistant changed it since",
@@ -109,6 +110,7 @@ class Plan:
     cannot: list[Left] = field(default_factory=list)
     sent: list[str] = field(default_factory=list)  # where the mail it sent went, in words
     more: bool = False  # more events than one undo looks at
+    blocked: set[str] = field(default_factory=set)  # ids a newer change of the assistant's cannot be undone on
 
 
 def _uuid(value: object) -> uuid.UUID | None:
@@ -176,10 +178,11 @@ def _plan(ctx: Context, data: UndoIn) -> Plan:
             left = _reverse(event, target, messages, drafts, rules, requests, plan)
             if left is not None:
                 if left == "changed":
-                    left = since.get(tid, {}).get(event.seq, "it changed since")
+                    left = AGAIN if tid in plan.blocked else since.get(tid, {}).get(event.seq, "it changed since")
                     plan.skipped.append(Left(event.seq, tid, left))
                 elif left:
                     plan.cannot.append(Left(event.seq, tid, left))
+                    plan.blocked.add(tid)
     return plan
 
 
