@@ -224,3 +224,20 @@ def test_a_rule_switched_off_is_switched_on_again(alice: Person, agent: Caller, 
     _undo(alice, key_id, since, confirm=True)
     (rule,) = call(as_person(alice), "list_rules")["rules"]
     assert (rule["name"], rule["enabled"]) == ("Mine", True)
+
+
+def test_only_an_operation_for_persons_may_run_other_operations() -> None:
+    from apps.operations.defs.shapes import Empty
+    from apps.operations.registry import Ceiling, DefinitionError, OpClass, Registry, operation
+
+    with pytest.raises(DefinitionError, match="only an operation for persons may run other operations"):
+        operation(
+            name="runs_others",
+            summary="x",
+            input=Empty,
+            output=Empty,
+            op_class=OpClass.MUTATE,
+            ceiling=Ceiling.NEVER,
+            composes=True,
+            target=Registry(),
+        )(lambda ctx, data: Empty())

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from apps.audit.log import append_event, input_digest
 from apps.core.bounds import bounds
 from apps.core.callers import Caller, DoorMismatchError
-from apps.core.changes import Change
+from apps.core.changes import REVERSES, Change
 from apps.core.errors import OakenError
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
@@ -59,10 +59,6 @@ def _audited_name(name: Any) -> str:
     """The operation a call names, as its audit event records it: a registered operation's name, else
     UNKNOWN_OPERATION (an agent could otherwise write text of its choosing into the audit log)."""
     return name if isinstance(name, str) and registry.get(name) is not None else UNKNOWN_OPERATION
-
-
-# the target an undoing call's audit event names the event it reverses by (docs/audit.md)
-REVERSES = "reverses"
 
 
 def _composed(ctx: Context) -> Callable[..., dict[str, Any]]:

@@ -27,13 +27,13 @@ from apps.audit.selectors import (
     reads_by_person_day,
     visible_seqs,
 )
+from apps.core.changes import REVERSES
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.core.pages import cut_page, encode_cursor, read_cursor
 from apps.mail.selectors import names_by_ids as mail_names
 from apps.operations.context import Context
 from apps.operations.defs.shapes import Closed, Empty, Id, Page
-from apps.operations.defs.undo import REVERSES
 from apps.operations.registry import Bound, Ceiling, OpClass, operation, registry
 from apps.outbound.selectors import names_by_ids as outbound_names
 from apps.rules.selectors import rules_by_ids

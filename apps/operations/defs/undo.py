@@ -23,7 +23,7 @@ from apps.agents.selectors import access_api_key_by_id, access_connection_by_id
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import changes_after, changes_newest_first
 from apps.core import words
-from apps.core.changes import Change
+from apps.core.changes import REVERSES, Change
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.mail.selectors import label_names, message_states
@@ -37,7 +37,6 @@ from apps.rules.services import rule_state
 # the newest events one undo looks at, and the later events it reads to say who changed a thing since
 EVENTS_MAX = 500
 LATER_MAX = 5000
-REVERSES = "reverses"  # the target naming the event a call reverses (apps.gate.dispatch.REVERSES)
 
 _READ = ("mark_read", "mark_unread", "summarize_messages")
 _FOLDERS = ("move_messages", "trash_messages", "restore_messages")
@@ -178,7 +177,7 @@ def _plan(ctx: Context, data: UndoIn) -> Plan:
             left = _reverse(event, target, messages, drafts, rules, requests, plan)
             if left is not None:
                 if left == "changed":
-                    left = AGAIN if tid in plan.blocked else since.get(tid, {}).get(event.seq, "it changed since")
+                    left = AGAIN if tid in plan.blocked else _why_changed(since, tid, event.seq)
                     plan.skipped.append(Left(event.seq, tid, left))
                 elif left:
                     plan.cannot.append(Left(event.seq, tid, left))
@@ -196,25 +195,25 @@ def _mutable(state: Any) -> dict[str, Any]:
     }
 
 
-def _changed_since(ctx: Context, events: list[AuditEvent]) -> dict[str, dict[int, str]]:
-    """For each id the events touch, and each event: why it is no longer as that event left it, from the first
-    later change by anyone else (a person, another assistant, a rule)."""
+def _changed_since(ctx: Context, events: list[AuditEvent]) -> dict[str, list[tuple[int, str]]]:
+    """For each id the events touch: the later changes of it by anyone else (a person, another assistant, a rule),
+    oldest first, as (seq, why it is no longer as an earlier event left it)."""
     ours = {(e.credential_id, e.credential_kind) for e in events}
     wanted = {str(t.get("id")) for e in events for t in e.targets}
-    seqs = sorted({e.seq for e in events})
-    later = changes_after(tenant=ctx.tenant, seq=seqs[0], operations=_changing(), limit=LATER_MAX)
-    found: dict[str, dict[int, str]] = {}
+    first = min(e.seq for e in events)
+    later = changes_after(tenant=ctx.tenant, seq=first, operations=_changing(), limit=LATER_MAX)
+    found: dict[str, list[tuple[int, str]]] = {}
     for other in later:
-        if (other.credential_id, other.credential_kind) in ours and other.principal == "agent":
+        if other.principal == "agent" and (other.credential_id, other.credential_kind) in ours:
             continue
         why = _SINCE_BY.get(other.principal, CHANGED_SINCE)
-        for t in other.targets:
-            tid = str(t.get("id"))
-            if tid in wanted:
-                for seq in seqs:
-                    if seq < other.seq:
-                        found.setdefault(tid, {}).setdefault(seq, why)
+        for tid in {str(t.get("id")) for t in other.targets} & wanted:
+            found.setdefault(tid, []).append((other.seq, why))
     return found
+
+
+def _why_changed(since: dict[str, list[tuple[int, str]]], tid: str, seq: int) -> str:
+    return next((why for later, why in since.get(tid, ()) if later > seq), "it changed since")
 
 
 def _reverse(
