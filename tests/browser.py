@@ -73,7 +73,8 @@ def _failed(page: Page, response: Any) -> bool:
 # ------------------------------------------------------------ looking at a page as a person would
 
 ROOT = Path(__file__).resolve().parent.parent
-AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"  # from npm (package.json), installed by `make test`
+# from npm (package.json), installed by `make test`; OAKEN_AXE_JS names another copy (a worktree without node_modules)
+AXE = Path(os.environ.get("OAKEN_AXE_JS") or ROOT / "node_modules" / "axe-core" / "axe.min.js")
 # where the walks leave what each page looks like, at a desktop's width and a phone's (README names it)
 SCREENSHOTS = Path(os.environ.get("OAKEN_SCREENSHOTS_DIR", ROOT / "var" / "screenshots"))
 WIDTHS = {"desktop": (1280, 900), "phone": (375, 800)}

@@ -161,6 +161,22 @@ class World:
         event = call(self.me, "list_events", {"types": ["message.changed"]})["events"][-1]["id"]
         return {"webhook_id": hook, "event_id": event}
 
+    def undoable(self) -> dict[str, Any]:
+        """An API key whose assistant labelled, archived, marked read and asked to send mail; alice since changed one
+        of those messages herself."""
+        made = self.confirmed("create_api_key", {"name": "helper", "scopes": ["read", "write", "send"]})
+        key = str(made["api_key"]["id"])
+        agent = as_agent(self.alice, scopes={"read", "write", "send"}, credential_id=key)
+        call(agent, "add_labels", {"message_ids": self.ids[:2], "label_ids": [self.label["id"]]})
+        call(agent, "move_messages", {"message_ids": self.ids[2:3], "folder": "archive"})
+        call(agent, "mark_read", {"message_ids": self.ids[3:5]})
+        call(agent, "create_label", {"account_id": self.mail.account_id, "name": "Assistant"})
+        asked = refusal(agent, "send_email", self.email("undo-1"))
+        assert asked.proposal is not None
+        call(agent, "send_email", self.email("undo-1"), confirmation_token=asked.proposal["token"])
+        call(self.me, "mark_unread", {"message_ids": self.ids[3:4]})
+        return {"credential_id": key, "since": (timezone.now() - timedelta(minutes=5)).isoformat()}
+
     def membership(self, p: Person) -> str:
         members = call(self.me, "list_members")["members"]
         return next(m["membership_id"] for m in members if m["email"] == p.user.email)
@@ -234,6 +250,7 @@ CASES: dict[str, Callable[[World], list[dict[str, Any]]]] = {
     ],
     "create_tool_set": lambda w: [{"name": "triage", "operations": ["list_messages", "get_message", "mark_read"]}],
     "delete_tool_set": lambda w: [{"name": w.tool_set("triage")}, {"name": w.tool_set("in-use", used=True)}],
+    "undo_agent_actions": lambda w: [w.undoable()],
     "revoke_api_key": lambda w: [
         {"api_key_id": w.confirmed("create_api_key", {"name": "ci-bot", "scopes": ["read"]})["api_key"]["id"]}
     ],

@@ -90,3 +90,16 @@ def reads_by_person_day(*, tenant: Tenant, where: Q, after: int, before: int | N
         )
         for r in runs
     ]
+
+
+def changes_newest_first(*, tenant: Tenant, where: Q, operations: list[str], limit: int) -> list[AuditEvent]:
+    """The tenant's successful calls of these (changing) operations matching `where`, newest first, at most `limit`."""
+    rows = AuditEvent.objects.for_tenant(tenant).filter(where, outcome="ok", operation__in=operations)
+    return list(rows.order_by("-seq")[:limit])
+
+
+def changes_after(*, tenant: Tenant, seq: int, operations: list[str], limit: int) -> list[AuditEvent]:
+    """The tenant's successful calls of these operations after sequence number `seq`, oldest first, at most `limit`:
+    who changed a thing since an event."""
+    rows = AuditEvent.objects.for_tenant(tenant).filter(seq__gt=seq, outcome="ok", operation__in=operations)
+    return list(rows.order_by("seq")[:limit])

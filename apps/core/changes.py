@@ -13,3 +13,8 @@ class Change:
     id: str
     before: Any = None
     after: Any = None
+
+
+# the target by which a call's audit event names the event it reverses (undo_agent_actions; docs/audit.md):
+# {"id": REVERSES, "before": None, "after": {"event": <seq>}}, first among the event's targets
+REVERSES = "reverses"

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from apps.audit.log import append_event, input_digest
 from apps.core.bounds import bounds
 from apps.core.callers import Caller, DoorMismatchError
-from apps.core.changes import Change
+from apps.core.changes import REVERSES, Change
 from apps.core.errors import OakenError
 from apps.core.kinds import DOORS_OF, Door, Principal
 from apps.core.schema_paths import UNKNOWN_ARGUMENT, dotted, known_path
@@ -61,6 +61,17 @@ def _audited_name(name: Any) -> str:
     return name if isinstance(name, str) and registry.get(name) is not None else UNKNOWN_OPERATION
 
 
+def _composed(ctx: Context) -> Callable[..., dict[str, Any]]:
+    """ctx.call for an operation made of other calls: each one the whole gate, as the same caller through the same
+    door, confirmed by the confirmation the composing call was given, inside its transaction (so its event and its
+    change commit or roll back with the composing call's)."""
+
+    def call(name: str, raw_input: dict[str, Any], *, reverses: int | None = None) -> dict[str, Any]:
+        return dispatch(ctx.caller, ctx.door, name, raw_input, confirm=True, reverses=reverses).output
+
+    return call
+
+
 @dataclass(frozen=True)
 class Result:
     operation: str
@@ -82,9 +93,12 @@ def dispatch(
     confirmation_token: str | None = None,
     idempotency_key: str | None = None,
     began: datetime | None = None,
+    reverses: int | None = None,
 ) -> Result:
     """Check, run and audit one call of operation `name`; raises OakenError on any refusal. `began`: the time of
-    the call a client made, when this is a waiting operation's call again (apps.gate.waiting)."""
+    the call a client made, when this is a waiting operation's call again (apps.gate.waiting). `reverses`: the
+    sequence number of the audit event this call undoes (a composing operation's ctx.call), recorded first among
+    its event's targets as {"id": "reverses", "after": {"event": seq}}."""
     door = Door(door)
     if door not in DOORS_OF[caller.principal]:
         raise DoorMismatchError(f"a {caller.principal} cannot call through the {door} door")
@@ -104,6 +118,10 @@ def dispatch(
                 _append(caller, door.value, op.name, "REPLAYED", digest, alone=True)
                 return Result(op.name, stored, replayed=True)
         ctx = Context(caller=caller, door=door.value, now=timezone.now(), bounds=bounds, began=began)
+        if reverses is not None:
+            ctx.touch(REVERSES, None, {"event": reverses})
+        if op.composes:
+            ctx.call = _composed(ctx)
         if op.targets is not None:
             ctx.targets = op.targets(ctx, data)
         _class(caller, op)

@@ -327,3 +327,50 @@ def due_snoozes(now: datetime, limit: int) -> list[tuple[uuid.UUID, uuid.UUID, d
     come, in every tenant, the longest due first; read off the partial index of snoozed messages."""
     rows = Message.objects.unscoped().filter(snoozed_until__lte=now).order_by("snoozed_until", "pk")
     return list(rows.values_list("tenant_id", "pk", "snoozed_until")[:limit])
+
+
+@dataclass(frozen=True)
+class MessageState:
+    """What the organizing operations change on a message, as their audit events record it."""
+
+    folder: str
+    trashed_from: str | None
+    read: bool
+    pinned: bool
+    labels: frozenset[str]
+
+
+def _folder_label(folder: Folder) -> str:
+    return folder.kind if folder.kind != "custom" else folder.name
+
+
+def message_states(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[str, MessageState]:
+    """These messages' folders, read state, pins and labels, by id (the tenant's only; no text)."""
+    if not ids:
+        return {}
+    rows = (
+        Message.objects.for_tenant(tenant)
+        .filter(pk__in=ids)
+        .select_related("folder", "trashed_from")
+        .only("id", "read", "pinned", "folder__kind", "folder__name", "trashed_from__kind", "trashed_from__name")
+    )
+    labels: dict[Any, set[str]] = {}
+    for message_id, label_id in (
+        MessageLabel.objects.for_tenant(tenant).filter(message_id__in=ids).values_list("message_id", "label_id")
+    ):
+        labels.setdefault(message_id, set()).add(str(label_id))
+    return {
+        str(m.pk): MessageState(
+            folder=_folder_label(m.folder),
+            trashed_from=_folder_label(m.trashed_from) if m.trashed_from is not None else None,
+            read=m.read,
+            pinned=m.pinned,
+            labels=frozenset(labels.get(m.pk, ())),
+        )
+        for m in rows
+    }
+
+
+def label_names(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[str, str]:
+    """The names of these labels of the tenant, by id (for a person's own confirmation dialog, as add_labels says)."""
+    return {str(pk): name for pk, name in Label.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", "name")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,10 @@ class Context(Act):
     # when the call began: `now`, unless it is a waiting operation's call again (apps.gate.waiting), which carries
     # the first one's time, so its defaults and deadline stay those of the call the client made
     began: datetime | None = None
+    # for an operation that `composes` (apps.operations.registry): run another operation as this same caller through
+    # the whole gate, inside this call's transaction, confirmed by this call's confirmation; `reverses` names the
+    # audit event (its seq) the call undoes, which its own event records. Raises the call's refusal.
+    call: Callable[..., dict[str, Any]] | None = None
 
     @property
     def started(self) -> datetime:

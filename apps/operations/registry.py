@@ -206,6 +206,9 @@ class Operation:
     # its answer gives the caller mail written by others (a message's text, subject or start): the gate keeps, for
     # an agent's credential, which messages it was given (apps.operations.reads; SPEC §23)
     returns_mail: bool = False
+    # its handler is made of other operations' calls (ctx.call: each through the whole gate as the same caller, each
+    # with its own audit event, inside this call's transaction): persons only, so no agent's call ever runs another
+    composes: bool = False
     description: str = field(default="", compare=False)
 
     @property
@@ -305,6 +308,8 @@ def check_definition(op: Operation, *, existing: dict[str, Operation]) -> None:
             raise DefinitionError(f"{op.name!r}: an internal operation belongs to no person and returns no secret")
     if op.returns_mail and op.op_class != OpClass.READ:
         raise DefinitionError(f"{op.name!r}: only a read returns mail to be recorded as read")
+    if op.composes and op.callers != Callers.PERSONS:
+        raise DefinitionError(f"{op.name!r}: only an operation for persons may run other operations")
     if op.awaits_approval and (
         op.op_class == OpClass.READ or not {"request_id", "approval_url"} <= set(op.output_model.model_fields)
     ):
@@ -360,6 +365,7 @@ def operation(
     commits_in_batches: bool = False,
     waits: Callable[[dict[str, Any]], Wait | None] | None = None,
     returns_mail: bool = False,
+    composes: bool = False,
     target: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Operation]:
     """Define and register an operation around its handler."""
@@ -392,6 +398,7 @@ def operation(
             commits_in_batches=commits_in_batches,
             waits=waits,
             returns_mail=returns_mail,
+            composes=composes,
             description=inspect.getdoc(handler) or "",
         )
         return (target or registry).add(op)

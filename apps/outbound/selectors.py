@@ -288,3 +288,14 @@ def access_automation_by_id(automation_id: str, *, reach: Reach) -> Automation:
         raise OakenError.not_found("automation_id")
     access_account_by_id(str(found.account_id), reach=reach, field="automation_id")  # the workspace check
     return found
+
+
+def drafts_existing(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> set[str]:
+    """Which of these drafts still exist in the tenant."""
+    return {str(pk) for pk in Draft.objects.for_tenant(tenant).filter(pk__in=ids).values_list("pk", flat=True)}
+
+
+def requests_by_ids(*, tenant: Tenant, ids: Collection[uuid.UUID]) -> dict[str, OutboundRequest]:
+    """The tenant's outbound requests among these ids, without their text (where they went, how far they got)."""
+    rows = OutboundRequest.objects.for_tenant(tenant).filter(pk__in=ids).only("id", "state", "to", "cc", "bcc", "kind")
+    return {str(r.pk): r for r in rows}

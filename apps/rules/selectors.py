@@ -197,3 +197,8 @@ def applied_column(tenant_column: str, message_column: str) -> str:
         'actions', x.actions, 'applied_at', x.applied_at) ORDER BY x.applied_at, x.id), '[]'::json)
       FROM {table} x LEFT JOIN {rules} r ON r.id = x.rule_id
       WHERE x.tenant_id = {tenant_column} AND x.message_id = {message_column})"""  # noqa: S608 (column names only)
+
+
+def rules_in(*, tenant: Tenant, ids: set[Any]) -> dict[str, Rule]:
+    """The tenant's rules among these ids, whole, by id (what undo_agent_actions compares with the audit)."""
+    return {str(r.pk): r for r in Rule.objects.for_tenant(tenant).filter(pk__in=ids)} if ids else {}

@@ -3,6 +3,7 @@ the engine's bookkeeping (what a rule did to a message, a failing action, a rule
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -32,7 +33,16 @@ def rule_state(rule: Rule) -> dict[str, Any]:
         "owner": str(rule.owner_id),
         "conditions": len(rule.conditions),
         "actions": sorted({a["action"] for a in rule.actions}),
+        # what it matches and does, as a digest: enough to tell (undo_agent_actions) whether a change left them as
+        # they were, never their words
+        "body": body_digest(rule),
     }
+
+
+def body_digest(rule: Rule) -> str:
+    """A short sha256 over the rule's match, conditions and actions."""
+    body = json.dumps([rule.match, rule.conditions, rule.actions], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _save(rule: Rule, *, fresh: bool) -> None:

@@ -28,6 +28,7 @@ MODULES = (
     "apps.operations.defs.importing",
     "apps.operations.defs.admin",
     "apps.operations.defs.audit",
+    "apps.operations.defs.undo",
     "apps.operations.defs.preferences",
     "apps.operations.defs.signatures",
     "apps.operations.defs.views",

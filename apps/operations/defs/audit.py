@@ -27,6 +27,7 @@ from apps.audit.selectors import (
     reads_by_person_day,
     visible_seqs,
 )
+from apps.core.changes import REVERSES
 from apps.core.errors import OakenError
 from apps.core.kinds import Role
 from apps.core.pages import cut_page, encode_cursor, read_cursor
@@ -247,6 +248,11 @@ def _description(event: AuditEvent, actor: str, targets: list[TargetOut]) -> str
     words = event.operation.replace("_", " ")
     where = _DOOR_WORDS.get(event.door, "")
     where = f" {where}" if where else ""
+    # a call of undo_agent_actions names the event it reverses first among its targets (apps.gate.dispatch)
+    undoing = next((t.after for t in targets if t.id == REVERSES and isinstance(t.after, dict)), None)
+    if undoing is not None:
+        targets = [t for t in targets if t.id != REVERSES]
+        where += f", undoing event #{undoing.get('event')}"
     if event.outcome == "ok":
         return f"{actor} {words}{_what(targets)}{where}"
     return f"{actor} was refused {words}{where}: {event.outcome}"

@@ -5,6 +5,7 @@
 // (get_audit_event), so Back and reload work. The page decides nothing: who may see which events, which reads
 // fold, and how an event reads, come from the operations.
 import { call, describeError, el, notice, plainError, when } from "../lib.js";
+import { fillUndo } from "../undo.js";
 
 const form = document.getElementById("audit-filters");
 const target = document.getElementById("audit-list");
@@ -150,6 +151,8 @@ async function fillCredentials(wanted) {
   }
   credentials.append(...options);
   if (wanted) credentials.value = wanted;
+  // "Undo what this assistant did since …": the same credentials, the one this page shows chosen
+  fillUndo(options.map((o) => ({ value: o.value, text: o.textContent })), wanted);
 }
 
 form.addEventListener("submit", (event) => {

@@ -1,7 +1,8 @@
 // /connections: the assistants the person connected through the consent screen.
 import { auditLink, button, el, list, load, perform, row, table, when } from "../lib.js";
+import { fillUndo } from "../undo.js";
 
-const refresh = () =>
+const listConnections = () =>
   load("list_connections", "connections-list", (out) =>
     out.connections.length
       ? table(
@@ -28,6 +29,12 @@ const refresh = () =>
         )
       : el("p", { class: "hint" }, "No assistant is connected."),
   );
+
+// the connections that may have acted, for "Undo what this assistant did since …"
+const refresh = () =>
+  listConnections().then((out) => {
+    if (out) fillUndo(out.connections.map((c) => ({ value: `oauth:${c.id}`, text: `connection ${c.client_name || "an assistant"}` })));
+  });
 
 const revoke = async (c) => {
   if (await perform("revoke_connection", { connection_id: c.id }, "The connection is revoked.")) refresh();

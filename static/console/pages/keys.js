@@ -1,5 +1,6 @@
 // /keys: the person's API keys (a new key is shown once, right after it is created), and their webhooks' states.
 import { auditLink, button, el, list, load, names, notice, onSubmit, perform, row, table, when } from "../lib.js";
+import { fillUndo } from "../undo.js";
 
 const status = (k) => {
   if (k.revoked) return el("span", { class: "status-revoked" }, "revoked");
@@ -7,7 +8,12 @@ const status = (k) => {
   return "active";
 };
 
-const refresh = () =>
+// the keys that may have acted, for "Undo what this assistant did since …"
+const undoable = (out) => {
+  if (out) fillUndo(out.api_keys.map((k) => ({ value: `apikey:${k.id}`, text: `API key ${k.name || "unnamed"} (${k.prefix}_…)` })));
+};
+
+const listKeys = () =>
   load("list_api_keys", "keys-list", (out) =>
     out.api_keys.length
       ? table(
@@ -36,6 +42,8 @@ const refresh = () =>
         )
       : el("p", { class: "hint" }, "No keys yet."),
   );
+
+const refresh = () => listKeys().then(undoable);
 
 const hookState = (h) => {
   if (h.state === "disabled")
