@@ -73,3 +73,35 @@ def test_a_person_undoes_what_a_key_did_from_the_keys_page(
     # the whole log says which event each reversal undid
     page.goto("/audit?principal=person&operation=mark_unread")
     expect(page.locator("#audit-list")).to_contain_text("mark unread on 2 messages in the console, undoing event #")
+
+
+@pytest.mark.slow
+def test_a_person_locks_a_key_down_from_the_keys_page(
+    browser_page: Page, live_server: Any, alice: Person, mallory: Person
+) -> None:
+    """Lockdown (issue 42): a key's row says whether it is on; "Lock down" asks first, then the key is in lockdown
+    and the row says so; lifting it is the same. Mallory's key, in another tenant, is never touched."""
+    from playwright.sync_api import expect
+
+    from apps.agents.models import ApiKey
+
+    key, _ = _key(alice, "laptop script")
+    theirs, _ = _key(mallory, "laptop script")
+    page = browser_page
+    _sign_in(page, alice, live_server.url)
+    page.goto("/keys")
+    row = page.locator(f'tr[data-key-id="{key.pk}"]')
+    expect(row).to_contain_text("off")
+    row.locator('[data-action="lockdown"]').click()
+    expect(page.locator("#confirm-dialog")).to_be_visible()
+    look(page, "keys-lockdown-confirm")
+    page.click("#confirm-yes")
+    expect(row.locator('[data-action="lockdown"]')).to_have_text("Lift lockdown")
+    expect(row).to_contain_text("on")
+    look(page, "keys-lockdown")
+    assert ApiKey.objects.for_tenant(alice.tenant).get(pk=key.pk).lockdown is True
+    assert ApiKey.objects.for_tenant(mallory.tenant).get(pk=theirs.pk).lockdown is False
+    row.locator('[data-action="lockdown"]').click()
+    page.click("#confirm-yes")
+    expect(row.locator('[data-action="lockdown"]')).to_have_text("Lock down")
+    assert ApiKey.objects.for_tenant(alice.tenant).get(pk=key.pk).lockdown is False

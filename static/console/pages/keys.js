@@ -17,7 +17,7 @@ const listKeys = () =>
   load("list_api_keys", "keys-list", (out) =>
     out.api_keys.length
       ? table(
-          ["Name", "Prefix", "Permissions", "Workspaces", "Operations", "Created", "Expires", "Last used", "Status", ""],
+          ["Name", "Prefix", "Permissions", "Workspaces", "Operations", "Lockdown", "Created", "Expires", "Last used", "Status", ""],
           out.api_keys.map((k) =>
             row({ "data-key-id": k.id, "data-prefix": k.prefix }, [
               k.name || "—",
@@ -29,12 +29,14 @@ const listKeys = () =>
                 : k.operations
                   ? list(k.operations, "none")
                   : "all its permissions allow",
+              k.lockdown ? el("span", { class: "status-expired" }, "on") : "off",
               when(k.created_at),
               k.expires_at ? when(k.expires_at) : "never",
               k.last_used_at ? when(k.last_used_at) : "never",
               status(k),
               el("span", { class: "row-actions" },
                 auditLink("apikey", k.id, k.name || k.prefix),
+                k.revoked ? "" : button(k.lockdown ? "Lift lockdown" : "Lock down", () => lockdown(k), { "data-action": "lockdown" }),
                 k.revoked ? "" : button("Revoke", () => revoke(k), { "data-action": "revoke" }),
               ),
             ]),
@@ -79,6 +81,12 @@ const toggle = async (h) => {
   if (await perform("update_webhook", { webhook_id: h.id, enabled }, done)) refreshHooks();
 };
 
+// lockdown: once the key has read mail from someone nobody here has written to, a person decides its every request
+const lockdown = async (k) => {
+  const done = k.lockdown ? `Key ${k.prefix} is no longer in lockdown.` : `Key ${k.prefix} is in lockdown.`;
+  if (await perform("set_api_key_lockdown", { api_key_id: k.id, lockdown: !k.lockdown }, done)) refresh();
+};
+
 const revoke = async (k) => {
   if (await perform("revoke_api_key", { api_key_id: k.id }, `Key ${k.prefix} is revoked.`)) refresh();
 };
@@ -111,6 +119,7 @@ onSubmit("create-key", async (form) => {
   if (toolSet) body.tool_set = toolSet;
   const operations = names(data.get("operations") || "");
   if (operations.length) body.operations = operations;
+  if (data.get("lockdown")) body.lockdown = true;
   const days = (data.get("expires_in_days") || "").trim();
   if (days) body.expires_in_days = Number(days);
   const out = await perform("create_api_key", body);
