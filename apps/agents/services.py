@@ -17,6 +17,7 @@ from apps.accounts.models import User
 from apps.agents.connections import revoke_connection
 from apps.agents.models import ApiKey, Connection, ToolSet
 from apps.agents.selectors import live_credentials
+from apps.core.acts import Act
 from apps.core.errors import OakenError
 from apps.workspaces.models import Tenant
 
@@ -154,3 +155,13 @@ def create_tool_set(*, tenant: Tenant, user: User, name: str, operations: list[s
             return ToolSet.objects.create(tenant=tenant, user=user, name=name, operations=operations, created_at=now)
     except IntegrityError:
         raise tool_set_name_taken() from None
+
+
+def set_lockdown(row: ApiKey | Connection, lockdown: bool, *, act: Act) -> None:
+    """Put a key or connection in lockdown or end it (apps.outbound.provenance reads it when the credential asks for
+    something); recorded on the call when it changes."""
+    if row.lockdown == lockdown:
+        return
+    type(row).objects.for_tenant(act.tenant).filter(pk=row.pk).update(lockdown=lockdown)
+    act.touch(row.pk, {"lockdown": row.lockdown}, {"lockdown": lockdown})
+    row.lockdown = lockdown

@@ -23,6 +23,7 @@ from apps.agents.selectors import (
 )
 from apps.agents.services import grant_connection as grant
 from apps.agents.services import revoke_api_key as revoke_key
+from apps.agents.services import set_lockdown
 from apps.core import words
 from apps.core.changes import Change
 from apps.core.errors import OakenError
@@ -472,13 +473,6 @@ def _lockdown_preview(ctx: Context, data: KeyLockdownIn | ConnectionLockdownIn) 
     )
 
 
-def _set_lockdown(ctx: Context, row: ApiKey | Connection, lockdown: bool) -> None:
-    if row.lockdown != lockdown:
-        type(row).objects.for_tenant(ctx.tenant).filter(pk=row.pk).update(lockdown=lockdown)
-        ctx.touch(row.pk, {"lockdown": row.lockdown}, {"lockdown": lockdown})
-        row.lockdown = lockdown
-
-
 @operation(
     name="set_api_key_lockdown",
     summary="Put an API key in lockdown or end it: in lockdown, once it has read mail from an unknown sender, "
@@ -493,7 +487,7 @@ def _set_lockdown(ctx: Context, row: ApiKey | Connection, lockdown: bool) -> Non
     callers=Callers.PERSONS,
 )
 def set_api_key_lockdown(ctx: Context, data: KeyLockdownIn) -> ApiKeyOut:
-    _set_lockdown(ctx, ctx.targets, data.lockdown)
+    set_lockdown(ctx.targets, data.lockdown, act=ctx)
     return key_out(ctx.targets)
 
 
@@ -511,5 +505,5 @@ def set_api_key_lockdown(ctx: Context, data: KeyLockdownIn) -> ApiKeyOut:
     callers=Callers.PERSONS,
 )
 def set_connection_lockdown(ctx: Context, data: ConnectionLockdownIn) -> ConnectionOut:
-    _set_lockdown(ctx, ctx.targets, data.lockdown)
+    set_lockdown(ctx.targets, data.lockdown, act=ctx)
     return connection_out(ctx.targets)
