@@ -14,6 +14,7 @@ import pytest
 from django.db import connections
 
 from apps.accounts.models import User
+from apps.core import redis_client as redis_module
 from apps.events.wake import hub
 from apps.mail.importing import import_mail
 from apps.mail.models import Message
@@ -92,6 +93,12 @@ def wake_stops_before_the_database_goes(django_db_setup: None) -> Iterator[None]
     """A wait's listening connection (apps.events.wake) is closed before the test database is dropped."""
     yield
     hub.stop()
+
+
+@pytest.fixture(autouse=True)
+def redis_not_away() -> None:
+    """A test that stopped Redis leaves no "it failed a moment ago" behind for the next (apps.core.redis_client)."""
+    redis_module._away_until = 0.0
 
 
 @pytest.fixture(autouse=True)

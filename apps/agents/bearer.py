@@ -14,7 +14,7 @@ from apps.agents.connections import caller_for_token
 from apps.agents.keys import KEY_PREFIX, caller_for_key
 from apps.core.bounds import bounds
 from apps.core.callers import Caller
-from apps.core.redis_client import LocalWindowCounter, SharedWindowLimit
+from apps.core.redis_client import LocalWindowCounter, SharedWindowLimit, note_away
 
 SCHEME = "bearer"
 
@@ -60,4 +60,5 @@ def rate_limited(caller: Caller) -> int | None:
     try:
         return _SHARED_COUNTS.wait(key, limit, 60)
     except redis.RedisError:
+        note_away()
         return 60 if _LOCAL_COUNTS.hit(key, 60) > limit else None

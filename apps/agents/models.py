@@ -72,6 +72,9 @@ class ApiKey(Credential):
     # lockdown (SPEC §23): once it has read mail from an unknown sender, every request of it that acts outside the
     # mailbox waits for a person, whatever the send policies say
     lockdown = models.BooleanField(default=False, db_default=False)
+    # what it read could not be recorded (Redis away) until this time: its requests that act outside the mailbox
+    # wait for a person until then (apps.agents.reads, apps.outbound.provenance's reads_unrecorded)
+    reads_unrecorded_until = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     # the deadline the feed's connection.expiring was written for (apps.agents.services.notice_expiring): once each
     expiry_noticed = models.DateTimeField(null=True, blank=True)
@@ -101,6 +104,9 @@ class Connection(Credential):
     # lockdown (SPEC §23): once it has read mail from an unknown sender, every request of it that acts outside the
     # mailbox waits for a person, whatever the send policies say
     lockdown = models.BooleanField(default=False, db_default=False)
+    # what it read could not be recorded (Redis away) until this time: its requests that act outside the mailbox
+    # wait for a person until then (apps.agents.reads, apps.outbound.provenance's reads_unrecorded)
+    reads_unrecorded_until = models.DateTimeField(null=True, blank=True)
     # the deadline the feed's connection.expiring was written for (as for an API key)
     expiry_noticed = models.DateTimeField(null=True, blank=True)
     # the authorization code that starts it (hash), and when it was redeemed: a second redemption revokes

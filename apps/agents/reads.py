@@ -8,13 +8,16 @@ tenant's id, so no tenant's reads ever reach another's requests.
 
 Redis, not a table: a read at the gate otherwise commits nothing but its one audit statement, and a table row
 would turn it into a transaction of its own (three round trips more on every read); Redis's one round trip costs
-a read a few per cent (bench/mcp_latency.py). When Redis is away the read is refused, not
-answered unrecorded: a read the record missed could otherwise lend a stranger's address to a request unflagged.
+a read a few per cent (bench/mcp_latency.py). When Redis is away the read is answered all the same (reads keep
+working in an outage) and the credential is marked in the database (`unrecorded`): until the window has passed,
+its every request that acts outside the mailbox waits for a person, since a read the record missed could otherwise
+lend a stranger's address to a request unflagged.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +26,7 @@ import redis
 
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
-from apps.core.redis_client import redis_client
+from apps.core.redis_client import away, note_away, redis_client
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ def record(tenant_id: object, credential_kind: str, credential_id: str, seen: It
     now = time.time()
     window = bounds.PROVENANCE_WINDOW_HOURS * 3600
     key = _key(tenant_id, credential_kind, credential_id)
+    if away():  # it failed a moment ago: the read does not wait out its timeout again
+        unrecorded(tenant_id, credential_kind, credential_id, until=now + window)
+        return
     pipe = redis_client().pipeline(transaction=False)
     pipe.zadd(key, dict.fromkeys(members, now))
     pipe.zremrangebyscore(key, "-inf", now - window)
@@ -57,9 +63,40 @@ def record(tenant_id: object, credential_kind: str, credential_id: str, seen: It
     try:
         pipe.execute()
     except redis.RedisError:
-        raise OakenError(
-            "SERVICE_UNAVAILABLE", "what this assistant reads cannot be recorded right now; nothing was returned"
-        ) from None
+        note_away()
+        unrecorded(tenant_id, credential_kind, credential_id, until=now + window)
+
+
+def unrecorded(tenant_id: object, credential_kind: str, credential_id: str, *, until: float) -> None:
+    """Redis could not take a read: the read is answered all the same (reads keep working while Redis is away), and
+    the credential is marked in the database, in the read's own transaction: until the window has passed, every
+    request of it that acts outside the mailbox waits for a person (what it read is not known)."""
+    from apps.agents.models import ApiKey, Connection
+
+    model = {"apikey": ApiKey, "oauth": Connection}.get(credential_kind)
+    try:
+        pk = uuid.UUID(str(credential_id))
+    except ValueError:
+        return
+    if model is not None:
+        stamp = datetime.fromtimestamp(until, UTC)
+        model.objects.unscoped().filter(tenant_id=tenant_id, pk=pk).update(reads_unrecorded_until=stamp)
+
+
+def unrecorded_until(tenant_id: object, credential_kind: str, credential_id: str) -> datetime | None:
+    """Until when this credential's reads went unrecorded (None: every read of the window is in the record)."""
+    from apps.agents.models import ApiKey, Connection
+
+    model = {"apikey": ApiKey, "oauth": Connection}.get(credential_kind)
+    try:
+        pk = uuid.UUID(str(credential_id))
+    except ValueError:
+        return None
+    if model is None:
+        return None
+    found = model.objects.unscoped().filter(tenant_id=tenant_id, pk=pk).values_list("reads_unrecorded_until", flat=True)
+    stamp = found.first()
+    return stamp if stamp is not None and stamp.timestamp() > time.time() else None
 
 
 def reads_of(tenant_id: object, credential_kind: str, credential_id: str) -> list[Read]:
@@ -71,6 +108,7 @@ def reads_of(tenant_id: object, credential_kind: str, credential_id: str) -> lis
             _key(tenant_id, credential_kind, credential_id), "+inf", since, withscores=True
         )
     except redis.RedisError:
+        note_away()
         raise OakenError(
             "SERVICE_UNAVAILABLE", "what this assistant read cannot be checked right now; nothing was requested"
         ) from None

@@ -8,7 +8,9 @@ sender, when it was read: ids, addresses and times, never mail text).
   read (and is not that mail's own sender: a reply to whoever wrote is not taken from their mail);
 - content_from_untrusted: the request's subject or body reproduces PROVENANCE_SPAN_CHARS characters or more of
   mail the agent read from a sender other than the recipients, or a file it attaches was received from one;
-- after_untrusted_read: the agent read mail from an unknown sender other than the recipients.
+- after_untrusted_read: the agent read mail from an unknown sender other than the recipients;
+- reads_unrecorded: what the credential read could not be recorded for a while (Redis away) and the window since
+  has not passed: none of the above can be told, so a person decides.
 
 A send policy never approves a request flagged recipient_from_untrusted or content_from_untrusted, nor (unless
 PROVENANCE_POLICY_FIRST_CONTACT says so) first_contact with after_untrusted_read; a credential in lockdown has
@@ -40,10 +42,12 @@ RECIPIENT_FROM_UNTRUSTED = "recipient_from_untrusted"
 CONTENT_FROM_UNTRUSTED = "content_from_untrusted"
 FIRST_CONTACT = "first_contact"
 AFTER_UNTRUSTED_READ = "after_untrusted_read"
+# what the credential read could not be recorded (Redis away) within the window: nothing above can be told
+READS_UNRECORDED = "reads_unrecorded"
 # in the order a person reads them
-FLAGS = (RECIPIENT_FROM_UNTRUSTED, CONTENT_FROM_UNTRUSTED, FIRST_CONTACT, AFTER_UNTRUSTED_READ)
+FLAGS = (RECIPIENT_FROM_UNTRUSTED, CONTENT_FROM_UNTRUSTED, FIRST_CONTACT, AFTER_UNTRUSTED_READ, READS_UNRECORDED)
 # no send policy ever approves a request with one of these
-NEVER_BY_POLICY = frozenset((RECIPIENT_FROM_UNTRUSTED, CONTENT_FROM_UNTRUSTED))
+NEVER_BY_POLICY = frozenset((RECIPIENT_FROM_UNTRUSTED, CONTENT_FROM_UNTRUSTED, READS_UNRECORDED))
 # evidence entries kept per flag (the newest reads first)
 EVIDENCE_PER_FLAG = 5
 # how many times one piece of a request's text is looked for in one message before giving up on that piece
@@ -258,6 +262,9 @@ def assess(
                 CONTENT_FROM_UNTRUSTED, message_id=s.message_id, thread_id=s.thread_id, sender=s.sender, read_at=s.at
             )
     _received_files(found, tenant, list(files), to | own, {s.message_id: s.at for s in seen})
+    gap = reads.unrecorded_until(tenant.pk, caller.credential_kind, caller.credential_id)
+    if gap is not None:
+        found.flag(READS_UNRECORDED, message_id=None, sender=None, read_at=None, until=gap)
     found.lockdown = bool(untrusted) and _lockdown(tenant, caller.credential_kind, caller.credential_id)
     return found
 

@@ -41,7 +41,9 @@ IdempotencyKey = Annotated[
 _KEY_HELP = "the same key with the same content returns the first request; never reuse it for other content"
 
 
-Flag = Literal["recipient_from_untrusted", "content_from_untrusted", "first_contact", "after_untrusted_read"]
+Flag = Literal[
+    "recipient_from_untrusted", "content_from_untrusted", "first_contact", "after_untrusted_read", "reads_unrecorded"
+]
 
 
 class EvidenceOut(Closed):
@@ -51,6 +53,9 @@ class EvidenceOut(Closed):
     sender: MailText | None = Field(default=None, description="its sender's address")
     read_at: datetime | None = Field(default=None, description="when this key or connection read it (null: not read)")
     recipient: MailText | None = Field(default=None, description="the recipient the flag is about, where one is")
+    until: datetime | None = Field(
+        default=None, description="reads_unrecorded: until when a person decides every request of this credential"
+    )
 
 
 class ProvenanceOut(Closed):
@@ -58,7 +63,8 @@ class ProvenanceOut(Closed):
         description="where the request may come from: recipient_from_untrusted (a recipient found only in mail from "
         "an unknown sender that was read), content_from_untrusted (text or files taken from someone else's mail), "
         "first_contact (nobody here has written to a recipient), after_untrusted_read (mail from an unknown sender "
-        "was read first); empty for a person's own request"
+        "was read first), reads_unrecorded (what was read lately could not be recorded); empty for a person's own "
+        "request"
     )
     evidence: list[EvidenceOut] = Field(description="for each flag, which message, which sender, when it was read")
     lockdown: bool = Field(
@@ -141,6 +147,8 @@ _HELD = (
 def _why_held(stored: dict[str, Any]) -> str:
     """Why an agent's request waits for a person whatever the policies say, in general words (never the mail)."""
     flags = set(stored.get("flags", ()))
+    if provenance.READS_UNRECORDED in flags:
+        return "what this key or connection read lately could not be recorded: where the request comes from is unknown"
     if flags & provenance.NEVER_BY_POLICY:
         return "its recipients or its content appear to come from e-mail you read from someone else"
     if stored.get("lockdown"):

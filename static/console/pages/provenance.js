@@ -11,6 +11,7 @@ const FLAG_WORDS = {
     ? `Part of this e-mail is copied from an e-mail from ${e.sender} that the assistant read ${ago(e.read_at)}, and it goes to someone else. `
     : `An attached file is one received from ${e.sender}, and it goes to someone else. `, readLink(e, "Open that e-mail")],
   first_contact: (e) => [`Nobody here has written to ${e.recipient} before.`],
+  reads_unrecorded: (e) => [`What this assistant read could not be recorded for a while, so where this comes from is unknown: you decide what it asks for until ${when(e.until)}.`],
   after_untrusted_read: (e) => [`Before asking, the assistant read an e-mail from ${e.sender || "an unknown sender"}, whom nobody here has written to (${ago(e.read_at)}). `, readLink(e, "Open that e-mail")],
 };
 
