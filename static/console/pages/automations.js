@@ -115,8 +115,8 @@ function article(a) {
   if (a.reject_reason) rows.push(["Reason", el("bdi", {}, a.reject_reason)]);
   const title = `${name}: ${stateWords(a)}`;
   return el("article", { class: "outbound automation", tabindex: "-1", "data-automation-id": a.automation_id, "data-state": a.state, "aria-label": title },
-    provenanceSection(a.provenance),
     el("h3", {}, `${what} of ${name}`),
+    provenanceSection(a.provenance),
     waiting ? el("p", { class: "hint" }, "An assistant asked for it. It sends nothing until you approve it; what you approve is exactly what is shown.") : null,
     el("dl", { class: "headers" }, rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
     forward ? null : el("h4", {}, "Text"),

@@ -69,8 +69,8 @@ const provenance = (r) => provenanceSection(r.request.provenance);
 // a one-click unsubscribe: no e-mail, one POST of "List-Unsubscribe=One-Click" to the list's address
 function waitingPost(r) {
   return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
-    provenance(r),
     el("h3", {}, kindTag(r), "leave a mailing list"),
+    provenance(r),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}`),
     el("p", {}, "Once approved, Oaken sends the list's one-click unsubscribe request (the form field List-Unsubscribe=One-Click, nothing else: no cookies, no login) once to ",
       el("code", {}, r.request.target), ". The address came from the list's own message, whose DKIM signature vouches for it; the part after “?” is the list's token and is not shown."),
@@ -105,8 +105,8 @@ function waiting(r) {
     parts.push(whole);
   }
   return el("article", { class: "outbound", "data-request-id": idOf(r), "data-hash": r.request.content_hash, "data-kind": r.request.kind },
-    provenance(r),
     el("h3", { dir: "auto" }, kindTag(r), r.subject || "(no subject)"),
+    provenance(r),
     el("p", { class: "hint asked" }, `Asked by ${asker(r)}, ${when(r.request.created_at)}` +
       (r.request.send_at ? `; to be sent ${when(r.request.send_at)}` : "")),
     headers(r),

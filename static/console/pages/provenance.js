@@ -1,5 +1,5 @@
-// Where an assistant's request or automation may come from (SPEC §23): each provenance flag in plain words, first
-// on the page that decides it (/outbound, /automations), with a link to the e-mail the assistant read.
+// Where an assistant's request or automation may come from (SPEC §23): each provenance flag in plain words, right
+// under the title on the page that decides it (/outbound, /automations), with a link to the e-mail the assistant read.
 import { el, when } from "../lib.js";
 
 // each flag in plain words, first on the page: a person decides knowing what the assistant read before asking
@@ -20,6 +20,6 @@ export function provenanceSection(p) {
   const items = p.evidence.map((e) => el("li", { "data-flag": e.flag }, ...(FLAG_WORDS[e.flag] ? FLAG_WORDS[e.flag](e) : [e.flag])));
   if (p.lockdown) items.unshift(el("li", { "data-flag": "lockdown" }, "This key or connection is locked down, and it read mail from someone nobody here has written to: you decide everything it asks for."));
   return el("section", { class: "provenance", "data-flags": p.flags.join(" ") },
-    el("h3", {}, "Where this request may come from"),
+    el("h4", {}, "Where this request may come from"),
     el("ul", {}, items));
 }
