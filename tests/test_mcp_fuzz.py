@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 EXAMPLES = 300
 THEIR_SUBJECT = "Mallory-only ledger 7f3c9e"  # in the other tenant's mail: it must never come back
-TOOL_NAMES = sorted(op.name for op in registry)
+TOOL_NAMES = sorted(op.name for op in registry if op.plugin is None)  # the same whatever plugins a run loaded
 # hypothesis leans to the first of a list and to 0: the common case comes first, or at 0
 METHODS = ["tools/call", "tools/list", "ping", "initialize", "server/discover", "notifications/initialized"]
 INTERNAL_ERROR = -32603
