@@ -17,13 +17,13 @@ lend a stranger's address to a request unflagged.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import redis
 
+from apps.agents.selectors import credential_row
 from apps.core.bounds import bounds
 from apps.core.errors import OakenError
 from apps.core.redis_client import away, note_away, redis_client
@@ -70,33 +70,12 @@ def record(tenant_id: object, credential_kind: str, credential_id: str, seen: It
 def unrecorded(tenant_id: object, credential_kind: str, credential_id: str, *, until: float) -> None:
     """Redis could not take a read: the read is answered all the same (reads keep working while Redis is away), and
     the credential is marked in the database, in the read's own transaction: until the window has passed, every
-    request of it that acts outside the mailbox waits for a person (what it read is not known)."""
-    from apps.agents.models import ApiKey, Connection
-
-    model = {"apikey": ApiKey, "oauth": Connection}.get(credential_kind)
-    try:
-        pk = uuid.UUID(str(credential_id))
-    except ValueError:
-        return
-    if model is not None:
-        stamp = datetime.fromtimestamp(until, UTC)
-        model.objects.unscoped().filter(tenant_id=tenant_id, pk=pk).update(reads_unrecorded_until=stamp)
-
-
-def unrecorded_until(tenant_id: object, credential_kind: str, credential_id: str) -> datetime | None:
-    """Until when this credential's reads went unrecorded (None: every read of the window is in the record)."""
-    from apps.agents.models import ApiKey, Connection
-
-    model = {"apikey": ApiKey, "oauth": Connection}.get(credential_kind)
-    try:
-        pk = uuid.UUID(str(credential_id))
-    except ValueError:
-        return None
-    if model is None:
-        return None
-    found = model.objects.unscoped().filter(tenant_id=tenant_id, pk=pk).values_list("reads_unrecorded_until", flat=True)
-    stamp = found.first()
-    return stamp if stamp is not None and stamp.timestamp() > time.time() else None
+    request of it that acts outside the mailbox waits for a person (what it read is not known; the credential's
+    `reads_unrecorded_until`, which apps.outbound.provenance reads)."""
+    stamp = datetime.fromtimestamp(until, UTC)
+    credential_row(tenant_id=tenant_id, kind=credential_kind, credential_id=credential_id).update(
+        reads_unrecorded_until=stamp
+    )
 
 
 def reads_of(tenant_id: object, credential_kind: str, credential_id: str) -> list[Read]:

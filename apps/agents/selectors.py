@@ -17,6 +17,20 @@ from apps.core.ids import parse_id
 from apps.workspaces.models import Tenant
 
 
+def credential_row(*, tenant_id: object, kind: str, credential_id: str) -> QuerySet[ApiKey] | QuerySet[Connection]:
+    """The API key or OAuth connection a caller's credential names, in its tenant: one row at most, none for another
+    kind of credential or an id that is no key's or connection's."""
+    try:
+        pk = uuid.UUID(str(credential_id))
+    except ValueError:
+        return ApiKey.objects.none()
+    if kind == "apikey":
+        return ApiKey.objects.unscoped().filter(tenant_id=tenant_id, pk=pk)
+    if kind == "oauth":
+        return Connection.objects.unscoped().filter(tenant_id=tenant_id, pk=pk)
+    return ApiKey.objects.none()
+
+
 def visible_api_keys(*, tenant: Tenant, actor: Caller) -> CredentialQuerySet[ApiKey]:
     return ApiKey.objects.for_tenant(tenant).visible_to(actor)
 

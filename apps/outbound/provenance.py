@@ -30,10 +30,10 @@ from django.db import connection
 from django.db.models.functions import Left
 
 from apps.agents import reads
-from apps.agents.models import ApiKey, Connection
+from apps.agents.selectors import credential_row
 from apps.core.acts import Act
 from apps.core.bounds import bounds
-from apps.core.kinds import CredentialKind, Principal
+from apps.core.kinds import Principal
 from apps.mail.models import Attachment, MailAccount, Message
 from apps.outbound.models import Automation, OutboundRequest, State
 from apps.workspaces.models import Tenant
@@ -197,13 +197,6 @@ def _seen(tenant: Tenant, recorded: list[reads.Read]) -> list[_Seen]:
     return seen
 
 
-def _lockdown(tenant: Tenant, kind: str, credential_id: str) -> bool:
-    model = {CredentialKind.APIKEY: ApiKey, CredentialKind.OAUTH: Connection}.get(kind)  # type: ignore[call-overload]
-    if model is None or _uuid(credential_id) is None:
-        return False
-    return bool(model.objects.for_tenant(tenant).filter(pk=credential_id, lockdown=True).exists())
-
-
 def assess(
     *,
     act: Act,
@@ -262,10 +255,16 @@ def assess(
                 CONTENT_FROM_UNTRUSTED, message_id=s.message_id, thread_id=s.thread_id, sender=s.sender, read_at=s.at
             )
     _received_files(found, tenant, list(files), to | own, {s.message_id: s.at for s in seen})
-    gap = reads.unrecorded_until(tenant.pk, caller.credential_kind, caller.credential_id)
-    if gap is not None:
+    # the credential's own standing, in one read: lockdown, and reads that went unrecorded while Redis was away
+    row = (
+        credential_row(tenant_id=tenant.pk, kind=caller.credential_kind, credential_id=caller.credential_id)
+        .values("lockdown", "reads_unrecorded_until")
+        .first()
+    ) or {"lockdown": False, "reads_unrecorded_until": None}
+    gap = row["reads_unrecorded_until"]
+    if gap is not None and gap > act.now:
         found.flag(READS_UNRECORDED, message_id=None, sender=None, read_at=None, until=gap)
-    found.lockdown = bool(untrusted) and _lockdown(tenant, caller.credential_kind, caller.credential_id)
+    found.lockdown = bool(untrusted) and row["lockdown"]
     return found
 
 
